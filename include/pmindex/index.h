@@ -1,0 +1,163 @@
+// The native API: what users program against. (tree_api in bench/ is only PiBench's
+// compatibility layer.)
+//
+//   auto idx = pmindex::Index::open({.kind = "lbtree", .path = "/dev/shm/pmindex/a.pool",
+//                                     .pool_size = 1 << 30});
+//   if (!idx.ok()) { std::cerr << idx.status().to_string(); ... }
+//   (*idx)->insert(pmindex::encode_u64(42), pmindex::encode_u64(7));
+//
+// Keys are byte strings compared by memcmp. The key type fixed at pool creation says how an
+// index may interpret them:
+//   KeyType::u64    exactly 8 bytes, the big-endian encoding of the integer (encode_u64)
+//   KeyType::f64    exactly 8 bytes, the order-preserving encoding of a double (encode_f64);
+//                   NaN is refused with Code::invalid_argument
+//   KeyType::bytes  1..max_key_size bytes of anything (NUL bytes included); some indexes also
+//                   accept the empty key (see each index's README section)
+// Values are byte strings up to the index's documented limit (8 bytes for most indexes; larger
+// values, where supported, are stored out of line).
+//
+// Thread safety: every operation may be called concurrently from several threads, unless an
+// index documents otherwise (the reference index serialises with one mutex). A thread that
+// calls operations should hold a ThreadScope (attach_thread) for epoch-based reclamation; an
+// operation without one attaches for its own duration, which is correct but slower.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "pmindex/pm/layout.h"
+#include "pmindex/pm/persist.h"
+#include "pmindex/pm/pool.h"
+#include "pmindex/status.h"
+
+namespace pmindex {
+
+using KeyType = pm::KeyMode;
+
+// --- key encodings ----------------------------------------------------------------------------
+std::string encode_u64(std::uint64_t v);                // 8 bytes, big-endian
+std::uint64_t decode_u64(std::string_view bytes);       // requires bytes.size() == 8
+std::string encode_f64(double v);                       // 8 bytes, order-preserving
+double decode_f64(std::string_view bytes);
+// The raw 64-bit forms of the same encodings (big-endian bytes read as an integer).
+std::uint64_t f64_to_ordered(double v);
+double ordered_to_f64(std::uint64_t v);
+
+enum class OpenMode : std::uint8_t {
+  open_or_create,  // open the pool if it exists (recovering it), create it otherwise
+  create,          // create; fail if the file exists unless overwrite
+  open,            // open; fail if missing
+};
+
+struct Options {
+  std::string kind = "reflist";     // which index (IndexRegistry::names())
+  std::string path;                 // pool file; empty: anonymous DRAM memory (no file)
+  std::size_t pool_size = 0;        // bytes; 0: the index's default for `expected_records`
+  std::size_t expected_records = 1'000'000;
+  pm::Mode persistence = pm::Mode::adr;
+  std::uint32_t node_size = 0;      // bytes; 0: the index's default
+  KeyType key_type = KeyType::u64;
+  std::uint32_t max_key_size = 8;   // KeyType::bytes only
+  std::uint32_t max_value_size = 8;
+  OpenMode open_mode = OpenMode::open_or_create;
+  bool overwrite = false;           // create over an existing file
+  unsigned recovery_threads = 1;    // for indexes that rebuild in parallel
+};
+
+struct KeyValue {
+  std::string_view key;
+  std::string_view value;
+};
+
+// Records produced by scan(): keys and values packed in one buffer, reused across calls.
+class ScanBuffer {
+ public:
+  void clear() { bytes_.clear(); entries_.clear(); }
+  void append(std::string_view key, std::string_view value);
+  std::size_t size() const { return entries_.size(); }
+  std::string_view key(std::size_t i) const;
+  std::string_view value(std::size_t i) const;
+
+ private:
+  struct Entry { std::uint32_t key_off, key_len, value_off, value_len; };
+  std::vector<char> bytes_;
+  std::vector<Entry> entries_;
+};
+
+struct RecoveryStats {
+  bool clean_shutdown = false;      // the previous session closed cleanly
+  bool created = false;             // the pool was created, not recovered
+  double seconds = 0;               // open -> index answers requests
+  std::uint64_t records = 0;        // records found
+  std::uint64_t nodes = 0;          // PM nodes walked
+  std::uint64_t repaired = 0;       // interrupted operations finished or rolled back
+  unsigned threads = 1;
+};
+
+struct Footprint {
+  std::uint64_t pm_bytes = 0;       // PM bytes in use (allocator)
+  std::uint64_t pm_reserved = 0;    // PM bytes carved from the heap
+  std::uint64_t dram_bytes = 0;     // DRAM bytes held by the index (inner nodes, metadata)
+};
+
+class Index {
+ public:
+  // Opens or creates the pool named by options.path and the index in it.
+  static Result<std::unique_ptr<Index>> open(const Options& options);
+
+  virtual ~Index() = default;
+  virtual std::string_view kind() const = 0;
+
+  virtual Code insert(std::string_view key, std::string_view value) = 0;  // already_present
+  virtual Code update(std::string_view key, std::string_view value) = 0;  // not_found
+  virtual Code upsert(std::string_view key, std::string_view value);      // insert or update
+  virtual Code find(std::string_view key, std::string* value) const = 0;  // not_found
+  virtual Code remove(std::string_view key) = 0;                          // not_found
+  // Up to `max` records with key >= start, ascending. Returns the count (also out.size()).
+  virtual std::size_t scan(std::string_view start, std::size_t max, ScanBuffer& out) const = 0;
+  // Loads sorted, distinct records into an empty index, filling nodes to `fill` (0, 1].
+  virtual Status bulk_load(std::span<const KeyValue> sorted, double fill);
+
+  // Checks every structural invariant; the message names the first violation.
+  virtual Status verify() const = 0;
+  virtual RecoveryStats recovery_stats() const = 0;
+  virtual Footprint footprint() const = 0;
+  // Persists what is left and marks the pool cleanly shut down. The destructor without
+  // close() leaves the pool as a crash would (recovery runs at the next open).
+  virtual Status close() = 0;
+
+  // Per-thread attach for epoch-based reclamation; hold it while calling operations.
+  class ThreadScope {
+   public:
+    ThreadScope() = default;
+    explicit ThreadScope(std::function<void()> detach) : detach_(std::move(detach)) {}
+    ThreadScope(ThreadScope&&) = default;
+    ThreadScope& operator=(ThreadScope&&) = default;
+    ~ThreadScope() { if (detach_) detach_(); }
+   private:
+    std::function<void()> detach_;
+  };
+  virtual ThreadScope attach_thread() { return {}; }
+};
+
+// Index kinds by name. Each index registers a factory in src/index/registry.cpp.
+class IndexRegistry {
+ public:
+  using Factory = std::function<Result<std::unique_ptr<Index>>(const Options&)>;
+  struct Entry {
+    std::string name;
+    std::string description;
+    Factory factory;
+  };
+  static const std::vector<Entry>& entries();
+  static const Entry* find(std::string_view name);
+  static std::vector<std::string> names();
+};
+
+}  // namespace pmindex

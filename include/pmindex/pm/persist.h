@@ -1,0 +1,234 @@
+// The one persistence API. Every write to persistent memory in pmindex goes through here;
+// index code never calls clwb/clflushopt/sfence intrinsics directly (STYLE.md #6).
+//
+//   pm::store(&slot, value)        plain store of a trivially copyable value
+//   pm::copy(dst, src, n)          memcpy into PM
+//   pm::zero(dst, n)               memset 0 into PM
+//   pm::publish(&word, v)          failure-atomic 8-byte store with release order
+//   pm::cas(&word, expected, v)    8-byte compare-and-swap on PM (acq_rel)
+//   pm::flush(p, n)                write back the cache lines covering [p, p+n) (adr mode only)
+//   pm::fence()                    order: sfence (adr and eadr), nothing in dram mode
+//   pm::persist(p, n)              flush + fence
+//
+// Persistence mode is a run-time choice (Runtime::set_mode, done when a pool opens):
+//   adr   clwb + sfence (clflushopt, then clflush by CPUID when clwb is missing)
+//   eadr  caches are in the persistence domain: fences only
+//   dram  no persistence work at all
+//
+// Build flavours (PMINDEX_PM_FLAVOUR, set by CMake per library target; never by index code):
+//   0 production  the raw instructions plus two thread-local counters (flushes, fences)
+//   1 counting    also lines written / bytes stored per operation and an XPBuffer media model
+//   2 tracing     also reports every store, flush and fence to the crash simulator
+// The flavour switch is `if constexpr` on one constant below, so there are no #ifdef copies.
+//
+// Thread safety: all functions are safe to call from any thread. The mode is process-wide and
+// may only change while no index is open (Runtime enforces this with a reference count).
+#pragma once
+
+#include <immintrin.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string_view>
+#include <type_traits>
+
+#ifndef PMINDEX_PM_FLAVOUR
+#error "PMINDEX_PM_FLAVOUR must be set by the build (link one of the pmindex library flavours)"
+#endif
+
+namespace pmindex::pm {
+
+inline constexpr std::size_t kCacheLine = 64;
+inline constexpr std::size_t kXPLine = 256;
+
+enum class Mode : std::uint8_t { adr, eadr, dram };
+std::string_view to_string(Mode mode);
+// Parses "adr", "eadr" or "dram"; returns false on anything else.
+bool parse_mode(std::string_view text, Mode* out);
+
+enum class Flavour : int { production = 0, counting = 1, tracing = 2 };
+inline constexpr Flavour kFlavour = static_cast<Flavour>(PMINDEX_PM_FLAVOUR);
+inline constexpr bool kCounting = kFlavour != Flavour::production;
+inline constexpr bool kTracing = kFlavour == Flavour::tracing;
+std::string_view to_string(Flavour flavour);
+
+// What a flush/persist call does, folded into one word so the hot path has one branch:
+// the common adr case on this CPU is `clwb`, everything else goes out of line.
+enum class FlushKind : std::uint8_t { clwb, clflushopt, clflush, fence_only, none };
+
+// Per-thread counters. flushes/fences are counted in every flavour; the rest only when
+// kCounting (they need a per-store hook that the production path must not pay for).
+struct Counters {
+  std::uint64_t flushes = 0;            // cache lines written back (clwb/clflushopt/clflush)
+  std::uint64_t fences = 0;             // sfence instructions issued
+  std::uint64_t bytes_stored = 0;       // counting: bytes stored through pm::
+  std::uint64_t lines_written = 0;      // counting: distinct 64 B lines stored, summed per op
+  std::uint64_t operations = 0;         // counting: end_operation() calls
+  std::uint64_t media_bytes_read = 0;   // counting: XPBuffer read-modify-write reads (256 B each)
+  std::uint64_t media_bytes_written = 0;// counting: XPBuffer write-backs (256 B each)
+
+  Counters& operator+=(const Counters& o);
+  friend Counters operator-(Counters a, const Counters& b);
+};
+
+// The hooks the crash simulator implements (tracing flavour only). Registered once per
+// process by the simulator; the production and counting flavours never call them.
+class TraceSink {
+ public:
+  virtual ~TraceSink() = default;
+  virtual void on_store(const void* dst, std::size_t n) = 0;  // after the bytes are in place
+  virtual void on_flush(const void* p, std::size_t n) = 0;
+  virtual void on_fence() = 0;
+  // A scheduling point for the deterministic multi-thread scheduler: atomic operations on
+  // shared DRAM state, test hooks and spin-loop iterations call pm::yield_point(tag).
+  virtual void on_yield_point(std::string_view tag) = 0;
+};
+
+class Runtime {
+ public:
+  // Sets the process-wide mode. Fails (returns false) if pools are open in another mode.
+  static bool acquire_mode(Mode mode);
+  static void release_mode();
+  static Mode mode() { return static_cast<Mode>(mode_.load(std::memory_order_relaxed)); }
+  // relaxed: written only while no pool is open (acquire_mode), read on every flush.
+  static FlushKind flush_kind() {
+    return static_cast<FlushKind>(flush_kind_.load(std::memory_order_relaxed));
+  }
+  // The instruction adr mode uses on this CPU ("clwb", "clflushopt" or "clflush").
+  static std::string_view adr_instruction();
+
+  static Counters& counters() { return counters_; }
+  // Counting flavour: closes the current operation (folds its distinct lines into
+  // lines_written). A no-op in production.
+  static void end_operation();
+  static void set_trace_sink(TraceSink* sink);
+  static TraceSink* trace_sink() { return sink_.load(std::memory_order_acquire); }
+
+  // Out-of-line pieces of the hot functions below.
+  static void flush_slow(const void* p, std::size_t n);
+  static void persist_slow(const void* p, std::size_t n);
+  static void count_store(const void* dst, std::size_t n);
+  static void after_flush(const void* p, std::size_t n);  // counting + tracing hook
+
+ private:
+  static std::atomic<std::uint8_t> mode_;
+  static std::atomic<std::uint8_t> flush_kind_;
+  static std::atomic<int> open_pools_;
+  static std::atomic<TraceSink*> sink_;
+  static thread_local Counters counters_;
+};
+
+namespace detail {
+inline void after_store(const void* dst, std::size_t n) {
+  if constexpr (kCounting) Runtime::count_store(dst, n);
+  if constexpr (kTracing) {
+    if (TraceSink* s = Runtime::trace_sink()) s->on_store(dst, n);
+  }
+}
+inline std::uintptr_t line_of(const void* p) {
+  return reinterpret_cast<std::uintptr_t>(p) & ~(kCacheLine - 1);
+}
+}  // namespace detail
+
+// --- stores ---------------------------------------------------------------------------------
+
+template <class T>
+inline void store(T* dst, const T& value) {
+  static_assert(std::is_trivially_copyable_v<T>, "PM holds trivially copyable data only");
+  std::memcpy(static_cast<void*>(dst), &value, sizeof(T));
+  detail::after_store(dst, sizeof(T));
+}
+
+inline void copy(void* dst, const void* src, std::size_t n) {
+  std::memcpy(dst, src, n);
+  detail::after_store(dst, n);
+}
+
+inline void zero(void* dst, std::size_t n) {
+  std::memset(dst, 0, n);
+  detail::after_store(dst, n);
+}
+
+// Failure-atomic publish of an aligned 8-byte word: release order, so a reader that
+// acquire-loads the word sees everything written before it (an 8-byte aligned store is the
+// unit x86 guarantees to reach PM whole).
+inline void publish(std::uint64_t* word, std::uint64_t value) {
+  std::atomic_ref<std::uint64_t>(*word).store(value, std::memory_order_release);
+  detail::after_store(word, sizeof(*word));
+}
+
+// Acquire load of a word that another thread publishes with pm::publish or pm::cas.
+inline std::uint64_t load_acquire(const std::uint64_t* word) {
+  return std::atomic_ref<std::uint64_t>(*const_cast<std::uint64_t*>(word))
+      .load(std::memory_order_acquire);
+}
+
+// Compare-and-swap of an aligned PM word. acq_rel: a winner's later writes are ordered after
+// the CAS and it sees the previous owner's writes. On failure `expected` holds the current value.
+inline bool cas(std::uint64_t* word, std::uint64_t& expected, std::uint64_t desired) {
+  bool ok = std::atomic_ref<std::uint64_t>(*word).compare_exchange_strong(
+      expected, desired, std::memory_order_acq_rel, std::memory_order_acquire);
+  if (ok) detail::after_store(word, sizeof(*word));
+  return ok;
+}
+
+// --- write-back and ordering ------------------------------------------------------------------
+
+inline void flush(const void* p, std::size_t n) {
+  if (Runtime::flush_kind() == FlushKind::clwb) [[likely]] {
+    const std::uintptr_t end = reinterpret_cast<std::uintptr_t>(p) + n;
+    std::uint64_t lines = 0;
+    for (std::uintptr_t line = detail::line_of(p); line < end; line += kCacheLine, ++lines) {
+      _mm_clwb(reinterpret_cast<void*>(line));
+    }
+    Runtime::counters().flushes += lines;
+    if constexpr (kCounting) Runtime::after_flush(p, n);
+  } else {
+    Runtime::flush_slow(p, n);
+  }
+}
+
+inline void fence() {
+  if (Runtime::flush_kind() != FlushKind::none) [[likely]] {
+    _mm_sfence();
+    ++Runtime::counters().fences;
+    if constexpr (kTracing) {
+      if (TraceSink* s = Runtime::trace_sink()) s->on_fence();
+    }
+  }
+}
+
+inline void persist(const void* p, std::size_t n) {
+  if (Runtime::flush_kind() == FlushKind::clwb) [[likely]] {
+    const std::uintptr_t end = reinterpret_cast<std::uintptr_t>(p) + n;
+    std::uint64_t lines = 0;
+    for (std::uintptr_t line = detail::line_of(p); line < end; line += kCacheLine, ++lines) {
+      _mm_clwb(reinterpret_cast<void*>(line));
+    }
+    _mm_sfence();
+    Counters& c = Runtime::counters();
+    c.flushes += lines;
+    ++c.fences;
+    if constexpr (kCounting) Runtime::after_flush(p, n);
+    if constexpr (kTracing) {
+      if (TraceSink* s = Runtime::trace_sink()) s->on_fence();
+    }
+  } else {
+    Runtime::persist_slow(p, n);
+  }
+}
+
+// A scheduling point for the crash simulator's deterministic scheduler (tracing flavour);
+// compiles to nothing otherwise. Concurrent index code calls it before atomic operations on
+// shared DRAM state and in spin loops.
+inline void yield_point(std::string_view tag) {
+  if constexpr (kTracing) {
+    if (TraceSink* s = Runtime::trace_sink()) s->on_yield_point(tag);
+  } else {
+    (void)tag;
+  }
+}
+
+}  // namespace pmindex::pm

@@ -1,0 +1,136 @@
+// A persistent-memory pool: one file (or anonymous memory) mapped at any address, with a
+// self-describing header, a crash-safe allocator and one root offset for the index.
+//
+// Backings, chosen by the path and reported by backing():
+//   dax         a DAX file system: mapped MAP_SHARED_VALIDATE|MAP_SYNC, power-fail durable
+//   tmpfs       /dev/shm or another tmpfs: survives process crashes (kill -9), not power loss
+//   tmpfs_huge  tmpfs mounted with huge=always: same durability, 2 MiB pages (a fairer PM
+//               stand-in next to THP-backed DRAM)
+//   file        any other file system: page cache, durable only after msync; not a PM stand-in
+//   anonymous   no file (empty path): MAP_ANONYMOUS + MADV_HUGEPAGE, gone with the process
+//   image       a caller-owned memory buffer (crash-simulator images, fuzzing, pmpool check)
+//
+// Opening never trusts the file: every header field is checked before anything is mapped
+// writable, and a pool that fails a check is left byte-for-byte unchanged. See docs/pool-format.md.
+//
+// Thread safety: a Pool is created/opened by one thread; afterwards base(), size(), root and
+// allocator() may be used from any thread. The file is locked (flock) while open, so a second
+// process gets Code::busy.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "pmindex/pm/allocator.h"
+#include "pmindex/pm/layout.h"
+#include "pmindex/pm/persist.h"
+#include "pmindex/status.h"
+
+namespace pmindex::pm {
+
+enum class Backing : std::uint8_t { dax, tmpfs, tmpfs_huge, file, anonymous, image };
+std::string_view to_string(Backing backing);
+// One sentence on what survives with this backing, for reports.
+std::string_view durability_note(Backing backing);
+
+inline constexpr std::string_view kDefaultPoolDir = "/dev/shm/pmindex";
+inline constexpr std::size_t kMinPoolSize = 64 * 1024;
+
+struct PoolOptions {
+  std::string path;               // empty: anonymous memory (no file)
+  std::size_t size = 0;           // create: bytes to reserve (>= kMinPoolSize)
+  Mode mode = Mode::adr;
+  Layout layout;                  // what the caller expects (create writes it; open checks it)
+  bool overwrite = false;         // create: replace an existing file at path
+  bool private_mapping = false;   // open: MAP_PRIVATE copy-on-write; the file is never changed
+  bool lock = true;               // open/create: take an exclusive flock on the file
+};
+
+class Pool {
+ public:
+  // Creates a new pool. Refuses an existing file unless options.overwrite.
+  static Result<std::unique_ptr<Pool>> create(const PoolOptions& options);
+  // Opens an existing pool, checking every header field against options.layout.
+  static Result<std::unique_ptr<Pool>> open(const PoolOptions& options);
+  // Wraps a caller-owned memory buffer holding a pool image (no file, no lock). The buffer
+  // must outlive the Pool. Used by the crash simulator and the fuzz target.
+  static Result<std::unique_ptr<Pool>> open_image(void* memory, std::size_t size, Mode mode,
+                                                  const Layout& layout, std::string name);
+  // Reads and checks only the header of the file at path (never maps it writable).
+  static Result<HeaderInfo> inspect(const std::string& path);
+
+  Pool(const Pool&) = delete;
+  Pool& operator=(const Pool&) = delete;
+  // Unmaps without marking a clean shutdown (what a crash leaves).
+  ~Pool();
+
+  // Marks the pool cleanly shut down (persisted) and closes it. The index calls this after
+  // its last persist.
+  void close_clean();
+
+  char* base() const { return base_; }
+  std::size_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+  Backing backing() const { return backing_; }
+  Mode mode() const { return mode_; }
+  const HeaderInfo& info() const { return info_; }
+  // True if the previous session ended with close_clean(); false after a crash or for a
+  // freshly created pool (use created() to tell those apart).
+  bool was_clean() const { return was_clean_; }
+  bool created() const { return created_; }
+  // Incremented (and persisted) at every open: a per-restart generation number (APEX's
+  // global version G).
+  std::uint64_t generation() const { return generation_; }
+
+  // The index's root object: 0 until the index publishes one (one failure-atomic 8-byte
+  // store, persisted).
+  std::uint64_t root() const;
+  void set_root(std::uint64_t offset);
+
+  Allocator& allocator() { return *allocator_; }
+  const Allocator& allocator() const { return *allocator_; }
+
+  // Offset <-> address. at() trusts the offset; checked() is for recovery code, which never
+  // trusts PM: it returns nullptr unless [offset, offset+bytes) lies in the heap and offset is
+  // aligned to `align`.
+  template <class T>
+  T* at(std::uint64_t offset) const { return reinterpret_cast<T*>(base_ + offset); }
+  template <class T>
+  T* checked(std::uint64_t offset, std::size_t bytes = sizeof(T),
+             std::size_t align = alignof(T)) const {
+    if (!in_heap(offset, bytes) || offset % align != 0) return nullptr;
+    return at<T>(offset);
+  }
+  bool in_heap(std::uint64_t offset, std::size_t bytes) const;
+  std::uint64_t offset_of(const void* p) const {
+    return static_cast<std::uint64_t>(static_cast<const char*>(p) - base_);
+  }
+  std::uint64_t heap_begin() const;
+
+  // An error naming this pool: "<path>: <what>".
+  Status error(Code code, std::string_view what) const;
+
+ private:
+  Pool() = default;
+  static Result<std::unique_ptr<Pool>> finish_open(std::unique_ptr<Pool> pool, const Layout& want);
+
+  char* base_ = nullptr;
+  std::size_t size_ = 0;
+  std::string path_;
+  int fd_ = -1;
+  bool owns_mapping_ = false;
+  bool mode_acquired_ = false;
+  bool was_clean_ = false;
+  bool created_ = false;
+  std::uint64_t generation_ = 0;
+  Backing backing_ = Backing::anonymous;
+  Mode mode_ = Mode::adr;
+  HeaderInfo info_;
+  std::unique_ptr<Allocator> allocator_;
+};
+
+}  // namespace pmindex::pm
