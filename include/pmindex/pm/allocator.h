@@ -22,8 +22,9 @@
 // touches no more cache lines or XPLines than its size requires.
 //
 // Thread safety: allocate/deallocate are thread-safe; each thread has a small per-class cache
-// so two threads allocate without contending. Recovery calls are single-threaded
-// (mark_reachable may be called from several threads if each marks disjoint blocks? no: one).
+// so two threads allocate without contending. mark_reachable may be called from several
+// threads (parallel recovery); begin_recovery/finish_recovery from one. During a start-now
+// recovery an index frees a recovered block only after it has marked it.
 #pragma once
 
 #include <atomic>
@@ -43,7 +44,7 @@ class Pool;
 struct SizeClassStats {
   std::size_t block_size = 0;
   std::uint64_t blocks_in_use = 0;
-  std::uint64_t blocks_free = 0;  // carved for this class, currently free (cached or listed)
+  std::uint64_t blocks_free = 0;  // in the central free list (thread caches not counted)
 };
 
 struct AllocatorStats {
@@ -80,8 +81,9 @@ class Allocator {
   // --- recovery -----------------------------------------------------------------------------
   // A fresh pool: the whole heap is free.
   void init_empty();
-  // Start of recovery: nothing is free until finish_recovery(). With start_now, allocation is
-  // served at and above the persisted high-water mark meanwhile.
+  // Start of recovery, at open before any thread allocates: nothing is free until
+  // finish_recovery(). With start_now, allocation is served at and above the persisted
+  // high-water mark meanwhile.
   void begin_recovery(bool start_now);
   // Declares one reachable block. Returns Code::corrupted if it lies outside the heap, is
   // misaligned for its class or overlaps a block already marked (checked in finish_recovery).
@@ -108,10 +110,6 @@ class Allocator {
   const std::uint64_t heap_end_;
   std::unique_ptr<Central> central_;
   std::atomic<bool> recovering_{false};
-  std::atomic<std::uint64_t> in_use_{0};
-  std::atomic<std::uint64_t> allocations_{0};
-  std::atomic<std::uint64_t> frees_{0};
-  const std::uint64_t id_;  // distinguishes allocators in the per-thread cache table
 };
 
 }  // namespace pmindex::pm

@@ -68,8 +68,11 @@ class Pool {
   // Unmaps without marking a clean shutdown (what a crash leaves).
   ~Pool();
 
-  // Marks the pool cleanly shut down (persisted) and closes it. The index calls this after
-  // its last persist.
+  // Called by the index once it has validated and recovered the pool: bumps the generation
+  // and clears the clean-shutdown mark (persisted). Until then the file is unchanged, so a pool
+  // refused at open or at recovery is left as it was.
+  void commit_open();
+  // Marks the pool cleanly shut down (persisted). The index calls this after its last persist.
   void close_clean();
 
   char* base() const { return base_; }

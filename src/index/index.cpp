@@ -1,0 +1,83 @@
+// The parts of the native API every index shares: key encodings, ScanBuffer, Index::open.
+#include <bit>
+#include <cmath>
+#include <cstring>
+
+#include "pmindex/index.h"
+
+namespace pmindex {
+
+std::string encode_u64(std::uint64_t v) {
+  const std::uint64_t be = __builtin_bswap64(v);
+  return std::string(reinterpret_cast<const char*>(&be), sizeof be);
+}
+
+std::uint64_t decode_u64(std::string_view bytes) {
+  std::uint64_t be = 0;
+  std::memcpy(&be, bytes.data(), std::min(bytes.size(), sizeof be));
+  return __builtin_bswap64(be);
+}
+
+// Order-preserving: flip the sign bit of non-negative values and all bits of negative ones,
+// so the unsigned order of the result is the numeric order of the doubles.
+std::uint64_t f64_to_ordered(double v) {
+  const auto bits = std::bit_cast<std::uint64_t>(v);
+  return (bits >> 63) != 0 ? ~bits : bits | (std::uint64_t{1} << 63);
+}
+
+double ordered_to_f64(std::uint64_t v) {
+  const std::uint64_t bits = (v >> 63) != 0 ? v & ~(std::uint64_t{1} << 63) : ~v;
+  return std::bit_cast<double>(bits);
+}
+
+std::string encode_f64(double v) { return encode_u64(f64_to_ordered(v)); }
+double decode_f64(std::string_view bytes) { return ordered_to_f64(decode_u64(bytes)); }
+
+void ScanBuffer::append(std::string_view key, std::string_view value) {
+  Entry e;
+  e.key_off = static_cast<std::uint32_t>(bytes_.size());
+  e.key_len = static_cast<std::uint32_t>(key.size());
+  bytes_.insert(bytes_.end(), key.begin(), key.end());
+  e.value_off = static_cast<std::uint32_t>(bytes_.size());
+  e.value_len = static_cast<std::uint32_t>(value.size());
+  bytes_.insert(bytes_.end(), value.begin(), value.end());
+  entries_.push_back(e);
+}
+
+std::string_view ScanBuffer::key(std::size_t i) const {
+  const Entry& e = entries_[i];
+  return {bytes_.data() + e.key_off, e.key_len};
+}
+
+std::string_view ScanBuffer::value(std::size_t i) const {
+  const Entry& e = entries_[i];
+  return {bytes_.data() + e.value_off, e.value_len};
+}
+
+Code Index::upsert(std::string_view key, std::string_view value) {
+  const Code c = insert(key, value);
+  return c == Code::already_present ? update(key, value) : c;
+}
+
+Status Index::bulk_load(std::span<const KeyValue> sorted, double fill) {
+  if (!(fill > 0.0 && fill <= 1.0))
+    return Status(Code::invalid_argument, "fill factor must be in (0, 1]");
+  for (const KeyValue& kv : sorted) {
+    const Code c = insert(kv.key, kv.value);
+    if (c != Code::ok) return Status(c, "bulk load stopped at a record");
+  }
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<Index>> Index::open(const Options& options) {
+  const IndexRegistry::Entry* e = IndexRegistry::find(options.kind);
+  if (e == nullptr) {
+    std::string names;
+    for (const auto& n : IndexRegistry::names()) names += (names.empty() ? "" : ", ") + n;
+    return Status(Code::invalid_argument,
+                  "unknown index kind '" + options.kind + "' (known: " + names + ")");
+  }
+  return e->factory(options);
+}
+
+}  // namespace pmindex

@@ -1,0 +1,28 @@
+// The built-in index kinds. An index adds one line here (explicit registration: static
+// self-registration would be dropped by the linker from a static library).
+#include "index/reflist/reflist.h"
+#include "pmindex/index.h"
+
+namespace pmindex {
+
+const std::vector<IndexRegistry::Entry>& IndexRegistry::entries() {
+  static const std::vector<Entry> kEntries = {
+      {"reflist", "reference index: persistent sorted list with a DRAM map over it",
+       &reflist::RefList::open},
+  };
+  return kEntries;
+}
+
+const IndexRegistry::Entry* IndexRegistry::find(std::string_view name) {
+  for (const Entry& e : entries())
+    if (e.name == name) return &e;
+  return nullptr;
+}
+
+std::vector<std::string> IndexRegistry::names() {
+  std::vector<std::string> out;
+  for (const Entry& e : entries()) out.push_back(e.name);
+  return out;
+}
+
+}  // namespace pmindex

@@ -1,0 +1,441 @@
+#include "pmindex/pm/pool.h"
+
+#include <fcntl.h>
+#include <linux/magic.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/vfs.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+namespace pmindex::pm {
+
+#ifndef MAP_SHARED_VALIDATE
+#define MAP_SHARED_VALIDATE 0x03
+#endif
+#ifndef MAP_SYNC
+#define MAP_SYNC 0x80000
+#endif
+
+std::string_view to_string(Backing backing) {
+  switch (backing) {
+    case Backing::dax: return "dax";
+    case Backing::tmpfs: return "tmpfs";
+    case Backing::tmpfs_huge: return "tmpfs-huge";
+    case Backing::file: return "file";
+    case Backing::anonymous: return "anonymous";
+    case Backing::image: return "image";
+  }
+  return "?";
+}
+
+std::string_view durability_note(Backing backing) {
+  switch (backing) {
+    case Backing::dax:
+      return "DAX mapping (MAP_SYNC): stores flushed with clwb+sfence survive power failure";
+    case Backing::tmpfs:
+      return "tmpfs file (4 KiB pages): survives process crashes (kill -9), not power failure; "
+             "PM is emulated";
+    case Backing::tmpfs_huge:
+      return "tmpfs file (huge=always, 2 MiB pages): survives process crashes, not power "
+             "failure; PM is emulated";
+    case Backing::file:
+      return "regular file through the page cache: durable only after msync; not a PM stand-in";
+    case Backing::anonymous:
+      return "anonymous DRAM (MADV_HUGEPAGE): gone when the process exits";
+    case Backing::image:
+      return "in-memory image (crash simulator / fuzzing): nothing is durable";
+  }
+  return "";
+}
+
+namespace {
+
+std::string errno_text(int err) { return std::strerror(err); }
+
+Status make_error(const std::string& name, Code code, std::string_view what) {
+  return Status(code, (name.empty() ? std::string("<anonymous pool>") : name) + ": " +
+                          std::string(what));
+}
+
+std::string uuid_text(const std::uint8_t* u) {
+  char buf[37];
+  std::snprintf(buf, sizeof buf,
+                "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
+                u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13],
+                u[14], u[15]);
+  return buf;
+}
+
+std::string kind_text(const char (&kind)[16]) {
+  return std::string(kind, strnlen(kind, sizeof kind));
+}
+
+HeaderInfo decode(const PoolHeader& h) {
+  HeaderInfo info;
+  info.format_version = h.format_version;
+  info.pool_size = h.pool_size;
+  info.uuid = uuid_text(h.uuid);
+  info.creation_time = h.creation_time;
+  info.layout.kind = kind_text(h.kind);
+  info.layout.node_size = h.node_size;
+  info.layout.key_mode = static_cast<KeyMode>(h.key_mode);
+  info.layout.variant = h.variant;
+  info.heap_offset = h.heap_offset;
+  info.root = h.root;
+  info.clean_shutdown = h.clean_shutdown == kCleanMark;
+  info.heap_high_water = h.heap_high_water;
+  info.generation = h.generation;
+  return info;
+}
+
+// Every check a header must pass, in the order a reader would want the first failure named.
+// `want` may be null (inspect: no expectation about the layout).
+Status validate(const PoolHeader& h, std::uint64_t actual_size, const Layout* want,
+                const std::string& name) {
+  if (std::memcmp(h.magic, kPoolMagic.data(), kPoolMagic.size()) != 0)
+    return make_error(name, Code::corrupted, "not a pmindex pool (wrong magic)");
+  if (h.endian_tag != kEndianTag)
+    return make_error(name, Code::unsupported, "pool was written on a machine of other endianness");
+  if (h.format_version != kFormatVersion) {
+    return make_error(name, Code::unsupported,
+                      "unknown pool format version " + std::to_string(h.format_version) +
+                          " (this build reads version " + std::to_string(kFormatVersion) + ")");
+  }
+  if (header_checksum(h) != h.checksum)
+    return make_error(name, Code::corrupted, "header checksum mismatch (header corrupted)");
+  if (h.header_size != kHeaderSize || h.heap_offset != kHeaderSize)
+    return make_error(name, Code::corrupted, "header size or heap offset is not 4096");
+  if (h.arch != kArchX86_64)
+    return make_error(name, Code::unsupported, "pool was written on another architecture");
+  if (h.cache_line != kCacheLine)
+    return make_error(name, Code::unsupported, "pool was written for another cache-line size");
+  if (h.pool_size != actual_size) {
+    return make_error(name, Code::corrupted,
+                      "truncated or extended: header says " + std::to_string(h.pool_size) +
+                          " bytes, file has " + std::to_string(actual_size));
+  }
+  if (h.pool_size < kMinPoolSize)
+    return make_error(name, Code::corrupted, "pool size below the minimum");
+  if (h.heap_high_water < h.heap_offset || h.heap_high_water > h.pool_size)
+    return make_error(name, Code::corrupted, "heap high-water mark out of bounds");
+  if (h.root != 0 && (h.root < h.heap_offset || h.root >= h.heap_high_water || h.root % 64 != 0))
+    return make_error(name, Code::corrupted, "root offset out of bounds");
+  const KeyMode km = static_cast<KeyMode>(h.key_mode);
+  if (km != KeyMode::u64 && km != KeyMode::f64 && km != KeyMode::bytes)
+    return make_error(name, Code::corrupted, "unknown key mode in the layout id");
+  if (want != nullptr) {
+    Layout have{kind_text(h.kind), h.node_size, km, h.variant};
+    if (!(have == *want)) {
+      return make_error(name, Code::wrong_layout,
+                        "pool holds " + have.describe() + " but " + want->describe() +
+                            " was requested");
+    }
+  }
+  return Status::Ok();
+}
+
+Backing detect_backing(const std::string& path, int fd) {
+  struct statfs fs{};
+  if (fstatfs(fd, &fs) != 0 || fs.f_type != TMPFS_MAGIC) return Backing::file;
+  // Find the tmpfs mount holding the file and read its huge= option.
+  char real[PATH_MAX];
+  if (realpath(path.c_str(), real) == nullptr) return Backing::tmpfs;
+  std::ifstream mounts("/proc/mounts");
+  std::string dev, mnt, type, opts, rest;
+  std::size_t best = 0;
+  bool huge = false;
+  while (mounts >> dev >> mnt >> type >> opts && std::getline(mounts, rest)) {
+    if (type != "tmpfs") continue;
+    const std::string_view r(real);
+    if (r.substr(0, mnt.size()) != mnt || (r.size() > mnt.size() && mnt != "/" && r[mnt.size()] != '/'))
+      continue;
+    if (mnt.size() >= best) {
+      best = mnt.size();
+      huge = opts.find("huge=always") != std::string::npos ||
+             opts.find("huge=within_size") != std::string::npos;
+    }
+  }
+  return huge ? Backing::tmpfs_huge : Backing::tmpfs;
+}
+
+void random_uuid(std::uint8_t* out) {
+  std::random_device rd;
+  for (int i = 0; i < 16; i += 4) {
+    const std::uint32_t v = rd();
+    std::memcpy(out + i, &v, 4);
+  }
+  out[6] = static_cast<std::uint8_t>((out[6] & 0x0f) | 0x40);  // version 4
+  out[8] = static_cast<std::uint8_t>((out[8] & 0x3f) | 0x80);  // RFC 4122 variant
+}
+
+bool valid_kind(const std::string& kind) { return !kind.empty() && kind.size() < 16; }
+
+}  // namespace
+
+Status Pool::error(Code code, std::string_view what) const { return make_error(path_, code, what); }
+
+Pool::~Pool() {
+  allocator_.reset();
+  if (owns_mapping_ && base_ != nullptr) munmap(base_, size_);
+  if (fd_ >= 0) close(fd_);  // releases the flock
+  if (mode_acquired_) Runtime::release_mode();
+}
+
+bool Pool::in_heap(std::uint64_t offset, std::size_t bytes) const {
+  const std::uint64_t begin = kHeaderSize;
+  return offset >= begin && offset <= size_ && bytes <= size_ - offset;
+}
+
+std::uint64_t Pool::heap_begin() const { return kHeaderSize; }
+
+std::uint64_t Pool::root() const {
+  auto* h = at<PoolHeader>(0);
+  return load_acquire(&h->root);
+}
+
+void Pool::set_root(std::uint64_t offset) {
+  auto* h = at<PoolHeader>(0);
+  publish(&h->root, offset);
+  persist(&h->root, sizeof h->root);
+}
+
+void Pool::close_clean() {
+  auto* h = at<PoolHeader>(0);
+  publish(&h->clean_shutdown, kCleanMark);
+  persist(&h->clean_shutdown, sizeof h->clean_shutdown);
+}
+
+Result<std::unique_ptr<Pool>> Pool::create(const PoolOptions& o) {
+  const std::string& name = o.path;
+  if (!valid_kind(o.layout.kind))
+    return make_error(name, Code::invalid_argument, "layout kind must be 1..15 bytes");
+  if (o.size < kMinPoolSize) {
+    return make_error(name, Code::invalid_argument,
+                      "pool size " + std::to_string(o.size) + " is below the minimum of " +
+                          std::to_string(kMinPoolSize) + " bytes");
+  }
+  const std::size_t size = o.size / kXPLine * kXPLine;
+  std::unique_ptr<Pool> pool(new Pool());
+  pool->path_ = o.path;
+  pool->size_ = size;
+  pool->mode_ = o.mode;
+  pool->created_ = true;
+
+  if (o.path.empty()) {
+    void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+      return make_error(name, Code::io_error, "cannot map anonymous memory: " + errno_text(errno));
+    madvise(p, size, MADV_HUGEPAGE);
+    pool->base_ = static_cast<char*>(p);
+    pool->owns_mapping_ = true;
+    pool->backing_ = Backing::anonymous;
+  } else {
+    // The default directory is ours to make; any other directory must exist.
+    if (o.path.rfind(std::string(kDefaultPoolDir) + "/", 0) == 0) {
+      mkdir(std::string(kDefaultPoolDir).c_str(), 0775);
+    }
+    int flags = O_RDWR | O_CREAT | O_CLOEXEC | (o.overwrite ? 0 : O_EXCL);
+    const int fd = ::open(o.path.c_str(), flags, 0664);
+    if (fd < 0) {
+      if (errno == EEXIST)
+        return make_error(name, Code::invalid_argument,
+                          "file exists; refusing to overwrite it (pass overwrite to replace it)");
+      return make_error(name, Code::io_error, "cannot create: " + errno_text(errno));
+    }
+    pool->fd_ = fd;
+    if (o.lock && flock(fd, LOCK_EX | LOCK_NB) != 0)
+      return make_error(name, Code::busy, "pool is open in another process");
+    if (o.overwrite && ftruncate(fd, 0) != 0)
+      return make_error(name, Code::io_error, "cannot truncate: " + errno_text(errno));
+    if (int err = posix_fallocate(fd, 0, static_cast<off_t>(size)); err != 0) {
+      ::unlink(o.path.c_str());
+      return make_error(name, Code::io_error,
+                        "cannot reserve " + std::to_string(size) + " bytes: " + errno_text(err));
+    }
+    void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED_VALIDATE | MAP_SYNC, fd, 0);
+    if (p != MAP_FAILED) {
+      pool->backing_ = Backing::dax;
+    } else {
+      p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      if (p == MAP_FAILED) {
+        ::unlink(o.path.c_str());
+        return make_error(name, Code::io_error, "cannot map: " + errno_text(errno));
+      }
+      pool->backing_ = detect_backing(o.path, fd);
+    }
+    pool->base_ = static_cast<char*>(p);
+    pool->owns_mapping_ = true;
+  }
+  if (!Runtime::acquire_mode(o.mode)) {
+    return make_error(name, Code::invalid_argument,
+                      "persistence mode " + std::string(to_string(o.mode)) +
+                          " conflicts with pools already open in mode " +
+                          std::string(to_string(Runtime::mode())));
+  }
+  pool->mode_acquired_ = true;
+
+  // Write everything but the magic, persist, then the magic: a crash during creation leaves a
+  // file that is refused as "not a pmindex pool" rather than one with a half-written header.
+  PoolHeader h{};
+  h.format_version = kFormatVersion;
+  h.header_size = kHeaderSize;
+  h.arch = kArchX86_64;
+  h.endian_tag = kEndianTag;
+  h.cache_line = kCacheLine;
+  h.pool_size = size;
+  random_uuid(h.uuid);
+  h.creation_time = static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::seconds>(
+          std::chrono::system_clock::now().time_since_epoch()).count());
+  std::memcpy(h.kind, o.layout.kind.data(), o.layout.kind.size());
+  h.node_size = o.layout.node_size;
+  h.key_mode = static_cast<std::uint32_t>(o.layout.key_mode);
+  h.variant = o.layout.variant;
+  h.heap_offset = kHeaderSize;
+  std::memcpy(h.magic, kPoolMagic.data(), kPoolMagic.size());
+  h.checksum = header_checksum(h);
+  std::memset(h.magic, 0, sizeof h.magic);
+  h.root = 0;
+  h.clean_shutdown = 0;
+  h.heap_high_water = kHeaderSize;
+  h.generation = 1;
+  auto* dst = pool->at<PoolHeader>(0);
+  copy(dst, &h, sizeof h);
+  persist(dst, sizeof h);
+  copy(dst->magic, kPoolMagic.data(), kPoolMagic.size());
+  persist(dst->magic, sizeof dst->magic);
+
+  pool->generation_ = 1;
+  pool->info_ = decode(*dst);
+  pool->allocator_ = std::make_unique<Allocator>(*pool, kHeaderSize, size);
+  pool->allocator_->init_empty();
+  return pool;
+}
+
+Result<std::unique_ptr<Pool>> Pool::open(const PoolOptions& o) {
+  const std::string& name = o.path;
+  if (o.path.empty())
+    return make_error(name, Code::invalid_argument, "an anonymous pool cannot be reopened");
+  struct stat st{};
+  if (::stat(o.path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return make_error(name, Code::io_error, "no such pool file");
+    return make_error(name, Code::io_error, "cannot stat: " + errno_text(errno));
+  }
+  if (!S_ISREG(st.st_mode)) return make_error(name, Code::io_error, "not a regular file");
+  const int fd = ::open(o.path.c_str(), (o.private_mapping ? O_RDONLY : O_RDWR) | O_CLOEXEC);
+  if (fd < 0) return make_error(name, Code::io_error, "cannot open: " + errno_text(errno));
+  std::unique_ptr<Pool> pool(new Pool());
+  pool->fd_ = fd;
+  pool->path_ = o.path;
+  pool->mode_ = o.mode;
+  if (o.lock && flock(fd, (o.private_mapping ? LOCK_SH : LOCK_EX) | LOCK_NB) != 0)
+    return make_error(name, Code::busy, "pool is open in another process");
+
+  const auto actual = static_cast<std::uint64_t>(st.st_size);
+  if (actual < kHeaderSize) {
+    return make_error(name, Code::corrupted,
+                      "truncated: file has " + std::to_string(actual) +
+                          " bytes, less than a pool header (4096)");
+  }
+  PoolHeader h{};
+  if (pread(fd, &h, sizeof h, 0) != static_cast<ssize_t>(sizeof h))
+    return make_error(name, Code::io_error, "cannot read the header: " + errno_text(errno));
+  if (Status s = validate(h, actual, &o.layout, name); !s.ok()) return s;
+
+  void* p = MAP_FAILED;
+  if (o.private_mapping) {
+    p = mmap(nullptr, actual, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+    pool->backing_ = Backing::image;
+  } else {
+    p = mmap(nullptr, actual, PROT_READ | PROT_WRITE, MAP_SHARED_VALIDATE | MAP_SYNC, fd, 0);
+    if (p != MAP_FAILED) {
+      pool->backing_ = Backing::dax;
+    } else {
+      p = mmap(nullptr, actual, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      pool->backing_ = detect_backing(o.path, fd);
+    }
+  }
+  if (p == MAP_FAILED) return make_error(name, Code::io_error, "cannot map: " + errno_text(errno));
+  pool->base_ = static_cast<char*>(p);
+  pool->size_ = actual;
+  pool->owns_mapping_ = true;
+  return finish_open(std::move(pool), o.layout);
+}
+
+Result<std::unique_ptr<Pool>> Pool::open_image(void* memory, std::size_t size, Mode mode,
+                                               const Layout& layout, std::string name) {
+  if (size < kHeaderSize) {
+    return make_error(name, Code::corrupted,
+                      "truncated: image has " + std::to_string(size) + " bytes");
+  }
+  PoolHeader h;
+  std::memcpy(&h, memory, sizeof h);
+  if (Status s = validate(h, size, &layout, name); !s.ok()) return s;
+  std::unique_ptr<Pool> pool(new Pool());
+  pool->path_ = std::move(name);
+  pool->base_ = static_cast<char*>(memory);
+  pool->size_ = size;
+  pool->mode_ = mode;
+  pool->backing_ = Backing::image;
+  return finish_open(std::move(pool), layout);
+}
+
+Result<std::unique_ptr<Pool>> Pool::finish_open(std::unique_ptr<Pool> pool, const Layout&) {
+  if (!Runtime::acquire_mode(pool->mode_)) {
+    return pool->error(Code::invalid_argument,
+                       "persistence mode " + std::string(to_string(pool->mode_)) +
+                           " conflicts with pools already open in mode " +
+                           std::string(to_string(Runtime::mode())));
+  }
+  pool->mode_acquired_ = true;
+  auto* h = pool->at<PoolHeader>(0);
+  pool->info_ = decode(*h);
+  pool->was_clean_ = h->clean_shutdown == kCleanMark;
+  pool->generation_ = h->generation + 1;
+  pool->allocator_ = std::make_unique<Allocator>(*pool, kHeaderSize, pool->size_);
+  return pool;
+}
+
+void Pool::commit_open() {
+  // Only after the index has validated and recovered the pool: a pool refused at open or at
+  // recovery is left unchanged.
+  auto* h = at<PoolHeader>(0);
+  publish(&h->generation, generation_);
+  publish(&h->clean_shutdown, 0);
+  persist(&h->clean_shutdown, 2 * sizeof(std::uint64_t));
+  static_assert(offsetof(PoolHeader, generation) - offsetof(PoolHeader, clean_shutdown) == 16);
+}
+
+Result<HeaderInfo> Pool::inspect(const std::string& path) {
+  struct stat st{};
+  if (::stat(path.c_str(), &st) != 0)
+    return make_error(path, Code::io_error, errno == ENOENT ? "no such pool file"
+                                                            : "cannot stat: " + errno_text(errno));
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return make_error(path, Code::io_error, "cannot open: " + errno_text(errno));
+  PoolHeader h{};
+  const auto actual = static_cast<std::uint64_t>(st.st_size);
+  const ssize_t got = actual >= kHeaderSize ? pread(fd, &h, sizeof h, 0) : 0;
+  ::close(fd);
+  if (actual < kHeaderSize) {
+    return make_error(path, Code::corrupted,
+                      "truncated: file has " + std::to_string(actual) +
+                          " bytes, less than a pool header (4096)");
+  }
+  if (got != static_cast<ssize_t>(sizeof h))
+    return make_error(path, Code::io_error, "cannot read the header");
+  if (Status s = validate(h, actual, nullptr, path); !s.ok()) return s;
+  return decode(h);
+}
+
+}  // namespace pmindex::pm

@@ -1,0 +1,201 @@
+// The reference index against std::map, with verify() after every operation, plus reopen,
+// key types and bad input.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+
+#include "pmindex/index.h"
+#include "support/temp_dir.h"
+
+namespace pmindex {
+namespace {
+
+using pmindex::testing::TempDir;
+
+std::unique_ptr<Index> open_or_die(const Options& o) {
+  auto r = Index::open(o);
+  EXPECT_TRUE(r.ok()) << r.status().to_string();
+  return r.ok() ? std::move(r).value() : nullptr;
+}
+
+TEST(RefList, RandomizedAgainstStdMap) {
+  Options o;
+  o.kind = "reflist";
+  o.pool_size = 4 << 20;
+  o.key_type = KeyType::bytes;
+  o.max_key_size = 16;
+  o.max_value_size = 16;
+  auto idx = open_or_die(o);
+  ASSERT_NE(idx, nullptr);
+  std::map<std::string, std::string> oracle;
+  std::mt19937_64 rng(7);
+  auto rand_str = [&](std::size_t maxlen) {
+    std::string s(std::uniform_int_distribution<std::size_t>(0, maxlen)(rng), '\0');
+    for (char& c : s) c = static_cast<char>(std::uniform_int_distribution<int>(0, 3)(rng));
+    return s;
+  };
+  std::string got;
+  ScanBuffer buf;
+  for (int i = 0; i < 3000; ++i) {
+    const std::string k = rand_str(4);
+    const std::string v = rand_str(16);
+    switch (std::uniform_int_distribution<int>(0, 4)(rng)) {
+      case 0: {
+        const bool fresh = oracle.emplace(k, v).second;
+        EXPECT_EQ(idx->insert(k, v), fresh ? Code::ok : Code::already_present);
+        break;
+      }
+      case 1: {
+        auto it = oracle.find(k);
+        EXPECT_EQ(idx->update(k, v), it == oracle.end() ? Code::not_found : Code::ok);
+        if (it != oracle.end()) it->second = v;
+        break;
+      }
+      case 2:
+        EXPECT_EQ(idx->remove(k), oracle.erase(k) ? Code::ok : Code::not_found);
+        break;
+      case 3: {
+        auto it = oracle.find(k);
+        const Code c = idx->find(k, &got);
+        EXPECT_EQ(c, it == oracle.end() ? Code::not_found : Code::ok);
+        if (it != oracle.end()) {
+          EXPECT_EQ(got, it->second);
+        }
+        break;
+      }
+      case 4: {
+        const std::size_t n = idx->scan(k, 5, buf);
+        auto it = oracle.lower_bound(k);
+        for (std::size_t j = 0; j < n; ++j, ++it) {
+          ASSERT_NE(it, oracle.end());
+          EXPECT_EQ(buf.key(j), it->first);
+          EXPECT_EQ(buf.value(j), it->second);
+        }
+        EXPECT_TRUE(n == 5 || it == oracle.end());
+        break;
+      }
+    }
+    ASSERT_TRUE(idx->verify().ok()) << "after op " << i << ": " << idx->verify().to_string();
+  }
+}
+
+TEST(RefList, ReopenRecoversEverythingAndFreesGarbage) {
+  TempDir dir;
+  Options o;
+  o.path = dir.file("r.pool");
+  o.pool_size = 1 << 20;
+  std::uint64_t in_use = 0;
+  {
+    auto idx = open_or_die(o);
+    for (std::uint64_t k = 0; k < 500; ++k) ASSERT_EQ(idx->insert(encode_u64(k * 7), encode_u64(~k)), Code::ok);
+    for (std::uint64_t k = 0; k < 500; k += 2) ASSERT_EQ(idx->remove(encode_u64(k * 7)), Code::ok);
+    in_use = idx->footprint().pm_bytes;
+    // No close(): the next open recovers as after a crash.
+  }
+  auto idx = open_or_die(o);
+  EXPECT_FALSE(idx->recovery_stats().clean_shutdown);
+  EXPECT_EQ(idx->recovery_stats().records, 250u);
+  EXPECT_EQ(idx->footprint().pm_bytes, in_use);
+  ASSERT_TRUE(idx->verify().ok());
+  std::string v;
+  for (std::uint64_t k = 0; k < 500; ++k) {
+    const Code c = idx->find(encode_u64(k * 7), &v);
+    if (k % 2) {
+      ASSERT_EQ(c, Code::ok);
+      EXPECT_EQ(decode_u64(v), ~k);
+    } else {
+      EXPECT_EQ(c, Code::not_found);
+    }
+  }
+  ASSERT_TRUE(idx->close().ok());
+  idx.reset();
+  auto again = open_or_die(o);
+  EXPECT_TRUE(again->recovery_stats().clean_shutdown);
+}
+
+TEST(RefList, DeletingEverythingReturnsTheSpace) {
+  Options o;
+  o.pool_size = 1 << 20;
+  auto idx = open_or_die(o);
+  const std::uint64_t empty = idx->footprint().pm_bytes;
+  for (std::uint64_t k = 0; k < 1000; ++k) ASSERT_EQ(idx->insert(encode_u64(k), encode_u64(k)), Code::ok);
+  EXPECT_GT(idx->footprint().pm_bytes, empty);
+  for (std::uint64_t k = 0; k < 1000; ++k) ASSERT_EQ(idx->remove(encode_u64(k)), Code::ok);
+  EXPECT_EQ(idx->footprint().pm_bytes, empty);
+}
+
+TEST(RefList, AllU64KeysAndValuesIncludingZeroAndTopBits) {
+  Options o;
+  o.pool_size = 1 << 20;
+  auto idx = open_or_die(o);
+  const std::uint64_t keys[] = {0, 1, ~std::uint64_t{0}, std::uint64_t{1} << 63, 0x8000000000000001};
+  for (auto k : keys) ASSERT_EQ(idx->insert(encode_u64(k), encode_u64(~k)), Code::ok);
+  std::string v;
+  for (auto k : keys) {
+    ASSERT_EQ(idx->find(encode_u64(k), &v), Code::ok);
+    EXPECT_EQ(decode_u64(v), ~k);
+  }
+  ScanBuffer buf;
+  ASSERT_EQ(idx->scan(encode_u64(0), 10, buf), 5u);
+  EXPECT_EQ(decode_u64(buf.key(0)), 0u);
+  EXPECT_EQ(decode_u64(buf.key(4)), ~std::uint64_t{0});
+}
+
+TEST(RefList, KeySizeAndValueSizeErrors) {
+  Options o;
+  o.pool_size = 1 << 20;
+  auto idx = open_or_die(o);
+  EXPECT_EQ(idx->insert("short", encode_u64(1)), Code::invalid_argument);
+  EXPECT_EQ(idx->insert(encode_u64(1), std::string(9, 'v')), Code::value_too_large);
+  Options b = o;
+  b.key_type = KeyType::bytes;
+  b.max_key_size = 4;
+  auto bidx = open_or_die(b);
+  EXPECT_EQ(bidx->insert("12345", "v"), Code::key_too_large);
+  EXPECT_EQ(bidx->insert("", "v"), Code::ok);
+  EXPECT_EQ(bidx->insert(std::string("\0\0", 2), "w"), Code::ok);
+}
+
+TEST(RefList, DoubleKeysOrderAndNaN) {
+  Options o;
+  o.pool_size = 1 << 20;
+  o.key_type = KeyType::f64;
+  auto idx = open_or_die(o);
+  for (double d : {-2.5, -0.0, 1e-300, 3.0, -1e300, 7.0}) {
+    ASSERT_EQ(idx->insert(encode_f64(d), encode_u64(1)), Code::ok);
+  }
+  EXPECT_EQ(idx->insert(encode_f64(std::nan("")), encode_u64(1)), Code::invalid_argument);
+  ScanBuffer buf;
+  ASSERT_EQ(idx->scan(encode_f64(-1e308), 10, buf), 6u);
+  double prev = -INFINITY;
+  for (std::size_t i = 0; i < buf.size(); ++i) {
+    const double d = decode_f64(buf.key(i));
+    EXPECT_LE(prev, d);
+    prev = d;
+  }
+}
+
+TEST(RefList, PoolFullIsATypedErrorAndLosesNothing) {
+  Options o;
+  o.pool_size = 64 << 10;
+  auto idx = open_or_die(o);
+  std::uint64_t k = 0;
+  Code c = Code::ok;
+  for (; c == Code::ok; ++k) c = idx->insert(encode_u64(k), encode_u64(k));
+  EXPECT_EQ(c, Code::pool_full);
+  ASSERT_TRUE(idx->verify().ok());
+  std::string v;
+  for (std::uint64_t j = 0; j + 1 < k; ++j) ASSERT_EQ(idx->find(encode_u64(j), &v), Code::ok);
+}
+
+TEST(RefList, UnknownKindIsAClearError) {
+  Options o;
+  o.kind = "no-such-index";
+  auto r = Index::open(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("unknown index kind 'no-such-index'"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace pmindex

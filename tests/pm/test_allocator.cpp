@@ -1,0 +1,183 @@
+// Allocator: size classes, alignment, thread caches, pool-full, and recovery by reachability.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "pmindex/pm/pool.h"
+
+namespace pmindex::pm {
+namespace {
+
+const Layout kLayout{"alloctest", 0, KeyMode::u64, 0};
+
+std::unique_ptr<Pool> anon_pool(std::size_t size) {
+  PoolOptions o;
+  o.size = size;
+  o.layout = kLayout;
+  auto p = Pool::create(o);
+  EXPECT_TRUE(p.ok()) << p.status().to_string();
+  return std::move(p).value();
+}
+
+TEST(AllocatorClasses, MultiplesOf64UpTo16MiB) {
+  EXPECT_EQ(Allocator::class_size(Allocator::class_of(1)), 64u);
+  EXPECT_EQ(Allocator::class_size(Allocator::class_of(65)), 128u);
+  EXPECT_EQ(Allocator::class_size(Allocator::class_of(193)), 256u);
+  EXPECT_EQ(Allocator::class_size(Allocator::class_of(1100)), 1280u);  // FPTree leaf: 5 XPLines
+  EXPECT_EQ(Allocator::class_size(Allocator::class_of(256 << 10)), 256u << 10);
+  EXPECT_EQ(Allocator::class_size(Allocator::class_of(16 << 20)), 16u << 20);
+  EXPECT_EQ(Allocator::class_of((16 << 20) + 1), -1);
+  for (int c = 0; c < Allocator::num_classes(); ++c) {
+    EXPECT_EQ(Allocator::class_size(c) % 64, 0u);
+    if (Allocator::class_size(c) >= 256) {
+      EXPECT_EQ(Allocator::class_size(c) % 256, 0u);
+    }
+    if (c > 0) {
+      EXPECT_GT(Allocator::class_size(c), Allocator::class_size(c - 1));
+    }
+  }
+}
+
+TEST(Allocator, BlocksAreAlignedAndDisjoint) {
+  auto pool = anon_pool(8 << 20);
+  Allocator& a = pool->allocator();
+  std::mt19937_64 rng(1);
+  std::vector<std::pair<std::uint64_t, std::size_t>> blocks;
+  for (int i = 0; i < 2000; ++i) {
+    const std::size_t size = std::uniform_int_distribution<std::size_t>(1, 3000)(rng);
+    const std::uint64_t off = a.allocate(size);
+    ASSERT_NE(off, 0u);
+    const std::size_t cs = Allocator::class_size(Allocator::class_of(size));
+    if (cs >= 256) {
+      EXPECT_EQ(off % 256, 0u);
+    } else {
+      EXPECT_EQ(off / 256, (off + cs - 1) / 256) << "small block straddles an XPLine";
+    }
+    EXPECT_EQ(off % 64, 0u);
+    EXPECT_TRUE(pool->in_heap(off, cs));
+    blocks.emplace_back(off, cs);
+  }
+  std::sort(blocks.begin(), blocks.end());
+  for (std::size_t i = 1; i < blocks.size(); ++i)
+    EXPECT_LE(blocks[i - 1].first + blocks[i - 1].second, blocks[i].first);
+}
+
+TEST(Allocator, PoolFullIsReportedAndRecoverable) {
+  auto pool = anon_pool(256 << 10);
+  Allocator& a = pool->allocator();
+  std::vector<std::uint64_t> got;
+  Code code = Code::ok;
+  for (;;) {
+    const std::uint64_t off = a.allocate(4096, &code);
+    if (off == 0) break;
+    got.push_back(off);
+  }
+  EXPECT_EQ(code, Code::pool_full);
+  EXPECT_GE(got.size(), 55u);  // 252 KiB heap / 4 KiB, minus nothing
+  a.deallocate(got.back(), 4096);
+  EXPECT_NE(a.allocate(4096), 0u);
+  code = Code::ok;
+  EXPECT_EQ(a.allocate(std::size_t{32} << 20, &code), 0u);
+  EXPECT_EQ(code, Code::invalid_argument);
+}
+
+TEST(Allocator, StatsTrackBytesInUse) {
+  auto pool = anon_pool(4 << 20);
+  Allocator& a = pool->allocator();
+  const std::uint64_t x = a.allocate(1000);
+  const std::uint64_t y = a.allocate(100);
+  AllocatorStats s = a.stats();
+  EXPECT_EQ(s.bytes_in_use, 1024u + 128u);
+  a.deallocate(x, 1000);
+  a.deallocate(y, 100);
+  s = a.stats();
+  EXPECT_EQ(s.bytes_in_use, 0u);
+  EXPECT_EQ(s.allocations, 2u);
+  EXPECT_EQ(s.frees, 2u);
+}
+
+TEST(Allocator, TwoThreadsAllocateDisjointBlocks) {
+  auto pool = anon_pool(16 << 20);
+  Allocator& a = pool->allocator();
+  std::vector<std::uint64_t> got[2];
+  auto work = [&](int t) {
+    for (int i = 0; i < 5000; ++i) {
+      const std::uint64_t off = a.allocate(64 + (i % 7) * 64);
+      ASSERT_NE(off, 0u);
+      got[t].push_back(off);
+      if (i % 3 == 0) {
+        a.deallocate(got[t].back(), 64 + (i % 7) * 64);
+        got[t].pop_back();
+      }
+    }
+  };
+  std::thread t0(work, 0), t1(work, 1);
+  t0.join();
+  t1.join();
+  std::set<std::uint64_t> all(got[0].begin(), got[0].end());
+  for (auto off : got[1]) EXPECT_TRUE(all.insert(off).second) << "block handed out twice";
+}
+
+TEST(AllocatorRecovery, UnreachableBlocksBecomeFreeAgain) {
+  auto pool = anon_pool(1 << 20);
+  Allocator& a = pool->allocator();
+  std::vector<std::uint64_t> kept, lost;
+  for (int i = 0; i < 100; ++i) (i % 2 ? kept : lost).push_back(a.allocate(i % 4 == 1 ? 64 : 512));
+  a.begin_recovery(false);
+  for (std::size_t i = 0; i < kept.size(); ++i) {
+    ASSERT_EQ(a.mark_reachable(kept[i], i % 2 == 0 ? 64 : 512), Code::ok);
+  }
+  ASSERT_TRUE(a.finish_recovery().ok());
+  // Everything else can be allocated again, and never a kept block.
+  std::set<std::uint64_t> keep(kept.begin(), kept.end());
+  for (int i = 0; i < 1000; ++i) {
+    const std::uint64_t off = a.allocate(64);
+    if (off == 0) break;
+    EXPECT_EQ(keep.count(off), 0u);
+  }
+  AllocatorStats s = a.stats();
+  EXPECT_GE(s.bytes_in_use, 25u * 64 + 25u * 512);
+}
+
+TEST(AllocatorRecovery, BadMarksAreCorruption) {
+  auto pool = anon_pool(1 << 20);
+  Allocator& a = pool->allocator();
+  const std::uint64_t x = a.allocate(512);
+  a.begin_recovery(false);
+  EXPECT_EQ(a.mark_reachable(x + 64, 512), Code::corrupted);  // misaligned for its class
+  Status s = a.finish_recovery();
+  EXPECT_EQ(s.code(), Code::corrupted);
+  EXPECT_NE(s.message().find("misaligned"), std::string::npos) << s.message();
+
+  a.begin_recovery(false);
+  EXPECT_EQ(a.mark_reachable(pool->size() - 256, 512), Code::corrupted);  // out of heap
+  EXPECT_FALSE(a.finish_recovery().ok());
+
+  a.begin_recovery(false);
+  EXPECT_EQ(a.mark_reachable(x, 512), Code::ok);
+  EXPECT_EQ(a.mark_reachable(x + 256, 256), Code::ok);  // overlaps the first block
+  s = a.finish_recovery();
+  EXPECT_EQ(s.code(), Code::corrupted);
+  EXPECT_NE(s.message().find("overlap"), std::string::npos) << s.message();
+}
+
+TEST(AllocatorRecovery, StartNowAllocatesAboveHighWaterImmediately) {
+  auto pool = anon_pool(2 << 20);
+  Allocator& a = pool->allocator();
+  const std::uint64_t x = a.allocate(4096);
+  const std::uint64_t hwm = pool->at<PoolHeader>(0)->heap_high_water;
+  EXPECT_GT(hwm, x);
+  a.begin_recovery(true);
+  const std::uint64_t early = a.allocate(4096);
+  ASSERT_NE(early, 0u);
+  EXPECT_GE(early, hwm) << "start-now allocation must not touch space below the high-water mark";
+  ASSERT_EQ(a.mark_reachable(x, 4096), Code::ok);
+  ASSERT_TRUE(a.finish_recovery().ok());
+  EXPECT_FALSE(a.recovering());
+}
+
+}  // namespace
+}  // namespace pmindex::pm

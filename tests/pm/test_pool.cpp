@@ -1,0 +1,290 @@
+// Pool creation, reopening and every bad input the issue names: each gives a clear error that
+// names the file, and none changes the file.
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <vector>
+
+#include "pmindex/pm/pool.h"
+#include "support/temp_dir.h"
+
+namespace pmindex::pm {
+namespace {
+
+using pmindex::testing::TempDir;
+
+const Layout kLayout{"testidx", 256, KeyMode::u64, 0};
+
+PoolOptions opts(const std::string& path, std::size_t size = 1 << 20) {
+  PoolOptions o;
+  o.path = path;
+  o.size = size;
+  o.layout = kLayout;
+  return o;
+}
+
+std::vector<char> read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+void write_file(const std::string& path, const std::vector<char>& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+// Makes a valid pool file at path (closed cleanly) and returns its bytes.
+std::vector<char> make_pool(const std::string& path) {
+  auto p = Pool::create(opts(path));
+  EXPECT_TRUE(p.ok()) << p.status().to_string();
+  (*p)->close_clean();
+  p.value().reset();
+  return read_file(path);
+}
+
+// Expects open() to fail with `code`, a message naming the file and containing `words`, and
+// the file to be byte-for-byte unchanged.
+void expect_refused(const std::string& path, Code code, const std::string& words,
+                    const Layout& layout = kLayout) {
+  const auto before = read_file(path);
+  PoolOptions o = opts(path);
+  o.layout = layout;
+  auto p = Pool::open(o);
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), code) << p.status().to_string();
+  EXPECT_NE(p.status().message().find(path), std::string::npos) << p.status().message();
+  EXPECT_NE(p.status().message().find(words), std::string::npos) << p.status().message();
+  EXPECT_EQ(read_file(path), before) << "a refused open changed the file";
+}
+
+TEST(Pool, CreateReopenKeepsRootAndReportsBacking) {
+  TempDir dir;
+  const std::string path = dir.file("a.pool");
+  std::uint64_t root = 0;
+  {
+    auto p = Pool::create(opts(path));
+    ASSERT_TRUE(p.ok()) << p.status().to_string();
+    EXPECT_EQ((*p)->backing(), Backing::tmpfs);  // /dev/shm on the stock mount
+    EXPECT_TRUE((*p)->created());
+    root = (*p)->allocator().allocate(64);
+    ASSERT_NE(root, 0u);
+    (*p)->set_root(root);
+    (*p)->close_clean();
+  }
+  auto info = Pool::inspect(path);
+  ASSERT_TRUE(info.ok()) << info.status().to_string();
+  EXPECT_EQ(info->layout, kLayout);
+  EXPECT_EQ(info->root, root);
+  EXPECT_TRUE(info->clean_shutdown);
+  EXPECT_EQ(info->uuid.size(), 36u);
+  auto p = Pool::open(opts(path));
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  EXPECT_TRUE((*p)->was_clean());
+  EXPECT_EQ((*p)->root(), root);
+  EXPECT_EQ((*p)->generation(), 2u);
+  (*p)->commit_open();
+  p.value().reset();
+  auto again = Pool::inspect(path);
+  ASSERT_TRUE(again.ok());
+  EXPECT_FALSE(again->clean_shutdown) << "open without close leaves the pool marked unclean";
+  EXPECT_EQ(again->generation, 2u);
+}
+
+TEST(Pool, AnonymousPoolNeedsNoFile) {
+  auto p = Pool::create(opts(""));
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  EXPECT_EQ((*p)->backing(), Backing::anonymous);
+  EXPECT_NE((*p)->allocator().allocate(1024), 0u);
+}
+
+TEST(Pool, MissingFile) {
+  TempDir dir;
+  auto p = Pool::open(opts(dir.file("nope.pool")));
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), Code::io_error);
+  EXPECT_NE(p.status().message().find("nope.pool: no such pool file"), std::string::npos);
+}
+
+TEST(Pool, TruncatedBelowHeader) {
+  TempDir dir;
+  const std::string path = dir.file("t.pool");
+  auto bytes = make_pool(path);
+  bytes.resize(100);
+  write_file(path, bytes);
+  expect_refused(path, Code::corrupted, "truncated");
+}
+
+TEST(Pool, TruncatedBody) {
+  TempDir dir;
+  const std::string path = dir.file("t.pool");
+  auto bytes = make_pool(path);
+  bytes.resize(bytes.size() / 2);
+  write_file(path, bytes);
+  expect_refused(path, Code::corrupted, "truncated or extended");
+}
+
+TEST(Pool, EmptyFile) {
+  TempDir dir;
+  const std::string path = dir.file("e.pool");
+  write_file(path, {});
+  expect_refused(path, Code::corrupted, "truncated");
+}
+
+TEST(Pool, WrongMagicForeignFile) {
+  TempDir dir;
+  const std::string path = dir.file("f.pool");
+  write_file(path, std::vector<char>(1 << 16, 'x'));
+  expect_refused(path, Code::corrupted, "not a pmindex pool");
+}
+
+TEST(Pool, UnknownFormatVersion) {
+  TempDir dir;
+  const std::string path = dir.file("v.pool");
+  auto bytes = make_pool(path);
+  auto* h = reinterpret_cast<PoolHeader*>(bytes.data());
+  h->format_version = 99;
+  h->checksum = header_checksum(*h);
+  write_file(path, bytes);
+  expect_refused(path, Code::unsupported, "unknown pool format version 99");
+}
+
+TEST(Pool, WrongLayout) {
+  TempDir dir;
+  const std::string path = dir.file("l.pool");
+  make_pool(path);
+  expect_refused(path, Code::wrong_layout, "'testidx' (node 256 B, key u64)",
+                 Layout{"testidx", 512, KeyMode::u64, 0});
+  expect_refused(path, Code::wrong_layout, "was requested", Layout{"other", 256, KeyMode::u64, 0});
+  expect_refused(path, Code::wrong_layout, "was requested",
+                 Layout{"testidx", 256, KeyMode::bytes, 0});
+}
+
+TEST(Pool, CorruptedHeaderChecksum) {
+  TempDir dir;
+  const std::string path = dir.file("c.pool");
+  auto bytes = make_pool(path);
+  bytes[33] ^= 0x10;  // a bit of pool_size, checksum not updated
+  write_file(path, bytes);
+  expect_refused(path, Code::corrupted, "checksum");
+}
+
+TEST(Pool, CorruptedRootOffset) {
+  TempDir dir;
+  const std::string path = dir.file("r.pool");
+  auto bytes = make_pool(path);
+  reinterpret_cast<PoolHeader*>(bytes.data())->root = bytes.size() + 4096;
+  write_file(path, bytes);
+  expect_refused(path, Code::corrupted, "root offset out of bounds");
+}
+
+TEST(Pool, UnwritablePath) {
+  auto p = Pool::create(opts("/proc/pmindex-cannot-be-here.pool"));
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), Code::io_error);
+  EXPECT_NE(p.status().message().find("/proc/pmindex-cannot-be-here.pool: cannot create"),
+            std::string::npos)
+      << p.status().message();
+}
+
+TEST(Pool, CreateRefusesToOverwriteUnlessAsked) {
+  TempDir dir;
+  const std::string path = dir.file("o.pool");
+  const auto before = make_pool(path);
+  auto p = Pool::create(opts(path));
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("refusing to overwrite"), std::string::npos);
+  EXPECT_EQ(read_file(path), before);
+  PoolOptions o = opts(path);
+  o.overwrite = true;
+  auto q = Pool::create(o);
+  ASSERT_TRUE(q.ok()) << q.status().to_string();
+}
+
+TEST(Pool, TooSmallSizeRefused) {
+  TempDir dir;
+  auto p = Pool::create(opts(dir.file("s.pool"), 4096));
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), Code::invalid_argument);
+  EXPECT_NE(p.status().message().find("below the minimum"), std::string::npos);
+}
+
+TEST(Pool, FullFileSystemFailsAtCreation) {
+  // 1 TiB cannot be reserved on this machine's /dev/shm: fallocate fails at creation, with a
+  // clear message, and no file is left behind.
+  TempDir dir;
+  const std::string path = dir.file("huge.pool");
+  auto p = Pool::create(opts(path, std::size_t{1} << 40));
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), Code::io_error);
+  EXPECT_NE(p.status().message().find("cannot reserve"), std::string::npos)
+      << p.status().message();
+  EXPECT_NE(access(path.c_str(), F_OK), 0);
+}
+
+TEST(Pool, AlreadyOpenInAnotherProcess) {
+  TempDir dir;
+  const std::string path = dir.file("b.pool");
+  make_pool(path);
+  auto p = Pool::open(opts(path));
+  ASSERT_TRUE(p.ok());
+  // flock is per open file description: a forked child opening the file again conflicts.
+  const pid_t pid = fork();
+  if (pid == 0) {
+    auto q = Pool::open(opts(path));
+    const bool busy = !q.ok() && q.status().code() == Code::busy &&
+                      q.status().message().find("open in another process") != std::string::npos;
+    _exit(busy ? 0 : 1);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+TEST(Pool, CheckedRejectsOutOfBoundsAndMisaligned) {
+  auto p = Pool::create(opts(""));
+  ASSERT_TRUE(p.ok());
+  Pool& pool = **p;
+  EXPECT_EQ(pool.checked<std::uint64_t>(0), nullptr);            // header, not heap
+  EXPECT_EQ(pool.checked<std::uint64_t>(pool.size()), nullptr);  // one past the end
+  EXPECT_EQ(pool.checked<std::uint64_t>(pool.size() - 4), nullptr);
+  EXPECT_EQ(pool.checked<std::uint64_t>(8192 + 3), nullptr);     // misaligned
+  EXPECT_NE(pool.checked<std::uint64_t>(8192), nullptr);
+  EXPECT_EQ(pool.checked<char>(~std::uint64_t{0} - 2, 16, 1), nullptr);  // overflow
+}
+
+TEST(Pool, PrivateMappingNeverChangesTheFile) {
+  TempDir dir;
+  const std::string path = dir.file("p.pool");
+  const auto before = make_pool(path);
+  PoolOptions o = opts(path);
+  o.private_mapping = true;
+  auto p = Pool::open(o);
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  (*p)->set_root(8192);
+  (*p)->commit_open();
+  p.value().reset();
+  EXPECT_EQ(read_file(path), before);
+}
+
+TEST(Pool, ImageOpenValidatesLikeAFile) {
+  TempDir dir;
+  const std::string path = dir.file("i.pool");
+  auto bytes = make_pool(path);
+  auto p = Pool::open_image(bytes.data(), bytes.size(), Mode::adr, kLayout, "image");
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  EXPECT_EQ((*p)->backing(), Backing::image);
+  p.value().reset();
+  bytes[0] = 'Q';
+  auto q = Pool::open_image(bytes.data(), bytes.size(), Mode::adr, kLayout, "image");
+  ASSERT_FALSE(q.ok());
+  EXPECT_NE(q.status().message().find("image: not a pmindex pool"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace pmindex::pm
