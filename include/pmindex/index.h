@@ -131,6 +131,8 @@ class Index {
   // Persists what is left and marks the pool cleanly shut down. The destructor without
   // close() leaves the pool as a crash would (recovery runs at the next open).
   virtual Status close() = 0;
+  // The pool the index lives in (for tools, footprint and the crash simulator).
+  virtual const pm::Pool& pool() const = 0;
 
   // Per-thread attach for epoch-based reclamation; hold it while calling operations.
   class ThreadScope {
@@ -146,14 +148,24 @@ class Index {
   virtual ThreadScope attach_thread() { return {}; }
 };
 
-// Index kinds by name. Each index registers a factory in src/index/registry.cpp.
+// Index kinds by name. Each index adds one entry in src/index/registry.cpp. Index::open does
+// the common part (create-or-open decision, pool creation and header checks) and then calls
+// the entry's create (fresh pool) or recover (existing pool, or a crash image).
 class IndexRegistry {
  public:
-  using Factory = std::function<Result<std::unique_ptr<Index>>(const Options&)>;
+  using PoolPtr = std::unique_ptr<pm::Pool>;
   struct Entry {
     std::string name;
     std::string description;
-    Factory factory;
+    // The layout id a pool made with these options carries (kind, node size, key mode).
+    pm::Layout (*layout)(const Options&);
+    // Pool bytes to reserve when Options::pool_size is 0 (from expected_records).
+    std::size_t (*default_pool_size)(const Options&);
+    // Builds an empty index on a freshly created pool.
+    Result<std::unique_ptr<Index>> (*create)(PoolPtr pool, const Options&);
+    // Validates and recovers the index in an existing pool (never trusting its contents),
+    // then calls pool->commit_open().
+    Result<std::unique_ptr<Index>> (*recover)(PoolPtr pool, const Options&);
   };
   static const std::vector<Entry>& entries();
   static const Entry* find(std::string_view name);

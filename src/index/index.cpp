@@ -1,4 +1,6 @@
 // The parts of the native API every index shares: key encodings, ScanBuffer, Index::open.
+#include <sys/stat.h>
+
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -69,15 +71,32 @@ Status Index::bulk_load(std::span<const KeyValue> sorted, double fill) {
   return Status::Ok();
 }
 
-Result<std::unique_ptr<Index>> Index::open(const Options& options) {
-  const IndexRegistry::Entry* e = IndexRegistry::find(options.kind);
+Result<std::unique_ptr<Index>> Index::open(const Options& o) {
+  const IndexRegistry::Entry* e = IndexRegistry::find(o.kind);
   if (e == nullptr) {
     std::string names;
     for (const auto& n : IndexRegistry::names()) names += (names.empty() ? "" : ", ") + n;
     return Status(Code::invalid_argument,
-                  "unknown index kind '" + options.kind + "' (known: " + names + ")");
+                  "unknown index kind '" + o.kind + "' (known: " + names + ")");
   }
-  return e->factory(options);
+  pm::PoolOptions po;
+  po.path = o.path;
+  po.size = o.pool_size != 0 ? o.pool_size : e->default_pool_size(o);
+  po.mode = o.persistence;
+  po.layout = e->layout(o);
+  po.overwrite = o.overwrite;
+  struct stat st{};
+  const bool exists = !o.path.empty() && ::stat(o.path.c_str(), &st) == 0;
+  const bool create = o.open_mode == OpenMode::create ||
+                      (o.open_mode == OpenMode::open_or_create && !exists);
+  if (create) {
+    auto pool = pm::Pool::create(po);
+    if (!pool.ok()) return pool.status();
+    return e->create(std::move(pool).value(), o);
+  }
+  auto pool = pm::Pool::open(po);
+  if (!pool.ok()) return pool.status();
+  return e->recover(std::move(pool).value(), o);
 }
 
 }  // namespace pmindex

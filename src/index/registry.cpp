@@ -8,7 +8,8 @@ namespace pmindex {
 const std::vector<IndexRegistry::Entry>& IndexRegistry::entries() {
   static const std::vector<Entry> kEntries = {
       {"reflist", "reference index: persistent sorted list with a DRAM map over it",
-       &reflist::RefList::open},
+       &reflist::RefList::layout_for, &reflist::RefList::default_pool_size,
+       &reflist::RefList::create, &reflist::RefList::recover},
   };
   return kEntries;
 }

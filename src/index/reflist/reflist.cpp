@@ -1,30 +1,19 @@
 // reflist operations and recovery. Persistence steps (R1..R9) are defined in PROTOCOL.md.
 #include "index/reflist/reflist.h"
 
-#include <sys/stat.h>
-
 #include <chrono>
 #include <cmath>
 #include <cstring>
 
 namespace pmindex::reflist {
 
-namespace {
-
-std::size_t default_pool_size(const Options& o) {
-  const std::size_t per_record = 64 + o.max_key_size + o.max_value_size;
-  return std::max<std::size_t>(std::size_t{1} << 20, o.expected_records * per_record * 2);
-}
-
-bool file_exists(const std::string& path) {
-  struct stat st{};
-  return ::stat(path.c_str(), &st) == 0;
-}
-
-}  // namespace
-
 pm::Layout RefList::layout_for(const Options& options) {
   return pm::Layout{"reflist", 0, options.key_type, 0};
+}
+
+std::size_t RefList::default_pool_size(const Options& o) {
+  const std::size_t per_record = 64 + o.max_key_size + o.max_value_size;
+  return std::max<std::size_t>(std::size_t{1} << 20, o.expected_records * per_record * 2);
 }
 
 RefList::RefList(std::unique_ptr<pm::Pool> pool) : pool_(std::move(pool)) {
@@ -33,34 +22,14 @@ RefList::RefList(std::unique_ptr<pm::Pool> pool) : pool_(std::move(pool)) {
 
 RefList::~RefList() = default;
 
-Result<std::unique_ptr<Index>> RefList::open(const Options& o) {
-  if (o.max_key_size > kMaxKeySize || o.max_value_size > kMaxValueSize) {
-    return Status(Code::invalid_argument,
-                  "reflist supports keys and values up to 4096 bytes");
-  }
-  pm::PoolOptions po;
-  po.path = o.path;
-  po.size = o.pool_size != 0 ? o.pool_size : default_pool_size(o);
-  po.mode = o.persistence;
-  po.layout = layout_for(o);
-  po.overwrite = o.overwrite;
-  const bool create = o.open_mode == OpenMode::create ||
-                      (o.open_mode == OpenMode::open_or_create &&
-                       (o.path.empty() || !file_exists(o.path)));
-  if (create) {
-    auto pool = pm::Pool::create(po);
-    if (!pool.ok()) return pool.status();
-    std::unique_ptr<RefList> idx(new RefList(std::move(pool).value()));
-    const std::uint32_t max_key = o.key_type == KeyType::bytes ? o.max_key_size : 8;
-    if (Status s = idx->init_root(max_key, o.max_value_size); !s.ok()) return s;
-    idx->recovery_.created = true;
-    return std::unique_ptr<Index>(std::move(idx));
-  }
-  auto pool = pm::Pool::open(po);
-  if (!pool.ok()) return pool.status();
-  auto idx = recover(std::move(pool).value());
-  if (!idx.ok()) return idx.status();
-  return std::unique_ptr<Index>(std::move(idx).value());
+Result<std::unique_ptr<Index>> RefList::create(std::unique_ptr<pm::Pool> pool, const Options& o) {
+  if (o.max_key_size > kMaxKeySize || o.max_value_size > kMaxValueSize)
+    return pool->error(Code::invalid_argument, "reflist keys and values are limited to 4096 B");
+  std::unique_ptr<RefList> idx(new RefList(std::move(pool)));
+  const std::uint32_t max_key = o.key_type == KeyType::bytes ? o.max_key_size : 8;
+  if (Status s = idx->init_root(max_key, o.max_value_size); !s.ok()) return s;
+  idx->recovery_.created = true;
+  return std::unique_ptr<Index>(std::move(idx));
 }
 
 Status RefList::init_root(std::uint32_t max_key, std::uint32_t max_value) {
@@ -79,7 +48,8 @@ Status RefList::init_root(std::uint32_t max_key, std::uint32_t max_value) {
   return Status::Ok();
 }
 
-Result<std::unique_ptr<RefList>> RefList::recover(std::unique_ptr<pm::Pool> pool) {
+Result<std::unique_ptr<Index>> RefList::recover(std::unique_ptr<pm::Pool> pool,
+                                                 const Options& o) {
   const auto start = std::chrono::steady_clock::now();
   std::unique_ptr<RefList> idx(new RefList(std::move(pool)));
   pm::Pool& p = *idx->pool_;
@@ -90,7 +60,8 @@ Result<std::unique_ptr<RefList>> RefList::recover(std::unique_ptr<pm::Pool> pool
     // Crash between pool creation and R3: the pool is empty. Nothing was reachable.
     if (Status s = p.allocator().finish_recovery(); !s.ok()) return s;
     p.commit_open();
-    if (Status s = idx->init_root(8, 8); !s.ok()) return s;
+    const std::uint32_t max_key = o.key_type == KeyType::bytes ? o.max_key_size : 8;
+    if (Status s = idx->init_root(max_key, o.max_value_size); !s.ok()) return s;
   } else {
     Root* r = p.checked<Root>(root_off);
     if (r == nullptr || r->magic != kRootMagic)
@@ -107,7 +78,7 @@ Result<std::unique_ptr<RefList>> RefList::recover(std::unique_ptr<pm::Pool> pool
   }
   idx->recovery_.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return idx;
+  return std::unique_ptr<Index>(std::move(idx));
 }
 
 std::size_t RefList::record_size(const Record* r) const {

@@ -57,10 +57,13 @@ inline constexpr std::uint32_t kMaxValueSize = 4096;
 
 class RefList final : public Index {
  public:
-  static Result<std::unique_ptr<Index>> open(const Options& options);
-  // Recovers an index on an already open pool (crash simulator, pmpool check).
-  static Result<std::unique_ptr<RefList>> recover(std::unique_ptr<pm::Pool> pool);
+  // IndexRegistry entry points.
   static pm::Layout layout_for(const Options& options);
+  static std::size_t default_pool_size(const Options& options);
+  static Result<std::unique_ptr<Index>> create(std::unique_ptr<pm::Pool> pool,
+                                               const Options& options);
+  static Result<std::unique_ptr<Index>> recover(std::unique_ptr<pm::Pool> pool,
+                                                const Options& options);
 
   ~RefList() override;
   std::string_view kind() const override { return "reflist"; }
@@ -74,8 +77,7 @@ class RefList final : public Index {
   RecoveryStats recovery_stats() const override { return recovery_; }
   Footprint footprint() const override;
   Status close() override;
-
-  pm::Pool& pool() { return *pool_; }
+  const pm::Pool& pool() const override { return *pool_; }
 
  private:
   explicit RefList(std::unique_ptr<pm::Pool> pool);
