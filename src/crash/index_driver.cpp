@@ -60,6 +60,7 @@ class IndexScenario final : public Scenario {
   }
 
   Status check_image(std::span<char> image, const CrashPoint& at, std::uint64_t salt) override {
+    if (cfg_.tamper_image) cfg_.tamper_image(image);
     auto pool = pm::Pool::open_image(image.data(), image.size(), mode_, entry_->layout(options_),
                                      "crash image");
     if (!pool.ok()) return Status(pool.status().code(), "image does not open: " +

@@ -229,6 +229,7 @@ KillReport run_kill_cycles(const KillConfig& cfg) {
       apply_to_oracle(ops[acked], with_in_flight);
     }
 
+    if (cfg.tamper_pool) cfg.tamper_pool(cfg.options.path);
     Options o = cfg.options;
     o.open_mode = OpenMode::open;
     auto reopened = Index::open(o);

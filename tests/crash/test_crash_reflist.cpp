@@ -4,6 +4,8 @@
 //   PMINDEX_CRASH_REPLAY='reflist.adr/<seed>/<op>/<point>/<choice>' ./test_crash_reflist
 #include <gtest/gtest.h>
 
+#include <cstddef>
+#include <cstring>
 #include <iostream>
 
 #include "pmindex/crash/index_driver.h"
@@ -27,6 +29,24 @@ void run(pm::Mode mode) {
 }
 
 TEST(CrashRefList, Adr) { run(pm::Mode::adr); }
+
+// The driver's oracle must be able to fail: an image whose root pointer is wiped recovers as an
+// empty index, which loses completed inserts.
+TEST(CrashRefList, DriverCatchesLostRecords) {
+  IndexCrashConfig cfg;
+  cfg.options.kind = "reflist";
+  cfg.ops = 40;
+  cfg.tamper_image = [](std::span<char> image) {
+    std::memset(image.data() + offsetof(pm::PoolHeader, root), 0, 8);
+  };
+  ExploreOptions opt;
+  opt.label = "reflist.tampered";
+  opt.images_budget = 200;
+  const ExploreReport r = run_index_crash(cfg, opt);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.failures[0].message.find("match no acceptable state"), std::string::npos)
+      << r.to_string();
+}
 TEST(CrashRefList, Eadr) { run(pm::Mode::eadr); }
 
 }  // namespace

@@ -20,6 +20,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <span>
 
 #include "pmindex/crash/explorer.h"
 #include "pmindex/index.h"
@@ -33,6 +35,9 @@ struct IndexCrashConfig {
   std::uint64_t key_space = 24;         // small, so updates and removes hit present keys
   std::size_t ops_after_recovery = 6;   // run on every recovered image
   std::size_t scan_length = 8;
+  // Fault injection for the driver's own tests (a checker must be able to fail): called on
+  // every image copy before it is opened.
+  std::function<void(std::span<char> image)> tamper_image;
 };
 
 // Builds the scenario for `config` (ops seeded by options.seed) and explores it.

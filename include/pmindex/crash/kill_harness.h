@@ -28,6 +28,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,9 @@ struct KillConfig {
   unsigned max_kill_delay_us = 20000;    // random-time kills: uniform in [0, this)
   std::uint64_t max_kill_event = 3000;   // event kills: k uniform in [1, this]
   unsigned child_timeout_s = 120;        // a child still alive after this is a hang: failure
+  // Fault injection for the harness's own tests (a checker must be able to fail): called with
+  // the pool path after each child died, before the parent reopens it.
+  std::function<void(const std::string& path)> tamper_pool;
 
   // cycles from PMINDEX_KILL_CYCLES (default_cycles otherwise), seed from PMINDEX_KILL_SEED.
   static KillConfig from_env(std::size_t default_cycles);
