@@ -54,11 +54,13 @@ void on_fatal_signal(int sig) {
 void install_death_reporting() {
   static std::once_flag once;
   std::call_once(once, [] {
+    // abort() (a failed assert in recovery) is not the sanitizers' business: always ours.
+    signal(SIGABRT, &on_fatal_signal);
     if (__sanitizer_set_death_callback != nullptr) {
-      __sanitizer_set_death_callback(&print_current);
+      __sanitizer_set_death_callback(&print_current);  // they own SIGSEGV/SIGBUS/SIGFPE
       return;
     }
-    for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGABRT, SIGILL}) signal(sig, &on_fatal_signal);
+    for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL}) signal(sig, &on_fatal_signal);
   });
 }
 
