@@ -1,6 +1,8 @@
 // The crash explorer: plan pass, check pass, replay (include/pmindex/crash/explorer.h).
 #include "pmindex/crash/explorer.h"
 
+#include "pmindex/crash/scheduler.h"
+
 #include <signal.h>
 #include <unistd.h>
 
@@ -129,10 +131,12 @@ std::uint64_t parse_seed(const char* text) {
 
 // The per-run state both passes share.
 struct Run {
-  Scenario& scenario;
+  using CheckFn = std::function<Status(std::span<char>, const CrashPoint&, std::uint64_t)>;
+  using PassFn = std::function<void(const Tracer::CrashHook&, Tracer&)>;
   const ExploreOptions& opt;
   ExploreReport& report;
   Worker& worker;
+  CheckFn check_image;
   bool stop = false;
 
   void fail(std::string message, ReplayToken token) {
@@ -144,7 +148,7 @@ struct Run {
   }
 
   // Runs setup and every operation with `hook` at each crash point.
-  void pass(const Tracer::CrashHook& hook, Tracer& tracer) {
+  void sequential_pass(Scenario& scenario, const Tracer::CrashHook& hook, Tracer& tracer) {
     tracer.start();
     Result<Region> region = scenario.setup();
     if (!region.ok()) {
@@ -181,6 +185,53 @@ struct Run {
     scenario.teardown();
   }
 
+  // The multi-threaded pass: setup on this thread, then the scenario's threads under a
+  // scheduler seeded with opt.seed. Crash point numbering counts operation returns globally.
+  void concurrent_pass(ConcurrentScenario& scenario, const Tracer::CrashHook& hook,
+                       Tracer& tracer) {
+    tracer.start();
+    Result<Region> region = scenario.setup();
+    if (!region.ok()) {
+      tracer.stop();
+      fail("setup failed: " + region.status().to_string(), {opt.label, opt.seed, 0, 0, {}});
+      return;
+    }
+    tracer.bind(region->base, region->size);
+    tracer.set_crash_hook(hook);
+    Scheduler scheduler(mix(opt.seed, 0x5c4e));
+    tracer.set_scheduler(&scheduler);
+    struct Context final : OpContext {
+      Run* run;
+      Tracer* tracer;
+      std::size_t returned = 0;
+      void op_returned() override {
+        if (run->opt.check_bypass && run->report.failures.empty()) {
+          if (std::string b = tracer->check_bypass(); !b.empty())
+            fail(Status(Code::corrupted, b));
+        }
+        tracer->end_op();
+        tracer->begin_op(++returned);
+      }
+      void fail(const Status& s) override {
+        run->fail("operation " + std::to_string(returned) + " (concurrent): " + s.to_string(),
+                  {run->opt.label, run->opt.seed, returned, 0, {}});
+      }
+    } ctx;
+    ctx.run = this;
+    ctx.tracer = &tracer;
+    tracer.begin_op(0);
+    std::vector<std::function<void()>> bodies;
+    for (std::size_t t = 0; t < scenario.threads(); ++t)
+      bodies.push_back([&scenario, &ctx, t] { scenario.run_thread(t, ctx); });
+    scheduler.run(bodies);
+    tracer.set_scheduler(nullptr);
+    report.ops = std::max(report.ops, ctx.returned);
+    report.crash_points = tracer.crash_points();
+    report.schedule_steps = scheduler.schedule().size();
+    tracer.stop();
+    scenario.teardown();
+  }
+
   void check(Tracer& tracer, const CrashPoint& at, std::span<const std::uint32_t> choice,
              std::uint64_t key, std::vector<char>& image) {
     if (!tracer.materialize(choice, image.data())) {
@@ -193,7 +244,7 @@ struct Run {
     set_current(token(at, choice).to_string());
     Status status;
     const std::function<void()> job = [&] {
-      status = scenario.check_image({image.data(), image.size()}, at, mix(opt.seed, key));
+      status = check_image({image.data(), image.size()}, at, mix(opt.seed, key));
     };
     worker.run(job);
     g_current_len = 0;
@@ -407,7 +458,11 @@ std::vector<std::vector<std::uint32_t>> candidate_choices(std::span<const std::u
 
 // --- explore -------------------------------------------------------------------------------------
 
-ExploreReport explore(Scenario& scenario, const ExploreOptions& opt) {
+namespace {
+
+// Plan pass, check pass (or a single replay pass) over whichever kind of run `pass` drives.
+ExploreReport explore_impl(const ExploreOptions& opt, const Run::CheckFn& check_image,
+                           const std::function<void(Run&, const Tracer::CrashHook&, Tracer&)>& pass) {
   ExploreReport report;
   if (opt.replay && opt.replay->label != opt.label) {
     report.replay_skipped = true;
@@ -419,14 +474,14 @@ ExploreReport explore(Scenario& scenario, const ExploreOptions& opt) {
   }
   install_death_reporting();
   Worker worker;
-  Run run{scenario, opt, report, worker};
+  Run run{opt, report, worker, check_image};
   std::vector<char> image;
 
   if (opt.replay) {
     const ReplayToken& t = *opt.replay;
     Tracer tracer(opt.mode);
     bool found = false;
-    run.pass([&](const CrashPoint& at) {
+    pass(run, [&](const CrashPoint& at) {
       if (found || at.op != t.op || at.index != t.point) return;
       found = true;
       image.resize(tracer.size());
@@ -443,7 +498,7 @@ ExploreReport explore(Scenario& scenario, const ExploreOptions& opt) {
   {
     Tracer tracer(opt.mode);
     std::unordered_set<std::uint64_t> seen;
-    run.pass([&](const CrashPoint& at) {
+    pass(run, [&](const CrashPoint& at) {
       std::uint32_t unique = 0;
       for (const auto& c : candidate_choices(tracer.lane_lengths(), opt, point_seed(opt, at)))
         if (seen.insert(tracer.image_key(c, at)).second) ++unique;
@@ -457,7 +512,7 @@ ExploreReport explore(Scenario& scenario, const ExploreOptions& opt) {
   // Pass 2: the same run again, checking the planned images.
   Tracer tracer(opt.mode);
   std::unordered_set<std::uint64_t> seen;
-  run.pass([&](const CrashPoint& at) {
+  pass(run, [&](const CrashPoint& at) {
     if (run.stop || at.global >= plan.cap.size()) return;
     const std::uint32_t cap = plan.cap[at.global];
     const std::uint32_t pick = plan.pick[at.global];
@@ -474,6 +529,30 @@ ExploreReport explore(Scenario& scenario, const ExploreOptions& opt) {
     }
   }, tracer);
   return report;
+}
+
+}  // namespace
+
+ExploreReport explore(Scenario& scenario, const ExploreOptions& opt) {
+  return explore_impl(
+      opt,
+      [&](std::span<char> image, const CrashPoint& at, std::uint64_t salt) {
+        return scenario.check_image(image, at, salt);
+      },
+      [&](Run& run, const Tracer::CrashHook& hook, Tracer& tracer) {
+        run.sequential_pass(scenario, hook, tracer);
+      });
+}
+
+ExploreReport explore_concurrent(ConcurrentScenario& scenario, const ExploreOptions& opt) {
+  return explore_impl(
+      opt,
+      [&](std::span<char> image, const CrashPoint& at, std::uint64_t salt) {
+        return scenario.check_image(image, at, salt);
+      },
+      [&](Run& run, const Tracer::CrashHook& hook, Tracer& tracer) {
+        run.concurrent_pass(scenario, hook, tracer);
+      });
 }
 
 }  // namespace pmindex::crash
