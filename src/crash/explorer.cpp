@@ -139,8 +139,8 @@ struct Run {
   CheckFn check_image;
   bool stop = false;
 
-  void fail(std::string message, ReplayToken token) {
-    report.failures.push_back({std::move(message), std::move(token)});
+  void fail(std::string message, ReplayToken token, bool image = true) {
+    report.failures.push_back({std::move(message), std::move(token), image});
     if (report.failures.size() >= std::max<std::size_t>(opt.max_failures, 1)) stop = true;
   }
   ReplayToken token(const CrashPoint& at, std::span<const std::uint32_t> choice) const {
@@ -153,7 +153,8 @@ struct Run {
     Result<Region> region = scenario.setup();
     if (!region.ok()) {
       tracer.stop();
-      fail("setup failed: " + region.status().to_string(), {opt.label, opt.seed, 0, 0, {}});
+      fail("setup failed: " + region.status().to_string(), {opt.label, opt.seed, 0, 0, {}},
+           false);
       return;
     }
     tracer.bind(region->base, region->size);
@@ -163,21 +164,22 @@ struct Run {
     for (; i < n && !stop; ++i) {
       if (opt.check_bypass) {
         if (std::string b = tracer.check_bypass(); !b.empty()) {
-          fail("before op " + std::to_string(i) + ": " + b, {opt.label, opt.seed, i, 0, {}});
+          fail("before op " + std::to_string(i) + ": " + b, {opt.label, opt.seed, i, 0, {}},
+               false);
           break;
         }
       }
       tracer.begin_op(i);
       if (Status s = scenario.run_op(i); !s.ok()) {
         fail("op " + std::to_string(i) + " misbehaved on the live pool: " + s.to_string(),
-             {opt.label, opt.seed, i, 0, {}});
+             {opt.label, opt.seed, i, 0, {}}, false);
         break;
       }
       tracer.end_op();
     }
     if (opt.check_bypass && !stop && report.failures.empty()) {
       if (std::string b = tracer.check_bypass(); !b.empty())
-        fail("after the last op: " + b, {opt.label, opt.seed, i, 0, {}});
+        fail("after the last op: " + b, {opt.label, opt.seed, i, 0, {}}, false);
     }
     report.ops = std::max(report.ops, i);
     report.crash_points = tracer.crash_points();
@@ -193,7 +195,8 @@ struct Run {
     Result<Region> region = scenario.setup();
     if (!region.ok()) {
       tracer.stop();
-      fail("setup failed: " + region.status().to_string(), {opt.label, opt.seed, 0, 0, {}});
+      fail("setup failed: " + region.status().to_string(), {opt.label, opt.seed, 0, 0, {}},
+           false);
       return;
     }
     tracer.bind(region->base, region->size);
@@ -214,7 +217,7 @@ struct Run {
       }
       void fail(const Status& s) override {
         run->fail("operation " + std::to_string(returned) + " (concurrent): " + s.to_string(),
-                  {run->opt.label, run->opt.seed, returned, 0, {}});
+                  {run->opt.label, run->opt.seed, returned, 0, {}}, false);
       }
     } ctx;
     ctx.run = this;
@@ -376,8 +379,14 @@ std::string ExploreReport::to_string() const {
       << " distinct candidate images, " << images_checked << " checked";
   if (replay_skipped) out << " (skipped: PMINDEX_CRASH_REPLAY names another configuration)";
   for (const Failure& f : failures) {
-    out << "\nFAILURE: " << f.message << "\n  replay: PMINDEX_CRASH_REPLAY='"
-        << f.token.to_string() << "' <this test binary>";
+    out << "\nFAILURE: " << f.message;
+    if (f.image) {
+      out << "\n  replay: PMINDEX_CRASH_REPLAY='" << f.token.to_string()
+          << "' <this test binary>";
+    } else {
+      out << "\n  reproduce: PMINDEX_CRASH_SEED=" << f.token.seed
+          << " <this test binary> (a failure of the live run; no image involved)";
+    }
   }
   return out.str();
 }

@@ -118,6 +118,9 @@ struct ExploreOptions {
 struct Failure {
   std::string message;
   ReplayToken token;
+  // False for failures of the live run (a bypassing store, a wrong result, setup): they
+  // involve no image; rerunning with the same seed reproduces them.
+  bool image = true;
 };
 
 struct ExploreReport {
