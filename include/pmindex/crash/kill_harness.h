@@ -58,7 +58,7 @@ struct KillReport {
   std::size_t cycles = 0;
   std::size_t random_kills = 0;
   std::size_t event_kills = 0;
-  std::size_t kills_in_recovery = 0;     // event kills armed before the child's open
+  std::size_t kills_in_recovery = 0;     // kills that landed before the child's open returned
   std::size_t finished_unkilled = 0;     // the child ran all its operations first
   std::size_t acknowledged = 0;          // operations acknowledged over all cycles
   std::size_t in_flight_present = 0;     // in-flight writes found applied after recovery
