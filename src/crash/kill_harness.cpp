@@ -131,7 +131,7 @@ KillPlan plan_cycle(const KillConfig& cfg, std::size_t cycle, std::mt19937_64& r
   KillPlan plan;
   plan.by_event = pm::kTracing && cycle % 2 == 1;
   plan.before_open = plan.by_event && rng() % 4 == 0;
-  plan.event = plan.before_open ? 1 + rng() % 12
+  plan.event = plan.before_open ? 1 + rng() % std::max<std::uint64_t>(cfg.max_open_event, 1)
                                 : 1 + rng() % std::max<std::uint64_t>(cfg.max_kill_event, 1);
   plan.delay_us = static_cast<unsigned>(rng() % std::max(cfg.max_kill_delay_us, 1u));
   plan.clean_close = rng() % 8 == 0;
