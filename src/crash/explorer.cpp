@@ -99,7 +99,10 @@ class Worker {
     for (;;) {
       cv_.wait(lock, [this] { return quit_ || job_ != nullptr; });
       if (job_ == nullptr) return;
-      (*job_)();
+      const std::function<void()>* job = job_;
+      lock.unlock();  // the caller is parked until job_ is cleared; nothing else needs mu_
+      (*job)();
+      lock.lock();
       job_ = nullptr;
       cv_.notify_all();
     }
