@@ -160,7 +160,7 @@ struct Run {
            false);
       return;
     }
-    tracer.bind(region->base, region->size);
+    tracer.bind(region->base, region->size, region->preloaded);
     tracer.set_crash_hook(hook);
     const std::size_t n = scenario.op_count();
     std::size_t i = 0;
@@ -202,7 +202,7 @@ struct Run {
            false);
       return;
     }
-    tracer.bind(region->base, region->size);
+    tracer.bind(region->base, region->size, region->preloaded);
     tracer.set_crash_hook(hook);
     Scheduler scheduler(mix(opt.seed, 0x5c4e));
     tracer.set_scheduler(&scheduler);
@@ -247,13 +247,17 @@ struct Run {
            token(at, choice));
       return;
     }
+    // A nested exploration (crash during recovery) runs inside the check: keep the outer
+    // image's token for the death report once it is done.
+    const std::string outer(g_current, g_current_len);
     set_current(token(at, choice).to_string());
     Status status;
     const std::function<void()> job = [&] {
       status = check_image({image.data(), image.size()}, at, mix(opt.seed, key));
     };
     worker.run(job);
-    g_current_len = 0;
+    std::memcpy(g_current, outer.data(), outer.size());
+    g_current_len = outer.size();
     ++report.images_checked;
     if (!status.ok()) {
       fail("op " + std::to_string(at.op) + ", crash point " + std::to_string(at.index) +
@@ -380,6 +384,7 @@ std::string ExploreReport::to_string() const {
   std::ostringstream out;
   out << ops << " ops, " << crash_points << " crash points, " << candidate_images
       << " distinct candidate images, " << images_checked << " checked";
+  if (inner_images > 0) out << " (+" << inner_images << " images of crashes during recovery)";
   if (replay_skipped) out << " (skipped: PMINDEX_CRASH_REPLAY names another configuration)";
   for (const Failure& f : failures) {
     out << "\nFAILURE: " << f.message;
@@ -546,7 +551,7 @@ ExploreReport explore_impl(const ExploreOptions& opt, const Run::CheckFn& check_
 }  // namespace
 
 ExploreReport explore(Scenario& scenario, const ExploreOptions& opt) {
-  return explore_impl(
+  ExploreReport r = explore_impl(
       opt,
       [&](std::span<char> image, const CrashPoint& at, std::uint64_t salt) {
         return scenario.check_image(image, at, salt);
@@ -554,6 +559,8 @@ ExploreReport explore(Scenario& scenario, const ExploreOptions& opt) {
       [&](Run& run, const Tracer::CrashHook& hook, Tracer& tracer) {
         run.sequential_pass(scenario, hook, tracer);
       });
+  r.inner_images = scenario.inner_images_checked();
+  return r;
 }
 
 ExploreReport explore_concurrent(ConcurrentScenario& scenario, const ExploreOptions& opt) {

@@ -28,19 +28,37 @@ Tracer::~Tracer() { stop(); }
 void Tracer::start() {
   thread_ = std::this_thread::get_id();
   started_ = true;
-  pm::Runtime::set_trace_sink(this);
+  // A tracer already installed (an outer exploration whose image check is running on this
+  // thread) keeps the process sink and forwards the events of other threads to us.
+  auto* outer = dynamic_cast<Tracer*>(pm::Runtime::trace_sink());
+  if (outer != nullptr && outer != this) {
+    outer_ = outer;
+    outer->inner_ = this;
+  } else {
+    pm::Runtime::set_trace_sink(this);
+  }
 }
 
 void Tracer::stop() {
-  if (pm::Runtime::trace_sink() == this) pm::Runtime::set_trace_sink(nullptr);
+  if (outer_ != nullptr) {
+    if (outer_->inner_ == this) outer_->inner_ = nullptr;
+    outer_ = nullptr;
+  } else if (pm::Runtime::trace_sink() == this) {
+    pm::Runtime::set_trace_sink(nullptr);
+  }
   started_ = false;
 }
 
-void Tracer::bind(const char* base, std::size_t size) {
+void Tracer::bind(const char* base, std::size_t size, bool preloaded) {
   base_ = base;
   size_ = size;
-  persisted_.assign(size, 0);
-  volatile_.assign(size, 0);
+  if (preloaded) {
+    persisted_.assign(base, base + size);
+    volatile_.assign(base, base + size);
+  } else {
+    persisted_.assign(size, 0);
+    volatile_.assign(size, 0);
+  }
   bound_ = true;
   std::vector<LoggedEvent> log;
   log.swap(log_);
@@ -97,7 +115,11 @@ void Tracer::end_op() {
 // --- events -----------------------------------------------------------------------------------
 
 void Tracer::on_store(const void* dst, std::size_t n) {
-  if (!started_ || !mine() || n == 0) return;
+  if (!started_ || !mine()) {
+    if (inner_ != nullptr) inner_->on_store(dst, n);
+    return;
+  }
+  if (n == 0) return;
   const auto a = reinterpret_cast<std::uintptr_t>(dst);
   if (!bound_) {
     const char* p = static_cast<const char*>(dst);
@@ -112,7 +134,10 @@ void Tracer::on_store(const void* dst, std::size_t n) {
 }
 
 void Tracer::on_flush(const void* p, std::size_t n) {
-  if (!started_ || !mine()) return;
+  if (!started_ || !mine()) {
+    if (inner_ != nullptr) inner_->on_flush(p, n);
+    return;
+  }
   const auto a = reinterpret_cast<std::uintptr_t>(p);
   if (!bound_) {
     log_.push_back({LoggedEvent::flush, a, n, {}});
@@ -123,7 +148,10 @@ void Tracer::on_flush(const void* p, std::size_t n) {
 }
 
 void Tracer::on_fence() {
-  if (!started_ || !mine()) return;
+  if (!started_ || !mine()) {
+    if (inner_ != nullptr) inner_->on_fence();
+    return;
+  }
   if (!bound_) {
     log_.push_back({LoggedEvent::fence, 0, 0, {}});
     return;
@@ -132,8 +160,9 @@ void Tracer::on_fence() {
   maybe_yield();
 }
 
-void Tracer::on_yield_point(std::string_view) {
+void Tracer::on_yield_point(std::string_view tag) {
   if (started_ && bound_ && mine()) maybe_yield();
+  else if (inner_ != nullptr) inner_->on_yield_point(tag);
 }
 
 // --- the model --------------------------------------------------------------------------------

@@ -29,6 +29,9 @@ namespace pmindex::crash {
 struct Region {
   char* base = nullptr;
   std::size_t size = 0;
+  // The region already holds a pool image, all of it durable (a nested exploration of a crash
+  // during recovery starts from a crash image), rather than fresh zeroed memory.
+  bool preloaded = false;
 };
 
 // What the explorer drives. A scenario must be deterministic: setup() followed by the same
@@ -52,6 +55,8 @@ class Scenario {
                              std::uint64_t salt) = 0;
   // Releases the pool (called after the run, on the traced thread).
   virtual void teardown() {}
+  // Images checked by nested explorations the checks ran (crash during recovery), if any.
+  virtual std::size_t inner_images_checked() const { return 0; }
 };
 
 // Multi-threaded scenarios (docs/crash-simulator.md, "Multi-threaded simulation").
@@ -130,6 +135,7 @@ struct ExploreReport {
   std::size_t images_checked = 0;
   bool replay_skipped = false;        // a replay token for another label was set
   std::size_t schedule_steps = 0;     // concurrent runs: scheduling decisions taken
+  std::size_t inner_images = 0;       // images of nested explorations (crash during recovery)
   std::vector<Failure> failures;
 
   bool ok() const { return failures.empty(); }

@@ -74,10 +74,14 @@ class Tracer final : public pm::TraceSink {
 
   // Installs the tracer as the process's sink; the calling thread becomes the traced thread.
   // Until bind(), events are only logged (the pool's address is not known before it exists).
+  // If another Tracer is installed (a nested exploration: a crash during the recovery of a
+  // crash image, run on the outer explorer's worker thread), that one forwards to this one the
+  // events of threads it does not trace.
   void start();
   // The pool region: the persisted image and the volatile view start as zeros (fresh
-  // anonymous memory) and the logged events are replayed without crash points.
-  void bind(const char* base, std::size_t size);
+  // anonymous memory) or, if `preloaded`, as the region's current content (a crash image,
+  // all of it durable); then the logged events are replayed without crash points.
+  void bind(const char* base, std::size_t size, bool preloaded = false);
   // Uninstalls the sink.
   void stop();
   void set_crash_hook(CrashHook hook) { hook_ = std::move(hook); }
@@ -148,6 +152,8 @@ class Tracer final : public pm::TraceSink {
   // last fence (clwb captures the line; that thread's next sfence makes it durable).
   std::vector<std::map<std::uint64_t, std::uint64_t>> flush_marks_;
   Scheduler* scheduler_ = nullptr;
+  Tracer* outer_ = nullptr;  // the tracer that forwards to us (nested exploration)
+  Tracer* inner_ = nullptr;  // the tracer we forward other threads' events to
   Lane eadr_lane_;
   std::vector<const Lane*> lanes_view_;
   std::uint64_t next_seq_ = 1;
