@@ -54,7 +54,8 @@ std::vector<std::uint64_t> make_pool(const std::string& path, int n) {
   const pm::Pool& pool = (*idx)->pool();
   const auto* root = pool.at<reflist::Root>(pool.root());
   std::vector<std::uint64_t> offs;
-  for (std::uint64_t off = root->head; off != 0; off = pool.at<reflist::Record>(off)->next)
+  for (std::uint64_t off = root->head.offset; off != 0;
+       off = pool.at<reflist::Record>(off)->next.offset)
     offs.push_back(off);
   EXPECT_TRUE((*idx)->close().ok());
   return offs;
@@ -101,6 +102,23 @@ TEST(Pmpool, CheckFindsACycle) {
   EXPECT_EQ(check.rc, 1) << check.out;
   EXPECT_NE(check.out.find("cycle"), std::string::npos) << check.out;
   EXPECT_EQ(slurp(path), bytes);
+}
+
+TEST(Pmpool, OpeningACorruptedBodyFailsAndLeavesTheFileUnchanged) {
+  TempDir dir;
+  const std::string path = dir.file("body.pool");
+  auto offs = make_pool(path, 20);
+  std::string bytes = slurp(path);
+  std::memcpy(bytes.data() + offs[10], &offs[3], 8);  // a cycle
+  spit(path, bytes);
+  Options o;
+  o.path = path;
+  o.open_mode = OpenMode::open;
+  auto idx = Index::open(o);  // a real (shared, writable) open, not pmpool's private one
+  ASSERT_FALSE(idx.ok());
+  EXPECT_EQ(idx.status().code(), Code::corrupted);
+  EXPECT_NE(idx.status().message().find(path), std::string::npos) << idx.status().message();
+  EXPECT_EQ(slurp(path), bytes) << "a pool refused at recovery was modified";
 }
 
 TEST(Pmpool, CheckRefusesForeignAndTruncatedFiles) {
