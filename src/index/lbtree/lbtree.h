@@ -92,6 +92,12 @@ class LBTree final : public Index {
   Status close() override;
   const pm::Pool& pool() const override { return *pool_; }
 
+  // Experiment hook for the Theorem 3.5 reproduction (tests/index/lbtree/test_lbtree_lines.cpp),
+  // not a production mode: the paper's "traditional" design of Fig. 8b - an insert takes the
+  // first empty slot and never moves entries, a split packs the new leaf from slot 0. Set it
+  // before any operation; it is not persistent and not thread-safe to change.
+  void set_traditional_inserts(bool on) { traditional_ = on; }
+
   // Time spent rebuilding the DRAM inner nodes at the last recovery (part of seconds).
   double rebuild_seconds() const { return rebuild_seconds_; }
   std::uint64_t leaf_count() const;
@@ -170,6 +176,7 @@ class LBTree final : public Index {
   RecoveryStats recovery_;
   double rebuild_seconds_ = 0;
   bool closed_ = false;
+  bool traditional_ = false;  // set_traditional_inserts
 };
 
 }  // namespace pmindex::lbtree

@@ -235,7 +235,8 @@ void LBTree<M>::leaf_insert(LeafT* l, DWord d0, std::uint64_t key_word,
   const unsigned hline = header_line(b, alt);
   const std::uint64_t free = ~d.bitmap() & kBitmapMask;
   const std::uint64_t free_in_hline = free & line_slots_mask(hline);
-  const auto slot = static_cast<unsigned>(std::countr_zero(free_in_hline != 0 ? free_in_hline : free));
+  const auto slot = static_cast<unsigned>(
+      std::countr_zero(free_in_hline != 0 && !traditional_ ? free_in_hline : free));
   const unsigned line = line_of_slot(slot);
   // P1: the entry goes into an unused slot (unused space).
   detail::put(&blk.entry[slot][0], key_word);
@@ -245,7 +246,7 @@ void LBTree<M>::leaf_insert(LeafT* l, DWord d0, std::uint64_t key_word,
   if (line != hline) {
     // P2: entry moving - copy the header line's entries into the other free slots of `line`
     // (unused space); the bitmap changes (clear `from`, set `to`) ride on the NAW of P5.
-    std::uint64_t to_free = ~d.bitmap() & line_slots_mask(line);
+    std::uint64_t to_free = traditional_ ? 0 : ~d.bitmap() & line_slots_mask(line);
     std::uint64_t from = d.bitmap() & line_slots_mask(hline);
     while (to_free != 0 && from != 0) {
       const auto to = static_cast<unsigned>(std::countr_zero(to_free));

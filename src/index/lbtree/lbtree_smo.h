@@ -64,7 +64,7 @@ Code LBTree<M>::split_insert(std::uint64_t off, std::uint64_t key_word,
   for (auto& d : nd) d = DWord{{0, 0}};
   for (unsigned i = 0; i < move; ++i) {
     const Item& it = items[n - move + i];
-    const unsigned g = LeafT::kSlots - move + i;
+    const unsigned g = traditional_ ? i : LeafT::kSlots - move + i;
     const unsigned b = g / kSlotsPerBlock, s = g % kSlotsPerBlock;
     detail::put(&nl->block[b].entry[s][0], it.key);
     detail::put(&nl->block[b].entry[s][1], relaxed_load(&l->block[it.b].entry[it.s][1]));
