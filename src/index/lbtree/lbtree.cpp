@@ -114,11 +114,7 @@ Status LBTree<M>::rebuild(unsigned threads) {
   // R1: walk the chain, bounds- and cycle-checked.
   Status s = index_common::walk_leaf_chain(
       p, head_, LeafT::kBytes, 256,
-      [&](std::uint64_t off) {
-        const LeafT* l = leaf_at(off);
-        const bool alt = (l->block[0].front[0] & kAltBit) != 0;
-        return l->block[0].tail[alt ? 1 : 0];
-      },
+      [&](std::uint64_t off) { return next_leaf(off); },
       &leaves);
   if (!s.ok()) {
     (void)p.allocator().finish_recovery();
@@ -232,11 +228,7 @@ std::uint64_t LBTree<M>::leaf_count() const {
   std::vector<std::uint64_t> leaves;
   Status s = index_common::walk_leaf_chain(
       *pool_, head_, LeafT::kBytes, 256,
-      [&](std::uint64_t off) {
-        LeafT* l = leaf_at(off);
-        const bool alt = (relaxed_load(&l->block[0].front[0]) & kAltBit) != 0;
-        return relaxed_load(&l->block[0].tail[alt ? 1 : 0]);
-      },
+      [&](std::uint64_t off) { return next_leaf(off); },
       &leaves);
   return s.ok() ? leaves.size() : 0;
 }
@@ -251,11 +243,7 @@ Status LBTree<M>::verify() const {
   std::vector<std::uint64_t> leaves;
   Status s = index_common::walk_leaf_chain(
       p, head_, LeafT::kBytes, 256,
-      [&](std::uint64_t off) {
-        LeafT* l = leaf_at(off);
-        const bool alt = (relaxed_load(&l->block[0].front[0]) & kAltBit) != 0;
-        return relaxed_load(&l->block[0].tail[alt ? 1 : 0]);
-      },
+      [&](std::uint64_t off) { return next_leaf(off); },
       &leaves);
   if (!s.ok()) return s;
   auto block_bytes = [](std::size_t n) {

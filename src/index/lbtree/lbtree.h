@@ -145,6 +145,8 @@ class LBTree final : public Index {
     return alt ? l->block[b].front : l->block[b].tail;
   }
   static DWord load_header(const std::uint64_t* h);
+  // The successor the alt bit selects (0 at the end of the chain).
+  std::uint64_t next_leaf(std::uint64_t off) const;
   static unsigned header_line(unsigned b, bool alt) { return (b == 0 || !alt) ? 0 : 3; }
   SlotRef find_slot(LeafT* l, const Probe& p) const;
   bool leaf_empty(LeafT* l) const;

@@ -134,6 +134,13 @@ DWord LBTree<M>::load_header(const std::uint64_t* h) {
 }
 
 template <unsigned M>
+std::uint64_t LBTree<M>::next_leaf(std::uint64_t off) const {
+  LeafT* l = leaf_at(off);
+  const bool alt = (relaxed_load(&l->block[0].front[0]) & kAltBit) != 0;
+  return relaxed_load(&l->block[0].tail[alt ? 1 : 0]);
+}
+
+template <unsigned M>
 typename LBTree<M>::SlotRef LBTree<M>::find_slot(LeafT* l, const Probe& p) const {
   const bool alt = (relaxed_load(&l->block[0].front[0]) & kAltBit) != 0;
   for (unsigned b = 0; b < M; ++b) {

@@ -101,7 +101,7 @@ TEST_P(LBTreeRandom, AgainstStdMapWithVerifyAfterEveryOp) {
   std::mt19937_64 rng(5);
   std::string got;
   ScanBuffer buf;
-  const int kOps = 4000;
+  const int kOps = 3000;
   for (int i = 0; i < kOps; ++i) {
     const std::string k = gen.next();
     const std::string v = gen.value(max_value);
@@ -254,12 +254,13 @@ TEST(LBTree, ReopenAfterCrashKeepsEverything) {
       auto idx = open_or_die(o);
       ASSERT_NE(idx, nullptr);
       std::mt19937_64 rng(3);
-      for (int i = 0; i < 5000; ++i) {
-        const std::string k = encode_u64(rng() % 20000);
+      // 30,000 keys: about 3,000 leaves of 256 B, enough for the parallel rebuild paths.
+      for (int i = 0; i < 30000; ++i) {
+        const std::string k = encode_u64(rng() % 100000);
         if (oracle.emplace(k, encode_u64(i)).second) { ASSERT_EQ(idx->insert(k, encode_u64(i)), Code::ok); }
       }
-      for (int i = 0; i < 2000; ++i) {
-        const std::string k = encode_u64(rng() % 20000);
+      for (int i = 0; i < 8000; ++i) {
+        const std::string k = encode_u64(rng() % 100000);
         ASSERT_EQ(idx->remove(k), oracle.erase(k) ? Code::ok : Code::not_found);
       }
       // no close(): a crash
@@ -268,6 +269,8 @@ TEST(LBTree, ReopenAfterCrashKeepsEverything) {
     ASSERT_NE(idx, nullptr);
     EXPECT_FALSE(idx->recovery_stats().clean_shutdown);
     EXPECT_EQ(idx->recovery_stats().records, oracle.size());
+    EXPECT_EQ(idx->recovery_stats().threads, 2u);
+    EXPECT_GT(idx->recovery_stats().nodes, 1000u / (ns / 256));
     ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
     expect_same(*idx, oracle);
   }
