@@ -1,0 +1,312 @@
+// NBTree, single thread: randomized against std::map with tiny leaves and verify() after every
+// operation; every 8-byte key and value (key 0, reserved value bits, out-of-line values);
+// reopen after close and after a destroy without close; verify() catching corruption; the
+// flush count per operation in ADR mode; pool bytes after deleting every key.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+
+#include "index/nbtree/nbtree.h"
+#include "pmindex/index.h"
+#include "support/temp_dir.h"
+
+namespace pmindex {
+namespace {
+
+using pmindex::testing::TempDir;
+
+Options nb_options(std::uint32_t node_size, pm::Mode mode, std::string path = "") {
+  Options o;
+  o.kind = "nbtree";
+  o.path = std::move(path);
+  o.pool_size = 64 << 20;
+  o.node_size = node_size;
+  o.persistence = mode;
+  o.max_value_size = 24;
+  return o;
+}
+
+std::unique_ptr<Index> open_or_die(const Options& o) {
+  auto r = Index::open(o);
+  EXPECT_TRUE(r.ok()) << r.status().to_string();
+  return r.ok() ? std::move(r).value() : nullptr;
+}
+
+nbtree::NBTree* as_nb(Index* idx) { return dynamic_cast<nbtree::NBTree*>(idx); }
+
+// Keys and values drawn so that key 0, the largest key, values with the reserved top bits and
+// values of other lengths all occur often.
+struct Gen {
+  std::mt19937_64 rng;
+  explicit Gen(std::uint64_t seed) : rng(seed) {}
+  std::uint64_t u(std::uint64_t n) { return std::uniform_int_distribution<std::uint64_t>(0, n)(rng); }
+  std::string key() {
+    switch (u(9)) {
+      case 0: return encode_u64(0);
+      case 1: return encode_u64(~std::uint64_t{0} - u(2));
+      default: return encode_u64(u(300));
+    }
+  }
+  std::string value() {
+    switch (u(7)) {
+      case 0: return encode_u64(~std::uint64_t{0} - u(3));          // copy/sync bits set
+      case 1: return encode_u64((std::uint64_t{1} << 61) + u(5));   // the out-of-line bit
+      case 2: return std::string(u(24), static_cast<char>('a' + u(25)));  // other lengths
+      case 3: return encode_u64(0);
+      default: return encode_u64(u(1'000'000));
+    }
+  }
+};
+
+void check_against(Index& idx, const std::map<std::string, std::string>& oracle) {
+  std::string got;
+  for (const auto& [k, v] : oracle) {
+    ASSERT_EQ(idx.find(k, &got), Code::ok) << decode_u64(k);
+    ASSERT_EQ(got, v) << decode_u64(k);
+  }
+  ScanBuffer buf;
+  const std::size_t n = idx.scan(encode_u64(0), oracle.size() + 5, buf);
+  ASSERT_EQ(n, oracle.size());
+  auto it = oracle.begin();
+  for (std::size_t i = 0; i < n; ++i, ++it) {
+    ASSERT_EQ(buf.key(i), it->first);
+    ASSERT_EQ(buf.value(i), it->second);
+  }
+}
+
+class NBTreeRandom : public ::testing::TestWithParam<std::tuple<std::uint32_t, pm::Mode>> {};
+
+TEST_P(NBTreeRandom, AgainstStdMapWithVerifyAfterEveryOp) {
+  const auto [node_size, mode] = GetParam();
+  auto idx = open_or_die(nb_options(node_size, mode));
+  ASSERT_NE(idx, nullptr);
+  std::map<std::string, std::string> oracle;
+  Gen g(node_size * 31 + static_cast<int>(mode));
+  std::string got;
+  ScanBuffer buf;
+  for (int i = 0; i < 6000; ++i) {
+    const std::string k = g.key();
+    const std::string v = g.value();
+    switch (g.u(5)) {
+      case 0:
+      case 1: {
+        const bool fresh = oracle.emplace(k, v).second;
+        ASSERT_EQ(idx->insert(k, v), fresh ? Code::ok : Code::already_present) << i;
+        break;
+      }
+      case 2: {
+        auto it = oracle.find(k);
+        ASSERT_EQ(idx->update(k, v), it == oracle.end() ? Code::not_found : Code::ok) << i;
+        if (it != oracle.end()) it->second = v;
+        break;
+      }
+      case 3:
+        ASSERT_EQ(idx->remove(k), oracle.erase(k) ? Code::ok : Code::not_found) << i;
+        break;
+      case 4: {
+        auto it = oracle.find(k);
+        ASSERT_EQ(idx->find(k, &got), it == oracle.end() ? Code::not_found : Code::ok) << i;
+        if (it != oracle.end()) ASSERT_EQ(got, it->second) << i;
+        break;
+      }
+      case 5: {
+        const std::size_t n = idx->scan(k, 7, buf);
+        auto it = oracle.lower_bound(k);
+        for (std::size_t j = 0; j < n; ++j, ++it) {
+          ASSERT_NE(it, oracle.end());
+          ASSERT_EQ(buf.key(j), it->first);
+          ASSERT_EQ(buf.value(j), it->second);
+        }
+        ASSERT_TRUE(n == 7 || it == oracle.end());
+        break;
+      }
+    }
+    const Status s = idx->verify();
+    ASSERT_TRUE(s.ok()) << "after op " << i << ": " << s.to_string();
+  }
+  check_against(*idx, oracle);
+  EXPECT_GT(as_nb(idx.get())->leaf_count(), 4u) << "the test should split leaves";
+}
+
+INSTANTIATE_TEST_SUITE_P(SmallLeaves, NBTreeRandom,
+                         ::testing::Combine(::testing::Values(64u, 128u, 256u),
+                                            ::testing::Values(pm::Mode::adr, pm::Mode::eadr)));
+
+TEST(NBTree, EveryKeyAndValueShape) {
+  auto idx = open_or_die(nb_options(128, pm::Mode::adr));
+  ASSERT_NE(idx, nullptr);
+  const std::uint64_t keys[] = {0, 1, 2, (std::uint64_t{1} << 63), ~std::uint64_t{0},
+                                ~std::uint64_t{0} - 1, 12345};
+  const std::string values[] = {encode_u64(0),
+                                encode_u64((std::uint64_t{1} << 61) - 1),
+                                encode_u64(std::uint64_t{1} << 61),
+                                encode_u64(std::uint64_t{1} << 62),
+                                encode_u64(std::uint64_t{1} << 63),
+                                encode_u64(~std::uint64_t{0}),
+                                std::string(),
+                                std::string("\0\0\0", 3),
+                                std::string(24, 'z')};
+  std::map<std::string, std::string> oracle;
+  std::string got;
+  for (std::uint64_t k : keys) {
+    for (const std::string& v : values) {
+      const std::string ks = encode_u64(k);
+      if (oracle.count(ks) == 0) {
+        ASSERT_EQ(idx->insert(ks, v), Code::ok);
+      } else {
+        ASSERT_EQ(idx->update(ks, v), Code::ok);
+      }
+      oracle[ks] = v;
+      ASSERT_EQ(idx->find(ks, &got), Code::ok);
+      ASSERT_EQ(got, v);
+      ASSERT_TRUE(idx->verify().ok());
+    }
+  }
+  check_against(*idx, oracle);
+  EXPECT_EQ(idx->insert(encode_u64(5), std::string(25, 'x')), Code::value_too_large);
+  EXPECT_EQ(idx->insert("short", "v"), Code::invalid_argument);
+  for (std::uint64_t k : keys) ASSERT_EQ(idx->remove(encode_u64(k)), Code::ok);
+  for (std::uint64_t k : keys) ASSERT_EQ(idx->find(encode_u64(k), &got), Code::not_found);
+  ASSERT_TRUE(idx->verify().ok());
+}
+
+TEST(NBTree, ReopenAfterCloseAndAfterCrash) {
+  TempDir dir;
+  const std::string path = dir.file("nb.pool");
+  std::map<std::string, std::string> oracle;
+  Gen g(99);
+  {
+    auto idx = open_or_die(nb_options(128, pm::Mode::adr, path));
+    ASSERT_NE(idx, nullptr);
+    for (int i = 0; i < 2000; ++i) {
+      const std::string k = g.key(), v = g.value();
+      if (g.u(3) == 0) {
+        ASSERT_EQ(idx->remove(k), oracle.erase(k) ? Code::ok : Code::not_found);
+      } else {
+        ASSERT_EQ(idx->upsert(k, v), Code::ok);
+        oracle[k] = v;
+      }
+    }
+    ASSERT_TRUE(idx->close().ok());
+  }
+  {
+    auto idx = open_or_die(nb_options(128, pm::Mode::adr, path));
+    ASSERT_NE(idx, nullptr);
+    EXPECT_TRUE(idx->recovery_stats().clean_shutdown);
+    EXPECT_EQ(idx->recovery_stats().records, oracle.size());
+    ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
+    check_against(*idx, oracle);
+    for (int i = 0; i < 2000; ++i) {
+      const std::string k = g.key(), v = g.value();
+      if (g.u(3) == 0) {
+        ASSERT_EQ(idx->remove(k), oracle.erase(k) ? Code::ok : Code::not_found);
+      } else {
+        ASSERT_EQ(idx->upsert(k, v), Code::ok);
+        oracle[k] = v;
+      }
+    }
+    // destroyed without close(): what a process crash leaves (the file is in /dev/shm)
+  }
+  {
+    auto idx = open_or_die(nb_options(128, pm::Mode::adr, path));
+    ASSERT_NE(idx, nullptr);
+    EXPECT_FALSE(idx->recovery_stats().clean_shutdown);
+    ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
+    check_against(*idx, oracle);
+    std::printf("recovery: %llu records, %llu blocks, %.6f s, %llu repaired\n",
+                static_cast<unsigned long long>(idx->recovery_stats().records),
+                static_cast<unsigned long long>(idx->recovery_stats().nodes),
+                idx->recovery_stats().seconds,
+                static_cast<unsigned long long>(idx->recovery_stats().repaired));
+    ASSERT_TRUE(idx->close().ok());
+  }
+  // A pool made with another node size is refused.
+  auto other = Index::open(nb_options(256, pm::Mode::adr, path));
+  EXPECT_FALSE(other.ok());
+}
+
+TEST(NBTree, VerifyCatchesCorruption) {
+  for (int what = 0; what < 3; ++what) {
+    auto idx = open_or_die(nb_options(128, pm::Mode::eadr));
+    ASSERT_NE(idx, nullptr);
+    for (std::uint64_t k = 1; k <= 40; ++k) ASSERT_EQ(idx->insert(encode_u64(k), encode_u64(k)), Code::ok);
+    ASSERT_TRUE(idx->verify().ok());
+    as_nb(idx.get())->corrupt_for_testing(what);
+    EXPECT_FALSE(idx->verify().ok()) << "corruption " << what << " not detected";
+  }
+}
+
+TEST(NBTree, OneFlushPerWriteInAdrOnTheCommonPath) {
+  auto idx = open_or_die(nb_options(1024, pm::Mode::adr));
+  ASSERT_NE(idx, nullptr);
+  auto& c = pm::Runtime::counters();
+  const std::string k = encode_u64(777), v = encode_u64(5), v2 = encode_u64(6);
+  std::uint64_t f0 = c.flushes, n0 = c.fences;
+  ASSERT_EQ(idx->insert(k, v), Code::ok);
+  EXPECT_EQ(c.flushes - f0, 1u);
+  EXPECT_EQ(c.fences - n0, 1u);
+  f0 = c.flushes;
+  ASSERT_EQ(idx->update(k, v2), Code::ok);
+  EXPECT_EQ(c.flushes - f0, 1u);
+  f0 = c.flushes;
+  std::string got;
+  ASSERT_EQ(idx->find(k, &got), Code::ok);
+  EXPECT_EQ(c.flushes - f0, 0u) << "a read of a durable value flushes nothing";
+  f0 = c.flushes;
+  ASSERT_EQ(idx->remove(k), Code::ok);
+  EXPECT_EQ(c.flushes - f0, 1u);
+}
+
+TEST(NBTree, BulkLoadThenOperate) {
+  auto idx = open_or_die(nb_options(128, pm::Mode::adr));
+  ASSERT_NE(idx, nullptr);
+  std::vector<std::string> ks, vs;
+  std::map<std::string, std::string> oracle;
+  for (std::uint64_t k = 0; k < 500; k += 2) {
+    ks.push_back(encode_u64(k));
+    vs.push_back(k % 10 == 0 ? std::string(12, 'q') : encode_u64(k * 3));
+  }
+  std::vector<KeyValue> kv;
+  for (std::size_t i = 0; i < ks.size(); ++i) {
+    kv.push_back({ks[i], vs[i]});
+    oracle[ks[i]] = vs[i];
+  }
+  ASSERT_TRUE(idx->bulk_load(kv, 0.7).ok());
+  ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
+  check_against(*idx, oracle);
+  EXPECT_FALSE(idx->bulk_load(kv, 0.7).ok()) << "bulk_load into a non-empty index";
+  for (std::uint64_t k = 1; k < 500; k += 2) {
+    ASSERT_EQ(idx->insert(encode_u64(k), encode_u64(k)), Code::ok);
+    oracle[encode_u64(k)] = encode_u64(k);
+    ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
+  }
+  check_against(*idx, oracle);
+}
+
+TEST(NBTree, PoolBytesAfterDeletingEveryKey) {
+  auto idx = open_or_die(nb_options(256, pm::Mode::adr));
+  ASSERT_NE(idx, nullptr);
+  auto* nb = as_nb(idx.get());
+  const auto empty = idx->footprint().pm_bytes;
+  for (std::uint64_t k = 1; k <= 5000; ++k) {
+    const std::string v = k % 3 == 0 ? std::string(20, 'v') : encode_u64(k);
+    ASSERT_EQ(idx->insert(encode_u64(k * 7919 % 100003), v), Code::ok);
+  }
+  nb->collect_garbage();
+  const auto full = idx->footprint().pm_bytes;
+  for (std::uint64_t k = 1; k <= 5000; ++k) ASSERT_EQ(idx->remove(encode_u64(k * 7919 % 100003)), Code::ok);
+  nb->collect_garbage();
+  const auto after = idx->footprint().pm_bytes;
+  const std::size_t leaves = nb->leaf_count();
+  std::printf("pool bytes in use: empty %llu, 5000 keys %llu, after deleting all %llu "
+              "(%zu leaves x 256 B; leaves are not merged)\n",
+              static_cast<unsigned long long>(empty), static_cast<unsigned long long>(full),
+              static_cast<unsigned long long>(after), leaves);
+  // Every out-of-line record and every replaced leaf is back: only live blocks and the root.
+  EXPECT_EQ(after, empty + (leaves - 1) * 256);
+  ASSERT_TRUE(idx->verify().ok());
+}
+
+}  // namespace
+}  // namespace pmindex
