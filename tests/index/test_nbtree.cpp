@@ -107,7 +107,9 @@ TEST_P(NBTreeRandom, AgainstStdMapWithVerifyAfterEveryOp) {
       case 4: {
         auto it = oracle.find(k);
         ASSERT_EQ(idx->find(k, &got), it == oracle.end() ? Code::not_found : Code::ok) << i;
-        if (it != oracle.end()) ASSERT_EQ(got, it->second) << i;
+        if (it != oracle.end()) {
+          ASSERT_EQ(got, it->second) << i;
+        }
         break;
       }
       case 5: {

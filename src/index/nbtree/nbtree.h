@@ -216,6 +216,8 @@ class NBTree final : public Index {
   std::size_t leaf_count() const;
   // The leaf that currently covers `key` (quiescent index only).
   Leaf* leaf_for_testing(std::uint64_t key) const;
+  // The PM value word of `key` among `leaf`'s committed slots (any state), for white-box checks.
+  bool peek_for_testing(const Leaf* leaf, std::uint64_t key, std::uint64_t* word) const;
   // Breaks an invariant on purpose so a test can check that verify() notices.
   void corrupt_for_testing(int what);
 

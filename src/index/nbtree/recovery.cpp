@@ -449,6 +449,19 @@ std::size_t NBTree::leaf_count() const {
 
 Leaf* NBTree::leaf_for_testing(std::uint64_t key) const { return find_leaf(key); }
 
+bool NBTree::peek_for_testing(const Leaf* leaf, std::uint64_t key, std::uint64_t* word) const {
+  const Entry* e = entries(leaf);
+  const std::uint64_t b = leaf->bitmap.load(std::memory_order_acquire) & ~Leaf::kSmoBit;
+  for (std::uint64_t bits = b; bits != 0; bits &= bits - 1) {
+    const int i = __builtin_ctzll(bits);
+    if (pm::load_acquire(&e[i].key) == key) {
+      *word = pm::load_acquire(&e[i].value);
+      return true;
+    }
+  }
+  return false;
+}
+
 void NBTree::corrupt_for_testing(int what) {
   Leaf* l = head_.load(std::memory_order_acquire);
   switch (what) {
