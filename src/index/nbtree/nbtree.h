@@ -164,7 +164,7 @@ enum class HookPoint : int {
   insert_before_commit_cas,  // I6
   update_before_cas,         // U2
   delete_before_cas,         // D2
-  sync_before_cas,           // S7 / W2 / R3 (any sync CAS)
+  sync_before_cas,           // S7 / W1 / R3 (any sync CAS)
   smo_started,               // S1 done
   smo_before_copy_ptr_cas,   // copy phase built, S3 next
   smo_after_copy_ptr,        // copy phase done (S3)

@@ -122,7 +122,7 @@ SmoDesc* NBTree::copy_phase(Leaf* leaf) {
 
 // --- sync of one slot ----------------------------------------------------------------------------------
 
-// S7 / W2 / R3: make the copy of old slot `slot` in the new leaf match the old leaf. Reads the
+// S7 / W1 / R3: make the copy of old slot `slot` in the new leaf match the old leaf. Reads the
 // new entry before the old one and retries after every successful CAS, so the last writer of
 // the old slot always leaves the new entry equal to it (PROTOCOL.md, "Why sync converges").
 // A new entry without copy_bit/sync_bit was written directly after the SMO and is newer than
@@ -147,7 +147,7 @@ void NBTree::sync_slot(Leaf* old_leaf, int slot, const SmoDesc* d) const {
       const std::uint64_t o = pm::load_acquire(&oe->value);
       const std::uint64_t ok2 = pm::load_acquire(&oe->key);
       if (ok1 == 0 || ok2 == 0) {
-        // The key was deleted in the old leaf: delete it in the new one (S6 / W2).
+        // The key was deleted in the old leaf: delete it in the new one (S6 / W1).
         hook(HookPoint::sync_before_cas, nl);
         pm::yield_point("nbtree.sync.cas");
         begin_write(nl, m);
