@@ -321,6 +321,26 @@ TEST_P(Interleave, SmoStalledMidLink) {
   EXPECT_EQ(get(105000), 1u);
 }
 
+// A slow update found the old leaf, then stalls before its CAS while the old leaf's SMO
+// completes and the new leaf fills and goes through an SMO of its own. When the update
+// resumes it writes the (dead) old leaf; sync-on-write must carry it through both SMOs (W3),
+// or the completed update is lost.
+TEST_P(Interleave, SlowUpdaterCrossesTwoSmos) {
+  pauser_.arm(HookPoint::update_before_cas);
+  start_worker([this] { EXPECT_EQ(idx_->update(K(20), V(2000)), Code::ok); });
+  ASSERT_TRUE(pauser_.wait_arrivals(1));
+  put(80, 80);  // SMO of the leaf the update is working on: {10,20,30} {40..80}
+  nbtree::Leaf* left = nb_->leaf_for_testing(20);
+  for (std::uint64_t k = 11; left->num.load() < 7; ++k) put(k, k);
+  put(15, 15);  // the left leaf splits again
+  ASSERT_NE(nb_->leaf_for_testing(20), left);
+  EXPECT_EQ(get(20), 20u);  // the update has not taken effect yet
+  pauser_.release();
+  worker_.join();
+  oracle_[20] = 2000;
+  EXPECT_EQ(get(20), 2000u);
+}
+
 INSTANTIATE_TEST_SUITE_P(Modes, Interleave, ::testing::Values(pm::Mode::adr, pm::Mode::eadr));
 
 }  // namespace

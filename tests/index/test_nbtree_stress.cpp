@@ -177,8 +177,11 @@ void run(pm::Mode mode) {
   }
   ScanBuffer buf;
   EXPECT_EQ(idx->scan(encode_u64(0), 1 << 20, buf), expected);
-  std::printf("%s: %llu ops, %zu leaves\n", std::string(pm::to_string(mode)).c_str(),
-              static_cast<unsigned long long>(ops.load()), nb->leaf_count());
+  std::printf("%s: %llu ops, %zu leaves, %llu reads persisted a line written by another "
+              "thread (R1)\n",
+              std::string(pm::to_string(mode)).c_str(),
+              static_cast<unsigned long long>(ops.load()), nb->leaf_count(),
+              static_cast<unsigned long long>(nb->reader_persists()));
 }
 
 TEST(NBTreeStress, TwoThreadsAdr) { run(pm::Mode::adr); }

@@ -189,6 +189,7 @@ std::uint64_t NBTree::read_word(const Leaf* leaf, int slot, std::uint64_t* key_o
   const std::uint64_t k2 = pm::load_acquire(&e->key);
   if (adr() && leaf->pending[slot].load(std::memory_order_seq_cst) != 0) {
     pm::persist(e, sizeof(Entry));  // R1
+    reader_persists_.fetch_add(1, std::memory_order_relaxed);
   }
   *key_out = (k1 == k2) ? k1 : 0;
   return w;

@@ -213,6 +213,11 @@ class NBTree final : public Index {
   // Frees every retired leaf and record now (quiescent index only).
   void collect_garbage() { reclaim_.drain(); }
   int leaf_capacity() const { return cap_; }
+  // ADR: how often a reader found a write in flight on its slot and persisted the line itself
+  // (R1) -- the run-time cost of refusing dirty reads.
+  std::uint64_t reader_persists() const {
+    return reader_persists_.load(std::memory_order_relaxed);
+  }
   std::size_t leaf_count() const;
   // The leaf that currently covers `key` (quiescent index only).
   Leaf* leaf_for_testing(std::uint64_t key) const;
@@ -296,6 +301,7 @@ class NBTree final : public Index {
   mutable std::mutex zero_mu_;        // key 0's side record (Z1)
   std::vector<Inner*> all_inner_;     // every inner node, for freeing (structure_mu_)
   mutable Reclaimer reclaim_;
+  mutable std::atomic<std::uint64_t> reader_persists_{0};  // relaxed: a statistic
   RecoveryStats recovery_;
   bool closed_ = false;
 };

@@ -146,6 +146,12 @@ void NBTree::sync_slot(Leaf* old_leaf, int slot, const SmoDesc* d) const {
       const std::uint64_t ok1 = pm::load_acquire(&oe->key);
       const std::uint64_t o = pm::load_acquire(&oe->value);
       const std::uint64_t ok2 = pm::load_acquire(&oe->key);
+      if (adr() && old_leaf->pending[slot].load(std::memory_order_seq_cst) != 0) {
+        // R1 for the old entry: before S11 the old block is what a crash keeps, so what this
+        // sync copies (and a sync-on-read returns) must be durable there first.
+        pm::persist(oe, sizeof(Entry));
+        reader_persists_.fetch_add(1, std::memory_order_relaxed);
+      }
       if (ok1 == 0 || ok2 == 0) {
         // The key was deleted in the old leaf: delete it in the new one (S6 / W1).
         hook(HookPoint::sync_before_cas, nl);
