@@ -77,6 +77,7 @@ void run(pm::Mode mode) {
   std::atomic<std::uint64_t> ops{0};
 
   auto worker = [&](int t) {
+    const Index::ThreadScope scope = idx->attach_thread();
     std::mt19937_64 rng(1234 + t);
     std::map<std::uint64_t, std::string>& mine = final_state[t];
     std::map<std::uint64_t, std::uint64_t> seq_of;      // my keys: last sequence written

@@ -48,8 +48,13 @@ NBTree::NBTree(std::unique_ptr<pm::Pool> pool, std::uint32_t node_size, std::uin
 }
 
 NBTree::~NBTree() {
-  reclaim_.drain();
+  epochs_.drain();
   free_dram();
+}
+
+Index::ThreadScope NBTree::attach_thread() {
+  auto participant = std::make_shared<sync::EpochManager::Participant>(epochs_.attach());
+  return ThreadScope([participant]() mutable { participant.reset(); });
 }
 
 // --- keys and values ----------------------------------------------------------------------------
@@ -105,7 +110,7 @@ void NBTree::free_value(std::uint64_t word) {
 void NBTree::retire_value(std::uint64_t word) {
   const std::uint64_t p = payload_of(word);
   if ((p & kOutOfLine) == 0) return;
-  reclaim_.retire([this, word] { free_value(word); });
+  epochs_.retire([this, word] { free_value(word); });
 }
 
 Entry* NBTree::entries(const Leaf* leaf) const {
@@ -431,7 +436,7 @@ Code NBTree::insert(std::string_view key, std::string_view value) {
   if (Code c = decode_key(key, &k); c != Code::ok) return c;
   std::uint64_t word = 0;
   if (Code c = encode_value(value, &word); c != Code::ok) return c;
-  auto guard = reclaim_.pin();
+  auto guard = epochs_.pin();
   const Code c = k == 0 ? zero_insert(word) : insert_word(k, word);
   if (c != Code::ok) free_value(word);  // never published (I7 withdrew any PM copy)
   return c;
@@ -442,7 +447,7 @@ Code NBTree::update(std::string_view key, std::string_view value) {
   if (Code c = decode_key(key, &k); c != Code::ok) return c;
   std::uint64_t word = 0;
   if (Code c = encode_value(value, &word); c != Code::ok) return c;
-  auto guard = reclaim_.pin();
+  auto guard = epochs_.pin();
   std::uint64_t old = 0;
   const Code c = k == 0 ? zero_update(word) : update_word(k, word, &old);
   if (c != Code::ok) free_value(word);
@@ -461,7 +466,7 @@ Code NBTree::upsert(std::string_view key, std::string_view value) {
 Code NBTree::find(std::string_view key, std::string* value) const {
   std::uint64_t k = 0;
   if (Code c = decode_key(key, &k); c != Code::ok) return c;
-  auto guard = reclaim_.pin();
+  auto guard = epochs_.pin();
   std::uint64_t word = 0;
   if (k == 0) {
     std::lock_guard<std::mutex> lock(zero_mu_);
@@ -477,7 +482,7 @@ Code NBTree::find(std::string_view key, std::string* value) const {
 Code NBTree::remove(std::string_view key) {
   std::uint64_t k = 0;
   if (Code c = decode_key(key, &k); c != Code::ok) return c;
-  auto guard = reclaim_.pin();
+  auto guard = epochs_.pin();
   return k == 0 ? zero_remove() : remove_key(k);
 }
 
@@ -501,7 +506,7 @@ std::size_t NBTree::scan(std::string_view start, std::size_t max, ScanBuffer& ou
     padded.resize(8, '\0');
     cursor = decode_u64(padded);
   }
-  auto guard = reclaim_.pin();
+  auto guard = epochs_.pin();
   std::string value;
   if (cursor == 0) {
     std::lock_guard<std::mutex> lock(zero_mu_);

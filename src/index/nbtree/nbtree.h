@@ -29,8 +29,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "index/nbtree/reclaim.h"
 #include "pmindex/index.h"
+#include "pmindex/sync/epoch.h"
 
 namespace pmindex::nbtree {
 
@@ -207,11 +207,14 @@ class NBTree final : public Index {
   Footprint footprint() const override;
   Status close() override;
   const pm::Pool& pool() const override { return *pool_; }
+  // Registers the calling thread with the epoch manager for the scope's lifetime (faster
+  // pins); operations without it attach for their own duration.
+  ThreadScope attach_thread() override;
 
   // --- for tests ---
   void set_hooks(Hooks* hooks) { hooks_.store(hooks, std::memory_order_release); }
   // Frees every retired leaf and record now (quiescent index only).
-  void collect_garbage() { reclaim_.drain(); }
+  void collect_garbage() { epochs_.drain(); }
   int leaf_capacity() const { return cap_; }
   // ADR: how often a reader found a write in flight on its slot and persisted the line itself
   // (R1) -- the run-time cost of refusing dirty reads.
@@ -300,7 +303,7 @@ class NBTree final : public Index {
   std::mutex structure_mu_;           // link phases and inner-node writers (S10, N1)
   mutable std::mutex zero_mu_;        // key 0's side record (Z1)
   std::vector<Inner*> all_inner_;     // every inner node, for freeing (structure_mu_)
-  mutable Reclaimer reclaim_;
+  mutable sync::EpochManager epochs_;  // E1: replaced leaves and value records
   mutable std::atomic<std::uint64_t> reader_persists_{0};  // relaxed: a statistic
   RecoveryStats recovery_;
   bool closed_ = false;

@@ -485,7 +485,7 @@ void NBTree::corrupt_for_testing(int what) {
 
 Status NBTree::close() {
   if (!closed_) {
-    reclaim_.drain();
+    epochs_.drain();
     pool_->close_clean();
     closed_ = true;
   }

@@ -274,7 +274,7 @@ void NBTree::link_phase(Leaf* leaf, SmoDesc* d) {
   // thread can still reach them. Its value records now belong to the new leaves (V4).
   const std::uint64_t off = leaf->data_off;
   const std::uint32_t bytes = node_size_;
-  reclaim_.retire([this, leaf, d, off, bytes] {
+  epochs_.retire([this, leaf, d, off, bytes] {
     pool_->allocator().deallocate(off, bytes);
     delete leaf;
     delete d;
