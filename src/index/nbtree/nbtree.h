@@ -6,7 +6,8 @@
 // bulk_load(), verify(), close() and set_hooks(), which need a quiescent index.
 //   * Leaf operations are lock-free (FAA/CAS on the DRAM metadata, CAS on PM words), except
 //     that two inserts of the SAME key into the same leaf wait for each other (I2) and the
-//     link phase of an SMO runs under the tree's structure mutex (S10, no HTM on this CPU).
+//     link phase of an SMO runs under the tree's structure mutex (S9..S14, no HTM on this
+//     CPU). Key 0 lives in a side record guarded by its own mutex (Z1..Z4).
 //   * Inner nodes are read without locks: each node has a version (odd = being written) that
 //     readers validate (seqlock); writers hold structure_mu_ (N1..N3).
 // Invariants (verify() checks them on a quiescent tree):
@@ -175,7 +176,8 @@ enum class HookPoint : int {
 };
 std::string_view to_string(HookPoint p);
 
-// Called at each point when installed. Zero cost when unset (one relaxed load and a branch).
+// Called at each point when installed. Zero cost when unset (one acquire load and a branch).
+// smo_link_before_pm and smo_link_after_list run with the structure mutex held.
 class Hooks {
  public:
   virtual ~Hooks() = default;
