@@ -185,6 +185,95 @@ void run(pm::Mode mode) {
               static_cast<unsigned long long>(nb->reader_persists()));
 }
 
+// Both threads update the same hot keys while filler inserts and removes around them keep
+// splitting their leaves, so concurrent updates of one key meet every SMO phase (the sync
+// race of PROTOCOL.md S7). Values are (writer, sequence). Checks: a reader never sees a
+// writer's sequence go back for a key, and each hot key ends with the last update of one of
+// the two threads (an older value winning is a lost update).
+void run_hot(pm::Mode mode) {
+  Options o;
+  o.kind = "nbtree";
+  o.pool_size = 256 << 20;
+  o.node_size = 128;
+  o.persistence = mode;
+  o.max_value_size = 16;
+  auto r = Index::open(o);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  std::unique_ptr<Index> idx = std::move(r).value();
+  auto* nb = dynamic_cast<nbtree::NBTree*>(idx.get());
+  constexpr std::uint64_t kHot = 8;
+  auto hot_key = [](std::uint64_t i) { return 1000 * (i + 1); };
+  auto value = [](int t, std::uint64_t seq, bool ool) {
+    const std::string v = encode_u64((static_cast<std::uint64_t>(t) << 40) | seq);
+    return ool ? v + "oolv" : v;
+  };
+  for (std::uint64_t i = 0; i < kHot; ++i) {
+    ASSERT_EQ(idx->insert(encode_u64(hot_key(i)), value(0, 0, false)), Code::ok);
+  }
+  RandomDelays delays;
+  nb->set_hooks(&delays);
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(stress_seconds());
+  std::atomic<bool> failed{false};
+  std::string last[2][kHot];
+  auto worker = [&](int t) {
+    const Index::ThreadScope scope = idx->attach_thread();
+    std::mt19937_64 rng(77 + t);
+    std::uint64_t seq = 0;
+    std::uint64_t seen[2][kHot] = {};
+    std::string got;
+    auto fail = [&](const std::string& what) {
+      if (!failed.exchange(true)) ADD_FAILURE() << "thread " << t << ": " << what;
+    };
+    std::uint64_t n = 0;
+    while (!failed.load(std::memory_order_relaxed)) {
+      if ((++n & 63) == 0 && std::chrono::steady_clock::now() > deadline) break;
+      const unsigned op = static_cast<unsigned>(rng() % 10);
+      const std::uint64_t h = rng() % kHot;
+      if (op < 4) {
+        const std::string v = value(t, ++seq, rng() % 8 == 0);
+        if (idx->update(encode_u64(hot_key(h)), v) != Code::ok) fail("hot update");
+        last[t][h] = v;
+      } else if (op < 6) {
+        if (idx->find(encode_u64(hot_key(h)), &got) != Code::ok) {
+          fail("hot key missing");
+          continue;
+        }
+        const std::uint64_t w = decode_u64(got.substr(0, 8));
+        const int writer = static_cast<int>(w >> 40);
+        const std::uint64_t s = w & ((std::uint64_t{1} << 40) - 1);
+        if (writer > 1 || s < seen[writer][h]) fail("hot key read went back in time");
+        else seen[writer][h] = s;
+      } else {
+        // Fillers next to the hot keys: the leaves holding them keep splitting.
+        const std::uint64_t f = hot_key(h) - 400 + rng() % 800;
+        if (f == hot_key(h)) continue;
+        if (rng() % 3 == 0) (void)idx->remove(encode_u64(f));
+        else (void)idx->upsert(encode_u64(f), value(t, 0, false));
+      }
+    }
+  };
+  std::thread a(worker, 0), b(worker, 1);
+  a.join();
+  b.join();
+  nb->set_hooks(nullptr);
+  ASSERT_FALSE(failed.load());
+  Status s = idx->verify();
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  std::string got;
+  for (std::uint64_t h = 0; h < kHot; ++h) {
+    ASSERT_EQ(idx->find(encode_u64(hot_key(h)), &got), Code::ok);
+    EXPECT_TRUE(got == last[0][h] || got == last[1][h] ||
+                (last[0][h].empty() && last[1][h].empty()))
+        << "hot key " << hot_key(h) << " ends with a value that a later update replaced";
+  }
+  std::printf("%s hot keys: %zu leaves\n", std::string(pm::to_string(mode)).c_str(),
+              nb->leaf_count());
+}
+
+TEST(NBTreeStress, HotKeysDuringSmosAdr) { run_hot(pm::Mode::adr); }
+TEST(NBTreeStress, HotKeysDuringSmosEadr) { run_hot(pm::Mode::eadr); }
+
 TEST(NBTreeStress, TwoThreadsAdr) { run(pm::Mode::adr); }
 TEST(NBTreeStress, TwoThreadsEadr) { run(pm::Mode::eadr); }
 
