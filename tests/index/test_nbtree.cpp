@@ -4,7 +4,9 @@
 // flush count per operation in ADR mode; pool bytes after deleting every key.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <map>
 #include <random>
 
@@ -171,6 +173,25 @@ TEST(NBTree, EveryKeyAndValueShape) {
   EXPECT_EQ(idx->insert("short", "v"), Code::invalid_argument);
   for (std::uint64_t k : keys) ASSERT_EQ(idx->remove(encode_u64(k)), Code::ok);
   for (std::uint64_t k : keys) ASSERT_EQ(idx->find(encode_u64(k), &got), Code::not_found);
+  ASSERT_TRUE(idx->verify().ok());
+}
+
+TEST(NBTree, DoubleKeysScanInNumericOrder) {
+  Options o = nb_options(64, pm::Mode::eadr);
+  o.key_type = KeyType::f64;
+  auto idx = open_or_die(o);
+  ASSERT_NE(idx, nullptr);
+  const double ds[] = {-1e300, -2.5, -0.0, 0.0, 1e-300, 3.25, 7.0, 1e300,
+                       -std::numeric_limits<double>::infinity(),
+                       std::numeric_limits<double>::infinity()};
+  for (double d : ds) ASSERT_EQ(idx->insert(encode_f64(d), encode_u64(1)), Code::ok) << d;
+  EXPECT_EQ(idx->insert(encode_f64(std::nan("")), encode_u64(1)), Code::invalid_argument);
+  ScanBuffer buf;
+  ASSERT_EQ(idx->scan(encode_f64(-std::numeric_limits<double>::infinity()), 100, buf),
+            std::size(ds));
+  for (std::size_t i = 1; i < buf.size(); ++i) {
+    EXPECT_LE(decode_f64(buf.key(i - 1)), decode_f64(buf.key(i)));
+  }
   ASSERT_TRUE(idx->verify().ok());
 }
 

@@ -243,6 +243,7 @@ Code NBTree::insert_word(std::uint64_t key, std::uint64_t word) {
     // I2: announce the key, then wait for lower slots that announce the same key (or have
     // not announced yet). The lowest such insert decides; two committed copies of one key
     // can never exist, and at most one uncommitted copy is ever written to PM.
+    pm::yield_point("nbtree.insert.announce");
     leaf->keys[slot].store(key, std::memory_order_relaxed);
     leaf->state[slot].store(Leaf::kPending, std::memory_order_release);
     bool smo = false;

@@ -267,6 +267,7 @@ void NBTree::link_phase(Leaf* leaf, SmoDesc* d) {
     (pred != nullptr ? pred->next : head_).store(d->leaves[0], std::memory_order_release);  // S12
     hook(HookPoint::smo_link_after_list, leaf);
     install_in_parent(leaf, d);                                  // S13
+    pm::yield_point("nbtree.smo.linked");
     leaf->flag.fetch_or(Leaf::kLinked, std::memory_order_acq_rel);  // S14
   }
   hook(HookPoint::smo_done, leaf);
