@@ -302,7 +302,7 @@ class NBTree final : public Index {
   std::atomic<Inner*> root_node_{nullptr};
   std::atomic<Leaf*> head_{nullptr};
   std::atomic<Hooks*> hooks_{nullptr};
-  std::mutex structure_mu_;           // link phases and inner-node writers (S10, N1)
+  mutable std::mutex structure_mu_;   // link phases and inner-node writers (S9..S14, N1)
   mutable std::mutex zero_mu_;        // key 0's side record (Z1)
   std::vector<Inner*> all_inner_;     // every inner node, for freeing (structure_mu_)
   mutable sync::EpochManager epochs_;  // E1: replaced leaves and value records

@@ -434,11 +434,17 @@ Footprint NBTree::footprint() const {
   const auto s = pool_->allocator().stats();
   f.pm_bytes = s.bytes_in_use;
   f.pm_reserved = s.bytes_reserved;
-  f.dram_bytes = leaf_count() * sizeof(Leaf) + all_inner_.size() * sizeof(Inner);
+  std::size_t inner = 0;
+  {
+    std::lock_guard<std::mutex> lock(structure_mu_);  // all_inner_ changes under it
+    inner = all_inner_.size();
+  }
+  f.dram_bytes = leaf_count() * sizeof(Leaf) + inner * sizeof(Inner);
   return f;
 }
 
 std::size_t NBTree::leaf_count() const {
+  auto guard = epochs_.pin();  // the chain may change (and old leaves be freed) meanwhile
   std::size_t n = 0;
   for (const Leaf* l = head_.load(std::memory_order_acquire); l != nullptr;
        l = l->next.load(std::memory_order_acquire)) {
