@@ -137,6 +137,9 @@ Status NBTree::rebuild() {
     ++recovery_.records;
   }
   std::vector<Leaf*> leaves;
+  // X3/X4 repairs are applied only once the whole walk has succeeded, so a pool refused at
+  // recovery is left byte-for-byte unchanged.
+  std::vector<std::pair<std::uint64_t*, std::uint64_t>> repairs;
   std::unordered_set<std::uint64_t> visited;
   std::uint64_t* link = &root_->head;
   std::uint64_t off = root_->head;
@@ -165,10 +168,7 @@ Status NBTree::rebuild() {
         if (e[__builtin_ctzll(bits)].key == k) dup = true;
       }
       if (dup) {
-        Entry* w = const_cast<Entry*>(&e[i]);
-        pm::publish(&w->key, 0);
-        pm::persist(w, sizeof(Entry));
-        ++recovery_.repaired;
+        repairs.push_back({const_cast<std::uint64_t*>(&e[i].key), 0});
         continue;
       }
       if (Status s = mark_value(e[i].value, off); !s.ok()) {
@@ -186,9 +186,7 @@ Status NBTree::rebuild() {
     const std::uint64_t next_off = hdr->next;
     if (live == 0 && !(leaves.empty() && next_off == 0)) {
       // X4: an empty block carries no range; unlink it (it is not marked, so it is freed).
-      pm::publish(link, next_off);
-      pm::persist(link, sizeof(std::uint64_t));
-      ++recovery_.repaired;
+      repairs.push_back({link, next_off});
       delete leaf;
       off = next_off;
       continue;
@@ -213,6 +211,11 @@ Status NBTree::rebuild() {
     off = next_off;
     if (visited.size() > p.size() / node_size_) return fail("nbtree block chain is too long");
   }
+  for (const auto& [word, value] : repairs) {
+    pm::publish(word, value);
+    pm::persist(word, sizeof(std::uint64_t));
+  }
+  recovery_.repaired += repairs.size();
   if (leaves.empty()) {
     // X4 left nothing (or the chain was empty): start with one fresh leaf.
     Code code = Code::ok;
