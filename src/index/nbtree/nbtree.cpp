@@ -219,6 +219,21 @@ void NBTree::end_write(Leaf* leaf, int slot, const void* line) const {
 
 // --- insert ---------------------------------------------------------------------------------------
 
+// I2: waits until no lower slot is claimed-but-unannounced or pending with the same key.
+// Returns true if the smo bit appeared meanwhile (the caller gives up its slot).
+bool NBTree::wait_for_lower_inserts(const Leaf* leaf, int slot, std::uint64_t key) const {
+  for (int j = 0; j < slot; ++j) {
+    for (;;) {
+      const std::uint8_t st = leaf->state[j].load(std::memory_order_acquire);
+      if (st == Leaf::kDone) break;
+      if (st == Leaf::kPending && leaf->keys[j].load(std::memory_order_relaxed) != key) break;
+      if ((leaf->bitmap.load(std::memory_order_acquire) & Leaf::kSmoBit) != 0) return true;
+      spin_pause("nbtree.insert.wait");
+    }
+  }
+  return false;
+}
+
 Code NBTree::insert_word(std::uint64_t key, std::uint64_t word) {
   const std::uint8_t fp = fingerprint(key);
   for (;;) {
@@ -246,19 +261,7 @@ Code NBTree::insert_word(std::uint64_t key, std::uint64_t word) {
     pm::yield_point("nbtree.insert.announce");
     leaf->keys[slot].store(key, std::memory_order_relaxed);
     leaf->state[slot].store(Leaf::kPending, std::memory_order_release);
-    bool smo = false;
-    for (int j = 0; j < slot && !smo; ++j) {
-      for (;;) {
-        const std::uint8_t st = leaf->state[j].load(std::memory_order_acquire);
-        if (st == Leaf::kDone) break;
-        if (st == Leaf::kPending && leaf->keys[j].load(std::memory_order_relaxed) != key) break;
-        if ((leaf->bitmap.load(std::memory_order_acquire) & Leaf::kSmoBit) != 0) {
-          smo = true;
-          break;
-        }
-        spin_pause("nbtree.insert.wait");
-      }
-    }
+    const bool smo = wait_for_lower_inserts(leaf, slot, key);
     Entry* e = &entries(leaf)[slot];
     bool written = false;
     b = leaf->bitmap.load(std::memory_order_acquire);

@@ -255,6 +255,7 @@ class NBTree final : public Index {
   static Leaf* resolve(Leaf* leaf, std::uint64_t key);
   int find_slot(const Leaf* leaf, std::uint64_t key, std::uint64_t bitmap) const;
   std::uint64_t read_word(const Leaf* leaf, int slot, std::uint64_t* key_out) const;
+  bool wait_for_lower_inserts(const Leaf* leaf, int slot, std::uint64_t key) const;
   Code insert_word(std::uint64_t key, std::uint64_t word);
   Code update_word(std::uint64_t key, std::uint64_t word, std::uint64_t* old_word);
   Code remove_key(std::uint64_t key);
