@@ -1,6 +1,7 @@
 // The built-in index kinds. An index adds one line here (explicit registration: static
 // self-registration would be dropped by the linker from a static library).
 #include "index/lbtree/lbtree.h"
+#include "index/nbtree/nbtree.h"
 #include "index/reflist/reflist.h"
 #include "pmindex/index.h"
 
@@ -13,6 +14,9 @@ const std::vector<IndexRegistry::Entry>& IndexRegistry::entries() {
        &reflist::RefList::create, &reflist::RefList::recover},
       {"lbtree", "LB+-Tree: PM leaves (256 B x m) with entry moving and logless splits, DRAM inner nodes",
        &lbtree::layout_for, &lbtree::default_pool_size, &lbtree::create, &lbtree::recover},
+      {"nbtree", "NBTree: lock-free two-layer-leaf B+-tree (DRAM metadata, PM key-value layer)",
+       &nbtree::NBTree::layout_for, &nbtree::NBTree::default_pool_size,
+       &nbtree::NBTree::create, &nbtree::NBTree::recover},
   };
   return kEntries;
 }

@@ -1,0 +1,549 @@
+// NBTree leaf operations: log-structured insert, in-place update and delete, search with
+// sync-on-read, key 0's side record and out-of-line values. Steps (I*, U*, D*, R*, W*, Z*, V*)
+// are defined in PROTOCOL.md.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <thread>
+
+#include "index/nbtree/nbtree.h"
+
+namespace pmindex::nbtree {
+
+std::string_view to_string(HookPoint p) {
+  switch (p) {
+    case HookPoint::insert_before_commit_cas: return "insert_before_commit_cas";
+    case HookPoint::update_before_cas: return "update_before_cas";
+    case HookPoint::delete_before_cas: return "delete_before_cas";
+    case HookPoint::sync_before_cas: return "sync_before_cas";
+    case HookPoint::smo_started: return "smo_started";
+    case HookPoint::smo_before_copy_ptr_cas: return "smo_before_copy_ptr_cas";
+    case HookPoint::smo_after_copy_ptr: return "smo_after_copy_ptr";
+    case HookPoint::smo_after_sync: return "smo_after_sync";
+    case HookPoint::smo_link_before_pm: return "smo_link_before_pm";
+    case HookPoint::smo_link_after_list: return "smo_link_after_list";
+    case HookPoint::smo_done: return "smo_done";
+  }
+  return "?";
+}
+
+namespace {
+// The full fence of the Dekker-style handshakes between a writer of an old leaf and the SMO
+// that publishes copy_ptr / sets the smo bit (W1, S3): each side stores, fences, then loads.
+inline void full_fence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+inline void spin_pause(const char* tag) {
+  pm::yield_point(tag);
+  std::this_thread::yield();
+}
+}  // namespace
+
+NBTree::NBTree(std::unique_ptr<pm::Pool> pool, std::uint32_t node_size, std::uint32_t max_value)
+    : pool_(std::move(pool)),
+      node_size_(node_size),
+      cap_(static_cast<int>(node_size / sizeof(Entry)) - 1),
+      fanout_(std::clamp(static_cast<int>(node_size / 16), 4, Inner::kMaxFanout)),
+      max_value_(max_value) {
+  mode_ = pool_->mode();
+  key_mode_ = pool_->info().layout.key_mode;
+}
+
+NBTree::~NBTree() {
+  epochs_.drain();
+  free_dram();
+}
+
+Index::ThreadScope NBTree::attach_thread() {
+  auto participant = std::make_shared<sync::EpochManager::Participant>(epochs_.attach());
+  return ThreadScope([participant]() mutable { participant.reset(); });
+}
+
+// --- keys and values ----------------------------------------------------------------------------
+
+Code NBTree::decode_key(std::string_view key, std::uint64_t* out) const {
+  if (key.size() != 8) return Code::invalid_argument;
+  if (key_mode_ == KeyType::f64 && std::isnan(decode_f64(key))) return Code::invalid_argument;
+  *out = decode_u64(key);  // big-endian: integer order == memcmp order
+  return Code::ok;
+}
+
+// V1-V3: the common path keeps an 8-byte value below 2^61 inline; everything else goes to a
+// record that is written and persisted before its offset can be published.
+Code NBTree::encode_value(std::string_view value, std::uint64_t* word) {
+  if (value.size() == 8) {
+    const std::uint64_t v = decode_u64(value);
+    if (v < kInlineLimit) {
+      *word = v;
+      return Code::ok;
+    }
+  }
+  if (value.size() > max_value_) return Code::value_too_large;
+  Code code = Code::ok;
+  const std::size_t bytes = sizeof(ValueRecord) + value.size();
+  const std::uint64_t off = pool_->allocator().allocate(bytes, &code);
+  if (off == 0) return code;
+  auto* rec = pool_->at<ValueRecord>(off);
+  pm::store(rec, ValueRecord{static_cast<std::uint32_t>(value.size()), 0});  // V2
+  pm::copy(rec + 1, value.data(), value.size());
+  pm::persist(rec, bytes);                                                  // V3
+  *word = kOutOfLine | off;
+  return Code::ok;
+}
+
+void NBTree::read_value(std::uint64_t word, std::string* out) const {
+  const std::uint64_t p = payload_of(word);
+  if ((p & kOutOfLine) == 0) {
+    *out = encode_u64(p);
+    return;
+  }
+  const auto* rec = pool_->at<ValueRecord>(p & ~kOutOfLine);
+  out->assign(reinterpret_cast<const char*>(rec + 1), rec->length);
+}
+
+void NBTree::free_value(std::uint64_t word) {
+  const std::uint64_t p = payload_of(word);
+  if ((p & kOutOfLine) == 0) return;
+  const std::uint64_t off = p & ~kOutOfLine;
+  pool_->allocator().deallocate(off, sizeof(ValueRecord) + pool_->at<ValueRecord>(off)->length);
+}
+
+// V4: a replaced record is freed once no pinned reader can still dereference it.
+void NBTree::retire_value(std::uint64_t word) {
+  const std::uint64_t p = payload_of(word);
+  if ((p & kOutOfLine) == 0) return;
+  epochs_.retire([this, word] { free_value(word); });
+}
+
+Entry* NBTree::entries(const Leaf* leaf) const {
+  return reinterpret_cast<Entry*>(pool_->at<char>(leaf->data_off) + sizeof(BlockHeader));
+}
+
+std::uint8_t NBTree::fingerprint(std::uint64_t key) {
+  std::uint64_t h = key * 0x9E3779B97F4A7C15ull;
+  return static_cast<std::uint8_t>(h >> 56);
+}
+
+// --- leaf search --------------------------------------------------------------------------------
+
+Leaf* NBTree::resolve(Leaf* leaf, std::uint64_t key) {
+  // A leaf whose link phase finished is no longer in the tree; its copy covers the same range.
+  while ((leaf->flag.load(std::memory_order_acquire) & Leaf::kLinked) != 0) {
+    const SmoDesc* d = leaf->copy_ptr.load(std::memory_order_acquire);
+    leaf = (d->count == 2 && key >= d->split) ? d->leaves[1] : d->leaves[0];
+  }
+  return leaf;
+}
+
+Leaf* NBTree::find_leaf(std::uint64_t key) const {
+  Inner* node = root_node_.load(std::memory_order_acquire);
+  for (;;) {
+    void* child = nullptr;
+    Inner* right = nullptr;
+    for (;;) {  // N2: one validated snapshot of the node
+      const std::uint64_t v1 = node->version.load(std::memory_order_acquire);
+      if ((v1 & 1) != 0) {
+        spin_pause("nbtree.inner.read");
+        continue;
+      }
+      right = nullptr;
+      child = nullptr;
+      if (key > node->high.load(std::memory_order_relaxed)) {
+        right = node->sibling.load(std::memory_order_relaxed);  // N3: B-link move right
+      } else {
+        const int n = node->count.load(std::memory_order_relaxed);
+        int pos = 0;
+        for (int i = 1; i < n && i < Inner::kMaxFanout; ++i) {
+          if (node->keys[i].load(std::memory_order_relaxed) <= key) pos = i; else break;
+        }
+        child = node->children[pos].load(std::memory_order_relaxed);
+      }
+      std::atomic_thread_fence(std::memory_order_acquire);
+      if (node->version.load(std::memory_order_relaxed) == v1) break;
+    }
+    if (right != nullptr) {
+      node = right;
+      continue;
+    }
+    if (node->level == 1) return resolve(static_cast<Leaf*>(child), key);
+    node = static_cast<Inner*>(child);
+  }
+}
+
+int NBTree::find_slot(const Leaf* leaf, std::uint64_t key, std::uint64_t bitmap) const {
+  const std::uint8_t fp = fingerprint(key);
+  const Entry* e = entries(leaf);
+  std::uint64_t bits = bitmap & ~Leaf::kSmoBit;
+  while (bits != 0) {
+    const int i = __builtin_ctzll(bits);
+    bits &= bits - 1;
+    if (leaf->fps[i].load(std::memory_order_relaxed) == fp &&
+        pm::load_acquire(&e[i].key) == key) {
+      return i;
+    }
+  }
+  return -1;
+}
+
+// Reads one committed slot: key, value, key again (a delete clears the key before it clears
+// an out-of-line value, so a changed key means the value may be stale). R1: in ADR mode a
+// reader that finds a writer in flight on the slot writes the line back itself, so it never
+// returns a value a crash could still take away.
+std::uint64_t NBTree::read_word(const Leaf* leaf, int slot, std::uint64_t* key_out) const {
+  Entry* e = &entries(leaf)[slot];
+  const std::uint64_t k1 = pm::load_acquire(&e->key);
+  const std::uint64_t w = pm::load_acquire(&e->value);
+  const std::uint64_t k2 = pm::load_acquire(&e->key);
+  if (adr() && leaf->pending[slot].load(std::memory_order_seq_cst) != 0) {
+    pm::persist(e, sizeof(Entry));  // R1
+    reader_persists_.fetch_add(1, std::memory_order_relaxed);
+  }
+  *key_out = (k1 == k2) ? k1 : 0;
+  return w;
+}
+
+void NBTree::begin_write(Leaf* leaf, int slot) const {
+  if (adr()) {
+    pm::yield_point("nbtree.pending.inc");
+    // seq_cst, sequenced before the PM CAS (release): a reader that sees the new word sees
+    // this increment (or the decrement that follows the write-back).
+    leaf->pending[slot].fetch_add(1, std::memory_order_seq_cst);
+  }
+}
+
+void NBTree::end_write(Leaf* leaf, int slot, const void* line) const {
+  pm::persist(line, sizeof(Entry));  // U3 / D3 / S7: one write-back of the entry's line
+  if (adr()) {
+    pm::yield_point("nbtree.pending.dec");
+    leaf->pending[slot].fetch_sub(1, std::memory_order_release);
+  }
+}
+
+// --- insert ---------------------------------------------------------------------------------------
+
+// I2: waits until no lower slot is claimed-but-unannounced or pending with the same key.
+// Returns true if the smo bit appeared meanwhile (the caller gives up its slot).
+bool NBTree::wait_for_lower_inserts(const Leaf* leaf, int slot, std::uint64_t key) const {
+  for (int j = 0; j < slot; ++j) {
+    for (;;) {
+      const std::uint8_t st = leaf->state[j].load(std::memory_order_acquire);
+      if (st == Leaf::kDone) break;
+      if (st == Leaf::kPending && leaf->keys[j].load(std::memory_order_relaxed) != key) break;
+      if ((leaf->bitmap.load(std::memory_order_acquire) & Leaf::kSmoBit) != 0) return true;
+      spin_pause("nbtree.insert.wait");
+    }
+  }
+  return false;
+}
+
+Code NBTree::insert_word(std::uint64_t key, std::uint64_t word) {
+  const std::uint8_t fp = fingerprint(key);
+  for (;;) {
+    Leaf* leaf = find_leaf(key);
+    std::uint64_t b = leaf->bitmap.load(std::memory_order_acquire);
+    if ((b & Leaf::kSmoBit) != 0) {  // C1: cooperative SMO, then retry
+      help_smo(leaf);
+      if (leaf->copy_ptr.load(std::memory_order_acquire) == nullptr) return Code::pool_full;
+      continue;
+    }
+    if (find_slot(leaf, key, b) >= 0) return Code::already_present;
+    pm::yield_point("nbtree.insert.faa");
+    const std::uint32_t s = leaf->num.fetch_add(1, std::memory_order_acq_rel);  // I1
+    if (s >= static_cast<std::uint32_t>(cap_)) {
+      pm::yield_point("nbtree.smo.bit");
+      leaf->bitmap.fetch_or(Leaf::kSmoBit, std::memory_order_seq_cst);  // S1
+      help_smo(leaf);
+      if (leaf->copy_ptr.load(std::memory_order_acquire) == nullptr) return Code::pool_full;
+      continue;
+    }
+    const int slot = static_cast<int>(s);
+    // I2: announce the key, then wait for lower slots that announce the same key (or have
+    // not announced yet). The lowest such insert decides; two committed copies of one key
+    // can never exist, and at most one uncommitted copy is ever written to PM.
+    pm::yield_point("nbtree.insert.announce");
+    leaf->keys[slot].store(key, std::memory_order_relaxed);
+    leaf->state[slot].store(Leaf::kPending, std::memory_order_release);
+    const bool smo = wait_for_lower_inserts(leaf, slot, key);
+    Entry* e = &entries(leaf)[slot];
+    bool written = false;
+    b = leaf->bitmap.load(std::memory_order_acquire);
+    for (;;) {
+      if (smo || (b & Leaf::kSmoBit) != 0) {
+        // I7: the commit CAS can never succeed once the smo bit is set. Withdraw the PM copy
+        // so no uncommitted entry outlives this attempt, then help and retry.
+        if (written) {
+          std::uint64_t expected = key;
+          pm::cas(&e->key, expected, 0);
+          pm::persist(e, sizeof(Entry));
+        }
+        leaf->state[slot].store(Leaf::kDone, std::memory_order_release);
+        break;
+      }
+      if (find_slot(leaf, key, b) >= 0) {
+        if (written) {  // unreachable by I2; withdrawn defensively
+          std::uint64_t expected = key;
+          pm::cas(&e->key, expected, 0);
+          pm::persist(e, sizeof(Entry));
+        }
+        leaf->state[slot].store(Leaf::kDone, std::memory_order_release);
+        return Code::already_present;
+      }
+      if (!written) {
+        pm::store(&e->value, word);          // I3: value first
+        pm::publish(&e->key, key);           // I4: key = durability point (eADR)
+        pm::persist(e, sizeof(Entry));       // I5: ADR: the one write-back; eADR: fence
+        leaf->fps[slot].store(fp, std::memory_order_relaxed);
+        written = true;
+      }
+      hook(HookPoint::insert_before_commit_cas, leaf);
+      pm::yield_point("nbtree.insert.commit");
+      // I6: commit. acq_rel: the fingerprint and the entry are visible to whoever sees the bit.
+      if (leaf->bitmap.compare_exchange_weak(b, b | (std::uint64_t{1} << slot),
+                                             std::memory_order_acq_rel,
+                                             std::memory_order_acquire)) {
+        leaf->state[slot].store(Leaf::kDone, std::memory_order_release);
+        return Code::ok;
+      }
+    }
+    help_smo(leaf);
+    if (leaf->copy_ptr.load(std::memory_order_acquire) == nullptr) return Code::pool_full;
+  }
+}
+
+// --- update / delete --------------------------------------------------------------------------------
+
+Code NBTree::update_word(std::uint64_t key, std::uint64_t word, std::uint64_t* old_word) {
+  Leaf* leaf = find_leaf(key);
+  const int slot = find_slot(leaf, key, leaf->bitmap.load(std::memory_order_acquire));
+  if (slot < 0) return Code::not_found;
+  Entry* e = &entries(leaf)[slot];
+  begin_write(leaf, slot);
+  std::uint64_t cur = pm::load_acquire(&e->value);
+  bool ok = false;
+  for (;;) {
+    if (pm::load_acquire(&e->key) != key) break;  // deleted meanwhile: linearised after it
+    hook(HookPoint::update_before_cas, leaf);
+    pm::yield_point("nbtree.update.cas");
+    if (pm::cas(&e->value, cur, word)) {  // U2: in-place update, clean word
+      ok = true;
+      break;
+    }
+  }
+  end_write(leaf, slot, e);  // U3
+  if (!ok) return Code::not_found;
+  full_fence();
+  *old_word = cur;
+  // V4: the record this update replaced is ours to free only if no SMO can have copied it.
+  if ((leaf->bitmap.load(std::memory_order_seq_cst) & Leaf::kSmoBit) == 0) retire_value(cur);
+  if (const SmoDesc* d = leaf->copy_ptr.load(std::memory_order_seq_cst)) {
+    sync_slot(leaf, slot, d);  // W1: sync-on-write
+  }
+  return Code::ok;
+}
+
+Code NBTree::remove_key(std::uint64_t key) {
+  Leaf* leaf = find_leaf(key);
+  const int slot = find_slot(leaf, key, leaf->bitmap.load(std::memory_order_acquire));
+  if (slot < 0) return Code::not_found;
+  Entry* e = &entries(leaf)[slot];
+  begin_write(leaf, slot);
+  hook(HookPoint::delete_before_cas, leaf);
+  pm::yield_point("nbtree.delete.cas");
+  std::uint64_t expected = key;
+  const bool ok = pm::cas(&e->key, expected, 0);  // D2: key := empty
+  std::uint64_t v = 0;
+  if (ok) {
+    // D2b: an out-of-line value is taken out of the slot too, so exactly one thread frees it.
+    v = pm::load_acquire(&e->value);
+    while ((payload_of(v) & kOutOfLine) != 0 && !pm::cas(&e->value, v, 0)) {
+    }
+  }
+  end_write(leaf, slot, e);  // D3
+  if (!ok) return Code::not_found;
+  full_fence();
+  if ((leaf->bitmap.load(std::memory_order_seq_cst) & Leaf::kSmoBit) == 0) retire_value(v);
+  if (const SmoDesc* d = leaf->copy_ptr.load(std::memory_order_seq_cst)) {
+    sync_slot(leaf, slot, d);  // W1: sync-on-write of the deletion
+  }
+  return Code::ok;
+}
+
+// --- search ------------------------------------------------------------------------------------------
+
+Code NBTree::find_word(std::uint64_t key, std::uint64_t* word) const {
+  Leaf* leaf = find_leaf(key);
+  int slot = find_slot(leaf, key, leaf->bitmap.load(std::memory_order_acquire));
+  if (slot < 0) return Code::not_found;
+  for (;;) {
+    std::uint64_t k = 0;
+    const std::uint64_t w = read_word(leaf, slot, &k);
+    if (k != key) return Code::not_found;
+    // R2: the value was read before copy_ptr; if there is none yet, any writer of what we
+    // read wrote before copy_ptr was published and the sync phase carries it over.
+    full_fence();
+    const SmoDesc* d = leaf->copy_ptr.load(std::memory_order_seq_cst);
+    if (d == nullptr) {
+      *word = w;
+      return Code::ok;
+    }
+    if (d->map_leaf[slot] == 0xff) {  // deleted before the copy: the read above saw it live
+      *word = w;                      // only if it raced the delete; linearised before it
+      return Code::ok;
+    }
+    sync_slot(leaf, slot, d);  // R3: sync-on-read, then read the new leaf
+    const int m = d->map_slot[slot];
+    leaf = d->leaves[d->map_leaf[slot]];
+    slot = m;
+  }
+}
+
+// --- key 0 (side record in the root) -------------------------------------------------------------
+
+Code NBTree::zero_insert(std::uint64_t word) {
+  std::lock_guard<std::mutex> lock(zero_mu_);
+  if (root_->zero_present != 0) return Code::already_present;
+  pm::publish(&root_->zero_value, word);  // Z1
+  pm::persist(&root_->zero_value, 8);
+  pm::publish(&root_->zero_present, 1);   // Z2
+  pm::persist(&root_->zero_present, 8);
+  return Code::ok;
+}
+
+Code NBTree::zero_update(std::uint64_t word) {
+  std::lock_guard<std::mutex> lock(zero_mu_);
+  if (root_->zero_present == 0) return Code::not_found;
+  const std::uint64_t old = root_->zero_value;
+  pm::publish(&root_->zero_value, word);  // Z3
+  pm::persist(&root_->zero_value, 8);
+  free_value(old);  // readers of key 0 hold zero_mu_
+  return Code::ok;
+}
+
+Code NBTree::zero_remove() {
+  std::lock_guard<std::mutex> lock(zero_mu_);
+  if (root_->zero_present == 0) return Code::not_found;
+  pm::publish(&root_->zero_present, 0);  // Z4
+  pm::persist(&root_->zero_present, 8);
+  free_value(root_->zero_value);
+  return Code::ok;
+}
+
+Code NBTree::zero_find(std::uint64_t* word) const {
+  // The caller holds zero_mu_ while it copies the value out.
+  if (root_->zero_present == 0) return Code::not_found;
+  *word = root_->zero_value;
+  return Code::ok;
+}
+
+// --- public operations ---------------------------------------------------------------------------
+
+Code NBTree::insert(std::string_view key, std::string_view value) {
+  std::uint64_t k = 0;
+  if (Code c = decode_key(key, &k); c != Code::ok) return c;
+  std::uint64_t word = 0;
+  if (Code c = encode_value(value, &word); c != Code::ok) return c;
+  auto guard = epochs_.pin();
+  const Code c = k == 0 ? zero_insert(word) : insert_word(k, word);
+  if (c != Code::ok) free_value(word);  // never published (I7 withdrew any PM copy)
+  return c;
+}
+
+Code NBTree::update(std::string_view key, std::string_view value) {
+  std::uint64_t k = 0;
+  if (Code c = decode_key(key, &k); c != Code::ok) return c;
+  std::uint64_t word = 0;
+  if (Code c = encode_value(value, &word); c != Code::ok) return c;
+  auto guard = epochs_.pin();
+  std::uint64_t old = 0;
+  const Code c = k == 0 ? zero_update(word) : update_word(k, word, &old);
+  if (c != Code::ok) free_value(word);
+  return c;
+}
+
+Code NBTree::upsert(std::string_view key, std::string_view value) {
+  for (;;) {
+    const Code c = insert(key, value);
+    if (c != Code::already_present) return c;
+    const Code u = update(key, value);
+    if (u != Code::not_found) return u;
+  }
+}
+
+Code NBTree::find(std::string_view key, std::string* value) const {
+  std::uint64_t k = 0;
+  if (Code c = decode_key(key, &k); c != Code::ok) return c;
+  auto guard = epochs_.pin();
+  std::uint64_t word = 0;
+  if (k == 0) {
+    std::lock_guard<std::mutex> lock(zero_mu_);
+    if (zero_find(&word) != Code::ok) return Code::not_found;
+    if (value != nullptr) read_value(word, value);
+    return Code::ok;
+  }
+  if (Code c = find_word(k, &word); c != Code::ok) return c;
+  if (value != nullptr) read_value(word, value);
+  return Code::ok;
+}
+
+Code NBTree::remove(std::string_view key) {
+  std::uint64_t k = 0;
+  if (Code c = decode_key(key, &k); c != Code::ok) return c;
+  auto guard = epochs_.pin();
+  return k == 0 ? zero_remove() : remove_key(k);
+}
+
+// Scan: leaf by leaf in key order, re-descending from the root for each leaf (a leaf's range
+// never changes, so the next leaf is the one covering high + 1). Each record is read like
+// find() (sync-on-read included): every returned value was the key's value at some instant
+// during the scan; the result is not a snapshot of the whole range (PROTOCOL.md, "Scan").
+std::size_t NBTree::scan(std::string_view start, std::size_t max, ScanBuffer& out) const {
+  out.clear();
+  if (max == 0) return 0;
+  std::uint64_t cursor = 0;
+  if (start.size() == 8) {
+    cursor = decode_u64(start);
+  } else if (start.size() > 8) {
+    cursor = decode_u64(start.substr(0, 8));
+    if (cursor == ~std::uint64_t{0}) return 0;
+    ++cursor;  // every 8-byte key with this prefix is < start
+  } else {
+    // A shorter start padded with zero bytes: every 8-byte key >= start is >= the padding.
+    std::string padded(start);
+    padded.resize(8, '\0');
+    cursor = decode_u64(padded);
+  }
+  auto guard = epochs_.pin();
+  std::string value;
+  if (cursor == 0) {
+    std::lock_guard<std::mutex> lock(zero_mu_);
+    std::uint64_t word = 0;
+    if (zero_find(&word) == Code::ok) {
+      read_value(word, &value);
+      out.append(encode_u64(0), value);
+    }
+    cursor = 1;
+  }
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> recs;
+  while (out.size() < max) {
+    Leaf* leaf = find_leaf(cursor);
+    recs.clear();
+    const std::uint64_t b = leaf->bitmap.load(std::memory_order_acquire) & ~Leaf::kSmoBit;
+    const Entry* e = entries(leaf);
+    for (std::uint64_t bits = b; bits != 0; bits &= bits - 1) {
+      const int i = __builtin_ctzll(bits);
+      const std::uint64_t k = pm::load_acquire(&e[i].key);
+      if (k == 0 || k < cursor) continue;
+      std::uint64_t w = 0;
+      if (find_word(k, &w) == Code::ok) recs.emplace_back(k, w);
+    }
+    std::sort(recs.begin(), recs.end());
+    for (const auto& [k, w] : recs) {
+      if (out.size() >= max) break;
+      read_value(w, &value);
+      out.append(encode_u64(k), value);
+    }
+    if (leaf->high == ~std::uint64_t{0}) break;
+    cursor = leaf->high + 1;
+  }
+  return out.size();
+}
+
+}  // namespace pmindex::nbtree

@@ -1,0 +1,315 @@
+// NBTree (paper 002): a lock-free persistent B+-tree whose leaves have two layers, a DRAM
+// metadata layer and a PM key-value layer of unsorted 16 B entries. Persistence steps and the
+// concurrency protocol are numbered in PROTOCOL.md; the code cites them (`// I3: ...`).
+//
+// Thread safety: every public operation may be called from any thread concurrently, except
+// bulk_load(), verify(), close() and set_hooks(), which need a quiescent index.
+//   * Leaf operations are lock-free (FAA/CAS on the DRAM metadata, CAS on PM words), except
+//     that two inserts of the SAME key into the same leaf wait for each other (I2) and the
+//     link phase of an SMO runs under the tree's structure mutex (S9..S14, no HTM on this
+//     CPU). Key 0 lives in a side record guarded by its own mutex (Z1..Z4).
+//   * Inner nodes are read without locks: each node has a version (odd = being written) that
+//     readers validate (seqlock); writers hold structure_mu_ (N1..N3).
+// Invariants (verify() checks them on a quiescent tree):
+//   (1) the DRAM leaf chain and the PM block chain visit the same leaves in the same order, and
+//       leaf ranges [low, high] tile [1, 2^64-1] in that order;
+//   (2) every committed live slot holds a key in its leaf's range, no key is live twice, and
+//       its fingerprint matches; committed bits lie below min(num, capacity);
+//   (3) inner nodes are sorted, their children's ranges nest inside theirs, and the leaves they
+//       reach in order are exactly the leaf chain;
+//   (4) a quiescent leaf has no SMO in progress (smo bit clear, no copy_ptr).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include "pmindex/index.h"
+#include "pmindex/sync/epoch.h"
+
+namespace pmindex::nbtree {
+
+// --- persistent layout ------------------------------------------------------------------------
+
+// Root object (64 B, one line).
+//   [ 0, 8) magic "NBTREE01"       [ 8,16) head: offset of the first key-value block
+//   [16,24) zero_present: 1 if key 0 is live (key 0 lives here, not in a leaf: 0 = empty slot)
+//   [24,32) zero_value: key 0's value word (same encoding as a leaf value)
+//   [32,36) node_size              [36,40) max_value_size
+//   [40,64) reserved (0)
+struct Root {
+  std::uint64_t magic;
+  std::uint64_t head;
+  std::uint64_t zero_present;
+  std::uint64_t zero_value;
+  std::uint32_t node_size;
+  std::uint32_t max_value_size;
+  std::uint8_t reserved[24];
+};
+static_assert(sizeof(Root) == 64);
+static_assert(offsetof(Root, head) == 8 && offsetof(Root, zero_value) == 24 &&
+              offsetof(Root, node_size) == 32);
+static_assert(std::is_standard_layout_v<Root> && std::is_trivially_copyable_v<Root>);
+inline constexpr std::uint64_t kRootMagic = 0x3130454552544e42ull;  // "BNTREE01" little-endian
+
+// Key-value entry (16 B; four per cache line, never straddling one).
+//   [0,8) key: 0 = empty (never written, or deleted)    [8,16) value word (below)
+struct Entry {
+  std::uint64_t key;
+  std::uint64_t value;
+};
+static_assert(sizeof(Entry) == 16 && offsetof(Entry, value) == 8);
+static_assert(std::is_standard_layout_v<Entry> && std::is_trivially_copyable_v<Entry>);
+
+// Key-value block: one per leaf, node_size bytes (64..1024), 64 B aligned (256 B from 256 B).
+//   [0,8) next: offset of the next block in key order, 0 at the end
+//   [8,16) reserved (0)
+//   [16, node_size) entries[capacity], capacity = node_size / 16 - 1 (63 for 1 KiB)
+struct BlockHeader {
+  std::uint64_t next;
+  std::uint64_t reserved;
+};
+static_assert(sizeof(BlockHeader) == 16);
+static_assert(std::is_standard_layout_v<BlockHeader> && std::is_trivially_copyable_v<BlockHeader>);
+
+// Value word. Bits: 63 copy_bit | 62 sync_bit | 61 out_of_line | 60..0 payload.
+//   inline:      an 8-byte value whose big-endian integer is < 2^61 (the common path)
+//   out_of_line: payload is the offset of a ValueRecord (any length up to max_value_size, and
+//                8-byte values with any of the top three bits set)
+inline constexpr std::uint64_t kCopyBit = std::uint64_t{1} << 63;
+inline constexpr std::uint64_t kSyncBit = std::uint64_t{1} << 62;
+inline constexpr std::uint64_t kOutOfLine = std::uint64_t{1} << 61;
+inline constexpr std::uint64_t kStateBits = kCopyBit | kSyncBit;
+inline constexpr std::uint64_t kInlineLimit = kOutOfLine;
+inline constexpr std::uint64_t payload_of(std::uint64_t w) { return w & ~kStateBits; }
+
+// Out-of-line value record, 64 B aligned.
+//   [0,4) length   [4,8) reserved   [8, 8+length) bytes
+struct ValueRecord {
+  std::uint32_t length;
+  std::uint32_t reserved;
+};
+static_assert(sizeof(ValueRecord) == 8);
+static_assert(std::is_standard_layout_v<ValueRecord> && std::is_trivially_copyable_v<ValueRecord>);
+
+inline constexpr std::uint32_t kDefaultNodeSize = 1024;
+inline constexpr std::uint32_t kMinNodeSize = 64;
+inline constexpr std::uint32_t kMaxNodeSize = 1024;  // capacity 63 + the smo bit fit one word
+inline constexpr int kMaxSlots = 63;
+inline constexpr std::uint32_t kMaxValueSize = 4096;
+
+// --- DRAM metadata layer ----------------------------------------------------------------------
+
+struct SmoDesc;
+
+// Leaf metadata (DRAM). The range [low, high] (inclusive) never changes: an SMO replaces the
+// leaf with one or two new leaves instead of resizing it.
+struct Leaf {
+  // commit bitmap: bits 0..62 committed slots | bit 63 smo (set once, never cleared)
+  static constexpr std::uint64_t kSmoBit = std::uint64_t{1} << 63;
+  // flag bits
+  static constexpr std::uint32_t kSynced = 1;  // sync phase finished (S8)
+  static constexpr std::uint32_t kLinked = 2;  // link phase finished (S14)
+  // slot states (state[])
+  static constexpr std::uint8_t kFree = 0;     // not claimed, or claimed but not announced
+  static constexpr std::uint8_t kPending = 1;  // claimed, key announced in keys[] (I2)
+  static constexpr std::uint8_t kDone = 2;     // committed (bitmap) or given up
+
+  std::atomic<std::uint64_t> bitmap{0};
+  std::atomic<std::uint32_t> num{0};
+  std::atomic<std::uint32_t> flag{0};
+  std::atomic<SmoDesc*> copy_ptr{nullptr};
+  std::atomic<Leaf*> next{nullptr};
+  std::uint64_t data_off = 0;  // the PM block (immutable)
+  std::uint64_t low = 1, high = ~std::uint64_t{0};
+  std::atomic<std::uint8_t> fps[kMaxSlots] = {};
+  std::atomic<std::uint8_t> state[kMaxSlots] = {};
+  // ADR only: writers of a committed slot in flight (R1). A reader that sees it non-zero
+  // writes the entry's line back itself before returning what it read.
+  std::atomic<std::uint8_t> pending[kMaxSlots] = {};
+  // The key each claimed slot announced (I2); also lets the sync phase know a deleted key.
+  std::atomic<std::uint64_t> keys[kMaxSlots] = {};
+};
+
+// What an SMO built: copy_ptr points here (S3). Immutable once published.
+struct SmoDesc {
+  Leaf* leaves[2] = {nullptr, nullptr};
+  int count = 0;               // 1 or 2 new leaves
+  std::uint64_t split = 0;     // two leaves: keys >= split go to leaves[1]
+  std::uint8_t map_leaf[kMaxSlots];  // old slot -> new leaf index, 0xff = not copied
+  std::uint8_t map_slot[kMaxSlots];
+};
+
+// Inner node (DRAM). children[i] covers [keys[i], keys[i+1]-1]; keys[0] == low. Readers
+// validate `version` (N2); writers hold structure_mu_ and make it odd while writing (N1).
+struct Inner {
+  static constexpr int kMaxFanout = 64;
+  std::atomic<std::uint64_t> version{0};
+  std::atomic<int> count{0};
+  int level = 1;  // 1: children are leaves
+  std::atomic<std::uint64_t> high{~std::uint64_t{0}};  // inclusive; B-link high key
+  std::atomic<Inner*> sibling{nullptr};                // B-link right sibling
+  std::atomic<std::uint64_t> keys[kMaxFanout] = {};
+  std::atomic<void*> children[kMaxFanout] = {};
+};
+
+// --- test hooks ---------------------------------------------------------------------------------
+
+enum class HookPoint : int {
+  insert_before_commit_cas,  // I6
+  update_before_cas,         // U2
+  delete_before_cas,         // D2
+  sync_before_cas,           // S7 / W1 / R3 (any sync CAS)
+  smo_started,               // S1 done
+  smo_before_copy_ptr_cas,   // copy phase built, S3 next
+  smo_after_copy_ptr,        // copy phase done (S3)
+  smo_after_sync,            // sync phase done (S8)
+  smo_link_before_pm,        // link phase, structure mutex held, S11 next
+  smo_link_after_list,       // link phase, lists switched, parent not yet installed (S13)
+  smo_done,                  // S14
+};
+std::string_view to_string(HookPoint p);
+
+// Called at each point when installed. Zero cost when unset (one acquire load and a branch).
+// smo_link_before_pm and smo_link_after_list run with the structure mutex held.
+class Hooks {
+ public:
+  virtual ~Hooks() = default;
+  virtual void at(HookPoint point, const Leaf* leaf) = 0;
+};
+
+// --- the index ----------------------------------------------------------------------------------
+
+class NBTree final : public Index {
+ public:
+  static pm::Layout layout_for(const Options& options);
+  static std::size_t default_pool_size(const Options& options);
+  static Result<std::unique_ptr<Index>> create(std::unique_ptr<pm::Pool> pool,
+                                               const Options& options);
+  static Result<std::unique_ptr<Index>> recover(std::unique_ptr<pm::Pool> pool,
+                                                const Options& options);
+
+  ~NBTree() override;
+  std::string_view kind() const override { return "nbtree"; }
+  Code insert(std::string_view key, std::string_view value) override;
+  Code update(std::string_view key, std::string_view value) override;
+  Code upsert(std::string_view key, std::string_view value) override;
+  Code find(std::string_view key, std::string* value) const override;
+  Code remove(std::string_view key) override;
+  std::size_t scan(std::string_view start, std::size_t max, ScanBuffer& out) const override;
+  Status bulk_load(std::span<const KeyValue> sorted, double fill) override;
+  Status verify() const override;
+  RecoveryStats recovery_stats() const override { return recovery_; }
+  Footprint footprint() const override;
+  Status close() override;
+  const pm::Pool& pool() const override { return *pool_; }
+  // Registers the calling thread with the epoch manager for the scope's lifetime (faster
+  // pins); operations without it attach for their own duration.
+  ThreadScope attach_thread() override;
+
+  // --- for tests ---
+  void set_hooks(Hooks* hooks) { hooks_.store(hooks, std::memory_order_release); }
+  // Frees every retired leaf and record now (quiescent index only).
+  void collect_garbage() { epochs_.drain(); }
+  int leaf_capacity() const { return cap_; }
+  // ADR: how often a reader found a write in flight on its slot and persisted the line itself
+  // (R1) -- the run-time cost of refusing dirty reads.
+  std::uint64_t reader_persists() const {
+    return reader_persists_.load(std::memory_order_relaxed);
+  }
+  std::size_t leaf_count() const;
+  // The leaf that currently covers `key` (quiescent index only).
+  Leaf* leaf_for_testing(std::uint64_t key) const;
+  // The PM value word of `key` among `leaf`'s committed slots (any state), for white-box checks.
+  bool peek_for_testing(const Leaf* leaf, std::uint64_t key, std::uint64_t* word) const;
+  // Breaks an invariant on purpose so a test can check that verify() notices.
+  void corrupt_for_testing(int what);
+
+ private:
+  NBTree(std::unique_ptr<pm::Pool> pool, std::uint32_t node_size, std::uint32_t max_value);
+
+  // keys and values
+  Code decode_key(std::string_view key, std::uint64_t* out) const;
+  Code encode_value(std::string_view value, std::uint64_t* word);
+  void read_value(std::uint64_t word, std::string* out) const;
+  void free_value(std::uint64_t word);           // immediately (never published)
+  void retire_value(std::uint64_t word);         // after an epoch
+
+  // PM access
+  Entry* entries(const Leaf* leaf) const;
+  BlockHeader* block(const Leaf* leaf) const { return pool_->at<BlockHeader>(leaf->data_off); }
+  static std::uint8_t fingerprint(std::uint64_t key);
+  bool adr() const { return mode_ == pm::Mode::adr; }
+  void hook(HookPoint p, const Leaf* leaf) const {
+    if (Hooks* h = hooks_.load(std::memory_order_acquire)) [[unlikely]] h->at(p, leaf);
+  }
+
+  // leaf operations
+  Leaf* find_leaf(std::uint64_t key) const;
+  static Leaf* resolve(Leaf* leaf, std::uint64_t key);
+  int find_slot(const Leaf* leaf, std::uint64_t key, std::uint64_t bitmap) const;
+  std::uint64_t read_word(const Leaf* leaf, int slot, std::uint64_t* key_out) const;
+  bool wait_for_lower_inserts(const Leaf* leaf, int slot, std::uint64_t key) const;
+  Code insert_word(std::uint64_t key, std::uint64_t word);
+  Code update_word(std::uint64_t key, std::uint64_t word, std::uint64_t* old_word);
+  Code remove_key(std::uint64_t key);
+  Code find_word(std::uint64_t key, std::uint64_t* word) const;
+  void begin_write(Leaf* leaf, int slot) const;
+  void end_write(Leaf* leaf, int slot, const void* line) const;
+
+  // SMO
+  void help_smo(Leaf* leaf);
+  SmoDesc* copy_phase(Leaf* leaf);
+  void sync_slot(Leaf* old_leaf, int slot, const SmoDesc* d) const;
+  void link_phase(Leaf* leaf, SmoDesc* d);
+  Leaf* new_leaf(std::uint64_t low, std::uint64_t high, Code* code);
+  void destroy_unpublished(SmoDesc* d);
+
+  // inner nodes
+  void install_in_parent(Leaf* old_leaf, SmoDesc* d);
+  void insert_into_inner(std::vector<Inner*>& path, int level_index, std::uint64_t key,
+                         void* child);
+  std::vector<Inner*> path_to(std::uint64_t key) const;  // structure_mu_ held
+  void build_inner_from_leaves(const std::vector<Leaf*>& leaves);
+  void free_dram();
+
+  // key 0 (side record in the root)
+  Code zero_insert(std::uint64_t word);
+  Code zero_update(std::uint64_t word);
+  Code zero_remove();
+  Code zero_find(std::uint64_t* word) const;
+
+  // recovery
+  Status init_root();
+  Status rebuild();
+  Status verify_leaf(const Leaf* leaf, std::uint64_t* live) const;
+  Status verify_inner(const Inner* node, std::uint64_t low, std::uint64_t high,
+                      std::vector<const Leaf*>* leaves) const;
+
+  std::unique_ptr<pm::Pool> pool_;
+  Root* root_ = nullptr;
+  pm::Mode mode_ = pm::Mode::adr;
+  pm::KeyMode key_mode_ = pm::KeyMode::u64;
+  std::uint32_t node_size_;
+  int cap_;
+  int fanout_;
+  std::uint32_t max_value_;
+  std::atomic<Inner*> root_node_{nullptr};
+  std::atomic<Leaf*> head_{nullptr};
+  std::atomic<Hooks*> hooks_{nullptr};
+  mutable std::mutex structure_mu_;   // link phases and inner-node writers (S9..S14, N1)
+  mutable std::mutex zero_mu_;        // key 0's side record (Z1)
+  std::vector<Inner*> all_inner_;     // every inner node, for freeing (structure_mu_)
+  mutable sync::EpochManager epochs_;  // E1: replaced leaves and value records
+  mutable std::atomic<std::uint64_t> reader_persists_{0};  // relaxed: a statistic
+  RecoveryStats recovery_;
+  bool closed_ = false;
+};
+
+}  // namespace pmindex::nbtree

@@ -1,0 +1,504 @@
+// NBTree creation, recovery (scan the key-value layer, rebuild the DRAM layer; steps C*, X*),
+// bulk load, verify() and footprint. See PROTOCOL.md.
+#include <algorithm>
+#include <chrono>
+#include <unordered_set>
+
+#include "index/nbtree/nbtree.h"
+
+namespace pmindex::nbtree {
+
+namespace {
+constexpr std::uint64_t kMaxKey = ~std::uint64_t{0};
+
+std::uint32_t node_size_of(const Options& o) {
+  return o.node_size != 0 ? o.node_size : kDefaultNodeSize;
+}
+bool valid_node_size(std::uint32_t n) {
+  return n >= kMinNodeSize && n <= kMaxNodeSize && n % 64 == 0;
+}
+std::size_t block_align(std::uint32_t node_size) { return node_size >= 256 ? 256 : 64; }
+}  // namespace
+
+pm::Layout NBTree::layout_for(const Options& o) {
+  return pm::Layout{"nbtree", node_size_of(o), o.key_type, 0};
+}
+
+std::size_t NBTree::default_pool_size(const Options& o) {
+  // About 16 B per record in half-full 1 KiB leaves, plus out-of-line values and slack.
+  const std::size_t per_record = 64 + (o.max_value_size > 8 ? o.max_value_size + 64 : 0);
+  return std::max<std::size_t>(std::size_t{16} << 20, o.expected_records * per_record);
+}
+
+Result<std::unique_ptr<Index>> NBTree::create(std::unique_ptr<pm::Pool> pool, const Options& o) {
+  const std::uint32_t ns = node_size_of(o);
+  if (o.key_type == KeyType::bytes) {
+    return pool->error(Code::unsupported,
+                       "nbtree: variable-length keys are not implemented yet (u64/f64 only)");
+  }
+  if (!valid_node_size(ns))
+    return pool->error(Code::invalid_argument, "nbtree node_size must be 64..1024, a multiple of 64");
+  if (o.max_value_size > kMaxValueSize)
+    return pool->error(Code::invalid_argument, "nbtree values are limited to 4096 B");
+  std::unique_ptr<NBTree> idx(new NBTree(std::move(pool), ns, std::max(8u, o.max_value_size)));
+  if (Status s = idx->init_root(); !s.ok()) return s;
+  idx->recovery_.created = true;
+  return std::unique_ptr<Index>(std::move(idx));
+}
+
+// C1-C4: the first block is zeroed and persisted, the root object written and persisted with
+// head pointing at it, then the root is published in the pool header.
+Status NBTree::init_root() {
+  pm::Pool& p = *pool_;
+  Code code = Code::ok;
+  Leaf* first = new_leaf(1, kMaxKey, &code);  // C1: zeroed block
+  if (first == nullptr) return p.error(code, "no space for the first nbtree leaf");
+  pm::persist(block(first), node_size_);
+  const std::uint64_t off = p.allocator().allocate(sizeof(Root), &code);
+  if (off == 0) return p.error(code, "no space for the nbtree root");
+  Root* r = p.at<Root>(off);
+  Root init{};
+  init.magic = kRootMagic;
+  init.head = first->data_off;
+  init.node_size = node_size_;
+  init.max_value_size = max_value_;
+  pm::copy(r, &init, sizeof init);  // C2
+  pm::persist(r, sizeof init);      // C3
+  p.set_root(off);                  // C4
+  root_ = r;
+  head_.store(first, std::memory_order_release);
+  build_inner_from_leaves({first});
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<Index>> NBTree::recover(std::unique_ptr<pm::Pool> pool, const Options& o) {
+  const auto start = std::chrono::steady_clock::now();
+  if (o.key_type == KeyType::bytes)
+    return pool->error(Code::unsupported, "nbtree: variable-length keys are not implemented yet");
+  const std::uint32_t ns = pool->info().layout.node_size;
+  if (!valid_node_size(ns)) return pool->error(Code::corrupted, "nbtree layout has a bad node size");
+  pm::Pool& p = *pool;
+  const std::uint64_t root_off = p.root();
+  Root* r = root_off != 0 ? p.checked<Root>(root_off, sizeof(Root), 64) : nullptr;
+  if (root_off != 0 && (r == nullptr || r->magic != kRootMagic || r->node_size != ns ||
+                        r->max_value_size > kMaxValueSize || r->max_value_size < 8)) {
+    return p.error(Code::corrupted, "nbtree root object is missing or inconsistent");
+  }
+  const std::uint32_t max_value = r != nullptr ? r->max_value_size : std::max(8u, o.max_value_size);
+  std::unique_ptr<NBTree> idx(new NBTree(std::move(pool), ns, max_value));
+  pm::Pool& q = *idx->pool_;
+  idx->recovery_.clean_shutdown = q.was_clean();
+  q.allocator().begin_recovery(/*start_now=*/false);
+  if (r == nullptr) {
+    // Crash before C4: nothing was reachable.
+    if (Status s = q.allocator().finish_recovery(); !s.ok()) return s;
+    q.commit_open();
+    if (Status s = idx->init_root(); !s.ok()) return s;
+  } else {
+    idx->root_ = r;
+    if (q.allocator().mark_reachable(root_off, sizeof(Root)) != Code::ok)
+      return q.allocator().finish_recovery();
+    if (Status s = idx->rebuild(); !s.ok()) {
+      (void)q.allocator().finish_recovery();
+      return s;
+    }
+    if (Status s = q.allocator().finish_recovery(); !s.ok()) return s;
+    q.commit_open();
+  }
+  idx->recovery_.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return std::unique_ptr<Index>(std::move(idx));
+}
+
+// X1-X6: walk the key-value layer without trusting it (every offset bounds- and alignment-
+// checked, a visited set against cycles, keys strictly increasing from block to block), mark
+// every reachable block and record, and rebuild the metadata layer and the inner nodes.
+Status NBTree::rebuild() {
+  pm::Pool& p = *pool_;
+  auto& alloc = p.allocator();
+  auto mark_value = [&](std::uint64_t word, std::uint64_t where) -> Status {
+    const std::uint64_t pl = payload_of(word);
+    if ((pl & kOutOfLine) == 0) return Status::Ok();
+    const std::uint64_t off = pl & ~kOutOfLine;
+    const auto* rec = p.checked<ValueRecord>(off, sizeof(ValueRecord), 64);
+    if (rec == nullptr || rec->length > max_value_ ||
+        !p.in_heap(off, sizeof(ValueRecord) + rec->length)) {
+      return p.error(Code::corrupted, "nbtree value record at " + std::to_string(off) +
+                                          " (from " + std::to_string(where) + ") is invalid");
+    }
+    if (alloc.mark_reachable(off, sizeof(ValueRecord) + rec->length) != Code::ok)
+      return p.error(Code::corrupted, "nbtree value record marked twice or misplaced");
+    return Status::Ok();
+  };
+  // Key 0's side record (X1).
+  if (root_->zero_present > 1) return p.error(Code::corrupted, "nbtree root zero_present is not 0/1");
+  if (root_->zero_present == 1) {
+    if (Status s = mark_value(root_->zero_value, 0); !s.ok()) return s;
+    ++recovery_.records;
+  }
+  std::vector<Leaf*> leaves;
+  // X3/X4 repairs are applied only once the whole walk has succeeded, so a pool refused at
+  // recovery is left byte-for-byte unchanged.
+  std::vector<std::pair<std::uint64_t*, std::uint64_t>> repairs;
+  std::unordered_set<std::uint64_t> visited;
+  std::uint64_t* link = &root_->head;
+  std::uint64_t off = root_->head;
+  std::uint64_t prev_max = 0;
+  const std::size_t align = block_align(node_size_);
+  auto fail = [&](const std::string& what) {
+    for (Leaf* l : leaves) delete l;
+    return p.error(Code::corrupted, what);
+  };
+  while (off != 0) {
+    auto* hdr = p.checked<BlockHeader>(off, node_size_, align);  // X2
+    if (hdr == nullptr) return fail("nbtree block offset " + std::to_string(off) + " is invalid");
+    if (!visited.insert(off).second) return fail("nbtree block chain has a cycle");  // X2
+    const Entry* e = reinterpret_cast<const Entry*>(hdr + 1);
+    auto* leaf = new Leaf;
+    leaf->data_off = off;
+    std::uint64_t mn = kMaxKey, mx = 0;
+    int live = 0, last = -1;
+    std::uint64_t bitmap = 0;
+    for (int i = 0; i < cap_; ++i) {
+      const std::uint64_t k = e[i].key;
+      if (k == 0) continue;
+      // X3: a key may be live only once in a block; I2 guarantees it, a damaged pool may not.
+      bool dup = false;
+      for (std::uint64_t bits = bitmap; bits != 0; bits &= bits - 1) {
+        if (e[__builtin_ctzll(bits)].key == k) dup = true;
+      }
+      if (dup) {
+        repairs.push_back({const_cast<std::uint64_t*>(&e[i].key), 0});
+        continue;
+      }
+      if (Status s = mark_value(e[i].value, off); !s.ok()) {
+        delete leaf;
+        return fail(s.message());
+      }
+      bitmap |= std::uint64_t{1} << i;
+      leaf->keys[i].store(k, std::memory_order_relaxed);
+      leaf->fps[i].store(fingerprint(k), std::memory_order_relaxed);
+      mn = std::min(mn, k);
+      mx = std::max(mx, k);
+      ++live;
+      last = i;
+    }
+    const std::uint64_t next_off = hdr->next;
+    if (live == 0 && !(leaves.empty() && next_off == 0)) {
+      // X4: an empty block carries no range; unlink it (it is not marked, so it is freed).
+      repairs.push_back({link, next_off});
+      delete leaf;
+      off = next_off;
+      continue;
+    }
+    if (live > 0 && !leaves.empty() && mn <= prev_max)
+      return fail("nbtree blocks are out of key order at offset " + std::to_string(off));
+    if (alloc.mark_reachable(off, node_size_) != Code::ok)
+      return fail("nbtree block marked twice or misplaced");
+    for (int i = 0; i <= last; ++i) leaf->state[i].store(Leaf::kDone, std::memory_order_relaxed);
+    leaf->num.store(static_cast<std::uint32_t>(last + 1), std::memory_order_relaxed);
+    leaf->bitmap.store(bitmap, std::memory_order_relaxed);
+    leaf->low = leaves.empty() ? 1 : mn;  // X5: ranges from the blocks' smallest keys
+    if (!leaves.empty()) {
+      leaves.back()->high = leaf->low - 1;
+      leaves.back()->next.store(leaf, std::memory_order_relaxed);
+    }
+    if (live > 0) prev_max = mx;
+    recovery_.records += static_cast<std::uint64_t>(live);
+    ++recovery_.nodes;
+    leaves.push_back(leaf);
+    link = &hdr->next;
+    off = next_off;
+    if (visited.size() > p.size() / node_size_) return fail("nbtree block chain is too long");
+  }
+  for (const auto& [word, value] : repairs) {
+    pm::publish(word, value);
+    pm::persist(word, sizeof(std::uint64_t));
+  }
+  recovery_.repaired += repairs.size();
+  if (leaves.empty()) {
+    // X4 left nothing (or the chain was empty): start with one fresh leaf.
+    Code code = Code::ok;
+    Leaf* first = new_leaf(1, kMaxKey, &code);
+    if (first == nullptr) return p.error(code, "no space for the first nbtree leaf");
+    pm::persist(block(first), node_size_);
+    pm::publish(&root_->head, first->data_off);
+    pm::persist(&root_->head, sizeof(std::uint64_t));
+    if (alloc.mark_reachable(first->data_off, node_size_) != Code::ok)
+      return p.error(Code::corrupted, "nbtree: fresh first block overlaps a marked block");
+    leaves.push_back(first);
+  }
+  leaves.back()->high = kMaxKey;
+  head_.store(leaves.front(), std::memory_order_release);
+  build_inner_from_leaves(leaves);  // X6
+  return Status::Ok();
+}
+
+// B1-B4: sorted input becomes full blocks written and persisted back to front (each block's
+// next is known when it is written), then one publish of root.head switches the empty tree to
+// the loaded one; the old empty block is freed.
+Status NBTree::bulk_load(std::span<const KeyValue> sorted, double fill) {
+  if (!(fill > 0.0 && fill <= 1.0))
+    return Status(Code::invalid_argument, "fill factor must be in (0, 1]");
+  Leaf* head = head_.load(std::memory_order_acquire);
+  if (head->next.load(std::memory_order_acquire) != nullptr ||
+      (head->bitmap.load(std::memory_order_acquire) & ~Leaf::kSmoBit) != 0 ||
+      head->num.load(std::memory_order_relaxed) != 0 || root_->zero_present != 0) {
+    return pool_->error(Code::invalid_argument, "nbtree bulk_load needs an empty index");
+  }
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> recs;
+  recs.reserve(sorted.size());
+  auto cleanup = [&] {
+    for (auto& [k, w] : recs) free_value(w);
+  };
+  for (const KeyValue& kv : sorted) {
+    std::uint64_t k = 0, w = 0;
+    if (Code c = decode_key(kv.key, &k); c != Code::ok) {
+      cleanup();
+      return Status(c, "bulk_load: bad key");
+    }
+    if (!recs.empty() && k <= recs.back().first) {
+      cleanup();
+      return Status(Code::invalid_argument, "bulk_load: input not sorted and distinct");
+    }
+    if (Code c = encode_value(kv.value, &w); c != Code::ok) {
+      cleanup();
+      return Status(c, "bulk_load: value");
+    }
+    recs.emplace_back(k, w);
+  }
+  std::size_t begin = 0;
+  if (!recs.empty() && recs[0].first == 0) {
+    (void)zero_insert(recs[0].second);
+    begin = 1;
+  }
+  const int per = std::max(1, static_cast<int>(fill * cap_));
+  std::vector<Leaf*> leaves;
+  Code code = Code::ok;
+  for (std::size_t i = begin; i < recs.size(); i += per) {
+    const std::size_t end = std::min(recs.size(), i + per);
+    Leaf* l = new_leaf(leaves.empty() ? 1 : recs[i].first, kMaxKey, &code);
+    if (l == nullptr) {
+      for (Leaf* x : leaves) {
+        pool_->allocator().deallocate(x->data_off, node_size_);
+        delete x;
+      }
+      return pool_->error(code, "bulk_load: pool full");
+    }
+    Entry* e = entries(l);
+    std::uint64_t bitmap = 0;
+    for (std::size_t j = i; j < end; ++j) {
+      const int s = static_cast<int>(j - i);
+      pm::store(&e[s], Entry{recs[j].first, recs[j].second});  // B1
+      l->keys[s].store(recs[j].first, std::memory_order_relaxed);
+      l->fps[s].store(fingerprint(recs[j].first), std::memory_order_relaxed);
+      l->state[s].store(Leaf::kDone, std::memory_order_relaxed);
+      bitmap |= std::uint64_t{1} << s;
+    }
+    l->bitmap.store(bitmap, std::memory_order_relaxed);
+    l->num.store(static_cast<std::uint32_t>(end - i), std::memory_order_relaxed);
+    if (!leaves.empty()) {
+      leaves.back()->high = l->low - 1;
+      leaves.back()->next.store(l, std::memory_order_relaxed);
+    }
+    leaves.push_back(l);
+  }
+  if (leaves.empty()) return Status::Ok();
+  for (std::size_t i = leaves.size(); i-- > 0;) {  // B2: back to front
+    Leaf* l = leaves[i];
+    pm::store(&block(l)->next, i + 1 < leaves.size() ? leaves[i + 1]->data_off : 0);
+    pm::persist(block(l), node_size_);
+  }
+  pm::publish(&root_->head, leaves[0]->data_off);  // B3: one switch
+  pm::persist(&root_->head, sizeof(std::uint64_t));
+  pool_->allocator().deallocate(head->data_off, node_size_);  // B4
+  delete head;
+  head_.store(leaves[0], std::memory_order_release);
+  {
+    std::lock_guard<std::mutex> lock(structure_mu_);
+    build_inner_from_leaves(leaves);
+  }
+  return Status::Ok();
+}
+
+// --- verify ---------------------------------------------------------------------------------------
+
+Status NBTree::verify_leaf(const Leaf* leaf, std::uint64_t* live) const {
+  const pm::Pool& p = *pool_;
+  const std::uint64_t b = leaf->bitmap.load(std::memory_order_acquire);
+  if ((b & Leaf::kSmoBit) != 0 || leaf->copy_ptr.load(std::memory_order_acquire) != nullptr ||
+      leaf->flag.load(std::memory_order_acquire) != 0) {
+    return p.error(Code::corrupted, "verify: leaf with an SMO in progress on a quiescent tree");
+  }
+  const std::uint32_t num = leaf->num.load(std::memory_order_relaxed);
+  const int limit = std::min<int>(static_cast<int>(num), cap_);
+  if (limit < 64 && (b >> limit) != 0)
+    return p.error(Code::corrupted, "verify: committed bit at or above num/capacity");
+  if (p.checked<BlockHeader>(leaf->data_off, node_size_, block_align(node_size_)) == nullptr)
+    return p.error(Code::corrupted, "verify: leaf block offset out of bounds");
+  const Entry* e = entries(leaf);
+  std::vector<std::uint64_t> keys;
+  for (std::uint64_t bits = b; bits != 0; bits &= bits - 1) {
+    const int i = __builtin_ctzll(bits);
+    const std::uint64_t k = e[i].key;
+    if (k == 0) continue;
+    if (k < leaf->low || k > leaf->high)
+      return p.error(Code::corrupted, "verify: key " + std::to_string(k) + " outside its leaf");
+    if (leaf->fps[i].load(std::memory_order_relaxed) != fingerprint(k))
+      return p.error(Code::corrupted, "verify: fingerprint does not match key " + std::to_string(k));
+    if (leaf->keys[i].load(std::memory_order_relaxed) != k)
+      return p.error(Code::corrupted, "verify: announced key differs from the PM key");
+    const std::uint64_t pl = payload_of(e[i].value);
+    if ((pl & kOutOfLine) != 0 &&
+        p.checked<ValueRecord>(pl & ~kOutOfLine, sizeof(ValueRecord), 64) == nullptr)
+      return p.error(Code::corrupted, "verify: value record offset out of bounds");
+    keys.push_back(k);
+  }
+  std::sort(keys.begin(), keys.end());
+  if (std::adjacent_find(keys.begin(), keys.end()) != keys.end())
+    return p.error(Code::corrupted, "verify: a key is live twice in one leaf");
+  *live += keys.size();
+  return Status::Ok();
+}
+
+Status NBTree::verify_inner(const Inner* node, std::uint64_t low, std::uint64_t high,
+                           std::vector<const Leaf*>* leaves) const {
+  const pm::Pool& p = *pool_;
+  const int n = node->count.load(std::memory_order_relaxed);
+  if (n < 1 || n > fanout_) return p.error(Code::corrupted, "verify: inner node count out of range");
+  if ((node->version.load(std::memory_order_relaxed) & 1) != 0)
+    return p.error(Code::corrupted, "verify: inner node left locked");
+  if (node->keys[0].load(std::memory_order_relaxed) != low ||
+      node->high.load(std::memory_order_relaxed) != high)
+    return p.error(Code::corrupted, "verify: inner node range differs from its parent's entry");
+  for (int i = 0; i < n; ++i) {
+    const std::uint64_t lo = node->keys[i].load(std::memory_order_relaxed);
+    const std::uint64_t hi = i + 1 < n ? node->keys[i + 1].load(std::memory_order_relaxed) - 1 : high;
+    if (i + 1 < n && node->keys[i + 1].load(std::memory_order_relaxed) <= lo)
+      return p.error(Code::corrupted, "verify: inner keys not strictly increasing");
+    void* c = node->children[i].load(std::memory_order_relaxed);
+    if (c == nullptr) return p.error(Code::corrupted, "verify: null child");
+    if (node->level == 1) {
+      const auto* l = static_cast<const Leaf*>(c);
+      if (l->low != lo || l->high != hi)
+        return p.error(Code::corrupted, "verify: leaf range differs from its parent's entry");
+      leaves->push_back(l);
+    } else {
+      const auto* in = static_cast<const Inner*>(c);
+      if (in->level != node->level - 1) return p.error(Code::corrupted, "verify: level mismatch");
+      if (Status s = verify_inner(in, lo, hi, leaves); !s.ok()) return s;
+    }
+  }
+  return Status::Ok();
+}
+
+Status NBTree::verify() const {
+  const pm::Pool& p = *pool_;
+  if (root_->zero_present > 1) return p.error(Code::corrupted, "verify: zero_present not 0/1");
+  std::vector<const Leaf*> chain;
+  const Leaf* l = head_.load(std::memory_order_acquire);
+  std::uint64_t pm_off = root_->head;
+  std::uint64_t expect_low = 1;
+  std::uint64_t live = 0;
+  const std::size_t bound = p.size() / node_size_ + 1;
+  while (l != nullptr) {
+    if (chain.size() > bound) return p.error(Code::corrupted, "verify: leaf chain has a cycle");
+    if (l->data_off != pm_off)
+      return p.error(Code::corrupted, "verify: PM block chain differs from the leaf chain");
+    if (l->low != expect_low || l->high < l->low)
+      return p.error(Code::corrupted, "verify: leaf ranges do not tile the key space");
+    if (Status s = verify_leaf(l, &live); !s.ok()) return s;
+    chain.push_back(l);
+    pm_off = block(l)->next;
+    const Leaf* next = l->next.load(std::memory_order_acquire);
+    if (next == nullptr) {
+      if (l->high != kMaxKey) return p.error(Code::corrupted, "verify: last leaf does not end at max");
+      if (pm_off != 0) return p.error(Code::corrupted, "verify: PM chain longer than leaf chain");
+    } else {
+      expect_low = l->high + 1;
+    }
+    l = next;
+  }
+  if (chain.empty()) return p.error(Code::corrupted, "verify: no leaves");
+  std::vector<const Leaf*> from_inner;
+  const Inner* root = root_node_.load(std::memory_order_acquire);
+  if (root->sibling.load(std::memory_order_relaxed) != nullptr)
+    return p.error(Code::corrupted, "verify: root has a sibling");
+  if (Status s = verify_inner(root, 1, kMaxKey, &from_inner); !s.ok()) return s;
+  if (from_inner != chain)
+    return p.error(Code::corrupted, "verify: inner nodes reach other leaves than the chain");
+  return Status::Ok();
+}
+
+// --- misc -----------------------------------------------------------------------------------------
+
+Footprint NBTree::footprint() const {
+  Footprint f;
+  const auto s = pool_->allocator().stats();
+  f.pm_bytes = s.bytes_in_use;
+  f.pm_reserved = s.bytes_reserved;
+  std::size_t inner = 0;
+  {
+    std::lock_guard<std::mutex> lock(structure_mu_);  // all_inner_ changes under it
+    inner = all_inner_.size();
+  }
+  f.dram_bytes = leaf_count() * sizeof(Leaf) + inner * sizeof(Inner);
+  return f;
+}
+
+std::size_t NBTree::leaf_count() const {
+  auto guard = epochs_.pin();  // the chain may change (and old leaves be freed) meanwhile
+  std::size_t n = 0;
+  for (const Leaf* l = head_.load(std::memory_order_acquire); l != nullptr;
+       l = l->next.load(std::memory_order_acquire)) {
+    ++n;
+  }
+  return n;
+}
+
+Leaf* NBTree::leaf_for_testing(std::uint64_t key) const { return find_leaf(key); }
+
+bool NBTree::peek_for_testing(const Leaf* leaf, std::uint64_t key, std::uint64_t* word) const {
+  const Entry* e = entries(leaf);
+  const std::uint64_t b = leaf->bitmap.load(std::memory_order_acquire) & ~Leaf::kSmoBit;
+  for (std::uint64_t bits = b; bits != 0; bits &= bits - 1) {
+    const int i = __builtin_ctzll(bits);
+    if (pm::load_acquire(&e[i].key) == key) {
+      *word = pm::load_acquire(&e[i].value);
+      return true;
+    }
+  }
+  return false;
+}
+
+void NBTree::corrupt_for_testing(int what) {
+  Leaf* l = head_.load(std::memory_order_acquire);
+  switch (what) {
+    case 0: {  // a wrong fingerprint on the first committed slot
+      const std::uint64_t b = l->bitmap.load(std::memory_order_relaxed);
+      if (b == 0) return;
+      const int i = __builtin_ctzll(b);
+      l->fps[i].store(static_cast<std::uint8_t>(l->fps[i].load() + 1), std::memory_order_relaxed);
+      break;
+    }
+    case 1:  // a leaf range that no longer matches its parent
+      ++l->high;
+      break;
+    case 2:  // the PM chain skips a block
+      pm::publish(&root_->head, block(l)->next);
+      break;
+    default:
+      break;
+  }
+}
+
+Status NBTree::close() {
+  if (!closed_) {
+    epochs_.drain();
+    pool_->close_clean();
+    closed_ = true;
+  }
+  return Status::Ok();
+}
+
+}  // namespace pmindex::nbtree

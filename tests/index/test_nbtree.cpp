@@ -1,0 +1,427 @@
+// NBTree, single thread: randomized against std::map with tiny leaves and verify() after every
+// operation; every 8-byte key and value (key 0, reserved value bits, out-of-line values);
+// reopen after close and after a destroy without close; verify() catching corruption; the
+// flush count per operation in ADR mode; pool bytes after deleting every key.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <cstdlib>
+#include <limits>
+#include <map>
+#include <random>
+
+#include "index/nbtree/nbtree.h"
+#include "pmindex/index.h"
+#include "support/temp_dir.h"
+
+namespace pmindex {
+namespace {
+
+using pmindex::testing::TempDir;
+
+Options nb_options(std::uint32_t node_size, pm::Mode mode, std::string path = "") {
+  Options o;
+  o.kind = "nbtree";
+  o.path = std::move(path);
+  o.pool_size = 64 << 20;
+  o.node_size = node_size;
+  o.persistence = mode;
+  o.max_value_size = 24;
+  return o;
+}
+
+std::unique_ptr<Index> open_or_die(const Options& o) {
+  auto r = Index::open(o);
+  EXPECT_TRUE(r.ok()) << r.status().to_string();
+  return r.ok() ? std::move(r).value() : nullptr;
+}
+
+nbtree::NBTree* as_nb(Index* idx) { return dynamic_cast<nbtree::NBTree*>(idx); }
+
+// Keys and values drawn so that key 0, the largest key, values with the reserved top bits and
+// values of other lengths all occur often.
+struct Gen {
+  std::mt19937_64 rng;
+  explicit Gen(std::uint64_t seed) : rng(seed) {}
+  std::uint64_t u(std::uint64_t n) { return std::uniform_int_distribution<std::uint64_t>(0, n)(rng); }
+  std::string key() {
+    switch (u(9)) {
+      case 0: return encode_u64(0);
+      case 1: return encode_u64(~std::uint64_t{0} - u(2));
+      default: return encode_u64(u(300));
+    }
+  }
+  std::string value() {
+    switch (u(7)) {
+      case 0: return encode_u64(~std::uint64_t{0} - u(3));          // copy/sync bits set
+      case 1: return encode_u64((std::uint64_t{1} << 61) + u(5));   // the out-of-line bit
+      case 2: return std::string(u(24), static_cast<char>('a' + u(25)));  // other lengths
+      case 3: return encode_u64(0);
+      default: return encode_u64(u(1'000'000));
+    }
+  }
+};
+
+void check_against(Index& idx, const std::map<std::string, std::string>& oracle) {
+  std::string got;
+  for (const auto& [k, v] : oracle) {
+    ASSERT_EQ(idx.find(k, &got), Code::ok) << decode_u64(k);
+    ASSERT_EQ(got, v) << decode_u64(k);
+  }
+  ScanBuffer buf;
+  const std::size_t n = idx.scan(encode_u64(0), oracle.size() + 5, buf);
+  ASSERT_EQ(n, oracle.size());
+  auto it = oracle.begin();
+  for (std::size_t i = 0; i < n; ++i, ++it) {
+    ASSERT_EQ(buf.key(i), it->first);
+    ASSERT_EQ(buf.value(i), it->second);
+  }
+}
+
+class NBTreeRandom : public ::testing::TestWithParam<std::tuple<std::uint32_t, pm::Mode>> {};
+
+TEST_P(NBTreeRandom, AgainstStdMapWithVerifyAfterEveryOp) {
+  const auto [node_size, mode] = GetParam();
+  auto idx = open_or_die(nb_options(node_size, mode));
+  ASSERT_NE(idx, nullptr);
+  std::map<std::string, std::string> oracle;
+  Gen g(node_size * 31 + static_cast<int>(mode));
+  std::string got;
+  ScanBuffer buf;
+  for (int i = 0; i < 6000; ++i) {
+    const std::string k = g.key();
+    const std::string v = g.value();
+    switch (g.u(5)) {
+      case 0:
+      case 1: {
+        const bool fresh = oracle.emplace(k, v).second;
+        ASSERT_EQ(idx->insert(k, v), fresh ? Code::ok : Code::already_present) << i;
+        break;
+      }
+      case 2: {
+        auto it = oracle.find(k);
+        ASSERT_EQ(idx->update(k, v), it == oracle.end() ? Code::not_found : Code::ok) << i;
+        if (it != oracle.end()) it->second = v;
+        break;
+      }
+      case 3:
+        ASSERT_EQ(idx->remove(k), oracle.erase(k) ? Code::ok : Code::not_found) << i;
+        break;
+      case 4: {
+        auto it = oracle.find(k);
+        ASSERT_EQ(idx->find(k, &got), it == oracle.end() ? Code::not_found : Code::ok) << i;
+        if (it != oracle.end()) {
+          ASSERT_EQ(got, it->second) << i;
+        }
+        break;
+      }
+      case 5: {
+        const std::size_t n = idx->scan(k, 7, buf);
+        auto it = oracle.lower_bound(k);
+        for (std::size_t j = 0; j < n; ++j, ++it) {
+          ASSERT_NE(it, oracle.end());
+          ASSERT_EQ(buf.key(j), it->first);
+          ASSERT_EQ(buf.value(j), it->second);
+        }
+        ASSERT_TRUE(n == 7 || it == oracle.end());
+        break;
+      }
+    }
+    const Status s = idx->verify();
+    ASSERT_TRUE(s.ok()) << "after op " << i << ": " << s.to_string();
+  }
+  check_against(*idx, oracle);
+  EXPECT_GT(as_nb(idx.get())->leaf_count(), 4u) << "the test should split leaves";
+}
+
+INSTANTIATE_TEST_SUITE_P(SmallLeaves, NBTreeRandom,
+                         ::testing::Combine(::testing::Values(64u, 128u, 256u),
+                                            ::testing::Values(pm::Mode::adr, pm::Mode::eadr)));
+
+TEST(NBTree, EveryKeyAndValueShape) {
+  auto idx = open_or_die(nb_options(128, pm::Mode::adr));
+  ASSERT_NE(idx, nullptr);
+  const std::uint64_t keys[] = {0, 1, 2, (std::uint64_t{1} << 63), ~std::uint64_t{0},
+                                ~std::uint64_t{0} - 1, 12345};
+  const std::string values[] = {encode_u64(0),
+                                encode_u64((std::uint64_t{1} << 61) - 1),
+                                encode_u64(std::uint64_t{1} << 61),
+                                encode_u64(std::uint64_t{1} << 62),
+                                encode_u64(std::uint64_t{1} << 63),
+                                encode_u64(~std::uint64_t{0}),
+                                std::string(),
+                                std::string("\0\0\0", 3),
+                                std::string(24, 'z')};
+  std::map<std::string, std::string> oracle;
+  std::string got;
+  for (std::uint64_t k : keys) {
+    for (const std::string& v : values) {
+      const std::string ks = encode_u64(k);
+      if (oracle.count(ks) == 0) {
+        ASSERT_EQ(idx->insert(ks, v), Code::ok);
+      } else {
+        ASSERT_EQ(idx->update(ks, v), Code::ok);
+      }
+      oracle[ks] = v;
+      ASSERT_EQ(idx->find(ks, &got), Code::ok);
+      ASSERT_EQ(got, v);
+      ASSERT_TRUE(idx->verify().ok());
+    }
+  }
+  check_against(*idx, oracle);
+  EXPECT_EQ(idx->insert(encode_u64(5), std::string(25, 'x')), Code::value_too_large);
+  EXPECT_EQ(idx->insert("short", "v"), Code::invalid_argument);
+  for (std::uint64_t k : keys) ASSERT_EQ(idx->remove(encode_u64(k)), Code::ok);
+  for (std::uint64_t k : keys) ASSERT_EQ(idx->find(encode_u64(k), &got), Code::not_found);
+  ASSERT_TRUE(idx->verify().ok());
+}
+
+TEST(NBTree, DoubleKeysScanInNumericOrder) {
+  Options o = nb_options(64, pm::Mode::eadr);
+  o.key_type = KeyType::f64;
+  auto idx = open_or_die(o);
+  ASSERT_NE(idx, nullptr);
+  const double ds[] = {-1e300, -2.5, -0.0, 0.0, 1e-300, 3.25, 7.0, 1e300,
+                       -std::numeric_limits<double>::infinity(),
+                       std::numeric_limits<double>::infinity()};
+  for (double d : ds) ASSERT_EQ(idx->insert(encode_f64(d), encode_u64(1)), Code::ok) << d;
+  EXPECT_EQ(idx->insert(encode_f64(std::nan("")), encode_u64(1)), Code::invalid_argument);
+  ScanBuffer buf;
+  ASSERT_EQ(idx->scan(encode_f64(-std::numeric_limits<double>::infinity()), 100, buf),
+            std::size(ds));
+  for (std::size_t i = 1; i < buf.size(); ++i) {
+    EXPECT_LE(decode_f64(buf.key(i - 1)), decode_f64(buf.key(i)));
+  }
+  ASSERT_TRUE(idx->verify().ok());
+}
+
+TEST(NBTree, ReopenAfterCloseAndAfterCrash) {
+  TempDir dir;
+  const std::string path = dir.file("nb.pool");
+  std::map<std::string, std::string> oracle;
+  Gen g(99);
+  {
+    auto idx = open_or_die(nb_options(128, pm::Mode::adr, path));
+    ASSERT_NE(idx, nullptr);
+    for (int i = 0; i < 2000; ++i) {
+      const std::string k = g.key(), v = g.value();
+      if (g.u(3) == 0) {
+        ASSERT_EQ(idx->remove(k), oracle.erase(k) ? Code::ok : Code::not_found);
+      } else {
+        ASSERT_EQ(idx->upsert(k, v), Code::ok);
+        oracle[k] = v;
+      }
+    }
+    ASSERT_TRUE(idx->close().ok());
+  }
+  {
+    auto idx = open_or_die(nb_options(128, pm::Mode::adr, path));
+    ASSERT_NE(idx, nullptr);
+    EXPECT_TRUE(idx->recovery_stats().clean_shutdown);
+    EXPECT_EQ(idx->recovery_stats().records, oracle.size());
+    ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
+    check_against(*idx, oracle);
+    for (int i = 0; i < 2000; ++i) {
+      const std::string k = g.key(), v = g.value();
+      if (g.u(3) == 0) {
+        ASSERT_EQ(idx->remove(k), oracle.erase(k) ? Code::ok : Code::not_found);
+      } else {
+        ASSERT_EQ(idx->upsert(k, v), Code::ok);
+        oracle[k] = v;
+      }
+    }
+    // destroyed without close(): what a process crash leaves (the file is in /dev/shm)
+  }
+  {
+    auto idx = open_or_die(nb_options(128, pm::Mode::adr, path));
+    ASSERT_NE(idx, nullptr);
+    EXPECT_FALSE(idx->recovery_stats().clean_shutdown);
+    ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
+    check_against(*idx, oracle);
+    std::printf("recovery: %llu records, %llu blocks, %.6f s, %llu repaired\n",
+                static_cast<unsigned long long>(idx->recovery_stats().records),
+                static_cast<unsigned long long>(idx->recovery_stats().nodes),
+                idx->recovery_stats().seconds,
+                static_cast<unsigned long long>(idx->recovery_stats().repaired));
+    ASSERT_TRUE(idx->close().ok());
+  }
+  // A pool made with another node size is refused.
+  auto other = Index::open(nb_options(256, pm::Mode::adr, path));
+  EXPECT_FALSE(other.ok());
+}
+
+// Recovery never trusts PM: a cycle or an out-of-bounds offset in the block chain is refused
+// (Code::corrupted, no hang), and a key written twice into one block is repaired (X2, X3).
+TEST(NBTree, RecoveryRefusesDamagedChains) {
+  TempDir dir;
+  const std::string path = dir.file("bad.pool");
+  Options o = nb_options(128, pm::Mode::adr, path);
+  o.pool_size = 1 << 20;
+  // kind 0: next of a block points at itself; 1: next is out of bounds; 2: duplicate key
+  for (int kind = 0; kind < 3; ++kind) {
+    std::remove(path.c_str());
+    {
+      auto idx = open_or_die(o);
+      ASSERT_NE(idx, nullptr);
+      for (std::uint64_t k = 1; k <= 30; ++k) ASSERT_EQ(idx->insert(encode_u64(k), encode_u64(k)), Code::ok);
+      auto* nb = as_nb(idx.get());
+      const nbtree::Leaf* leaf = nb->leaf_for_testing(5);
+      char* base = idx->pool().base();
+      const std::uint64_t off = leaf->data_off;
+      if (kind == 0) {
+        std::memcpy(base + off, &off, 8);
+      } else if (kind == 1) {
+        const std::uint64_t bad = idx->pool().size() + 4096;
+        std::memcpy(base + off, &bad, 8);
+      } else {
+        auto* e = reinterpret_cast<nbtree::Entry*>(base + off + sizeof(nbtree::BlockHeader));
+        int live = -1, empty = -1;
+        for (int i = 0; i < nb->leaf_capacity(); ++i) {
+          if (e[i].key == 5) live = i;
+          if (e[i].key == 0 && empty < 0 && i > live && live >= 0) empty = i;
+        }
+        ASSERT_GE(live, 0);
+        ASSERT_GE(empty, 0) << "the test needs a free slot after key 5";
+        e[empty] = nbtree::Entry{5, 999};
+      }
+      // destroyed without close: recovery runs at the next open
+    }
+    auto slurp = [&] {
+      std::ifstream in(path, std::ios::binary);
+      std::ostringstream out;
+      out << in.rdbuf();
+      return out.str();
+    };
+    const std::string before = slurp();
+    auto r = Index::open(o);
+    if (kind < 2) {
+      ASSERT_FALSE(r.ok()) << "damage " << kind << " accepted";
+      EXPECT_EQ(r.status().code(), Code::corrupted) << r.status().to_string();
+      EXPECT_TRUE(slurp() == before) << "a pool refused at recovery must stay unchanged";
+    } else {
+      ASSERT_TRUE(r.ok()) << r.status().to_string();
+      auto idx = std::move(r).value();
+      EXPECT_GE(idx->recovery_stats().repaired, 1u);
+      std::string got;
+      ASSERT_EQ(idx->find(encode_u64(5), &got), Code::ok);
+      EXPECT_EQ(got, encode_u64(5)) << "the lower slot is kept";
+      EXPECT_TRUE(idx->verify().ok()) << idx->verify().to_string();
+    }
+  }
+}
+
+TEST(NBTree, VerifyCatchesCorruption) {
+  for (int what = 0; what < 3; ++what) {
+    auto idx = open_or_die(nb_options(128, pm::Mode::eadr));
+    ASSERT_NE(idx, nullptr);
+    for (std::uint64_t k = 1; k <= 40; ++k) ASSERT_EQ(idx->insert(encode_u64(k), encode_u64(k)), Code::ok);
+    ASSERT_TRUE(idx->verify().ok());
+    as_nb(idx.get())->corrupt_for_testing(what);
+    EXPECT_FALSE(idx->verify().ok()) << "corruption " << what << " not detected";
+  }
+}
+
+TEST(NBTree, OneFlushPerWriteInAdrOnTheCommonPath) {
+  auto idx = open_or_die(nb_options(1024, pm::Mode::adr));
+  ASSERT_NE(idx, nullptr);
+  auto& c = pm::Runtime::counters();
+  const std::string k = encode_u64(777), v = encode_u64(5), v2 = encode_u64(6);
+  std::uint64_t f0 = c.flushes, n0 = c.fences;
+  ASSERT_EQ(idx->insert(k, v), Code::ok);
+  EXPECT_EQ(c.flushes - f0, 1u);
+  EXPECT_EQ(c.fences - n0, 1u);
+  f0 = c.flushes;
+  ASSERT_EQ(idx->update(k, v2), Code::ok);
+  EXPECT_EQ(c.flushes - f0, 1u);
+  f0 = c.flushes;
+  std::string got;
+  ASSERT_EQ(idx->find(k, &got), Code::ok);
+  EXPECT_EQ(c.flushes - f0, 0u) << "a read of a durable value flushes nothing";
+  f0 = c.flushes;
+  ASSERT_EQ(idx->remove(k), Code::ok);
+  EXPECT_EQ(c.flushes - f0, 1u);
+}
+
+TEST(NBTree, BulkLoadThenOperate) {
+  auto idx = open_or_die(nb_options(128, pm::Mode::adr));
+  ASSERT_NE(idx, nullptr);
+  std::vector<std::string> ks, vs;
+  std::map<std::string, std::string> oracle;
+  for (std::uint64_t k = 0; k < 500; k += 2) {
+    ks.push_back(encode_u64(k));
+    vs.push_back(k % 10 == 0 ? std::string(12, 'q') : encode_u64(k * 3));
+  }
+  std::vector<KeyValue> kv;
+  for (std::size_t i = 0; i < ks.size(); ++i) {
+    kv.push_back({ks[i], vs[i]});
+    oracle[ks[i]] = vs[i];
+  }
+  ASSERT_TRUE(idx->bulk_load(kv, 0.7).ok());
+  ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
+  check_against(*idx, oracle);
+  EXPECT_FALSE(idx->bulk_load(kv, 0.7).ok()) << "bulk_load into a non-empty index";
+  for (std::uint64_t k = 1; k < 500; k += 2) {
+    ASSERT_EQ(idx->insert(encode_u64(k), encode_u64(k)), Code::ok);
+    oracle[encode_u64(k)] = encode_u64(k);
+    ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
+  }
+  check_against(*idx, oracle);
+}
+
+TEST(NBTree, PoolBytesAfterDeletingEveryKey) {
+  auto idx = open_or_die(nb_options(256, pm::Mode::adr));
+  ASSERT_NE(idx, nullptr);
+  auto* nb = as_nb(idx.get());
+  const auto empty = idx->footprint().pm_bytes;
+  for (std::uint64_t k = 1; k <= 5000; ++k) {
+    const std::string v = k % 3 == 0 ? std::string(20, 'v') : encode_u64(k);
+    ASSERT_EQ(idx->insert(encode_u64(k * 7919 % 100003), v), Code::ok);
+  }
+  nb->collect_garbage();
+  const auto full = idx->footprint().pm_bytes;
+  for (std::uint64_t k = 1; k <= 5000; ++k) ASSERT_EQ(idx->remove(encode_u64(k * 7919 % 100003)), Code::ok);
+  nb->collect_garbage();
+  const auto after = idx->footprint().pm_bytes;
+  const std::size_t leaves = nb->leaf_count();
+  std::printf("pool bytes in use: empty %llu, 5000 keys %llu, after deleting all %llu "
+              "(%zu leaves x 256 B; leaves are not merged)\n",
+              static_cast<unsigned long long>(empty), static_cast<unsigned long long>(full),
+              static_cast<unsigned long long>(after), leaves);
+  // Every out-of-line record and every replaced leaf is back: only live blocks and the root.
+  EXPECT_EQ(after, empty + (leaves - 1) * 256);
+  ASSERT_TRUE(idx->verify().ok());
+}
+
+// Recovery time after a crash-like close (PMINDEX_NBTREE_RECOVERY_RECORDS, default 100,000;
+// the paper reports 0.32 s for 16M). A report, not a timed assertion.
+TEST(NBTree, RecoveryTimeReport) {
+  const char* env = std::getenv("PMINDEX_NBTREE_RECOVERY_RECORDS");
+  const std::uint64_t n = env != nullptr ? std::strtoull(env, nullptr, 10) : 100'000;
+  TempDir dir;
+  Options o = nb_options(0, pm::Mode::eadr, dir.file("rec.pool"));
+  o.pool_size = std::max<std::size_t>(64 << 20, n * 96);
+  {
+    auto idx = open_or_die(o);
+    ASSERT_NE(idx, nullptr);
+    for (std::uint64_t i = 1; i <= n; ++i) {
+      ASSERT_EQ(idx->insert(encode_u64(i * 0x9E3779B97F4A7C15ull), encode_u64(i)), Code::ok);
+    }
+  }
+  auto idx = open_or_die(o);
+  ASSERT_NE(idx, nullptr);
+  const RecoveryStats st = idx->recovery_stats();
+  EXPECT_EQ(st.records, n);
+  std::printf("recovery of %llu records in %llu blocks: %.3f s (one thread)\n",
+              static_cast<unsigned long long>(st.records),
+              static_cast<unsigned long long>(st.nodes), st.seconds);
+  std::string got;
+  ASSERT_EQ(idx->find(encode_u64(n * 0x9E3779B97F4A7C15ull), &got), Code::ok);
+  EXPECT_EQ(got, encode_u64(n));
+}
+
+}  // namespace
+}  // namespace pmindex

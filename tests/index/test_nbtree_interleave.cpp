@@ -1,0 +1,347 @@
+// NBTree deterministic interleavings (paper Fig. 3 and Table 3). A Pauser hook stops one
+// worker thread at a chosen SMO phase boundary or before a CAS; the test thread then runs
+// other operations, releases the worker, and checks every result against the one
+// linearization the schedule allows (an std::map that replays it).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "index/nbtree/nbtree.h"
+#include "pmindex/index.h"
+
+namespace pmindex {
+namespace {
+
+using nbtree::HookPoint;
+
+thread_local bool tl_target = false;
+
+class Pauser final : public nbtree::Hooks {
+ public:
+  void arm(HookPoint p) {
+    std::lock_guard<std::mutex> lock(mu_);
+    point_ = p;
+    armed_ = true;
+  }
+  void at(HookPoint p, const nbtree::Leaf* leaf) override {
+    if (!tl_target) return;
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!armed_ || p != point_) return;
+    armed_ = false;
+    last_leaf_ = leaf;
+    ++arrivals_;
+    const std::uint64_t gen = releases_;
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return releases_ > gen; });
+  }
+  // Waits until the worker has paused `n` times in total.
+  bool wait_arrivals(int n) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, std::chrono::seconds(20), [&] { return arrivals_ >= n; });
+  }
+  void release() {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++releases_;
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  HookPoint point_ = HookPoint::smo_done;
+  bool armed_ = false;
+  int arrivals_ = 0;
+  std::uint64_t releases_ = 0;
+  const nbtree::Leaf* last_leaf_ = nullptr;
+};
+
+std::string K(std::uint64_t k) { return encode_u64(k); }
+std::string V(std::uint64_t v) { return encode_u64(v); }
+
+class Interleave : public ::testing::TestWithParam<pm::Mode> {
+ protected:
+  void SetUp() override {
+    Options o;
+    o.kind = "nbtree";
+    o.pool_size = 16 << 20;
+    o.node_size = 128;  // capacity 7
+    o.persistence = GetParam();
+    auto r = Index::open(o);
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    idx_ = std::move(r).value();
+    nb_ = dynamic_cast<nbtree::NBTree*>(idx_.get());
+    ASSERT_EQ(nb_->leaf_capacity(), 7);
+    // One full leaf: keys 10..70. The next insert starts an SMO that splits it in two.
+    for (std::uint64_t k = 10; k <= 70; k += 10) put(k, k);
+    nb_->set_hooks(&pauser_);
+  }
+  void TearDown() override {
+    if (worker_.joinable()) worker_.join();
+    if (nb_ != nullptr) {
+      nb_->set_hooks(nullptr);
+      Status s = idx_->verify();
+      EXPECT_TRUE(s.ok()) << s.to_string();
+      check_oracle();
+    }
+  }
+  void put(std::uint64_t k, std::uint64_t v) {
+    ASSERT_EQ(idx_->insert(K(k), V(v)), Code::ok);
+    oracle_[k] = v;
+  }
+  // The worker runs `fn` with the pause hooks active for it only.
+  template <class F>
+  void start_worker(F fn) {
+    worker_ = std::thread([fn] {
+      tl_target = true;
+      fn();
+      tl_target = false;
+    });
+  }
+  std::optional<std::uint64_t> get(std::uint64_t k) {
+    std::string v;
+    const Code c = idx_->find(K(k), &v);
+    if (c == Code::not_found) return std::nullopt;
+    EXPECT_EQ(c, Code::ok);
+    return decode_u64(v);
+  }
+  void check_oracle() {
+    for (std::uint64_t k = 1; k <= 120; ++k) {
+      auto it = oracle_.find(k);
+      const auto got = get(k);
+      if (it == oracle_.end()) {
+        EXPECT_FALSE(got.has_value()) << "key " << k << " should be absent";
+      } else {
+        EXPECT_EQ(got, std::optional<std::uint64_t>(it->second)) << "key " << k;
+      }
+    }
+    ScanBuffer buf;
+    EXPECT_EQ(idx_->scan(K(0), 1000, buf), oracle_.size());
+  }
+
+  std::unique_ptr<Index> idx_;
+  nbtree::NBTree* nb_ = nullptr;
+  Pauser pauser_;
+  std::thread worker_;
+  std::map<std::uint64_t, std::uint64_t> oracle_;
+};
+
+// Fig. 3 update(2,s): an update lands in the old leaf while the copy phase runs; the sync
+// phase must carry it over (otherwise: lost update).
+TEST_P(Interleave, UpdateDuringCopyPhase) {
+  pauser_.arm(HookPoint::smo_before_copy_ptr_cas);
+  start_worker([this] { EXPECT_EQ(idx_->insert(K(80), V(80)), Code::ok); });
+  ASSERT_TRUE(pauser_.wait_arrivals(1));
+  ASSERT_EQ(idx_->update(K(20), V(2000)), Code::ok);
+  EXPECT_EQ(get(20), 2000u);  // copy phase: the old leaf is latest and clean
+  pauser_.release();
+  worker_.join();
+  oracle_[80] = 80;
+  oracle_[20] = 2000;
+  EXPECT_EQ(nb_->leaf_count(), 2u);
+}
+
+// Fig. 3 update(8,y) / delete(3): after the copy phase, updates and deletes sync themselves
+// into the new leaf (sync-on-write).
+TEST_P(Interleave, UpdateAndDeleteAfterCopyPhase) {
+  nbtree::Leaf* old_leaf = nb_->leaf_for_testing(30);
+  pauser_.arm(HookPoint::smo_after_copy_ptr);
+  start_worker([this] { EXPECT_EQ(idx_->insert(K(80), V(80)), Code::ok); });
+  ASSERT_TRUE(pauser_.wait_arrivals(1));
+  ASSERT_EQ(idx_->update(K(30), V(3000)), Code::ok);
+  ASSERT_EQ(idx_->remove(K(40)), Code::ok);
+  // White box: both reached the new leaves already (no help from the paused SMO).
+  const nbtree::SmoDesc* d = old_leaf->copy_ptr.load();
+  ASSERT_NE(d, nullptr);
+  std::uint64_t w = 0;
+  bool found30 = false, found40 = false;
+  for (int i = 0; i < d->count; ++i) {
+    if (nb_->peek_for_testing(d->leaves[i], 30, &w)) {
+      found30 = true;
+      EXPECT_EQ(nbtree::payload_of(w), 3000u);
+    }
+    found40 |= nb_->peek_for_testing(d->leaves[i], 40, &w);
+  }
+  EXPECT_TRUE(found30);
+  EXPECT_FALSE(found40);
+  EXPECT_EQ(get(30), 3000u);
+  EXPECT_FALSE(get(40).has_value());
+  pauser_.release();
+  worker_.join();
+  oracle_[80] = 80;
+  oracle_[30] = 3000;
+  oracle_.erase(40);
+}
+
+// Table 3, sync phase: an update made during the copy phase is not yet in the new leaf while
+// the sync phase is stopped before its CAS; a search must sync it itself (sync-on-read)
+// rather than read the stale new leaf.
+TEST_P(Interleave, SearchDuringSyncPhase) {
+  nbtree::Leaf* old_leaf = nb_->leaf_for_testing(20);
+  pauser_.arm(HookPoint::smo_before_copy_ptr_cas);
+  start_worker([this] { EXPECT_EQ(idx_->insert(K(80), V(80)), Code::ok); });
+  ASSERT_TRUE(pauser_.wait_arrivals(1));
+  ASSERT_EQ(idx_->update(K(20), V(2222)), Code::ok);  // missed by the copy
+  pauser_.arm(HookPoint::sync_before_cas);
+  pauser_.release();
+  ASSERT_TRUE(pauser_.wait_arrivals(2));  // the SMO is about to sync key 20
+  const nbtree::SmoDesc* d = old_leaf->copy_ptr.load();
+  ASSERT_NE(d, nullptr);
+  std::uint64_t w = 0;
+  ASSERT_TRUE(nb_->peek_for_testing(d->leaves[0], 20, &w));
+  EXPECT_EQ(nbtree::payload_of(w), 20u) << "the new leaf is stale before the sync";
+  EXPECT_EQ(get(20), 2222u);  // sync-on-read
+  ASSERT_TRUE(nb_->peek_for_testing(d->leaves[0], 20, &w));
+  EXPECT_EQ(nbtree::payload_of(w), 2222u) << "sync-on-read wrote the new leaf";
+  pauser_.release();
+  worker_.join();
+  oracle_[80] = 80;
+  oracle_[20] = 2222;
+}
+
+// Lost-update race inside the sync phase: the SMO read the old value, then an update and its
+// sync-on-write run; the SMO's CAS must fail and leave the newer value.
+TEST_P(Interleave, UpdateRacesSyncPhaseCas) {
+  pauser_.arm(HookPoint::smo_before_copy_ptr_cas);
+  start_worker([this] { EXPECT_EQ(idx_->insert(K(80), V(80)), Code::ok); });
+  ASSERT_TRUE(pauser_.wait_arrivals(1));
+  ASSERT_EQ(idx_->update(K(50), V(5000)), Code::ok);
+  pauser_.arm(HookPoint::sync_before_cas);
+  pauser_.release();
+  ASSERT_TRUE(pauser_.wait_arrivals(2));  // SMO about to CAS 50 -> 5000 in the new leaf
+  ASSERT_EQ(idx_->update(K(50), V(5001)), Code::ok);
+  EXPECT_EQ(get(50), 5001u);
+  pauser_.release();
+  worker_.join();
+  oracle_[80] = 80;
+  oracle_[50] = 5001;
+}
+
+// Table 3 / Fig. 3 delete(3) during the sync phase: the SMO is stopped before syncing an
+// update of key 20; a delete of 20 (and of 60) must win over the late sync.
+TEST_P(Interleave, DeleteDuringSyncPhase) {
+  pauser_.arm(HookPoint::smo_before_copy_ptr_cas);
+  start_worker([this] { EXPECT_EQ(idx_->insert(K(80), V(80)), Code::ok); });
+  ASSERT_TRUE(pauser_.wait_arrivals(1));
+  ASSERT_EQ(idx_->update(K(20), V(2020)), Code::ok);
+  pauser_.arm(HookPoint::sync_before_cas);
+  pauser_.release();
+  ASSERT_TRUE(pauser_.wait_arrivals(2));
+  ASSERT_EQ(idx_->remove(K(20)), Code::ok);
+  ASSERT_EQ(idx_->remove(K(60)), Code::ok);
+  EXPECT_FALSE(get(20).has_value());
+  EXPECT_FALSE(get(60).has_value());
+  EXPECT_EQ(idx_->remove(K(20)), Code::not_found);
+  pauser_.release();
+  worker_.join();
+  oracle_[80] = 80;
+  oracle_.erase(20);
+  oracle_.erase(60);
+}
+
+// Cooperative SMO: the first inserter stalls before publishing its copy; a second inserter
+// into the same full leaf finishes the whole SMO itself and inserts; the first one's copy
+// loses the copy_ptr CAS, is freed, and its insert retries on the new leaves.
+TEST_P(Interleave, TwoInsertersCooperateOnOneSmo) {
+  pauser_.arm(HookPoint::smo_before_copy_ptr_cas);
+  start_worker([this] { EXPECT_EQ(idx_->insert(K(80), V(80)), Code::ok); });
+  ASSERT_TRUE(pauser_.wait_arrivals(1));
+  const auto before = idx_->footprint().pm_bytes;  // includes the stalled copy's two blocks
+  ASSERT_EQ(idx_->insert(K(90), V(90)), Code::ok);  // helps: copy, sync, link, then inserts
+  EXPECT_EQ(get(90), 90u);
+  EXPECT_FALSE(get(80).has_value());  // the stalled insert has not taken effect
+  pauser_.release();
+  worker_.join();
+  oracle_[80] = 80;
+  oracle_[90] = 90;
+  nb_->collect_garbage();
+  // The loser's blocks and the old leaf are freed: two 128 B blocks replaced one.
+  EXPECT_EQ(idx_->footprint().pm_bytes, before - 128);
+}
+
+// An insert that claimed a slot and wrote its key is stopped before its commit CAS; other
+// inserts fill the leaf and complete an SMO. The stalled commit CAS then fails on the smo
+// bit: the insert withdraws its PM copy, helps, and retries on the new leaf.
+TEST_P(Interleave, CommitCasFailsOnSmoBit) {
+  nb_->set_hooks(nullptr);
+  put(80, 80);  // split: {10,20,30} and {40,50,60,70,80}
+  nbtree::Leaf* right = nb_->leaf_for_testing(85);
+  ASSERT_EQ(right->num.load(), 5u);
+  pauser_.arm(HookPoint::insert_before_commit_cas);
+  nb_->set_hooks(&pauser_);
+  start_worker([this] { EXPECT_EQ(idx_->insert(K(85), V(85)), Code::ok); });  // slot 5
+  ASSERT_TRUE(pauser_.wait_arrivals(1));
+  put(86, 86);  // slot 6
+  put(87, 87);  // no slot left: SMO (85 is not committed, so it is not copied), then insert
+  EXPECT_FALSE(get(85).has_value());
+  EXPECT_NE(nb_->leaf_for_testing(85), right);
+  pauser_.release();
+  worker_.join();
+  oracle_[85] = 85;
+}
+
+// An SMO stalled in the middle of its link phase (lists switched, parent not yet updated,
+// structure mutex held): reads, updates and deletes of its keys, and inserts into other
+// leaves, proceed; an insert into the stalled leaf completes once the SMO resumes.
+TEST_P(Interleave, SmoStalledMidLink) {
+  for (std::uint64_t k = 100; k <= 106; ++k) put(k, k);  // more keys to the right
+  // After the splits, find the leaf holding 10 and fill it.
+  pauser_.arm(HookPoint::smo_link_after_list);
+  nbtree::Leaf* target = nb_->leaf_for_testing(10);
+  std::uint64_t k = 11;
+  while (true) {  // fill the leaf of key 10 until one insert is left before the SMO
+    const std::uint32_t used = target->num.load();
+    if (used >= 7) break;
+    put(k, k);
+    ++k;
+  }
+  const std::uint64_t trigger = k++;
+  start_worker([this, trigger] { EXPECT_EQ(idx_->insert(K(trigger), V(trigger)), Code::ok); });
+  ASSERT_TRUE(pauser_.wait_arrivals(1));
+  EXPECT_EQ(get(10), 10u);
+  ASSERT_EQ(idx_->update(K(10), V(1010)), Code::ok);
+  EXPECT_EQ(get(10), 1010u);
+  ASSERT_EQ(idx_->remove(K(11)), Code::ok);
+  EXPECT_FALSE(get(11).has_value());
+  const nbtree::Leaf* far = nb_->leaf_for_testing(105000);
+  ASSERT_LT(far->num.load(), 7u) << "the test needs a leaf with room";
+  ASSERT_EQ(idx_->insert(K(105000), V(1)), Code::ok);  // a leaf that does not split
+  std::thread third([this, k] { EXPECT_EQ(idx_->insert(K(k), V(k)), Code::ok); });
+  pauser_.release();
+  worker_.join();
+  third.join();
+  oracle_[trigger] = trigger;
+  oracle_[k] = k;
+  oracle_[10] = 1010;
+  oracle_.erase(11);
+  oracle_[105000] = 1;
+  EXPECT_EQ(get(105000), 1u);
+}
+
+// A slow update found the old leaf, then stalls before its CAS while the old leaf's SMO
+// completes and the new leaf fills and goes through an SMO of its own. When the update
+// resumes it writes the (dead) old leaf; sync-on-write must carry it through both SMOs (W3),
+// or the completed update is lost.
+TEST_P(Interleave, SlowUpdaterCrossesTwoSmos) {
+  pauser_.arm(HookPoint::update_before_cas);
+  start_worker([this] { EXPECT_EQ(idx_->update(K(20), V(2000)), Code::ok); });
+  ASSERT_TRUE(pauser_.wait_arrivals(1));
+  put(80, 80);  // SMO of the leaf the update is working on: {10,20,30} {40..80}
+  nbtree::Leaf* left = nb_->leaf_for_testing(20);
+  for (std::uint64_t k = 11; left->num.load() < 7; ++k) put(k, k);
+  put(15, 15);  // the left leaf splits again
+  ASSERT_NE(nb_->leaf_for_testing(20), left);
+  EXPECT_EQ(get(20), 20u);  // the update has not taken effect yet
+  pauser_.release();
+  worker_.join();
+  oracle_[20] = 2000;
+  EXPECT_EQ(get(20), 2000u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, Interleave, ::testing::Values(pm::Mode::adr, pm::Mode::eadr));
+
+}  // namespace
+}  // namespace pmindex

@@ -1,0 +1,281 @@
+// NBTree two-thread randomized stress with random delays injected at every hook (SMO phase
+// boundaries and before each CAS), small leaves so SMOs are constant. Oracle:
+//   * each thread owns the keys of its parity and writes them with increasing sequence
+//     numbers: its own reads must return exactly its last write (it is the only writer);
+//   * reads of the other thread's keys must never go back in time: the sequence number seen
+//     for a key never decreases (a stale read after a newer one is a linearizability bug);
+//   * a few shared keys take upserts and removes from both threads (contention on one slot);
+//   * at the end the index equals the union of the owners' final maps, scan agrees, verify().
+// Duration: PMINDEX_STRESS_SECONDS (default 2) per persistence mode. Label: stress (TSan).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <map>
+#include <random>
+#include <thread>
+
+#include "index/nbtree/nbtree.h"
+#include "pmindex/index.h"
+
+namespace pmindex {
+namespace {
+
+constexpr std::uint64_t kKeys = 600;      // owned keys 1..kKeys (parity = owner)
+constexpr std::uint64_t kShared = 4;      // shared keys kKeys+1 .. kKeys+kShared
+
+double stress_seconds() {
+  const char* s = std::getenv("PMINDEX_STRESS_SECONDS");
+  return s != nullptr ? std::atof(s) : 2.0;
+}
+
+class RandomDelays final : public nbtree::Hooks {
+ public:
+  void at(nbtree::HookPoint, const nbtree::Leaf*) override {
+    thread_local std::minstd_rand rng(std::random_device{}());
+    const unsigned r = rng() % 64;
+    if (r == 0) {
+      std::this_thread::sleep_for(std::chrono::microseconds(rng() % 200));
+    } else if (r < 16) {
+      std::this_thread::yield();
+    }
+  }
+};
+
+std::string make_value(std::uint64_t key, std::uint64_t seq, bool out_of_line) {
+  if (!out_of_line) return encode_u64((key << 24) | seq);
+  return encode_u64((key << 24) | seq) + "oolv";  // 12 bytes: a record
+}
+
+bool parse_value(const std::string& v, std::uint64_t* key, std::uint64_t* seq) {
+  if (v.size() != 8 && !(v.size() == 12 && v.substr(8) == "oolv")) return false;
+  const std::uint64_t w = decode_u64(v.substr(0, 8));
+  *key = w >> 24;
+  *seq = w & ((1u << 24) - 1);
+  return true;
+}
+
+void run(pm::Mode mode) {
+  Options o;
+  o.kind = "nbtree";
+  o.pool_size = 256 << 20;
+  o.node_size = 128;
+  o.persistence = mode;
+  o.max_value_size = 16;
+  auto r = Index::open(o);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  std::unique_ptr<Index> idx = std::move(r).value();
+  auto* nb = dynamic_cast<nbtree::NBTree*>(idx.get());
+  RandomDelays delays;
+  nb->set_hooks(&delays);
+
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(stress_seconds());
+  std::atomic<bool> failed{false};
+  std::map<std::uint64_t, std::string> final_state[2];
+  std::atomic<std::uint64_t> ops{0};
+
+  auto worker = [&](int t) {
+    const Index::ThreadScope scope = idx->attach_thread();
+    std::mt19937_64 rng(1234 + t);
+    std::map<std::uint64_t, std::string>& mine = final_state[t];
+    std::map<std::uint64_t, std::uint64_t> seq_of;      // my keys: last sequence written
+    std::map<std::uint64_t, std::uint64_t> seen_other;  // other's keys: highest seq seen
+    std::string got;
+    auto fail = [&](const std::string& what) {
+      if (!failed.exchange(true)) ADD_FAILURE() << "thread " << t << ": " << what;
+    };
+    std::uint64_t n = 0;
+    while (!failed.load(std::memory_order_relaxed)) {
+      if ((++n & 63) == 0 && std::chrono::steady_clock::now() > deadline) break;
+      const unsigned op = static_cast<unsigned>(rng() % 100);
+      std::uint64_t k = 1 + rng() % kKeys;
+      if (op < 70) {
+        if (k % 2 != static_cast<std::uint64_t>(t)) k = k == kKeys ? 2 - t : k + 1;
+        if (k % 2 != static_cast<std::uint64_t>(t)) k = 2 - t;
+        const std::uint64_t seq = ++seq_of[k];
+        const bool ool = rng() % 8 == 0;
+        const std::string v = make_value(k, seq, ool);
+        const bool present = mine.count(k) != 0;
+        const unsigned kind = static_cast<unsigned>(rng() % 10);
+        if (kind < 4) {
+          const Code c = idx->insert(encode_u64(k), v);
+          if (c != (present ? Code::already_present : Code::ok)) fail("insert result");
+          if (!present) mine[k] = v;
+        } else if (kind < 7) {
+          const Code c = idx->update(encode_u64(k), v);
+          if (c != (present ? Code::ok : Code::not_found)) fail("update result");
+          if (present) mine[k] = v;
+        } else if (kind < 9) {
+          const Code c = idx->remove(encode_u64(k));
+          if (c != (present ? Code::ok : Code::not_found)) fail("remove result");
+          mine.erase(k);
+        } else {
+          const Code c = idx->find(encode_u64(k), &got);
+          if (present != (c == Code::ok)) fail("own find presence for key " + std::to_string(k));
+          if (present && got != mine[k]) fail("own find value for key " + std::to_string(k));
+        }
+      } else if (op < 90) {  // read the other thread's keys: never back in time
+        if (k % 2 == static_cast<std::uint64_t>(t)) k = k == kKeys ? 1 + t : k + 1;
+        if (k % 2 == static_cast<std::uint64_t>(t)) continue;
+        if (idx->find(encode_u64(k), &got) == Code::ok) {
+          std::uint64_t vk = 0, seq = 0;
+          if (!parse_value(got, &vk, &seq) || vk != k) {
+            fail("foreign value is garbage for key " + std::to_string(k));
+          } else {
+            if (seq < seen_other[k]) fail("stale read for key " + std::to_string(k));
+            seen_other[k] = seq;
+          }
+        }
+      } else if (op < 97) {  // shared keys: both threads upsert/remove
+        const std::uint64_t sk = kKeys + 1 + rng() % kShared;
+        if (rng() % 2 == 0) {
+          const Code c = idx->upsert(encode_u64(sk), make_value(sk, 1, rng() % 4 == 0));
+          if (c != Code::ok) fail("shared upsert");
+        } else {
+          const Code c = idx->remove(encode_u64(sk));
+          if (c != Code::ok && c != Code::not_found) fail("shared remove");
+        }
+      } else {  // short scans: keys ascend, values belong to their keys
+        ScanBuffer buf;
+        const std::size_t cnt = idx->scan(encode_u64(k), 8, buf);
+        for (std::size_t i = 0; i < cnt; ++i) {
+          std::uint64_t vk = 0, seq = 0;
+          const std::uint64_t key = decode_u64(buf.key(i));
+          if (key < k || (i > 0 && key <= decode_u64(buf.key(i - 1)))) fail("scan order");
+          if (!parse_value(std::string(buf.value(i)), &vk, &seq) || vk != key) fail("scan value");
+        }
+      }
+      ops.fetch_add(1, std::memory_order_relaxed);
+    }
+  };
+  std::thread a(worker, 0), b(worker, 1);
+  a.join();
+  b.join();
+  nb->set_hooks(nullptr);
+  ASSERT_FALSE(failed.load());
+  Status s = idx->verify();
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  std::string got;
+  std::size_t expected = 0;
+  for (int t = 0; t < 2; ++t) {
+    for (std::uint64_t k = 1; k <= kKeys; ++k) {
+      if (k % 2 != static_cast<std::uint64_t>(t)) continue;
+      auto it = final_state[t].find(k);
+      const Code c = idx->find(encode_u64(k), &got);
+      if (it == final_state[t].end()) {
+        EXPECT_EQ(c, Code::not_found) << k;
+      } else {
+        ++expected;
+        ASSERT_EQ(c, Code::ok) << k;
+        EXPECT_EQ(got, it->second) << k;
+      }
+    }
+  }
+  for (std::uint64_t sk = kKeys + 1; sk <= kKeys + kShared; ++sk) {
+    if (idx->find(encode_u64(sk), &got) == Code::ok) ++expected;
+  }
+  ScanBuffer buf;
+  EXPECT_EQ(idx->scan(encode_u64(0), 1 << 20, buf), expected);
+  std::printf("%s: %llu ops, %zu leaves, %llu reads persisted a line written by another "
+              "thread (R1)\n",
+              std::string(pm::to_string(mode)).c_str(),
+              static_cast<unsigned long long>(ops.load()), nb->leaf_count(),
+              static_cast<unsigned long long>(nb->reader_persists()));
+}
+
+// Both threads update the same hot keys while filler inserts and removes around them keep
+// splitting their leaves, so concurrent updates of one key meet every SMO phase (the sync
+// race of PROTOCOL.md S7). Values are (writer, sequence). Checks: a reader never sees a
+// writer's sequence go back for a key, and each hot key ends with the last update of one of
+// the two threads (an older value winning is a lost update).
+void run_hot(pm::Mode mode) {
+  Options o;
+  o.kind = "nbtree";
+  o.pool_size = 256 << 20;
+  o.node_size = 128;
+  o.persistence = mode;
+  o.max_value_size = 16;
+  auto r = Index::open(o);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  std::unique_ptr<Index> idx = std::move(r).value();
+  auto* nb = dynamic_cast<nbtree::NBTree*>(idx.get());
+  constexpr std::uint64_t kHot = 8;
+  auto hot_key = [](std::uint64_t i) { return 1000 * (i + 1); };
+  auto value = [](int t, std::uint64_t seq, bool ool) {
+    const std::string v = encode_u64((static_cast<std::uint64_t>(t) << 40) | seq);
+    return ool ? v + "oolv" : v;
+  };
+  for (std::uint64_t i = 0; i < kHot; ++i) {
+    ASSERT_EQ(idx->insert(encode_u64(hot_key(i)), value(0, 0, false)), Code::ok);
+  }
+  RandomDelays delays;
+  nb->set_hooks(&delays);
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(stress_seconds());
+  std::atomic<bool> failed{false};
+  std::string last[2][kHot];
+  auto worker = [&](int t) {
+    const Index::ThreadScope scope = idx->attach_thread();
+    std::mt19937_64 rng(77 + t);
+    std::uint64_t seq = 0;
+    std::uint64_t seen[2][kHot] = {};
+    std::string got;
+    auto fail = [&](const std::string& what) {
+      if (!failed.exchange(true)) ADD_FAILURE() << "thread " << t << ": " << what;
+    };
+    std::uint64_t n = 0;
+    while (!failed.load(std::memory_order_relaxed)) {
+      if ((++n & 63) == 0 && std::chrono::steady_clock::now() > deadline) break;
+      const unsigned op = static_cast<unsigned>(rng() % 10);
+      const std::uint64_t h = rng() % kHot;
+      if (op < 4) {
+        const std::string v = value(t, ++seq, rng() % 8 == 0);
+        if (idx->update(encode_u64(hot_key(h)), v) != Code::ok) fail("hot update");
+        last[t][h] = v;
+      } else if (op < 6) {
+        if (idx->find(encode_u64(hot_key(h)), &got) != Code::ok) {
+          fail("hot key missing");
+          continue;
+        }
+        const std::uint64_t w = decode_u64(got.substr(0, 8));
+        const int writer = static_cast<int>(w >> 40);
+        const std::uint64_t s = w & ((std::uint64_t{1} << 40) - 1);
+        if (writer > 1 || s < seen[writer][h]) fail("hot key read went back in time");
+        else seen[writer][h] = s;
+      } else {
+        // Fillers next to the hot keys: the leaves holding them keep splitting.
+        const std::uint64_t f = hot_key(h) - 400 + rng() % 800;
+        if (f == hot_key(h)) continue;
+        if (rng() % 3 == 0) (void)idx->remove(encode_u64(f));
+        else (void)idx->upsert(encode_u64(f), value(t, 0, false));
+      }
+    }
+  };
+  std::thread a(worker, 0), b(worker, 1);
+  a.join();
+  b.join();
+  nb->set_hooks(nullptr);
+  ASSERT_FALSE(failed.load());
+  Status s = idx->verify();
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  std::string got;
+  for (std::uint64_t h = 0; h < kHot; ++h) {
+    ASSERT_EQ(idx->find(encode_u64(hot_key(h)), &got), Code::ok);
+    EXPECT_TRUE(got == last[0][h] || got == last[1][h] ||
+                (last[0][h].empty() && last[1][h].empty()))
+        << "hot key " << hot_key(h) << " ends with a value that a later update replaced";
+  }
+  std::printf("%s hot keys: %zu leaves\n", std::string(pm::to_string(mode)).c_str(),
+              nb->leaf_count());
+}
+
+TEST(NBTreeStress, HotKeysDuringSmosAdr) { run_hot(pm::Mode::adr); }
+TEST(NBTreeStress, HotKeysDuringSmosEadr) { run_hot(pm::Mode::eadr); }
+
+TEST(NBTreeStress, TwoThreadsAdr) { run(pm::Mode::adr); }
+TEST(NBTreeStress, TwoThreadsEadr) { run(pm::Mode::eadr); }
+
+}  // namespace
+}  // namespace pmindex
