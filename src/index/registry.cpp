@@ -1,5 +1,6 @@
 // The built-in index kinds. An index adds one line here (explicit registration: static
 // self-registration would be dropped by the linker from a static library).
+#include "index/apex/apex.h"
 #include "index/reflist/reflist.h"
 #include "pmindex/index.h"
 
@@ -10,6 +11,9 @@ const std::vector<IndexRegistry::Entry>& IndexRegistry::entries() {
       {"reflist", "reference index: persistent sorted list with a DRAM map over it",
        &reflist::RefList::layout_for, &reflist::RefList::default_pool_size,
        &reflist::RefList::create, &reflist::RefList::recover},
+      {"apex", "APEX: persistent learned index (probe-and-stash, DRAM accelerators, logged SMOs)",
+       &apex::Apex::layout_for, &apex::Apex::default_pool_size, &apex::Apex::create,
+       &apex::Apex::recover},
   };
   return kEntries;
 }

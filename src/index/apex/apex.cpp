@@ -1,0 +1,216 @@
+// APEX public operations: key checks, traversal, insert/update/upsert/find/remove/scan.
+// Persistence steps (A<n>) are defined in PROTOCOL.md.
+#include "index/apex/apex.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace pmindex::apex {
+
+Apex::Apex(std::unique_ptr<pm::Pool> pool) : pool_(std::move(pool)) {
+  kt_ = pool_->info().layout.key_mode;
+  open_start_ = std::chrono::steady_clock::now();
+}
+
+Apex::~Apex() {
+  if (walker_.joinable()) walker_.join();
+}
+
+void Apex::note_answer() const {
+  if (!first_answer_.load(std::memory_order_relaxed)) {
+    // Written under mu_ only; the flag makes later calls skip the clock read.
+    first_answer_seconds_ =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - open_start_).count();
+    first_answer_.store(true, std::memory_order_relaxed);
+  }
+}
+
+Code Apex::check_key(std::string_view key, std::uint64_t* out) const {
+  if (key.size() != 8) return Code::invalid_argument;
+  const std::uint64_t k = decode_u64(key);
+  if (kt_ == KeyType::f64 && std::isnan(ordered_to_f64(k))) return Code::invalid_argument;
+  *out = k;
+  return Code::ok;
+}
+
+std::uint32_t Apex::route(const InnerNode* in, std::uint64_t key) const {
+  return predict_slot({in->slope, in->intercept}, x_of(key, in->lo), in->fanout);
+}
+
+std::uint32_t Apex::predict(const DataNode* dn, std::uint64_t key) const {
+  return predict_slot({dn->slope, dn->intercept}, x_of(key, dn->lo), dn->pa_slots);
+}
+
+std::uint64_t Apex::traverse(std::uint64_t key, std::vector<PathStep>* path) const {
+  if (path != nullptr) path->clear();
+  std::uint64_t off = root_->root_node;
+  while (type_of(off) == NodeType::inner) {
+    const InnerNode* in = inner(off);
+    const std::uint32_t slot = route(in, key);
+    if (path != nullptr) path->push_back({off, slot});
+    off = in->children()[slot];
+  }
+  return off;
+}
+
+Code Apex::insert(std::string_view key, std::string_view value) {
+  std::uint64_t k = 0;
+  if (Code c = check_key(key, &k); c != Code::ok) return c;
+  if (value.size() != 8) return value.size() > 8 ? Code::value_too_large : Code::invalid_argument;
+  std::uint64_t payload = 0;
+  std::memcpy(&payload, value.data(), 8);
+  std::lock_guard<std::mutex> lock(mu_);
+  note_answer();
+  std::vector<PathStep> path;
+  for (;;) {
+    const std::uint64_t off = traverse(k, &path);
+    DataMeta& m = meta_for(off);
+    if (locate(off, m, k, /*use_pa_fp=*/true).rec != nullptr) return Code::already_present;
+    const DataNode* dn = data(off);
+    const double capacity = static_cast<double>(dn->pa_slots + dn->sa_slots);
+    if (static_cast<double>(m.num_keys + 1) > kDensityUpper * capacity &&
+        m.num_keys + 1 >= m.smo_retry_at) {
+      const Code c = smo(off, path, k);
+      if (c == Code::ok) continue;  // the node was replaced: retry from the root
+      if (c == Code::pool_full) return c;
+      // No SMO possible (keys the models cannot separate): stash the record instead.
+      m.smo_retry_at = m.num_keys + m.num_keys / 4 + 16;
+    }
+    return insert_into(off, m, k, payload);
+  }
+}
+
+Code Apex::update(std::string_view key, std::string_view value) {
+  std::uint64_t k = 0;
+  if (Code c = check_key(key, &k); c != Code::ok) return c;
+  if (value.size() != 8) return value.size() > 8 ? Code::value_too_large : Code::invalid_argument;
+  std::uint64_t payload = 0;
+  std::memcpy(&payload, value.data(), 8);
+  std::lock_guard<std::mutex> lock(mu_);
+  note_answer();
+  const std::uint64_t off = traverse(k, nullptr);
+  const Location loc = locate(off, meta_for(off), k, true);
+  if (loc.rec == nullptr) return Code::not_found;
+  pm::store(&loc.rec->payload, payload);                  // A10: payload in place
+  pm::persist(&loc.rec->payload, sizeof payload);         // A11: one flush + fence
+  return Code::ok;
+}
+
+Code Apex::upsert(std::string_view key, std::string_view value) {
+  const Code c = insert(key, value);
+  return c == Code::already_present ? update(key, value) : c;
+}
+
+Code Apex::find(std::string_view key, std::string* value) const {
+  std::uint64_t k = 0;
+  if (Code c = check_key(key, &k); c != Code::ok) return c;
+  std::lock_guard<std::mutex> lock(mu_);
+  note_answer();
+  const std::uint64_t off = traverse(k, nullptr);
+  // Lookups do not consult PA fingerprints (paper §4.2): the key is usually in PA.
+  const Location loc = locate(off, meta_for(off), k, /*use_pa_fp=*/false);
+  if (loc.rec == nullptr) return Code::not_found;
+  if (value != nullptr) value->assign(reinterpret_cast<const char*>(&loc.rec->payload), 8);
+  return Code::ok;
+}
+
+Code Apex::remove(std::string_view key) {
+  std::uint64_t k = 0;
+  if (Code c = check_key(key, &k); c != Code::ok) return c;
+  std::lock_guard<std::mutex> lock(mu_);
+  note_answer();
+  const std::uint64_t off = traverse(k, nullptr);
+  DataMeta& m = meta_for(off);
+  const Location loc = locate(off, m, k, true);
+  if (loc.rec == nullptr) return Code::not_found;
+  erase_at(off, m, loc, k);
+  return Code::ok;
+}
+
+std::size_t Apex::scan(std::string_view start, std::size_t max, ScanBuffer& out) const {
+  out.clear();
+  // Any 8 bytes bound a scan (even a NaN encoding, which sorts outside every double).
+  if (start.size() != 8 || max == 0) return 0;
+  const std::uint64_t k = decode_u64(start);
+  std::lock_guard<std::mutex> lock(mu_);
+  note_answer();
+  std::vector<Record> recs;
+  std::uint64_t cur = k;
+  for (;;) {
+    const std::uint64_t off = traverse(cur, nullptr);
+    const DataNode* dn = data(off);
+    meta_for(off);  // rebuilds the node's DRAM state if this generation has not seen it
+    recs.clear();
+    // Keys >= cur sit at PA slots >= predict(cur) (no key is stored left of its prediction),
+    // plus any stash record; only the collected result is sorted.
+    const std::uint64_t inv = dn->invalid_key;
+    for (std::uint32_t i = predict(dn, cur); i < dn->pa_slots; ++i) {
+      const Record& r = dn->pa()[i];
+      if (r.key != inv && r.key >= cur) recs.push_back(r);
+    }
+    for (std::uint32_t i = 0; i < dn->sa_slots; ++i) {
+      const Record& r = dn->sa()[i];
+      if (r.key != inv && r.key >= cur) recs.push_back(r);
+    }
+    for (std::uint64_t b = dn->ext_head; b != 0; b = pool_->at<ExtStash>(b)->next) {
+      for (const Record& r : pool_->at<ExtStash>(b)->rec)
+        if (r.key != inv && r.key >= cur) recs.push_back(r);
+    }
+    std::sort(recs.begin(), recs.end(),
+              [](const Record& a, const Record& b) { return a.key < b.key; });
+    for (const Record& r : recs) {
+      if (out.size() >= max) break;
+      const std::string kb = encode_u64(r.key);
+      out.append(kb, {reinterpret_cast<const char*>(&r.payload), 8});
+    }
+    if (out.size() >= max || dn->hi == ~std::uint64_t{0}) break;
+    cur = dn->hi + 1;
+  }
+  return out.size();
+}
+
+Record* Apex::debug_record(std::string_view key) {
+  std::uint64_t k = 0;
+  if (check_key(key, &k) != Code::ok) return nullptr;
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::uint64_t off = traverse(k, nullptr);
+  return locate(off, meta_for(off), k, false).rec;
+}
+
+RecoveryStats Apex::recovery_stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  RecoveryStats r = recovery_;
+  if (first_answer_.load(std::memory_order_relaxed)) r.seconds = first_answer_seconds_;
+  return r;
+}
+
+Footprint Apex::footprint() const {
+  Footprint f;
+  const auto s = pool_->allocator().stats();
+  f.pm_bytes = s.bytes_in_use;
+  f.pm_reserved = s.bytes_reserved;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [off, m] : metas_) {
+    f.dram_bytes += sizeof(DataMeta) + m->accel.size() * sizeof(Accelerator) +
+                    m->stash_used.size() * 8 + m->ext.size() * sizeof(ExtInfo);
+    for (const Accelerator& a : m->accel) {
+      for (auto* b = reinterpret_cast<const OverflowBucket*>(a.word >> kBucketShift); b != nullptr;
+           b = b->next)
+        f.dram_bytes += sizeof(OverflowBucket);
+    }
+  }
+  return f;
+}
+
+Status Apex::close() {
+  wait_recovery_walk();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!walk_status_.ok()) return walk_status_;
+  if (!closed_) {
+    pool_->close_clean();
+    closed_ = true;
+  }
+  return Status::Ok();
+}
+
+}  // namespace pmindex::apex
