@@ -21,6 +21,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -119,6 +120,11 @@ class Apex final : public Index {
   Record* debug_record(std::string_view key);
   // Test hook: waits for the background recovery walk to finish.
   void wait_recovery_walk();
+  // Test hook: called (under the index lock) at every persistence step of every SMO with the
+  // SMO kind and step ("expand_data:undo"; steps undo, built, redo, half-switched, switched,
+  // done); a crash test
+  // snapshots the pool file there and recovers each snapshot.
+  void set_smo_hook(std::function<void(std::string_view)> hook) { smo_hook_ = std::move(hook); }
 
  private:
   struct PathStep {
@@ -233,6 +239,15 @@ class Apex final : public Index {
   mutable double first_answer_seconds_ = 0;
   void note_answer() const;
   bool closed_ = false;
+  std::function<void(std::string_view)> smo_hook_;
+  SmoKind current_kind_ = SmoKind::none;
+  void step(std::string_view name) {
+    static constexpr std::string_view kNames[] = {"none", "expand_data", "split_sideways",
+                                                  "split_downward", "expand_inner"};
+    if (smo_hook_) {
+      smo_hook_(std::string(kNames[static_cast<int>(current_kind_)]) + ":" + std::string(name));
+    }
+  }
 };
 
 }  // namespace pmindex::apex

@@ -136,15 +136,20 @@ std::uint64_t Apex::bulk_build(std::span<const Record> recs, std::uint64_t lo, s
     if (plan.group_start.size() < 2) continue;
     double cost = 1.0 + 0.05 * std::log2(static_cast<double>(f));
     std::size_t i = 0;
+    std::size_t largest = 0;
     for (std::size_t g = 0; g < plan.group_start.size(); ++g) {
       const std::uint32_t end_slot = g + 1 < plan.group_start.size() ? plan.group_start[g + 1] : f;
       std::size_t j = i;
       while (j < n && predict_slot(m, xs[j], f) < end_slot) ++j;
       const std::size_t k = j - i;
+      largest = std::max(largest, k);
       const double c = k <= cap ? 1.0 + 2.0 * simulate_overflow(recs.subspan(i, k), lo, pa_sim(k)) : 3.0;
       cost += c * static_cast<double>(k) / static_cast<double>(n);
       i = j;
     }
+    // A model that leaves most keys in one oversized child barely partitions (clustered
+    // keys under a fit dominated by outliers); the median split below does better.
+    if (largest > cap && largest > n / 2) continue;
     plan.cost = cost;
     if (cost < best.cost) best = std::move(plan);
   }
@@ -152,13 +157,19 @@ std::uint64_t Apex::bulk_build(std::span<const Record> recs, std::uint64_t lo, s
     // Median split, as a downward split does.
     for (std::size_t c = n / 2; c < n && best.fanout == 0; ++c) {
       if (!(xs[c - 1] < xs[c])) continue;
-      const double t = xs[c - 1] / 2 + xs[c] / 2, sl = 2.0 / (xs[c] - xs[c - 1]);
-      const LinearModel m{sl, 1.0 - t * sl};
-      if (std::isfinite(m.slope) && std::isfinite(m.intercept) && m.slope > 0 &&
-          predict_slot(m, xs[c - 1], 2) == 0 && predict_slot(m, xs[c], 2) == 1) {
-        best.model = m;
-        best.fanout = 2;
-        best.group_start = {0, 1};
+      // Gentle slope (1 / spread of the keys) first, as a downward split does; a steep step
+      // between the two middle keys if rounding defeats it.
+      const double t = xs[c - 1] / 2 + xs[c] / 2, spread = xs[n - 1] - xs[0];
+      const double steep = 2.0 / (xs[c] - xs[c - 1]);
+      for (const LinearModel m : {LinearModel{1.0 / spread, 1.0 - t / spread},
+                                  LinearModel{steep, 1.0 - t * steep}}) {
+        if (std::isfinite(m.slope) && std::isfinite(m.intercept) && m.slope > 0 &&
+            predict_slot(m, xs[c - 1], 2) == 0 && predict_slot(m, xs[c], 2) == 1) {
+          best.model = m;
+          best.fanout = 2;
+          best.group_start = {0, 1};
+          break;
+        }
       }
     }
   }

@@ -27,6 +27,7 @@ SmoLog* Apex::my_log() const {
 
 void Apex::log_begin(SmoLog* log, SmoKind kind, std::uint64_t old_node, std::uint64_t parent,
                      std::uint64_t key, std::uint32_t s, std::uint32_t e, std::uint32_t m) {
+  current_kind_ = kind;
   SmoLog init{0, old_node, 0, 0, parent, key, s, e, m, 0};
   pm::copy(&log->old_node, &init.old_node, sizeof(SmoLog) - 8);   // A12: log fields ...
   pm::publish(&log->stage_kind, stage_word(SmoStage::undo, kind)); // ... stage UNDO last
@@ -145,6 +146,7 @@ Code Apex::expand_data(std::uint64_t off, std::uint64_t parent, std::uint32_t s,
   const double o = recs.empty() ? 0.0 : static_cast<double>(m.num_stash) / static_cast<double>(recs.size());
   SmoLog* log = my_log();
   log_begin(log, SmoKind::expand_data, off, parent, key, s, e, 0);       // A12
+  step("undo");
   Code code = Code::ok;
   const std::uint64_t fresh = build_data(recs, old->lo, old->hi, o, slots_for(recs.size()), &code);
   if (fresh == 0) {
@@ -153,9 +155,13 @@ Code Apex::expand_data(std::uint64_t off, std::uint64_t parent, std::uint32_t s,
   }
   pm::publish(&log->new_a, fresh);                                       // A14: new in the log
   pm::persist(&log->new_a, 8);
+  step("built");
   log_stage(log, SmoStage::redo, SmoKind::expand_data);                  // A15: UNDO -> REDO
+  step("redo");
   switch_children(parent, s, e, fresh);                                  // A16
+  step("switched");
   log_stage(log, SmoStage::none, SmoKind::none);                         // A17
+  step("done");
   free_node(off);                                                        // A18
   ++counters_.expansions;
   return Code::ok;
@@ -179,6 +185,7 @@ Code Apex::split_sideways(std::uint64_t off, std::uint64_t parent, std::uint32_t
   const double o = recs.empty() ? 0.0 : static_cast<double>(m.num_stash) / static_cast<double>(recs.size());
   SmoLog* log = my_log();
   log_begin(log, SmoKind::split_sideways, off, parent, key, s, e, mid);  // A12
+  step("undo");
   Code code = Code::ok;
   const std::uint64_t a = build_data(left, old->lo, bound - 1, o, slots_for(left.size()), &code);
   const std::uint64_t b =
@@ -191,10 +198,15 @@ Code Apex::split_sideways(std::uint64_t off, std::uint64_t parent, std::uint32_t
   pm::publish(&log->new_a, a);                                           // A14
   pm::publish(&log->new_b, b);
   pm::persist(&log->new_a, 16);
+  step("built");
   log_stage(log, SmoStage::redo, SmoKind::split_sideways);               // A15
+  step("redo");
   switch_children(parent, s, mid - 1, a);                                // A16
+  step("half-switched");
   switch_children(parent, mid, e, b);
+  step("switched");
   log_stage(log, SmoStage::none, SmoKind::none);                         // A17
+  step("done");
   free_node(off);                                                        // A18
   ++counters_.sideways;
   return Code::ok;
@@ -248,6 +260,7 @@ Code Apex::split_downward(std::uint64_t off, std::uint64_t parent, std::uint32_t
   const double o = static_cast<double>(m.num_stash) / static_cast<double>(recs.size());
   SmoLog* log = my_log();
   log_begin(log, SmoKind::split_downward, off, parent, key, s, e, 0);    // A12
+  step("undo");
   Code code = Code::ok;
   const std::uint64_t a = build_data(left, lo, bound - 1, o, slots_for(left.size()), &code);
   const std::uint64_t b = a == 0 ? 0 : build_data(right, bound, hi, o, slots_for(right.size()), &code);
@@ -274,9 +287,13 @@ Code Apex::split_downward(std::uint64_t off, std::uint64_t parent, std::uint32_t
   pm::persist(pool_->at<void>(in), sizeof img);
   pm::publish(&log->new_a, in);                                          // A14
   pm::persist(&log->new_a, 8);
+  step("built");
   log_stage(log, SmoStage::redo, SmoKind::split_downward);               // A15
+  step("redo");
   switch_children(parent, s, e, in);                                     // A16
+  step("switched");
   log_stage(log, SmoStage::none, SmoKind::none);                         // A17
+  step("done");
   free_node(off);                                                        // A18
   ++counters_.downward;
   return Code::ok;
@@ -288,6 +305,7 @@ Code Apex::expand_inner(std::uint64_t off, std::uint64_t parent, std::uint32_t s
   const std::uint32_t f = old->fanout * 2;
   SmoLog* log = my_log();
   log_begin(log, SmoKind::expand_inner, off, parent, key, s, e, 0);      // A12
+  step("undo");
   Code code = Code::ok;
   const std::uint64_t fresh = pool_->allocator().allocate(inner_bytes(f), &code);
   if (fresh == 0) {
@@ -321,9 +339,13 @@ Code Apex::expand_inner(std::uint64_t off, std::uint64_t parent, std::uint32_t s
   pm::persist(pool_->at<void>(fresh), inner_bytes(f));
   pm::publish(&log->new_a, fresh);                                       // A14
   pm::persist(&log->new_a, 8);
+  step("built");
   log_stage(log, SmoStage::redo, SmoKind::expand_inner);                 // A15
+  step("redo");
   switch_children(parent, s, e, fresh);                                  // A16
+  step("switched");
   log_stage(log, SmoStage::none, SmoKind::none);                         // A17
+  step("done");
   free_block(off, inner_bytes(old->fanout));                             // A18
   ++counters_.inner_expansions;
   return Code::ok;
