@@ -1,0 +1,270 @@
+// The kill -9 harness (include/pmindex/crash/kill_harness.h).
+#include "pmindex/crash/kill_harness.h"
+
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "crash/workload.h"
+#include "pmindex/pm/persist.h"
+
+namespace pmindex::crash {
+
+namespace {
+
+// Shared between parent and child (MAP_SHARED anonymous). The child writes `started` before
+// and `acked` after each operation, with release order so the parent (which reads them only
+// after waitpid) sees a consistent pair.
+struct SharedLog {
+  std::atomic<std::uint64_t> started;
+  std::atomic<std::uint64_t> acked;
+  std::atomic<std::uint32_t> child_error;  // 0 ok, else the child's exit reason
+  std::atomic<std::uint32_t> opened;       // the child finished Index::open
+  char message[512];
+};
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
+
+// Child side, tracing flavour: kills the process at the k-th persistence-API call.
+class KillSink final : public pm::TraceSink {
+ public:
+  explicit KillSink(std::uint64_t k) : k_(k) {}
+  void on_store(const void*, std::size_t) override { tick(); }
+  void on_flush(const void*, std::size_t) override { tick(); }
+  void on_fence() override { tick(); }
+  void on_yield_point(std::string_view) override {}
+
+ private:
+  void tick() {
+    if (++count_ == k_) raise(SIGKILL);
+  }
+  std::uint64_t k_;
+  std::uint64_t count_ = 0;
+};
+
+std::uint64_t mix(std::uint64_t h, std::uint64_t v) {
+  std::uint64_t z = h + 0x9e3779b97f4a7c15ull + v;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+struct KillPlan {
+  bool by_event = false;
+  bool before_open = false;
+  std::uint64_t event = 0;
+  unsigned delay_us = 0;
+  bool clean_close = false;  // the child closes cleanly if it finishes
+
+  std::string describe() const {
+    if (!by_event) return "kill at " + std::to_string(delay_us) + " us";
+    return "kill at persistence call " + std::to_string(event) +
+           (before_open ? " counted from before the open (inside recovery)" : " after the open");
+  }
+};
+
+void child_fail(SharedLog* log, std::uint32_t code, const std::string& what) {
+  const std::size_t n = std::min(what.size(), sizeof log->message - 1);
+  std::memcpy(log->message, what.data(), n);
+  log->message[n] = '\0';
+  log->child_error.store(code, std::memory_order_release);
+  _exit(static_cast<int>(code));
+}
+
+[[noreturn]] void run_child(const KillConfig& cfg, const KillPlan& plan,
+                            const std::vector<WorkOp>& ops, Oracle oracle, SharedLog* log) {
+  KillSink sink(plan.event);
+  if (plan.by_event && plan.before_open) pm::Runtime::set_trace_sink(&sink);
+  Options o = cfg.options;
+  o.open_mode = OpenMode::open;
+  auto opened = Index::open(o);
+  if (!opened.ok()) child_fail(log, 2, "child: open failed: " + opened.status().to_string());
+  std::unique_ptr<Index> idx = std::move(opened).value();
+  log->opened.store(1, std::memory_order_release);
+  if (plan.by_event && !plan.before_open) pm::Runtime::set_trace_sink(&sink);
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    log->started.store(i + 1, std::memory_order_release);
+    if (Status s = apply_checked(*idx, ops[i], oracle, 8); !s.ok())
+      child_fail(log, 3, "child: op " + std::to_string(i) + ": " + s.to_string());
+    log->acked.store(i + 1, std::memory_order_release);
+  }
+  pm::Runtime::set_trace_sink(nullptr);
+  if (plan.clean_close) (void)idx->close();
+  _exit(0);
+}
+
+}  // namespace
+
+KillConfig KillConfig::from_env(std::size_t default_cycles) {
+  KillConfig c;
+  c.cycles = default_cycles;
+  if (const char* s = std::getenv("PMINDEX_KILL_CYCLES"); s != nullptr && *s != '\0')
+    c.cycles = std::strtoull(s, nullptr, 10);
+  if (const char* s = std::getenv("PMINDEX_KILL_SEED"); s != nullptr && *s != '\0')
+    c.seed = std::strtoull(s, nullptr, 0);
+  return c;
+}
+
+std::string KillReport::to_string() const {
+  std::ostringstream out;
+  out << cycles << " cycles (" << random_kills << " random-time kills, " << event_kills
+      << " kills at a persistence call, " << kills_in_recovery << " of them inside recovery, "
+      << finished_unkilled << " children finished unkilled), " << acknowledged
+      << " acknowledged ops, in-flight writes present " << in_flight_present << " / absent "
+      << in_flight_absent;
+  for (const std::string& f : failures) out << "\nFAILURE: " << f;
+  return out.str();
+}
+
+KillReport run_kill_cycles(const KillConfig& cfg) {
+  KillReport report;
+  auto fail = [&](std::size_t cycle, const KillPlan& plan, const std::string& what) {
+    report.failures.push_back("seed " + std::to_string(cfg.seed) + ", cycle " +
+                              std::to_string(cycle) + " (" + plan.describe() + "): " + what +
+                              " [replay: PMINDEX_KILL_SEED=" + std::to_string(cfg.seed) +
+                              "; event kills are deterministic, random-time kills are not]");
+  };
+  if (cfg.options.path.empty()) {
+    report.failures.push_back("the kill harness needs a pool file path");
+    return report;
+  }
+  std::error_code ec;
+  std::filesystem::remove(cfg.options.path, ec);
+  {
+    Options o = cfg.options;
+    o.open_mode = OpenMode::create;
+    auto created = Index::open(o);
+    if (!created.ok()) {
+      report.failures.push_back("cannot create the pool: " + created.status().to_string());
+      return report;
+    }
+  }  // dropped without close(): the first child already recovers
+
+  void* mem = mmap(nullptr, sizeof(SharedLog), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+                   -1, 0);
+  if (mem == MAP_FAILED) {
+    report.failures.push_back("cannot map the shared log");
+    return report;
+  }
+  auto* log = new (mem) SharedLog{};
+
+  std::mt19937_64 rng(cfg.seed);
+  Oracle oracle;
+  for (std::size_t cycle = 0; cycle < cfg.cycles; ++cycle) {
+    KillPlan plan;
+    plan.by_event = pm::kTracing && cycle % 2 == 1;
+    plan.before_open = plan.by_event && rng() % 4 == 0;
+    plan.event = plan.before_open ? 1 + rng() % 12 : 1 + rng() % std::max<std::uint64_t>(cfg.max_kill_event, 1);
+    plan.delay_us = static_cast<unsigned>(rng() % std::max(cfg.max_kill_delay_us, 1u));
+    plan.clean_close = rng() % 8 == 0;
+    const std::vector<WorkOp> ops =
+        make_workload(mix(cfg.seed, cycle), cfg.max_ops_per_cycle, cfg.key_space);
+    log->started.store(0, std::memory_order_relaxed);
+    log->acked.store(0, std::memory_order_relaxed);
+    log->child_error.store(0, std::memory_order_relaxed);
+    log->opened.store(0, std::memory_order_relaxed);
+    log->message[0] = '\0';
+
+    const pid_t pid = fork();
+    if (pid < 0) {
+      fail(cycle, plan, "fork failed");
+      break;
+    }
+    if (pid == 0) run_child(cfg, plan, ops, oracle, log);
+
+    if (!plan.by_event) {
+      std::this_thread::sleep_for(std::chrono::microseconds(plan.delay_us));
+      kill(pid, SIGKILL);
+    }
+    int wstatus = 0;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(cfg.child_timeout_s);
+    bool hung = false;
+    while (waitpid(pid, &wstatus, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &wstatus, 0);
+        hung = true;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    ++report.cycles;
+    if (hung) {
+      fail(cycle, plan, "the child did not finish within " + std::to_string(cfg.child_timeout_s) + " s");
+      break;
+    }
+    if (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) != 0) {
+      fail(cycle, plan, std::string(log->message[0] ? log->message : "child exited with status ") +
+                            (log->message[0] ? "" : std::to_string(WEXITSTATUS(wstatus))));
+      break;
+    }
+    if (WIFSIGNALED(wstatus) && WTERMSIG(wstatus) != SIGKILL) {
+      fail(cycle, plan, "the child died of signal " + std::to_string(WTERMSIG(wstatus)));
+      break;
+    }
+    const bool killed = WIFSIGNALED(wstatus);
+    if (!killed) ++report.finished_unkilled;
+    else if (plan.by_event) ++report.event_kills, report.kills_in_recovery += plan.before_open;
+    else ++report.random_kills;
+
+    // Every acknowledged op is durable; the one in flight (started, not acknowledged) may be
+    // either way.
+    const std::uint64_t acked = log->acked.load(std::memory_order_acquire);
+    const std::uint64_t started = log->started.load(std::memory_order_acquire);
+    report.acknowledged += acked;
+    for (std::uint64_t i = 0; i < acked; ++i) apply_to_oracle(ops[i], oracle);
+    Oracle with_in_flight;
+    const bool in_flight = started > acked;
+    if (in_flight) {
+      with_in_flight = oracle;
+      apply_to_oracle(ops[acked], with_in_flight);
+    }
+
+    if (cfg.tamper_pool) cfg.tamper_pool(cfg.options.path);
+    Options o = cfg.options;
+    o.open_mode = OpenMode::open;
+    auto reopened = Index::open(o);
+    if (!reopened.ok()) {
+      fail(cycle, plan, "reopen failed: " + reopened.status().to_string());
+      break;
+    }
+    std::unique_ptr<Index> idx = std::move(reopened).value();
+    if (Status s = idx->verify(); !s.ok()) {
+      fail(cycle, plan, "verify after recovery: " + s.to_string());
+      break;
+    }
+    Oracle matched;
+    const bool differs = in_flight && with_in_flight != oracle;
+    if (Status s = match_contents(*idx, cfg.key_space, oracle,
+                                  in_flight ? &with_in_flight : nullptr, &matched);
+        !s.ok()) {
+      fail(cycle, plan, "after " + std::to_string(acked) + " acknowledged ops (" +
+                            (in_flight ? "op " + std::to_string(acked) + " " +
+                                             describe(ops[acked]) + " in flight"
+                                       : std::string("none in flight")) +
+                            "): " + s.to_string());
+      break;
+    }
+    if (differs) {
+      if (matched == with_in_flight) ++report.in_flight_present;
+      else ++report.in_flight_absent;
+    }
+    oracle = std::move(matched);
+    // The parent's own session ends like a crash most of the time, cleanly sometimes.
+    if (rng() % 4 == 0) (void)idx->close();
+  }
+  munmap(mem, sizeof(SharedLog));
+  std::filesystem::remove(cfg.options.path, ec);
+  return report;
+}
+
+}  // namespace pmindex::crash
