@@ -17,11 +17,12 @@ Apex::~Apex() {
 }
 
 void Apex::note_answer() const {
-  if (!first_answer_.load(std::memory_order_relaxed)) {
-    // Written under mu_ only; the flag makes later calls skip the clock read.
-    first_answer_seconds_ =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - open_start_).count();
-    first_answer_.store(true, std::memory_order_relaxed);
+  // relaxed flag: only the first answer's time matters; exchange elects one writer.
+  if (!first_answer_.load(std::memory_order_relaxed) &&
+      !first_answer_.exchange(true, std::memory_order_relaxed)) {
+    first_answer_seconds_.store(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - open_start_).count(),
+        std::memory_order_relaxed);
   }
 }
 
@@ -59,25 +60,53 @@ Code Apex::insert(std::string_view key, std::string_view value) {
   if (value.size() != 8) return value.size() > 8 ? Code::value_too_large : Code::invalid_argument;
   std::uint64_t payload = 0;
   std::memcpy(&payload, value.data(), 8);
-  std::lock_guard<std::mutex> lock(mu_);
   note_answer();
-  std::vector<PathStep> path;
   for (;;) {
-    const std::uint64_t off = traverse(k, &path);
-    DataMeta& m = meta_for(off);
-    if (locate(off, m, k, /*use_pa_fp=*/true).rec != nullptr) return Code::already_present;
-    const DataNode* dn = data(off);
-    const double capacity = static_cast<double>(dn->pa_slots + dn->sa_slots);
-    if (static_cast<double>(m.num_keys + 1) > kDensityUpper * capacity &&
-        m.num_keys + 1 >= m.smo_retry_at) {
-      const Code c = smo(off, path, k);
-      if (c == Code::ok) continue;  // the node was replaced: retry from the root
-      if (c == Code::pool_full) return c;
-      // No SMO possible (keys the models cannot separate): stash the record instead.
-      m.smo_retry_at = m.num_keys + m.num_keys / 4 + 16;
+    {
+      std::shared_lock<std::shared_mutex> tree(tree_mu_);
+      const std::uint64_t off = traverse(k, nullptr);
+      DataMeta& m = meta_for(off);
+      bool restart = false;
+      m.lock.writeLockOrRestart(restart);
+      if (restart) continue;
+      if (locate(off, m, k, /*use_pa_fp=*/true).rec != nullptr) {
+        m.lock.writeUnlock();
+        return Code::already_present;
+      }
+      const DataNode* dn = data(off);
+      const double capacity = static_cast<double>(dn->pa_slots + dn->sa_slots);
+      const bool full = static_cast<double>(m.num_keys + 1) > kDensityUpper * capacity &&
+                        m.num_keys + 1 >= m.smo_retry_at;
+      if (!full) {
+        const Code c = insert_into(off, m, k, payload);
+        m.lock.writeUnlock();
+        return c;
+      }
+      m.lock.writeUnlock();
     }
-    return insert_into(off, m, k, payload);
+    // The node is too dense: an SMO, with the tree to ourselves.
+    const Code c = smo_exclusive(k);
+    if (c != Code::ok) return c;
   }
+}
+
+Code Apex::smo_exclusive(std::uint64_t k) {
+  std::unique_lock<std::shared_mutex> tree(tree_mu_);
+  std::vector<PathStep> path;
+  const std::uint64_t off = traverse(k, &path);
+  DataMeta& m = meta_for(off);
+  const DataNode* dn = data(off);
+  const double capacity = static_cast<double>(dn->pa_slots + dn->sa_slots);
+  if (!(static_cast<double>(m.num_keys + 1) > kDensityUpper * capacity &&
+        m.num_keys + 1 >= m.smo_retry_at))
+    return Code::ok;  // another thread already made room
+  const Code c = smo(off, path, k);
+  if (c == Code::unsupported) {
+    // No SMO possible (keys the models cannot separate): stash records for a while.
+    m.smo_retry_at = m.num_keys + m.num_keys / 4 + 16;
+    return Code::ok;
+  }
+  return c;
 }
 
 Code Apex::update(std::string_view key, std::string_view value) {
@@ -86,45 +115,73 @@ Code Apex::update(std::string_view key, std::string_view value) {
   if (value.size() != 8) return value.size() > 8 ? Code::value_too_large : Code::invalid_argument;
   std::uint64_t payload = 0;
   std::memcpy(&payload, value.data(), 8);
-  std::lock_guard<std::mutex> lock(mu_);
   note_answer();
+  std::shared_lock<std::shared_mutex> tree(tree_mu_);
   const std::uint64_t off = traverse(k, nullptr);
-  const Location loc = locate(off, meta_for(off), k, true);
-  if (loc.rec == nullptr) return Code::not_found;
-  pm::store(&loc.rec->payload, payload);                  // A10: payload in place
-  pm::persist(&loc.rec->payload, sizeof payload);         // A11: one flush + fence
-  return Code::ok;
+  DataMeta& m = meta_for(off);
+  bool restart = true;
+  while (restart) {
+    restart = false;
+    m.lock.writeLockOrRestart(restart);
+  }
+  const Location loc = locate(off, m, k, true);
+  Code c = Code::not_found;
+  if (loc.rec != nullptr) {
+    pm::publish(&loc.rec->payload, payload);                // A10: payload in place
+    pm::persist(&loc.rec->payload, sizeof payload);         // A11: one flush + fence
+    c = Code::ok;
+  }
+  m.lock.writeUnlock();
+  return c;
 }
 
 Code Apex::upsert(std::string_view key, std::string_view value) {
-  const Code c = insert(key, value);
-  return c == Code::already_present ? update(key, value) : c;
+  for (;;) {
+    const Code c = insert(key, value);
+    if (c != Code::already_present) return c;
+    const Code u = update(key, value);
+    if (u != Code::not_found) return u;  // removed in between: insert again
+  }
 }
 
 Code Apex::find(std::string_view key, std::string* value) const {
   std::uint64_t k = 0;
   if (Code c = check_key(key, &k); c != Code::ok) return c;
-  std::lock_guard<std::mutex> lock(mu_);
   note_answer();
+  std::shared_lock<std::shared_mutex> tree(tree_mu_);
   const std::uint64_t off = traverse(k, nullptr);
-  // Lookups do not consult PA fingerprints (paper §4.2): the key is usually in PA.
-  const Location loc = locate(off, meta_for(off), k, /*use_pa_fp=*/false);
-  if (loc.rec == nullptr) return Code::not_found;
-  if (value != nullptr) value->assign(reinterpret_cast<const char*>(&loc.rec->payload), 8);
-  return Code::ok;
+  const DataMeta& m = meta_for(off);
+  for (;;) {
+    bool restart = false;
+    const std::uint64_t v = m.lock.readLockOrRestart(restart);
+    if (restart) continue;
+    // Lookups do not consult PA fingerprints (paper §4.2): the key is usually in PA.
+    const Location loc = locate(off, m, k, /*use_pa_fp=*/false);
+    const std::uint64_t payload = loc.rec != nullptr ? sync::optimistic_read(loc.rec->payload) : 0;
+    m.lock.checkOrRestart(v, restart);
+    if (restart) continue;
+    if (loc.rec == nullptr) return Code::not_found;
+    if (value != nullptr) value->assign(reinterpret_cast<const char*>(&payload), 8);
+    return Code::ok;
+  }
 }
 
 Code Apex::remove(std::string_view key) {
   std::uint64_t k = 0;
   if (Code c = check_key(key, &k); c != Code::ok) return c;
-  std::lock_guard<std::mutex> lock(mu_);
   note_answer();
+  std::shared_lock<std::shared_mutex> tree(tree_mu_);
   const std::uint64_t off = traverse(k, nullptr);
   DataMeta& m = meta_for(off);
+  bool restart = true;
+  while (restart) {
+    restart = false;
+    m.lock.writeLockOrRestart(restart);
+  }
   const Location loc = locate(off, m, k, true);
-  if (loc.rec == nullptr) return Code::not_found;
-  erase_at(off, m, loc, k);
-  return Code::ok;
+  if (loc.rec != nullptr) erase_at(off, m, loc, k);
+  m.lock.writeUnlock();
+  return loc.rec != nullptr ? Code::ok : Code::not_found;
 }
 
 std::size_t Apex::scan(std::string_view start, std::size_t max, ScanBuffer& out) const {
@@ -132,29 +189,33 @@ std::size_t Apex::scan(std::string_view start, std::size_t max, ScanBuffer& out)
   // Any 8 bytes bound a scan (even a NaN encoding, which sorts outside every double).
   if (start.size() != 8 || max == 0) return 0;
   const std::uint64_t k = decode_u64(start);
-  std::lock_guard<std::mutex> lock(mu_);
   note_answer();
+  std::shared_lock<std::shared_mutex> tree(tree_mu_);
   std::vector<Record> recs;
   std::uint64_t cur = k;
   for (;;) {
     const std::uint64_t off = traverse(cur, nullptr);
     const DataNode* dn = data(off);
-    meta_for(off);  // rebuilds the node's DRAM state if this generation has not seen it
-    recs.clear();
-    // Keys >= cur sit at PA slots >= predict(cur) (no key is stored left of its prediction),
-    // plus any stash record; only the collected result is sorted.
+    const DataMeta& m = meta_for(off);
     const std::uint64_t inv = dn->invalid_key;
-    for (std::uint32_t i = predict(dn, cur); i < dn->pa_slots; ++i) {
-      const Record& r = dn->pa()[i];
-      if (r.key != inv && r.key >= cur) recs.push_back(r);
-    }
-    for (std::uint32_t i = 0; i < dn->sa_slots; ++i) {
-      const Record& r = dn->sa()[i];
-      if (r.key != inv && r.key >= cur) recs.push_back(r);
-    }
-    for (std::uint64_t b = dn->ext_head; b != 0; b = pool_->at<ExtStash>(b)->next) {
-      for (const Record& r : pool_->at<ExtStash>(b)->rec)
-        if (r.key != inv && r.key >= cur) recs.push_back(r);
+    auto take = [&](const Record& r) {
+      const std::uint64_t key = sync::optimistic_read(r.key);
+      if (key != inv && key >= cur) recs.push_back({key, sync::optimistic_read(r.payload)});
+    };
+    for (;;) {
+      bool restart = false;
+      const std::uint64_t v = m.lock.readLockOrRestart(restart);
+      if (restart) continue;
+      recs.clear();
+      // Keys >= cur sit at PA slots >= predict(cur) (no key is stored left of its
+      // prediction), plus any stash record; only the collected result is sorted.
+      for (std::uint32_t i = predict(dn, cur); i < dn->pa_slots; ++i) take(dn->pa()[i]);
+      for (std::uint32_t i = 0; i < dn->sa_slots; ++i) take(dn->sa()[i]);
+      for (std::uint64_t b = pm::load_acquire(&dn->ext_head); b != 0;
+           b = pool_->at<ExtStash>(b)->next)
+        for (const Record& r : pool_->at<ExtStash>(b)->rec) take(r);
+      m.lock.checkOrRestart(v, restart);
+      if (!restart) break;
     }
     std::sort(recs.begin(), recs.end(),
               [](const Record& a, const Record& b) { return a.key < b.key; });
@@ -172,15 +233,16 @@ std::size_t Apex::scan(std::string_view start, std::size_t max, ScanBuffer& out)
 Record* Apex::debug_record(std::string_view key) {
   std::uint64_t k = 0;
   if (check_key(key, &k) != Code::ok) return nullptr;
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::shared_mutex> tree(tree_mu_);
   const std::uint64_t off = traverse(k, nullptr);
   return locate(off, meta_for(off), k, false).rec;
 }
 
 RecoveryStats Apex::recovery_stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::shared_lock<std::shared_mutex> tree(tree_mu_);
   RecoveryStats r = recovery_;
-  if (first_answer_.load(std::memory_order_relaxed)) r.seconds = first_answer_seconds_;
+  if (first_answer_.load(std::memory_order_relaxed))
+    r.seconds = first_answer_seconds_.load(std::memory_order_relaxed);
   return r;
 }
 
@@ -189,7 +251,7 @@ Footprint Apex::footprint() const {
   const auto s = pool_->allocator().stats();
   f.pm_bytes = s.bytes_in_use;
   f.pm_reserved = s.bytes_reserved;
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::shared_mutex> tree(tree_mu_);
   for (const auto& [off, m] : metas_) {
     f.dram_bytes += sizeof(DataMeta) + m->accel.size() * sizeof(Accelerator) +
                     m->stash_used.size() * 8 + m->ext.size() * sizeof(ExtInfo);
@@ -204,7 +266,7 @@ Footprint Apex::footprint() const {
 
 Status Apex::close() {
   wait_recovery_walk();
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::shared_mutex> tree(tree_mu_);
   if (!walk_status_.ok()) return walk_status_;
   if (!closed_) {
     pool_->close_clean();

@@ -2,14 +2,20 @@
 // model-addressed hash-like arrays with probe-and-stash; DRAM holds only rebuildable
 // accelerators and metadata. Persistence steps: PROTOCOL.md (cited as // A<n>).
 //
-// Thread safety: every public operation takes one index-wide mutex (mu_). The paper's §5
-// scheme (lock-free readers validating versions, per-inner-node RW locks, per-data-node SMO
-// lock plus one optimistic lock per 256 PA records, CAS-claimed stash slots, epochs) is NOT
-// implemented yet; see README notes in PROTOCOL.md. The background recovery walk also takes mu_.
+// Thread safety (a first step towards the paper's §5; see PROTOCOL.md "Concurrency"):
+//   * tree_mu_ (shared_mutex): every operation holds it shared; SMOs, bulk load, verify, stats
+//     and the background recovery walk hold it exclusive. So inner nodes never change and no
+//     node is freed while an operation runs, which is why no epochs are needed yet.
+//   * one OptimisticLock per data node (in its DataMeta): inserts, updates and deletes take it
+//     for writing; finds and scans read without locking and validate the version, restarting
+//     on change. Fields readers read (PM record words, ext_head, accelerator words, overflow
+//     bucket entries and links) are written with release stores (pm::publish / locked_write)
+//     and read with acquire loads (optimistic_read / pm::load_acquire).
+//   * metas_mu_ guards the table of DRAM node states (lazy rebuild on first access).
 // Invariants (checked by verify()):
 //   (1) the root is an inner node; every inner node's children, in slot order, cover its
 //       [lo, hi] exactly: a child occupying slots [s, e] has [lo, hi] equal to the keys the
-//       parent's model routes to [s, e]; children in consecutive slots are one node or adjacent;
+//       parent's model routes to [s, e]; a child occupies one run of consecutive slots;
 //   (2) the smallest (0) and largest (2^64-1) ordered keys lie in different data nodes, so each
 //       data node has an invalid key (hi + 1 or lo - 1) outside its range;
 //   (3) every record in a data node has lo <= key <= hi or key == invalid_key (free slot);
@@ -24,6 +30,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -31,6 +38,7 @@
 #include "index/apex/layout.h"
 #include "index/apex/model.h"
 #include "pmindex/index.h"
+#include "pmindex/sync/optimistic_lock.h"
 
 namespace pmindex::apex {
 
@@ -61,6 +69,10 @@ struct ExtInfo {
 
 // All DRAM state of one data node, rebuilt from PM on first access in a generation.
 struct DataMeta {
+  // Writers (insert/update/delete) of this node lock it; readers validate against it. One
+  // lock per node (the paper uses one per 256 PA records plus an SMO lock; SMOs here hold
+  // tree_mu_ exclusively instead).
+  sync::OptimisticLock lock;
   std::vector<Accelerator> accel;
   std::vector<std::uint64_t> stash_used;  // bit per SA slot, 1 = used
   std::vector<ExtInfo> ext;               // extended stash blocks in chain order
@@ -69,13 +81,17 @@ struct DataMeta {
   double created_cost = 1.0;              // search cost when built (cost model baseline)
   std::uint64_t smo_retry_at = 0;         // an SMO failed: retry only once num_keys reaches it
   ~DataMeta();
+  // acquire: a reader that finds a bucket sees its entries as the writer published them.
   OverflowBucket* bucket(std::uint32_t group) const {
-    return reinterpret_cast<OverflowBucket*>(accel[group].word >> kBucketShift);
+    return reinterpret_cast<OverflowBucket*>(sync::optimistic_read(accel[group].word) >>
+                                             kBucketShift);
   }
+  // Lock holder only; release: pairs with bucket().
   void set_bucket(std::uint32_t group, OverflowBucket* b) {
-    accel[group].word = (accel[group].word & kFreeMask) |
-                        (reinterpret_cast<std::uint64_t>(b) << kBucketShift);
+    sync::locked_write(accel[group].word, (accel[group].word & kFreeMask) |
+                                              (reinterpret_cast<std::uint64_t>(b) << kBucketShift));
   }
+  void set_word(std::uint32_t group, std::uint64_t w) { sync::locked_write(accel[group].word, w); }
 };
 
 inline std::uint8_t fingerprint(std::uint64_t key) {
@@ -151,8 +167,9 @@ class Apex final : public Index {
   std::uint32_t predict(const DataNode* dn, std::uint64_t key) const;
   DataNode* data(std::uint64_t off) const { return pool_->at<DataNode>(off); }
   InnerNode* inner(std::uint64_t off) const { return pool_->at<InnerNode>(off); }
+  // acquire: the header word also carries L, which a first accessor publishes concurrently.
   NodeType type_of(std::uint64_t off) const {
-    return static_cast<NodeType>(*pool_->at<std::uint64_t>(off) & kTypeMask);
+    return static_cast<NodeType>(pm::load_acquire(pool_->at<std::uint64_t>(off)) & kTypeMask);
   }
 
   // --- data node operations (data_node.cpp) ---------------------------------------------------
@@ -166,7 +183,12 @@ class Apex final : public Index {
   void bucket_remove(DataMeta& m, std::uint32_t group, std::uint64_t rec_off);
   void collect(std::uint64_t off, std::vector<Record>& out) const;  // valid records, unsorted
   double search_cost(const DataMeta& m) const;
-  void forget_meta(std::uint64_t off) const { metas_.erase(off); }
+  void forget_meta(std::uint64_t off) const {
+    std::lock_guard<std::mutex> lock(metas_mu_);
+    metas_.erase(off);
+  }
+  // Runs an SMO for the insert of `key` under the exclusive tree lock (re-traversing first).
+  Code smo_exclusive(std::uint64_t key);
 
   // --- building nodes (build.cpp) -------------------------------------------------------------
   // Builds and persists a data node holding `recs` (sorted, inside [lo, hi]); not published.
@@ -223,7 +245,8 @@ class Apex final : public Index {
   std::uint64_t data_max_ = kDefaultDataMax;
   std::uint64_t inner_max_ = kInnerMaxCap;
   std::uint64_t generation_ = 0;  // G: the pool generation of this session
-  mutable std::mutex mu_;
+  mutable std::shared_mutex tree_mu_;
+  mutable std::mutex metas_mu_;
   mutable std::unordered_map<std::uint64_t, std::unique_ptr<DataMeta>> metas_;
   Counters counters_;
   RecoveryStats recovery_;
@@ -236,7 +259,7 @@ class Apex final : public Index {
   Status walk_status_;
   std::chrono::steady_clock::time_point open_start_;
   mutable std::atomic<bool> first_answer_{false};
-  mutable double first_answer_seconds_ = 0;
+  mutable std::atomic<double> first_answer_seconds_{0};
   void note_answer() const;
   bool closed_ = false;
   std::function<void(std::string_view)> smo_hook_;

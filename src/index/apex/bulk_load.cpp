@@ -65,7 +65,7 @@ Status Apex::bulk_load(std::span<const KeyValue> sorted, double fill) {
     std::memcpy(&v, kv.value.data(), 8);
     recs.push_back({k, v});
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::shared_mutex> tree(tree_mu_);
   if (stats_unlocked_records() != 0)
     return Status(Code::invalid_argument, "bulk_load needs an empty apex index");
   Code code = Code::ok;

@@ -19,6 +19,9 @@ DataMeta::~DataMeta() {
 }
 
 DataMeta& Apex::meta_for(std::uint64_t off) const {
+  // Held while a missing state is rebuilt: a node nobody has a DataMeta for cannot be written
+  // (writers need its lock), so the rebuild reads a quiescent node.
+  std::lock_guard<std::mutex> lock(metas_mu_);
   auto it = metas_.find(off);
   if (it != metas_.end()) return *it->second;
   auto m = rebuild_meta(off);
@@ -71,8 +74,8 @@ std::unique_ptr<DataMeta> Apex::rebuild_meta(std::uint64_t off) const {
   m->created_cost = search_cost(*m);
   // L := G. Only a hint for readers of the image (the DRAM map is the authority in this
   // session); never flushed, a stale L merely means "rebuild".
-  pm::store(&dn->type_version,
-            static_cast<std::uint64_t>(NodeType::data) | (generation_ << kVersionShift));
+  pm::publish(&dn->type_version,
+              static_cast<std::uint64_t>(NodeType::data) | (generation_ << kVersionShift));
   return m;
 }
 
@@ -90,20 +93,22 @@ void Apex::bucket_add(DataMeta& m, std::uint32_t group, std::uint64_t key,
   const std::uint64_t entry = (std::uint64_t{fingerprint(key)} << kFpShift) | rec_off;
   OverflowBucket* b = m.bucket(group);
   OverflowBucket* last = nullptr;
+  // Lock holder only. Entries and links are release stores: optimistic readers load them
+  // with acquire and validate their version afterwards.
   for (; b != nullptr; last = b, b = b->next) {
     for (std::uint64_t& e : b->entry) {
       if (e == 0) {
-        e = entry;
+        sync::locked_write(e, entry);
         return;
       }
     }
   }
   auto* fresh = new OverflowBucket{};
-  fresh->entry[0] = entry;
+  fresh->entry[0] = entry;  // not yet visible to anyone
   if (last == nullptr) {
     m.set_bucket(group, fresh);
   } else {
-    last->next = fresh;
+    sync::locked_write(last->next, fresh);
   }
 }
 
@@ -111,7 +116,7 @@ void Apex::bucket_remove(DataMeta& m, std::uint32_t group, std::uint64_t rec_off
   for (OverflowBucket* b = m.bucket(group); b != nullptr; b = b->next) {
     for (std::uint64_t& e : b->entry) {
       if ((e & kOffsetMask) == rec_off) {
-        e = 0;
+        sync::locked_write(e, std::uint64_t{0});
         return;
       }
     }
@@ -133,13 +138,17 @@ Apex::Location Apex::locate(std::uint64_t off, const DataMeta& m, std::uint64_t 
       if ((a.word >> (i % kGroup)) & 1u) continue;
       if (a.fp[i % kGroup] != fp) continue;
     }
-    if (dn->pa()[i].key == key) return {&dn->pa()[i], Location::Where::pa, i};
+    if (sync::optimistic_read(dn->pa()[i].key) == key) return {&dn->pa()[i], Location::Where::pa, i};
   }
-  for (const OverflowBucket* b = m.bucket(p / kGroup); b != nullptr; b = b->next) {
-    for (const std::uint64_t e : b->entry) {
+  // Readers may see a bucket mid-update; every entry they follow is a record offset of this
+  // node (buckets live as long as the node), and the caller validates the version.
+  for (const OverflowBucket* b = m.bucket(p / kGroup); b != nullptr;
+       b = sync::optimistic_read(b->next)) {
+    for (const std::uint64_t& slot : b->entry) {
+      const std::uint64_t e = sync::optimistic_read(slot);
       if (e == 0 || (e >> kFpShift) != fp) continue;
       Record* r = pool_->at<Record>(e & kOffsetMask);
-      if (r->key != key) continue;
+      if (sync::optimistic_read(r->key) != key) continue;
       const Record* sa = dn->sa();
       if (r >= sa && r < sa + dn->sa_slots)
         return {r, Location::Where::sa, static_cast<std::uint32_t>(r - sa)};
@@ -153,17 +162,18 @@ Code Apex::insert_into(std::uint64_t off, DataMeta& m, std::uint64_t key, std::u
   DataNode* dn = data(off);
   const std::uint32_t p = predict(dn, key);
   const std::uint32_t end = std::min(p + kProbeDistance, dn->pa_slots);
+  // Release stores (pm::publish): optimistic readers load these words concurrently.
   auto write = [&](Record* r) {
-    pm::store(&r->payload, payload);   // A1: payload first ...
-    pm::store(&r->key, key);           // A2: ... then the key, in the same line
-    pm::persist(r, sizeof(Record));    // A3: one flush + fence commits the insert
+    pm::publish(&r->payload, payload);  // A1: payload first ...
+    pm::publish(&r->key, key);          // A2: ... then the key, in the same line
+    pm::persist(r, sizeof(Record));     // A3: one flush + fence commits the insert
   };
   for (std::uint32_t i = p; i < end; ++i) {
     Accelerator& a = m.accel[i / kGroup];
     const std::uint64_t bit = std::uint64_t{1} << (i % kGroup);
     if ((a.word & bit) == 0) continue;
     write(&dn->pa()[i]);
-    a.word &= ~bit;
+    m.set_word(i / kGroup, a.word & ~bit);
     a.fp[i % kGroup] = fingerprint(key);
     ++m.num_keys;
     return Code::ok;
@@ -219,12 +229,13 @@ Code Apex::insert_into(std::uint64_t off, DataMeta& m, std::uint64_t key, std::u
 
 void Apex::erase_at(std::uint64_t off, DataMeta& m, const Location& loc, std::uint64_t key) {
   DataNode* dn = data(off);
-  pm::store(&loc.rec->key, dn->invalid_key);       // A8: the invalid key frees the slot
+  pm::publish(&loc.rec->key, dn->invalid_key);     // A8: the invalid key frees the slot
   pm::persist(&loc.rec->key, sizeof(std::uint64_t));  // A9: one flush + fence
   --m.num_keys;
   switch (loc.where) {
     case Location::Where::pa:
-      m.accel[loc.index / kGroup].word |= std::uint64_t{1} << (loc.index % kGroup);
+      m.set_word(loc.index / kGroup,
+                 m.accel[loc.index / kGroup].word | (std::uint64_t{1} << (loc.index % kGroup)));
       return;
     case Location::Where::sa:
       m.stash_used[loc.index / 64] &= ~(std::uint64_t{1} << (loc.index % 64));

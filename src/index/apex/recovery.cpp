@@ -179,7 +179,7 @@ Result<std::unique_ptr<Index>> Apex::recover(std::unique_ptr<pm::Pool> pool, con
 
 void Apex::start_recovery_walk() {
   walker_ = std::thread([this] {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::shared_mutex> tree(tree_mu_);
     pm::Allocator& al = pool_->allocator();
     Status s = Status::Ok();
     const std::uint64_t root_off = pool_->root();

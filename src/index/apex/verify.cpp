@@ -8,7 +8,7 @@
 namespace pmindex::apex {
 
 Status Apex::verify() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::shared_mutex> tree(tree_mu_);
   if (!walk_status_.ok()) return walk_status_;
   const SmoLog* logs = pool_->at<SmoLog>(root_->logs);
   for (std::size_t i = 0; i < kMaxLogs; ++i)
@@ -198,7 +198,7 @@ void Apex::stats_node(std::uint64_t off, std::uint32_t depth, Stats* s) const {
 }
 
 Apex::Stats Apex::stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::shared_mutex> tree(tree_mu_);
   Stats s;
   stats_node(root_->root_node, 0, &s);
   s.expansions = counters_.expansions;
