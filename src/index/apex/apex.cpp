@@ -60,7 +60,7 @@ Code Apex::insert(std::string_view key, std::string_view value) {
   if (value.size() != 8) return value.size() > 8 ? Code::value_too_large : Code::invalid_argument;
   std::uint64_t payload = 0;
   std::memcpy(&payload, value.data(), 8);
-  note_answer();
+  const AnswerNote answered{this};  // records the time when this answer is complete
   for (;;) {
     {
       std::shared_lock<std::shared_mutex> tree(tree_mu_);
@@ -115,7 +115,7 @@ Code Apex::update(std::string_view key, std::string_view value) {
   if (value.size() != 8) return value.size() > 8 ? Code::value_too_large : Code::invalid_argument;
   std::uint64_t payload = 0;
   std::memcpy(&payload, value.data(), 8);
-  note_answer();
+  const AnswerNote answered{this};  // records the time when this answer is complete
   std::shared_lock<std::shared_mutex> tree(tree_mu_);
   const std::uint64_t off = traverse(k, nullptr);
   DataMeta& m = meta_for(off);
@@ -147,7 +147,7 @@ Code Apex::upsert(std::string_view key, std::string_view value) {
 Code Apex::find(std::string_view key, std::string* value) const {
   std::uint64_t k = 0;
   if (Code c = check_key(key, &k); c != Code::ok) return c;
-  note_answer();
+  const AnswerNote answered{this};  // records the time when this answer is complete
   std::shared_lock<std::shared_mutex> tree(tree_mu_);
   const std::uint64_t off = traverse(k, nullptr);
   const DataMeta& m = meta_for(off);
@@ -169,7 +169,7 @@ Code Apex::find(std::string_view key, std::string* value) const {
 Code Apex::remove(std::string_view key) {
   std::uint64_t k = 0;
   if (Code c = check_key(key, &k); c != Code::ok) return c;
-  note_answer();
+  const AnswerNote answered{this};  // records the time when this answer is complete
   std::shared_lock<std::shared_mutex> tree(tree_mu_);
   const std::uint64_t off = traverse(k, nullptr);
   DataMeta& m = meta_for(off);
@@ -189,7 +189,7 @@ std::size_t Apex::scan(std::string_view start, std::size_t max, ScanBuffer& out)
   // Any 8 bytes bound a scan (even a NaN encoding, which sorts outside every double).
   if (start.size() != 8 || max == 0) return 0;
   const std::uint64_t k = decode_u64(start);
-  note_answer();
+  const AnswerNote answered{this};  // records the time when this answer is complete
   std::shared_lock<std::shared_mutex> tree(tree_mu_);
   std::vector<Record> recs;
   std::uint64_t cur = k;

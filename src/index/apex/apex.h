@@ -261,6 +261,10 @@ class Apex final : public Index {
   mutable std::atomic<bool> first_answer_{false};
   mutable std::atomic<double> first_answer_seconds_{0};
   void note_answer() const;
+  struct AnswerNote {
+    const Apex* index;
+    ~AnswerNote() { index->note_answer(); }
+  };
   bool closed_ = false;
   std::function<void(std::string_view)> smo_hook_;
   SmoKind current_kind_ = SmoKind::none;

@@ -20,8 +20,8 @@ bool by_key(const Record& a, const Record& b) { return a.key < b.key; }
 }  // namespace
 
 SmoLog* Apex::my_log() const {
-  // One line per thread slot. Operations are serialised by mu_ today, so at most one SMO is in
-  // flight; with per-node locking each thread keeps its own line.
+  // One line per thread slot. SMOs hold the tree lock exclusively today, so at most one is in
+  // flight; with concurrent SMOs each thread keeps its own line.
   return pool_->at<SmoLog>(root_->logs) + (pm::this_thread_slot() % kMaxLogs);
 }
 
