@@ -213,8 +213,9 @@ class Apex final : public Index {
                       std::uint32_t m, std::uint64_t key);
   Code split_downward(std::uint64_t off, std::uint64_t parent, std::uint32_t s, std::uint32_t e,
                       std::uint64_t key);
+  enum class InnerExpansion : std::uint8_t { doubling, extend_right, extend_left };
   Code expand_inner(std::uint64_t off, std::uint64_t parent, std::uint32_t s, std::uint32_t e,
-                    std::uint64_t key, bool extend);
+                    std::uint64_t key, InnerExpansion how);
   SmoLog* my_log() const;
   void log_begin(SmoLog* log, SmoKind kind, std::uint64_t old_node, std::uint64_t parent,
                  std::uint64_t key, std::uint32_t s, std::uint32_t e, std::uint32_t m);

@@ -16,7 +16,9 @@
 namespace pmindex::apex {
 
 inline constexpr std::uint64_t kRootMagic = 0x3158455041584d50ull;  // "PMXAPEX1"
-inline constexpr std::size_t kMaxLogs = 64;       // per-thread SMO log lines
+inline constexpr std::size_t kMaxLogs = 64;
+// Recovery and verify refuse deeper trees (a cycle); real trees stay far shallower.
+inline constexpr std::uint32_t kMaxDepth = 2048;       // per-thread SMO log lines
 inline constexpr std::uint32_t kProbeDistance = 16;  // D: PA slots probed from the prediction
 inline constexpr std::uint32_t kGroup = 16;          // PA records per DRAM accelerator
 inline constexpr std::size_t kDefaultDataMax = 256 * 1024;

@@ -206,7 +206,7 @@ void Apex::wait_recovery_walk() {
 Status Apex::walk_and_mark(std::uint64_t off, std::uint32_t depth) {
   pm::Pool& p = *pool_;
   pm::Allocator& al = p.allocator();
-  if (depth > 64) return p.error(Code::corrupted, "apex tree deeper than 64 levels (a cycle?)");
+  if (depth > kMaxDepth) return p.error(Code::corrupted, "apex tree deeper than kMaxDepth (a cycle?)");
   auto mark = [&](std::uint64_t o, std::size_t bytes) {
     if (o >= recovery_hwm_) return true;
     return al.mark_reachable(o, bytes) == Code::ok;

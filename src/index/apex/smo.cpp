@@ -71,12 +71,19 @@ Code Apex::smo(std::uint64_t off, const std::vector<PathStep>& path, std::uint64
   const bool can_expand = slots_for(n) <= max_data_slots();
   // Cost model: split when the node cannot grow, or when its probe-and-stash cost has drifted
   // well above what it was when built (its model no longer fits); otherwise expand.
-  const bool want_split = !can_expand || (n >= 64 && search_cost(m) > 1.5 * m.created_cost);
-  if (!want_split) return expand_data(off, parent, s, e, key);
-
   std::vector<Record> recs;
   collect(off, recs);
   std::sort(recs.begin(), recs.end(), by_key);
+  // If the cost drifted, first ask whether retraining (which expansion does) fixes it: the
+  // overflow ratio of the records under a model refitted to a PA of the expanded size.
+  bool want_split = !can_expand;
+  if (!want_split && n >= 64 && search_cost(m) > 1.5 * m.created_cost) {
+    const auto pa = static_cast<std::uint32_t>(slots_for(n) * (1.0 - kStashMin)) / kGroup * kGroup;
+    want_split = 1.0 + 2.0 * simulate_overflow(recs, data(off)->lo, std::max(pa, kGroup)) >
+                 1.5 * m.created_cost;
+  }
+  if (!want_split) return expand_data(off, parent, s, e, key);
+
   const InnerNode* p = inner(parent);
   const LinearModel pm_model{p->slope, p->intercept};
   if (e > s) {
@@ -126,9 +133,15 @@ Code Apex::smo(std::uint64_t off, const std::vector<PathStep>& path, std::uint64
              predict_slot(mm, x_of(recs.back().key, p->lo), fanout);
     };
     if (std::isfinite(scaled.slope) && std::isfinite(scaled.intercept) && separates(scaled))
-      return expand_inner(parent, grand, gs, ge, key, /*extend=*/false);
+      return expand_inner(parent, grand, gs, ge, key, InnerExpansion::doubling);
     if (last_child && separates(pm_model))
-      return expand_inner(parent, grand, gs, ge, key, /*extend=*/true);
+      return expand_inner(parent, grand, gs, ge, key, InnerExpansion::extend_right);
+    const LinearModel shifted{pm_model.slope,
+                              pm_model.intercept + static_cast<double>(f - p->fanout)};
+    if (s == 0 && std::isfinite(shifted.intercept) && separates(shifted)) {
+      const Code c = expand_inner(parent, grand, gs, ge, key, InnerExpansion::extend_left);
+      if (c != Code::unsupported) return c;
+    }
   }
   if (Code c = split_downward(off, parent, s, e, key); c != Code::unsupported) return c;
   if (can_expand) return expand_data(off, parent, s, e, key);
@@ -300,9 +313,28 @@ Code Apex::split_downward(std::uint64_t off, std::uint64_t parent, std::uint32_t
 }
 
 Code Apex::expand_inner(std::uint64_t off, std::uint64_t parent, std::uint32_t s,
-                        std::uint32_t e, std::uint64_t key, bool extend) {
+                        std::uint32_t e, std::uint64_t key, InnerExpansion how) {
   const InnerNode* old = inner(off);
   const std::uint32_t f = old->fanout * 2;
+  const LinearModel old_model{old->slope, old->intercept};
+  const LinearModel left{old->slope, old->intercept + static_cast<double>(old->fanout)};
+  if (how == InnerExpansion::extend_left) {
+    // Adding F to the intercept is not exact in floating point, so check that every child
+    // boundary keeps its place: the first key of each child must route to its old first slot
+    // + F and the key before it below that. By monotonicity every key then keeps its child.
+    std::uint32_t sl = 1;
+    while (sl < old->fanout) {
+      if (old->children()[sl] != old->children()[sl - 1]) {
+        std::uint64_t b = 0;
+        if (!boundary(old_model, old->fanout, old->lo, old->lo, old->hi, sl, &b) || b == old->lo)
+          return Code::unsupported;
+        if (predict_slot(left, x_of(b, old->lo), f) < sl + old->fanout ||
+            predict_slot(left, x_of(b - 1, old->lo), f) >= sl + old->fanout)
+          return Code::unsupported;
+      }
+      ++sl;
+    }
+  }
   SmoLog* log = my_log();
   log_begin(log, SmoKind::expand_inner, off, parent, key, s, e, 0);      // A12
   step("undo");
@@ -318,13 +350,20 @@ Code Apex::expand_inner(std::uint64_t off, std::uint64_t parent, std::uint32_t s
   h->lo = old->lo;
   h->hi = old->hi;
   h->fanout = f;
-  if (extend) {
+  if (how == InnerExpansion::extend_right) {
     // Same model: keys below slot F-1 keep their slots; keys that clamped to F-1 now land in
     // [F-1, 2F-1], all of which point at the old last child, so its range is unchanged.
     h->slope = old->slope;
     h->intercept = old->intercept;
     for (std::uint32_t i = 0; i < f; ++i)
       h->children()[i] = old->children()[std::min(i, old->fanout - 1)];
+  } else if (how == InnerExpansion::extend_left) {
+    // Intercept + F (boundaries checked above): old slot i becomes i + F; keys that clamped
+    // to slot 0 now land in [0, F], all of which point at the old first child.
+    h->slope = left.slope;
+    h->intercept = left.intercept;
+    for (std::uint32_t i = 0; i < f; ++i)
+      h->children()[i] = old->children()[i < old->fanout ? 0 : i - old->fanout];
   } else {
     // Doubling slope and intercept is exact in binary floating point, so the new slot of a
     // key is 2*old or 2*old+1: each child occupies twice its slots and keeps its key range.

@@ -27,7 +27,7 @@ Status Apex::verify_node(std::uint64_t off, std::uint64_t lo, std::uint64_t hi,
   auto fail = [&](const std::string& what) {
     return p.error(Code::corrupted, "verify: node " + std::to_string(off) + ": " + what);
   };
-  if (depth > 64) return fail("tree deeper than 64 levels");
+  if (depth > kMaxDepth) return fail("tree deeper than kMaxDepth levels");
   if (p.checked<InnerNode>(off, sizeof(InnerNode), 64) == nullptr) return fail("bad offset");
   if (type_of(off) == NodeType::data) {
     const DataNode* dn = data(off);

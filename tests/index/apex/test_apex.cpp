@@ -158,9 +158,33 @@ TEST(Apex, SequentialInsertsAndStashOverflow) {
       ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
     }
   }
+  // Appends are absorbed by inner expansions that extend the domain to the right, so the tree
+  // stays shallow.
+  EXPECT_LE(as_apex(*idx).stats().max_depth, 6u);
   for (std::uint64_t i = 5000; i-- > 0;) check.op(0, encode_u64(i * 7 + 3), i);
   ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
   check.check_all();
+}
+
+TEST(Apex, DescendingInsertsStayShallow) {
+  for (KeyType kt : {KeyType::u64, KeyType::f64}) {
+    auto idx = open_or_die(small_options(kt));
+    ASSERT_NE(idx, nullptr);
+    std::map<std::string, std::string> oracle;
+    Checker check(*idx, oracle);
+    for (std::uint64_t i = 0; i < 6000; ++i) {
+      const std::uint64_t k = 1'000'000'000'000ull - i * 13;
+      check.op(0, kt == KeyType::u64 ? encode_u64(k) : encode_f64(static_cast<double>(k) / 7.0), i);
+      if (::testing::Test::HasFatalFailure()) return;
+      if (i % 100 == 0) {
+        ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
+      }
+    }
+    ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
+    check.check_all();
+    // Prepends are absorbed by inner expansions that extend the domain to the left.
+    EXPECT_LE(as_apex(*idx).stats().max_depth, 6u) << to_string(kt);
+  }
 }
 
 double random_double(std::mt19937_64& rng) {
