@@ -125,9 +125,15 @@ class Apex final : public Index {
   const pm::Pool& pool() const override { return *pool_; }
 
   // Node statistics (for tests and, later, the paper's Table 1).
+  // Table 1 of the paper: depth (average over data nodes, maximum), node counts, stash ratio
+  // (SA slots / (PA + SA) slots, averaged over data nodes) and overflow ratio (records in SA
+  // or extended stash / records).
   struct Stats {
     std::uint64_t inner_nodes = 0, data_nodes = 0, ext_blocks = 0, records = 0, stash_records = 0;
     std::uint32_t max_depth = 0;
+    double avg_depth = 0, avg_stash_ratio = 0, overflow_ratio = 0;
+    std::uint64_t depth_sum = 0;
+    double stash_ratio_sum = 0;
     std::uint64_t expansions = 0, sideways_splits = 0, downward_splits = 0, inner_expansions = 0;
   };
   Stats stats() const;

@@ -182,6 +182,8 @@ void Apex::stats_node(std::uint64_t off, std::uint32_t depth, Stats* s) const {
   }
   ++s->data_nodes;
   const DataNode* dn = data(off);
+  s->depth_sum += depth;
+  s->stash_ratio_sum += static_cast<double>(dn->sa_slots) / (dn->pa_slots + dn->sa_slots);
   for (std::uint32_t i = 0; i < dn->pa_slots + dn->sa_slots; ++i) {
     if (dn->pa()[i].key == dn->invalid_key) continue;
     ++s->records;
@@ -201,6 +203,12 @@ Apex::Stats Apex::stats() const {
   std::unique_lock<std::shared_mutex> tree(tree_mu_);
   Stats s;
   stats_node(root_->root_node, 0, &s);
+  if (s.data_nodes > 0) {
+    s.avg_depth = static_cast<double>(s.depth_sum) / static_cast<double>(s.data_nodes);
+    s.avg_stash_ratio = s.stash_ratio_sum / static_cast<double>(s.data_nodes);
+  }
+  if (s.records > 0)
+    s.overflow_ratio = static_cast<double>(s.stash_records) / static_cast<double>(s.records);
   s.expansions = counters_.expansions;
   s.sideways_splits = counters_.sideways;
   s.downward_splits = counters_.downward;

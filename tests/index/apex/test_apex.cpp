@@ -257,6 +257,16 @@ TEST(Apex, BulkLoadThenOperate) {
     for (const auto& [k, v] : oracle) kvs.push_back({k, v});
     ASSERT_TRUE(idx->bulk_load(kvs, 1.0).ok());
     ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
+    const auto st = as_apex(*idx).stats();
+    EXPECT_EQ(st.records, oracle.size());
+    // Bulk load keeps every stash ratio within [0.05, 0.3] (PA rounding to whole 16-record
+    // groups can push tiny nodes above it: allow that slack).
+    EXPECT_GE(st.avg_stash_ratio, 0.04);
+    EXPECT_LE(st.avg_stash_ratio, 0.5);
+    std::cout << "[ info     ] bulk " << to_string(kt) << ": avg depth " << st.avg_depth
+              << ", max depth " << st.max_depth << ", inner " << st.inner_nodes << ", data "
+              << st.data_nodes << ", stash ratio " << st.avg_stash_ratio << ", overflow ratio "
+              << st.overflow_ratio << "\n";
     EXPECT_FALSE(idx->bulk_load(kvs, 1.0).ok());  // only into an empty index
     Checker check(*idx, oracle);
     check.check_all();
