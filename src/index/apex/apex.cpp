@@ -66,23 +66,22 @@ Code Apex::insert(std::string_view key, std::string_view value) {
       std::shared_lock<std::shared_mutex> tree(tree_mu_);
       const std::uint64_t off = traverse(k, nullptr);
       DataMeta& m = meta_for(off);
-      bool restart = false;
-      m.lock.writeLockOrRestart(restart);
-      if (restart) continue;
+      const DataNode* dn = data(off);
+      const LockSpan span = lock_span(dn, k);
+      lock_window(m, span);
       if (locate(off, m, k, /*use_pa_fp=*/true).rec != nullptr) {
-        m.lock.writeUnlock();
+        unlock_window(m, span);
         return Code::already_present;
       }
-      const DataNode* dn = data(off);
       const double capacity = static_cast<double>(dn->pa_slots + dn->sa_slots);
-      const bool full = static_cast<double>(m.num_keys + 1) > kDensityUpper * capacity &&
-                        m.num_keys + 1 >= m.smo_retry_at;
+      const bool full = static_cast<double>(m.keys() + 1) > kDensityUpper * capacity &&
+                        m.keys() + 1 >= m.smo_retry_at;
       if (!full) {
         const Code c = insert_into(off, m, k, payload);
-        m.lock.writeUnlock();
+        unlock_window(m, span);
         return c;
       }
-      m.lock.writeUnlock();
+      unlock_window(m, span);
     }
     // The node is too dense: an SMO, with the tree to ourselves.
     const Code c = smo_exclusive(k);
@@ -97,13 +96,13 @@ Code Apex::smo_exclusive(std::uint64_t k) {
   DataMeta& m = meta_for(off);
   const DataNode* dn = data(off);
   const double capacity = static_cast<double>(dn->pa_slots + dn->sa_slots);
-  if (!(static_cast<double>(m.num_keys + 1) > kDensityUpper * capacity &&
-        m.num_keys + 1 >= m.smo_retry_at))
+  if (!(static_cast<double>(m.keys() + 1) > kDensityUpper * capacity &&
+        m.keys() + 1 >= m.smo_retry_at))
     return Code::ok;  // another thread already made room
   const Code c = smo(off, path, k);
   if (c == Code::unsupported) {
     // No SMO possible (keys the models cannot separate): stash records for a while.
-    m.smo_retry_at = m.num_keys + m.num_keys / 4 + 16;
+    m.smo_retry_at = m.keys() + m.keys() / 4 + 16;
     return Code::ok;
   }
   return c;
@@ -119,11 +118,8 @@ Code Apex::update(std::string_view key, std::string_view value) {
   std::shared_lock<std::shared_mutex> tree(tree_mu_);
   const std::uint64_t off = traverse(k, nullptr);
   DataMeta& m = meta_for(off);
-  bool restart = true;
-  while (restart) {
-    restart = false;
-    m.lock.writeLockOrRestart(restart);
-  }
+  const LockSpan span = lock_span(data(off), k);
+  lock_window(m, span);
   const Location loc = locate(off, m, k, true);
   Code c = Code::not_found;
   if (loc.rec != nullptr) {
@@ -131,7 +127,7 @@ Code Apex::update(std::string_view key, std::string_view value) {
     pm::persist(&loc.rec->payload, sizeof payload);         // A11: one flush + fence
     c = Code::ok;
   }
-  m.lock.writeUnlock();
+  unlock_window(m, span);
   return c;
 }
 
@@ -151,14 +147,17 @@ Code Apex::find(std::string_view key, std::string* value) const {
   std::shared_lock<std::shared_mutex> tree(tree_mu_);
   const std::uint64_t off = traverse(k, nullptr);
   const DataMeta& m = meta_for(off);
+  const LockSpan span = lock_span(data(off), k);
   for (;;) {
     bool restart = false;
-    const std::uint64_t v = m.lock.readLockOrRestart(restart);
+    const std::uint64_t v1 = m.locks[span.first].readLockOrRestart(restart);
+    const std::uint64_t v2 = m.locks[span.last].readLockOrRestart(restart);
     if (restart) continue;
     // Lookups do not consult PA fingerprints (paper §4.2): the key is usually in PA.
     const Location loc = locate(off, m, k, /*use_pa_fp=*/false);
     const std::uint64_t payload = loc.rec != nullptr ? sync::optimistic_read(loc.rec->payload) : 0;
-    m.lock.checkOrRestart(v, restart);
+    m.locks[span.first].checkOrRestart(v1, restart);
+    m.locks[span.last].checkOrRestart(v2, restart);
     if (restart) continue;
     if (loc.rec == nullptr) return Code::not_found;
     if (value != nullptr) value->assign(reinterpret_cast<const char*>(&payload), 8);
@@ -173,14 +172,11 @@ Code Apex::remove(std::string_view key) {
   std::shared_lock<std::shared_mutex> tree(tree_mu_);
   const std::uint64_t off = traverse(k, nullptr);
   DataMeta& m = meta_for(off);
-  bool restart = true;
-  while (restart) {
-    restart = false;
-    m.lock.writeLockOrRestart(restart);
-  }
+  const LockSpan span = lock_span(data(off), k);
+  lock_window(m, span);
   const Location loc = locate(off, m, k, true);
   if (loc.rec != nullptr) erase_at(off, m, loc, k);
-  m.lock.writeUnlock();
+  unlock_window(m, span);
   return loc.rec != nullptr ? Code::ok : Code::not_found;
 }
 
@@ -202,9 +198,12 @@ std::size_t Apex::scan(std::string_view start, std::size_t max, ScanBuffer& out)
       const std::uint64_t key = sync::optimistic_read(r.key);
       if (key != inv && key >= cur) recs.push_back({key, sync::optimistic_read(r.payload)});
     };
+    std::vector<std::uint64_t> versions(m.num_locks);
     for (;;) {
+      // A scan reads the whole node: it validates every lock of the node.
       bool restart = false;
-      const std::uint64_t v = m.lock.readLockOrRestart(restart);
+      for (std::uint32_t i = 0; i < m.num_locks; ++i)
+        versions[i] = m.locks[i].readLockOrRestart(restart);
       if (restart) continue;
       recs.clear();
       // Keys >= cur sit at PA slots >= predict(cur) (no key is stored left of its
@@ -214,7 +213,7 @@ std::size_t Apex::scan(std::string_view start, std::size_t max, ScanBuffer& out)
       for (std::uint64_t b = pm::load_acquire(&dn->ext_head); b != 0;
            b = pool_->at<ExtStash>(b)->next)
         for (const Record& r : pool_->at<ExtStash>(b)->rec) take(r);
-      m.lock.checkOrRestart(v, restart);
+      for (std::uint32_t i = 0; i < m.num_locks; ++i) m.locks[i].checkOrRestart(versions[i], restart);
       if (!restart) break;
     }
     std::sort(recs.begin(), recs.end(),

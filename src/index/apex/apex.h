@@ -69,15 +69,27 @@ struct ExtInfo {
 
 // All DRAM state of one data node, rebuilt from PM on first access in a generation.
 struct DataMeta {
-  // Writers (insert/update/delete) of this node lock it; readers validate against it. One
-  // lock per node (the paper uses one per 256 PA records plus an SMO lock; SMOs here hold
-  // tree_mu_ exclusively instead).
-  sync::OptimisticLock lock;
+  // One optimistic lock per 256 PA records (paper §5). A writer locks the one or two locks
+  // covering its probe window [p, p+16), left to right (no deadlock: everyone goes right);
+  // readers validate the same locks. The window's accelerator groups and the overflow bucket
+  // of group p/16 lie inside those locks' 256-record blocks. (SMOs hold tree_mu_ exclusively
+  // instead of a per-node SMO lock.)
+  std::unique_ptr<sync::OptimisticLock[]> locks;
+  std::uint32_t num_locks = 0;
   std::vector<Accelerator> accel;
-  std::vector<std::uint64_t> stash_used;  // bit per SA slot, 1 = used
+  // Bit per SA slot, 1 = used. Writers under different locks claim SA slots by CAS on the
+  // word (acq_rel), and release them with fetch_and after writing the invalid key.
+  std::vector<std::uint64_t> stash_used;
+  std::mutex ext_mu;                      // extended stash: allocation, `ext` and its bits
   std::vector<ExtInfo> ext;               // extended stash blocks in chain order
-  std::uint64_t num_keys = 0;
-  std::uint64_t num_stash = 0;            // records in SA or extended stash (overflowed)
+  // Counters (relaxed: exact only when quiescent — SMOs read them under the exclusive tree
+  // lock; inserts use them only to decide whether to try an SMO).
+  std::atomic<std::uint64_t> num_keys{0};
+  std::atomic<std::uint64_t> num_stash{0};  // records in SA or extended stash (overflowed)
+  std::uint64_t keys() const { return num_keys.load(std::memory_order_relaxed); }
+  std::uint64_t stashed() const { return num_stash.load(std::memory_order_relaxed); }
+  void add_keys(std::int64_t d) { num_keys.fetch_add(static_cast<std::uint64_t>(d), std::memory_order_relaxed); }
+  void add_stash(std::int64_t d) { num_stash.fetch_add(static_cast<std::uint64_t>(d), std::memory_order_relaxed); }
   double created_cost = 1.0;              // search cost when built (cost model baseline)
   std::uint64_t smo_retry_at = 0;         // an SMO failed: retry only once num_keys reaches it
   ~DataMeta();
@@ -179,6 +191,13 @@ class Apex final : public Index {
   }
 
   // --- data node operations (data_node.cpp) ---------------------------------------------------
+  // The locks covering the probe window of `key`: [first, last] (last = first or first + 1).
+  struct LockSpan {
+    std::uint32_t first, last;
+  };
+  LockSpan lock_span(const DataNode* dn, std::uint64_t key) const;
+  void lock_window(DataMeta& m, LockSpan span) const;
+  void unlock_window(DataMeta& m, LockSpan span) const;
   DataMeta& meta_for(std::uint64_t off) const;
   std::unique_ptr<DataMeta> rebuild_meta(std::uint64_t off) const;
   Location locate(std::uint64_t off, const DataMeta& m, std::uint64_t key, bool use_pa_fp) const;

@@ -37,6 +37,8 @@ std::unique_ptr<DataMeta> Apex::rebuild_meta(std::uint64_t off) const {
   DataNode* dn = data(off);
   auto m = std::make_unique<DataMeta>();
   const std::uint64_t inv = dn->invalid_key;
+  m->num_locks = (dn->pa_slots + 255) / 256;
+  m->locks = std::make_unique<sync::OptimisticLock[]>(m->num_locks);
   m->accel.assign(dn->pa_slots / kGroup, Accelerator{});
   for (std::uint32_t i = 0; i < dn->pa_slots; ++i) {
     Accelerator& a = m->accel[i / kGroup];
@@ -45,7 +47,7 @@ std::unique_ptr<DataMeta> Apex::rebuild_meta(std::uint64_t off) const {
       a.word |= std::uint64_t{1} << (i % kGroup);
     } else {
       a.fp[i % kGroup] = fingerprint(k);
-      ++m->num_keys;
+      m->add_keys(1);
     }
   }
   m->stash_used.assign((dn->sa_slots + 63) / 64, 0);
@@ -55,8 +57,8 @@ std::unique_ptr<DataMeta> Apex::rebuild_meta(std::uint64_t off) const {
     if (r.key == inv) continue;
     m->stash_used[i / 64] |= std::uint64_t{1} << (i % 64);
     self->bucket_add(*m, predict(dn, r.key) / kGroup, r.key, pool_->offset_of(&r));
-    ++m->num_keys;
-    ++m->num_stash;
+    m->add_keys(1);
+    m->add_stash(1);
   }
   for (std::uint64_t b = dn->ext_head; b != 0; b = pool_->at<ExtStash>(b)->next) {
     ExtInfo info{b, 0};
@@ -66,8 +68,8 @@ std::unique_ptr<DataMeta> Apex::rebuild_meta(std::uint64_t off) const {
       if (r.key == inv) continue;
       info.used = static_cast<std::uint16_t>(info.used | (1u << j));
       self->bucket_add(*m, predict(dn, r.key) / kGroup, r.key, pool_->offset_of(&r));
-      ++m->num_keys;
-      ++m->num_stash;
+      m->add_keys(1);
+      m->add_stash(1);
     }
     m->ext.push_back(info);
   }
@@ -83,9 +85,29 @@ double Apex::search_cost(const DataMeta& m) const {
   // Cost model (PROTOCOL.md "SMO policy"): expected cache misses of probe-and-stash. A PA hit
   // costs one line; an overflowed key costs the PA probe (up to 2 lines), the bucket and the
   // stash line: about 3 in all.
-  if (m.num_keys == 0) return 1.0;
-  const double o = static_cast<double>(m.num_stash) / static_cast<double>(m.num_keys);
+  if (m.keys() == 0) return 1.0;
+  const double o = static_cast<double>(m.stashed()) / static_cast<double>(m.keys());
   return 1.0 + 2.0 * o;
+}
+
+Apex::LockSpan Apex::lock_span(const DataNode* dn, std::uint64_t key) const {
+  const std::uint32_t p = predict(dn, key);
+  const std::uint32_t end = std::min(p + kProbeDistance, dn->pa_slots) - 1;
+  return {p / 256, end / 256};
+}
+
+void Apex::lock_window(DataMeta& m, LockSpan span) const {
+  for (std::uint32_t i = span.first; i <= span.last; ++i) {  // left to right: no deadlock
+    bool restart = true;
+    while (restart) {
+      restart = false;
+      m.locks[i].writeLockOrRestart(restart);
+    }
+  }
+}
+
+void Apex::unlock_window(DataMeta& m, LockSpan span) const {
+  for (std::uint32_t i = span.last + 1; i-- > span.first;) m.locks[i].writeUnlock();
 }
 
 void Apex::bucket_add(DataMeta& m, std::uint32_t group, std::uint64_t key,
@@ -175,26 +197,33 @@ Code Apex::insert_into(std::uint64_t off, DataMeta& m, std::uint64_t key, std::u
     write(&dn->pa()[i]);
     m.set_word(i / kGroup, a.word & ~bit);
     a.fp[i % kGroup] = fingerprint(key);
-    ++m.num_keys;
+    m.add_keys(1);
     return Code::ok;
   }
-  // Stash array: first free slot in the DRAM stash bitmap.
+  // Stash array: claim the first free slot of the stash bitmap by CAS (writers holding other
+  // locks of this node claim slots concurrently).
   for (std::size_t w = 0; w < m.stash_used.size(); ++w) {
     const std::uint64_t limit =
         std::min<std::uint64_t>(64, dn->sa_slots - static_cast<std::uint64_t>(w) * 64);
     const std::uint64_t full = limit == 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << limit) - 1;
-    const std::uint64_t free_bits = ~m.stash_used[w] & full;
-    if (free_bits == 0) continue;
-    const unsigned b = static_cast<unsigned>(std::countr_zero(free_bits));
-    Record* r = &dn->sa()[w * 64 + b];
-    write(r);
-    m.stash_used[w] |= std::uint64_t{1} << b;
-    bucket_add(m, p / kGroup, key, pool_->offset_of(r));
-    ++m.num_keys;
-    ++m.num_stash;
-    return Code::ok;
+    std::atomic_ref<std::uint64_t> word(m.stash_used[w]);
+    std::uint64_t cur = word.load(std::memory_order_acquire);
+    while ((~cur & full) != 0) {
+      const unsigned b = static_cast<unsigned>(std::countr_zero(~cur & full));
+      pm::yield_point("apex.stash_claim");
+      if (!word.compare_exchange_weak(cur, cur | (std::uint64_t{1} << b), std::memory_order_acq_rel,
+                                      std::memory_order_acquire))
+        continue;
+      Record* r = &dn->sa()[w * 64 + b];
+      write(r);
+      bucket_add(m, p / kGroup, key, pool_->offset_of(r));
+      m.add_keys(1);
+      m.add_stash(1);
+      return Code::ok;
+    }
   }
-  // Extended stash blocks.
+  // Extended stash blocks, under the node's extended-stash mutex.
+  std::lock_guard<std::mutex> ext_lock(m.ext_mu);
   for (ExtInfo& info : m.ext) {
     if (info.used == (1u << kExtRecords) - 1) continue;
     const unsigned j = static_cast<unsigned>(std::countr_zero(static_cast<unsigned>(~info.used)));
@@ -202,8 +231,8 @@ Code Apex::insert_into(std::uint64_t off, DataMeta& m, std::uint64_t key, std::u
     write(r);
     info.used = static_cast<std::uint16_t>(info.used | (1u << j));
     bucket_add(m, p / kGroup, key, pool_->offset_of(r));
-    ++m.num_keys;
-    ++m.num_stash;
+    m.add_keys(1);
+    m.add_stash(1);
     return Code::ok;
   }
   Code code = Code::ok;
@@ -222,8 +251,8 @@ Code Apex::insert_into(std::uint64_t off, DataMeta& m, std::uint64_t key, std::u
   write(r);
   m.ext.front().used = 1;
   bucket_add(m, p / kGroup, key, pool_->offset_of(r));
-  ++m.num_keys;
-  ++m.num_stash;
+  m.add_keys(1);
+  m.add_stash(1);
   return Code::ok;
 }
 
@@ -231,16 +260,19 @@ void Apex::erase_at(std::uint64_t off, DataMeta& m, const Location& loc, std::ui
   DataNode* dn = data(off);
   pm::publish(&loc.rec->key, dn->invalid_key);     // A8: the invalid key frees the slot
   pm::persist(&loc.rec->key, sizeof(std::uint64_t));  // A9: one flush + fence
-  --m.num_keys;
+  m.add_keys(-1);
   switch (loc.where) {
     case Location::Where::pa:
       m.set_word(loc.index / kGroup,
                  m.accel[loc.index / kGroup].word | (std::uint64_t{1} << (loc.index % kGroup)));
       return;
     case Location::Where::sa:
-      m.stash_used[loc.index / 64] &= ~(std::uint64_t{1} << (loc.index % 64));
+      // release: the invalid key (A8) is written before the slot can be claimed again.
+      std::atomic_ref<std::uint64_t>(m.stash_used[loc.index / 64])
+          .fetch_and(~(std::uint64_t{1} << (loc.index % 64)), std::memory_order_release);
       break;
     case Location::Where::ext: {
+      std::lock_guard<std::mutex> ext_lock(m.ext_mu);
       const std::uint64_t roff = pool_->offset_of(loc.rec);
       for (ExtInfo& info : m.ext) {
         if (roff >= info.off && roff < info.off + sizeof(ExtStash)) {
@@ -253,7 +285,7 @@ void Apex::erase_at(std::uint64_t off, DataMeta& m, const Location& loc, std::ui
     case Location::Where::none:
       return;
   }
-  --m.num_stash;
+  m.add_stash(-1);
   bucket_remove(m, predict(dn, key) / kGroup, pool_->offset_of(loc.rec));
 }
 

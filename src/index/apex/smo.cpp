@@ -67,7 +67,7 @@ Code Apex::smo(std::uint64_t off, const std::vector<PathStep>& path, std::uint64
   const std::uint64_t parent = path.back().inner;
   std::uint32_t s = 0, e = 0;
   slot_range(parent, off, path.back().slot, &s, &e);
-  const std::uint64_t n = m.num_keys;
+  const std::uint64_t n = m.keys();
   const bool can_expand = slots_for(n) <= max_data_slots();
   // Cost model: split when the node cannot grow, or when its probe-and-stash cost has drifted
   // well above what it was when built (its model no longer fits); otherwise expand.
@@ -156,7 +156,7 @@ Code Apex::expand_data(std::uint64_t off, std::uint64_t parent, std::uint32_t s,
   collect(off, recs);
   std::sort(recs.begin(), recs.end(), by_key);
   // S = O: the new node's stash ratio is the old node's overflow ratio (clamped by build_data).
-  const double o = recs.empty() ? 0.0 : static_cast<double>(m.num_stash) / static_cast<double>(recs.size());
+  const double o = recs.empty() ? 0.0 : static_cast<double>(m.stashed()) / static_cast<double>(recs.size());
   SmoLog* log = my_log();
   log_begin(log, SmoKind::expand_data, off, parent, key, s, e, 0);       // A12
   step("undo");
@@ -195,7 +195,7 @@ Code Apex::split_sideways(std::uint64_t off, std::uint64_t parent, std::uint32_t
   const auto cut = std::partition_point(recs.begin(), recs.end(),
                                         [&](const Record& r) { return r.key < bound; });
   std::vector<Record> left(recs.begin(), cut), right(cut, recs.end());
-  const double o = recs.empty() ? 0.0 : static_cast<double>(m.num_stash) / static_cast<double>(recs.size());
+  const double o = recs.empty() ? 0.0 : static_cast<double>(m.stashed()) / static_cast<double>(recs.size());
   SmoLog* log = my_log();
   log_begin(log, SmoKind::split_sideways, off, parent, key, s, e, mid);  // A12
   step("undo");
@@ -270,7 +270,7 @@ Code Apex::split_downward(std::uint64_t off, std::uint64_t parent, std::uint32_t
                                         [&](const Record& r) { return r.key < bound; });
   std::vector<Record> left(recs.begin(), cut), right(cut, recs.end());
   if (left.empty() || right.empty()) return Code::unsupported;
-  const double o = static_cast<double>(m.num_stash) / static_cast<double>(recs.size());
+  const double o = static_cast<double>(m.stashed()) / static_cast<double>(recs.size());
   SmoLog* log = my_log();
   log_begin(log, SmoKind::split_downward, off, parent, key, s, e, 0);    // A12
   step("undo");

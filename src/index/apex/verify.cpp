@@ -126,7 +126,7 @@ Status Apex::verify_data(std::uint64_t off, std::uint64_t* records) const {
   auto it = metas_.find(off);
   if (it == metas_.end()) return Status::Ok();
   const DataMeta& m = *it->second;
-  if (m.num_keys != keys.size() || m.num_stash != stash.size())
+  if (m.keys() != keys.size() || m.stashed() != stash.size())
     return fail("DRAM key/stash counts disagree with PM");
   if (m.accel.size() != dn->pa_slots / kGroup) return fail("accelerator count is wrong");
   for (std::uint32_t i = 0; i < dn->pa_slots; ++i) {
