@@ -6,11 +6,13 @@
 //   * tree_mu_ (shared_mutex): every operation holds it shared; SMOs, bulk load, verify, stats
 //     and the background recovery walk hold it exclusive. So inner nodes never change and no
 //     node is freed while an operation runs, which is why no epochs are needed yet.
-//   * one OptimisticLock per data node (in its DataMeta): inserts, updates and deletes take it
-//     for writing; finds and scans read without locking and validate the version, restarting
-//     on change. Fields readers read (PM record words, ext_head, accelerator words, overflow
-//     bucket entries and links) are written with release stores (pm::publish / locked_write)
-//     and read with acquire loads (optimistic_read / pm::load_acquire).
+//   * one OptimisticLock per 256 PA records of a data node (in its DataMeta): inserts, updates
+//     and deletes lock the one or two covering their probe window, left to right; finds and
+//     scans read without locking and validate the versions, restarting on change. Fields
+//     readers read (PM record words, ext_head, accelerator words, overflow bucket entries and
+//     links) are written with release stores (pm::publish / locked_write) and read with
+//     acquire loads (optimistic_read / pm::load_acquire). SA slots are claimed by CAS on the
+//     stash bitmap; extended stash blocks are under DataMeta::ext_mu.
 //   * metas_mu_ guards the table of DRAM node states (lazy rebuild on first access).
 // Invariants (checked by verify()):
 //   (1) the root is an inner node; every inner node's children, in slot order, cover its
