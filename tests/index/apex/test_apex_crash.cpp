@@ -28,10 +28,11 @@ IndexCrashConfig apex_config(std::uint64_t key_space) {
 
 void run(pm::Mode mode, std::uint64_t key_space, const std::string& name) {
   IndexCrashConfig cfg = apex_config(key_space);
-  // Enough operations that the nodes fill and every SMO kind runs inside the explored window.
-  if (key_space > 100) cfg.ops = 400;
   const std::string label = name + "." + std::string(pm::to_string(mode));
   const ExploreOptions opt = ExploreOptions::from_env(label, mode);
+  // Enough operations that the nodes fill and every SMO kind runs inside the explored window
+  // (and more when the budget asks for more images).
+  if (key_space > 100) cfg.ops = std::max<std::size_t>(400, default_crash_ops(opt.images_budget));
   const ExploreReport r = run_index_crash(cfg, opt);
   std::cout << label << " seed " << opt.seed << ": " << r.to_string() << "\n";
   if (r.replay_skipped) GTEST_SKIP() << "PMINDEX_CRASH_REPLAY names another configuration";
