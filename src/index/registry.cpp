@@ -1,6 +1,7 @@
 // The built-in index kinds. An index adds one line here (explicit registration: static
 // self-registration would be dropped by the linker from a static library).
 #include "index/apex/apex.h"
+#include "index/lbtree/lbtree.h"
 #include "index/reflist/reflist.h"
 #include "pmindex/index.h"
 
@@ -14,6 +15,8 @@ const std::vector<IndexRegistry::Entry>& IndexRegistry::entries() {
       {"apex", "APEX: persistent learned index (probe-and-stash, DRAM accelerators, logged SMOs)",
        &apex::Apex::layout_for, &apex::Apex::default_pool_size, &apex::Apex::create,
        &apex::Apex::recover},
+      {"lbtree", "LB+-Tree: PM leaves (256 B x m) with entry moving and logless splits, DRAM inner nodes",
+       &lbtree::layout_for, &lbtree::default_pool_size, &lbtree::create, &lbtree::recover},
   };
   return kEntries;
 }

@@ -32,7 +32,9 @@ void run(pm::Mode mode, std::uint64_t key_space, const std::string& name) {
   const ExploreOptions opt = ExploreOptions::from_env(label, mode);
   // Enough operations that the nodes fill and every SMO kind runs inside the explored window
   // (and more when the budget asks for more images).
-  if (key_space > 100) cfg.ops = std::max<std::size_t>(400, default_crash_ops(opt.images_budget));
+  // eADR has fewer distinct images per operation (no flush lanes): give it more operations.
+  const std::size_t ops = default_crash_ops(opt.images_budget) * (mode == pm::Mode::eadr ? 3 : 2) / 2;
+  if (key_space > 100) cfg.ops = std::max<std::size_t>(400, ops);
   const ExploreReport r = run_index_crash(cfg, opt);
   std::cout << label << " seed " << opt.seed << ": " << r.to_string() << "\n";
   if (r.replay_skipped) GTEST_SKIP() << "PMINDEX_CRASH_REPLAY names another configuration";
