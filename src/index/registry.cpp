@@ -1,5 +1,6 @@
 // The built-in index kinds. An index adds one line here (explicit registration: static
 // self-registration would be dropped by the linker from a static library).
+#include "index/apex/apex.h"
 #include "index/lbtree/lbtree.h"
 #include "index/nbtree/nbtree.h"
 #include "index/reflist/reflist.h"
@@ -12,6 +13,9 @@ const std::vector<IndexRegistry::Entry>& IndexRegistry::entries() {
       {"reflist", "reference index: persistent sorted list with a DRAM map over it",
        &reflist::RefList::layout_for, &reflist::RefList::default_pool_size,
        &reflist::RefList::create, &reflist::RefList::recover},
+      {"apex", "APEX: persistent learned index (probe-and-stash, DRAM accelerators, logged SMOs)",
+       &apex::Apex::layout_for, &apex::Apex::default_pool_size, &apex::Apex::create,
+       &apex::Apex::recover},
       {"lbtree", "LB+-Tree: PM leaves (256 B x m) with entry moving and logless splits, DRAM inner nodes",
        &lbtree::layout_for, &lbtree::default_pool_size, &lbtree::create, &lbtree::recover},
       {"nbtree", "NBTree: lock-free two-layer-leaf B+-tree (DRAM metadata, PM key-value layer)",

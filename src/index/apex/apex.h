@@ -1,0 +1,308 @@
+// APEX (paper 004): a persistent learned index. Inner and data nodes live in PM; data nodes are
+// model-addressed hash-like arrays with probe-and-stash; DRAM holds only rebuildable
+// accelerators and metadata. Persistence steps: PROTOCOL.md (cited as // A<n>).
+//
+// Thread safety (a first step towards the paper's §5; see PROTOCOL.md "Concurrency"):
+//   * tree_mu_ (shared_mutex): every operation holds it shared; SMOs, bulk load, verify, stats
+//     and the background recovery walk hold it exclusive. So inner nodes never change and no
+//     node is freed while an operation runs, which is why no epochs are needed yet.
+//   * one OptimisticLock per 256 PA records of a data node (in its DataMeta): inserts, updates
+//     and deletes lock the one or two covering their probe window, left to right; finds and
+//     scans read without locking and validate the versions, restarting on change. Fields
+//     readers read (PM record words, ext_head, accelerator words, overflow bucket entries and
+//     links) are written with release stores (pm::publish / locked_write) and read with
+//     acquire loads (optimistic_read / pm::load_acquire). SA slots are claimed by CAS on the
+//     stash bitmap; extended stash blocks are under DataMeta::ext_mu.
+//   * metas_mu_ guards the table of DRAM node states (lazy rebuild on first access).
+// Invariants (checked by verify()):
+//   (1) the root is an inner node; every inner node's children, in slot order, cover its
+//       [lo, hi] exactly: a child occupying slots [s, e] has [lo, hi] equal to the keys the
+//       parent's model routes to [s, e]; a child occupies one run of consecutive slots;
+//   (2) the smallest (0) and largest (2^64-1) ordered keys lie in different data nodes, so each
+//       data node has an invalid key (hi + 1 or lo - 1) outside its range;
+//   (3) every record in a data node has lo <= key <= hi or key == invalid_key (free slot);
+//       a PA record at slot i was predicted at p with p <= i < p + D; keys are unique;
+//   (4) the DRAM accelerators agree with PM: fingerprints and free bits of PA slots, the stash
+//       bitmap, and every stash record appears in exactly one overflow bucket of its group.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "index/apex/layout.h"
+#include "index/apex/model.h"
+#include "pmindex/index.h"
+#include "pmindex/sync/optimistic_lock.h"
+
+namespace pmindex::apex {
+
+// DRAM accelerator for 16 PA records (24 B).
+//   fp[i]  fingerprint of the key in PA slot base+i (valid when the slot is used)
+//   word   bits 0-15 free bitmap (1 = free) | bits 16-63 address of the overflow bucket chain
+struct Accelerator {
+  std::uint8_t fp[kGroup];
+  std::uint64_t word;
+};
+static_assert(sizeof(Accelerator) == 24);
+inline constexpr std::uint64_t kFreeMask = 0xffff;
+inline constexpr unsigned kBucketShift = 16;
+
+// Overflow bucket (DRAM): 15 entries, each bits 56-63 fingerprint | bits 0-55 PM offset of a
+// stash record (0 = empty), then the next bucket of the chain.
+struct OverflowBucket {
+  std::uint64_t entry[15];
+  OverflowBucket* next;
+};
+inline constexpr unsigned kFpShift = 56;
+inline constexpr std::uint64_t kOffsetMask = (std::uint64_t{1} << kFpShift) - 1;
+
+struct ExtInfo {
+  std::uint64_t off;    // block offset
+  std::uint16_t used;   // bit i: record i used
+};
+
+// All DRAM state of one data node, rebuilt from PM on first access in a generation.
+struct DataMeta {
+  // One optimistic lock per 256 PA records (paper §5). A writer locks the one or two locks
+  // covering its probe window [p, p+16), left to right (no deadlock: everyone goes right);
+  // readers validate the same locks. The window's accelerator groups and the overflow bucket
+  // of group p/16 lie inside those locks' 256-record blocks. (SMOs hold tree_mu_ exclusively
+  // instead of a per-node SMO lock.)
+  std::unique_ptr<sync::OptimisticLock[]> locks;
+  std::uint32_t num_locks = 0;
+  std::vector<Accelerator> accel;
+  // Bit per SA slot, 1 = used. Writers under different locks claim SA slots by CAS on the
+  // word (acq_rel), and release them with fetch_and after writing the invalid key.
+  std::vector<std::uint64_t> stash_used;
+  std::mutex ext_mu;                      // extended stash: allocation, `ext` and its bits
+  std::vector<ExtInfo> ext;               // extended stash blocks in chain order
+  // Counters (relaxed: exact only when quiescent — SMOs read them under the exclusive tree
+  // lock; inserts use them only to decide whether to try an SMO).
+  std::atomic<std::uint64_t> num_keys{0};
+  std::atomic<std::uint64_t> num_stash{0};  // records in SA or extended stash (overflowed)
+  std::uint64_t keys() const { return num_keys.load(std::memory_order_relaxed); }
+  std::uint64_t stashed() const { return num_stash.load(std::memory_order_relaxed); }
+  void add_keys(std::int64_t d) { num_keys.fetch_add(static_cast<std::uint64_t>(d), std::memory_order_relaxed); }
+  void add_stash(std::int64_t d) { num_stash.fetch_add(static_cast<std::uint64_t>(d), std::memory_order_relaxed); }
+  double created_cost = 1.0;              // search cost when built (cost model baseline)
+  std::uint64_t smo_retry_at = 0;         // an SMO failed: retry only once num_keys reaches it
+  ~DataMeta();
+  // acquire: a reader that finds a bucket sees its entries as the writer published them.
+  OverflowBucket* bucket(std::uint32_t group) const {
+    return reinterpret_cast<OverflowBucket*>(sync::optimistic_read(accel[group].word) >>
+                                             kBucketShift);
+  }
+  // Lock holder only; release: pairs with bucket().
+  void set_bucket(std::uint32_t group, OverflowBucket* b) {
+    sync::locked_write(accel[group].word, (accel[group].word & kFreeMask) |
+                                              (reinterpret_cast<std::uint64_t>(b) << kBucketShift));
+  }
+  void set_word(std::uint32_t group, std::uint64_t w) { sync::locked_write(accel[group].word, w); }
+};
+
+inline std::uint8_t fingerprint(std::uint64_t key) {
+  std::uint64_t h = key * 0x9e3779b97f4a7c15ull;
+  h ^= h >> 29;
+  return static_cast<std::uint8_t>(h >> 56);
+}
+
+class Apex final : public Index {
+ public:
+  static pm::Layout layout_for(const Options& options);
+  static std::size_t default_pool_size(const Options& options);
+  static Result<std::unique_ptr<Index>> create(std::unique_ptr<pm::Pool> pool,
+                                               const Options& options);
+  static Result<std::unique_ptr<Index>> recover(std::unique_ptr<pm::Pool> pool,
+                                                const Options& options);
+
+  ~Apex() override;
+  std::string_view kind() const override { return "apex"; }
+  Code insert(std::string_view key, std::string_view value) override;
+  Code update(std::string_view key, std::string_view value) override;
+  Code upsert(std::string_view key, std::string_view value) override;
+  Code find(std::string_view key, std::string* value) const override;
+  Code remove(std::string_view key) override;
+  std::size_t scan(std::string_view start, std::size_t max, ScanBuffer& out) const override;
+  Status bulk_load(std::span<const KeyValue> sorted, double fill) override;
+  Status verify() const override;
+  RecoveryStats recovery_stats() const override;
+  Footprint footprint() const override;
+  Status close() override;
+  const pm::Pool& pool() const override { return *pool_; }
+
+  // Node statistics (for tests and, later, the paper's Table 1).
+  // Table 1 of the paper: depth (average over data nodes, maximum), node counts, stash ratio
+  // (SA slots / (PA + SA) slots, averaged over data nodes) and overflow ratio (records in SA
+  // or extended stash / records).
+  struct Stats {
+    std::uint64_t inner_nodes = 0, data_nodes = 0, ext_blocks = 0, records = 0, stash_records = 0;
+    std::uint32_t max_depth = 0;
+    double avg_depth = 0, avg_stash_ratio = 0, overflow_ratio = 0;
+    std::uint64_t depth_sum = 0;
+    double stash_ratio_sum = 0;
+    std::uint64_t expansions = 0, sideways_splits = 0, downward_splits = 0, inner_expansions = 0;
+  };
+  Stats stats() const;
+  // Test hook: a raw pointer to the PM record of `key` (nullptr if absent), so a test can
+  // corrupt PM and check that verify() notices.
+  Record* debug_record(std::string_view key);
+  // Test hook: waits for the background recovery walk to finish.
+  void wait_recovery_walk();
+  // Test hook: called (under the index lock) at every persistence step of every SMO with the
+  // SMO kind and step ("expand_data:undo"; steps undo, built, redo, half-switched, switched,
+  // done); a crash test
+  // snapshots the pool file there and recovers each snapshot.
+  void set_smo_hook(std::function<void(std::string_view)> hook) { smo_hook_ = std::move(hook); }
+
+ private:
+  struct PathStep {
+    std::uint64_t inner;
+    std::uint32_t slot;
+  };
+  struct Location {
+    Record* rec = nullptr;
+    enum class Where : std::uint8_t { none, pa, sa, ext } where = Where::none;
+    std::uint32_t index = 0;  // PA/SA slot, or ext block index * 15 + record
+  };
+  struct Counters {
+    std::uint64_t expansions = 0, sideways = 0, downward = 0, inner_expansions = 0;
+  };
+
+  explicit Apex(std::unique_ptr<pm::Pool> pool);
+  Code check_key(std::string_view key, std::uint64_t* out) const;
+  Status init_empty(std::uint64_t data_max, std::uint64_t inner_max, KeyType kt);
+
+  // --- traversal and node access (apex.cpp) --------------------------------------------------
+  std::uint64_t traverse(std::uint64_t key, std::vector<PathStep>* path) const;
+  double x_of(std::uint64_t key, std::uint64_t lo) const { return model_input(kt_, key, lo); }
+  std::uint32_t route(const InnerNode* in, std::uint64_t key) const;
+  std::uint32_t predict(const DataNode* dn, std::uint64_t key) const;
+  DataNode* data(std::uint64_t off) const { return pool_->at<DataNode>(off); }
+  InnerNode* inner(std::uint64_t off) const { return pool_->at<InnerNode>(off); }
+  // acquire: the header word also carries L, which a first accessor publishes concurrently.
+  NodeType type_of(std::uint64_t off) const {
+    return static_cast<NodeType>(pm::load_acquire(pool_->at<std::uint64_t>(off)) & kTypeMask);
+  }
+
+  // --- data node operations (data_node.cpp) ---------------------------------------------------
+  // The locks covering the probe window of `key`: [first, last] (last = first or first + 1).
+  struct LockSpan {
+    std::uint32_t first, last;
+  };
+  LockSpan lock_span(const DataNode* dn, std::uint64_t key) const;
+  void lock_window(DataMeta& m, LockSpan span) const;
+  void unlock_window(DataMeta& m, LockSpan span) const;
+  DataMeta& meta_for(std::uint64_t off) const;
+  std::unique_ptr<DataMeta> rebuild_meta(std::uint64_t off) const;
+  Location locate(std::uint64_t off, const DataMeta& m, std::uint64_t key, bool use_pa_fp) const;
+  // ok, already_present, or pool_full; `needs_smo` set when the node is too dense.
+  Code insert_into(std::uint64_t off, DataMeta& m, std::uint64_t key, std::uint64_t payload);
+  void erase_at(std::uint64_t off, DataMeta& m, const Location& loc, std::uint64_t key);
+  void bucket_add(DataMeta& m, std::uint32_t group, std::uint64_t key, std::uint64_t rec_off);
+  void bucket_remove(DataMeta& m, std::uint32_t group, std::uint64_t rec_off);
+  void collect(std::uint64_t off, std::vector<Record>& out) const;  // valid records, unsorted
+  double search_cost(const DataMeta& m) const;
+  void forget_meta(std::uint64_t off) const {
+    std::lock_guard<std::mutex> lock(metas_mu_);
+    metas_.erase(off);
+  }
+  // Runs an SMO for the insert of `key` under the exclusive tree lock (re-traversing first).
+  Code smo_exclusive(std::uint64_t key);
+
+  // --- building nodes (build.cpp) -------------------------------------------------------------
+  // Builds and persists a data node holding `recs` (sorted, inside [lo, hi]); not published.
+  std::uint64_t build_data(const std::vector<Record>& recs, std::uint64_t lo, std::uint64_t hi,
+                           double stash_ratio, std::uint64_t total_slots, Code* code);
+  std::uint64_t max_data_slots() const { return (data_max_ - sizeof(DataNode)) / 16; }
+  // Smallest key k in [lo, hi] with route(k) >= slot, or hi+1 (as `none`) if there is none.
+  // `base` is the model's base key (the inner node's lo); returns false if no key in [lo, hi]
+  // routes to `slot` or beyond.
+  bool boundary(const LinearModel& m, std::uint32_t fanout, std::uint64_t base, std::uint64_t lo,
+                std::uint64_t hi, std::uint32_t slot, std::uint64_t* out) const;
+  void free_node(std::uint64_t off);
+  void free_block(std::uint64_t off, std::size_t bytes);
+
+  // --- SMOs (smo.cpp) -------------------------------------------------------------------------
+  // Makes room for an insert into the full data node `off`. Returns ok if an SMO ran (the
+  // caller retries from the root), unsupported if none was possible (insert into the stash).
+  Code smo(std::uint64_t off, const std::vector<PathStep>& path, std::uint64_t key);
+  Code expand_data(std::uint64_t off, std::uint64_t parent, std::uint32_t s, std::uint32_t e,
+                   std::uint64_t key);
+  Code split_sideways(std::uint64_t off, std::uint64_t parent, std::uint32_t s, std::uint32_t e,
+                      std::uint32_t m, std::uint64_t key);
+  Code split_downward(std::uint64_t off, std::uint64_t parent, std::uint32_t s, std::uint32_t e,
+                      std::uint64_t key);
+  enum class InnerExpansion : std::uint8_t { doubling, extend_right, extend_left };
+  Code expand_inner(std::uint64_t off, std::uint64_t parent, std::uint32_t s, std::uint32_t e,
+                    std::uint64_t key, InnerExpansion how);
+  SmoLog* my_log() const;
+  void log_begin(SmoLog* log, SmoKind kind, std::uint64_t old_node, std::uint64_t parent,
+                 std::uint64_t key, std::uint32_t s, std::uint32_t e, std::uint32_t m);
+  void log_stage(SmoLog* log, SmoStage stage, SmoKind kind);
+  void switch_children(std::uint64_t parent, std::uint32_t s, std::uint32_t e, std::uint64_t to);
+  void slot_range(std::uint64_t parent, std::uint64_t child, std::uint32_t slot,
+                  std::uint32_t* s, std::uint32_t* e) const;
+
+  // --- bulk load (bulk_load.cpp) --------------------------------------------------------------
+  std::uint64_t bulk_build(std::span<const Record> recs, std::uint64_t lo, std::uint64_t hi,
+                           bool is_root, double fill, Code* code);
+  void free_tree(std::uint64_t off);
+  std::uint64_t stats_unlocked_records() const;
+  double simulate_overflow(std::span<const Record> recs, std::uint64_t lo, std::uint32_t pa) const;
+
+  // --- recovery and verification (recovery.cpp, verify.cpp) -----------------------------------
+  Status replay_logs();
+  Status walk_and_mark(std::uint64_t off, std::uint32_t depth);
+  void start_recovery_walk();
+  Status verify_node(std::uint64_t off, std::uint64_t lo, std::uint64_t hi, std::uint32_t depth,
+                     std::uint64_t* records) const;
+  Status verify_data(std::uint64_t off, std::uint64_t* records) const;
+  void stats_node(std::uint64_t off, std::uint32_t depth, Stats* s) const;
+
+  std::unique_ptr<pm::Pool> pool_;
+  Root* root_ = nullptr;
+  KeyType kt_ = KeyType::u64;
+  std::uint64_t data_max_ = kDefaultDataMax;
+  std::uint64_t inner_max_ = kInnerMaxCap;
+  std::uint64_t generation_ = 0;  // G: the pool generation of this session
+  mutable std::shared_mutex tree_mu_;
+  mutable std::mutex metas_mu_;
+  mutable std::unordered_map<std::uint64_t, std::unique_ptr<DataMeta>> metas_;
+  Counters counters_;
+  RecoveryStats recovery_;
+  // Start-now recovery: blocks below recovery_hwm_ that are unlinked before the walk finished
+  // are left to finish_recovery (unmarked = free); others are freed normally.
+  std::uint64_t recovery_hwm_ = 0;
+  bool walk_pending_ = false;
+  std::vector<std::pair<std::uint64_t, std::size_t>> deferred_frees_;
+  std::thread walker_;
+  Status walk_status_;
+  std::chrono::steady_clock::time_point open_start_;
+  mutable std::atomic<bool> first_answer_{false};
+  mutable std::atomic<double> first_answer_seconds_{0};
+  void note_answer() const;
+  struct AnswerNote {
+    const Apex* index;
+    ~AnswerNote() { index->note_answer(); }
+  };
+  bool closed_ = false;
+  std::function<void(std::string_view)> smo_hook_;
+  SmoKind current_kind_ = SmoKind::none;
+  void step(std::string_view name) {
+    static constexpr std::string_view kNames[] = {"none", "expand_data", "split_sideways",
+                                                  "split_downward", "expand_inner"};
+    if (smo_hook_) {
+      smo_hook_(std::string(kNames[static_cast<int>(current_kind_)]) + ":" + std::string(name));
+    }
+  }
+};
+
+}  // namespace pmindex::apex

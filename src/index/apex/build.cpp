@@ -1,0 +1,139 @@
+// Building and freeing nodes: data node construction (model fit, PA/SA sizing, placement by
+// probe-and-stash into a DRAM image that is copied and persisted once), routing boundaries.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "index/apex/apex.h"
+
+namespace pmindex::apex {
+
+bool Apex::boundary(const LinearModel& m, std::uint32_t fanout, std::uint64_t base,
+                    std::uint64_t lo, std::uint64_t hi, std::uint32_t slot,
+                    std::uint64_t* out) const {
+  auto r = [&](std::uint64_t k) { return predict_slot(m, x_of(k, base), fanout); };
+  if (r(hi) < slot) return false;
+  if (r(lo) >= slot) {
+    *out = lo;
+    return true;
+  }
+  // Invariant: r(a) < slot <= r(b). Routing is monotone, so bisection finds the first key.
+  std::uint64_t a = lo, b = hi;
+  while (b - a > 1) {
+    const std::uint64_t mid = a + (b - a) / 2;
+    if (r(mid) >= slot) b = mid; else a = mid;
+  }
+  *out = b;
+  return true;
+}
+
+std::uint64_t Apex::build_data(const std::vector<Record>& recs, std::uint64_t lo,
+                               std::uint64_t hi, double stash_ratio, std::uint64_t total_slots,
+                               Code* code) {
+  const std::uint64_t max_slots = max_data_slots();
+  const std::uint64_t total = std::clamp<std::uint64_t>(total_slots, 2 * kGroup, max_slots);
+  const double s = std::clamp(stash_ratio, kStashMin, kStashMax);
+  std::uint64_t pa = static_cast<std::uint64_t>(std::floor((1.0 - s) * static_cast<double>(total)));
+  pa = std::max<std::uint64_t>(kGroup, pa / kGroup * kGroup);
+  const std::uint64_t sa = total - pa;
+  const std::size_t bytes = data_bytes(static_cast<std::uint32_t>(pa), static_cast<std::uint32_t>(sa));
+  const std::uint64_t inv = invalid_key_for(lo, hi);
+
+  // The node image in DRAM: header, PA and SA with every slot free.
+  std::vector<std::uint64_t> image_words((bytes + 7) / 8, 0);
+  auto* img = reinterpret_cast<DataNode*>(image_words.data());
+  img->type_version = static_cast<std::uint64_t>(NodeType::data);
+  img->lo = lo;
+  img->hi = hi;
+  img->pa_slots = static_cast<std::uint32_t>(pa);
+  img->sa_slots = static_cast<std::uint32_t>(sa);
+  img->bytes = bytes;
+  img->invalid_key = inv;
+  for (std::uint64_t i = 0; i < pa + sa; ++i) img->pa()[i] = {inv, 0};
+  std::vector<double> xs(recs.size());
+  for (std::size_t i = 0; i < recs.size(); ++i) xs[i] = x_of(recs[i].key, lo);
+  const LinearModel model =
+      fit_ranks(xs, recs.empty() ? 0.0 : static_cast<double>(pa) / static_cast<double>(recs.size()));
+  img->slope = model.slope;
+  img->intercept = model.intercept;
+
+  // Place each record by probe-and-stash, as an insert would.
+  std::uint64_t next_sa = 0;
+  std::vector<ExtStash> ext;
+  for (std::size_t i = 0; i < recs.size(); ++i) {
+    const std::uint32_t p = predict_slot(model, xs[i], static_cast<std::uint32_t>(pa));
+    const std::uint32_t end = std::min<std::uint32_t>(p + kProbeDistance, static_cast<std::uint32_t>(pa));
+    bool placed = false;
+    for (std::uint32_t j = p; j < end && !placed; ++j) {
+      if (img->pa()[j].key == inv) {
+        img->pa()[j] = recs[i];
+        placed = true;
+      }
+    }
+    if (placed) continue;
+    if (next_sa < sa) {
+      img->sa()[next_sa++] = recs[i];
+      continue;
+    }
+    if (ext.empty() || ext.back().reserved == kExtRecords) {
+      ExtStash blk{};
+      for (Record& r : blk.rec) r = {inv, 0};
+      ext.push_back(blk);
+    }
+    ExtStash& blk = ext.back();
+    blk.rec[blk.reserved++] = recs[i];  // `reserved` counts records while building
+  }
+
+  // Extended stash blocks first (back to front, so each links to the next), then the node.
+  std::uint64_t next = 0;
+  std::vector<std::uint64_t> ext_offs;
+  for (auto it = ext.rbegin(); it != ext.rend(); ++it) {
+    const std::uint64_t b = pool_->allocator().allocate(sizeof(ExtStash), code);
+    if (b == 0) {
+      for (std::uint64_t o : ext_offs) pool_->allocator().deallocate(o, sizeof(ExtStash));
+      return 0;
+    }
+    it->next = next;
+    it->reserved = 0;
+    ExtStash* dst = pool_->at<ExtStash>(b);
+    pm::copy(dst, &*it, sizeof(ExtStash));    // A13: new node contents (extended stash)
+    pm::persist(dst, sizeof(ExtStash));
+    ext_offs.push_back(b);
+    next = b;
+  }
+  img->ext_head = next;
+  const std::uint64_t off = pool_->allocator().allocate(bytes, code);
+  if (off == 0) {
+    for (std::uint64_t o : ext_offs) pool_->allocator().deallocate(o, sizeof(ExtStash));
+    return 0;
+  }
+  void* dst = pool_->at<void>(off);
+  pm::copy(dst, img, bytes);                    // A13: new node contents
+  pm::persist(dst, bytes);                      // A14: persisted before it becomes reachable
+  return off;
+}
+
+void Apex::free_block(std::uint64_t off, std::size_t bytes) {
+  // During a start-now recovery a block from before the restart (below the recovery
+  // high-water mark) may only be freed once marked; an unlinked one is never marked, so
+  // finish_recovery() frees it. Blocks allocated in this session are freed normally.
+  if (walk_pending_ && off < recovery_hwm_) return;
+  pool_->allocator().deallocate(off, bytes);
+}
+
+void Apex::free_node(std::uint64_t off) {
+  if (type_of(off) == NodeType::inner) {
+    free_block(off, inner_bytes(inner(off)->fanout));
+    return;
+  }
+  DataNode* dn = data(off);
+  for (std::uint64_t b = dn->ext_head; b != 0;) {
+    const std::uint64_t next = pool_->at<ExtStash>(b)->next;
+    free_block(b, sizeof(ExtStash));
+    b = next;
+  }
+  free_block(off, dn->bytes);
+  forget_meta(off);
+}
+
+}  // namespace pmindex::apex

@@ -1,0 +1,304 @@
+// Data node operations: lazy rebuild of the DRAM accelerators, probe-and-stash lookup, insert
+// into PA / SA / extended stash, delete. Persistence steps (A<n>): PROTOCOL.md.
+#include <algorithm>
+#include <bit>
+
+#include "index/apex/apex.h"
+
+namespace pmindex::apex {
+
+DataMeta::~DataMeta() {
+  for (const Accelerator& a : accel) {
+    auto* b = reinterpret_cast<OverflowBucket*>(a.word >> kBucketShift);
+    while (b != nullptr) {
+      OverflowBucket* next = b->next;
+      delete b;
+      b = next;
+    }
+  }
+}
+
+DataMeta& Apex::meta_for(std::uint64_t off) const {
+  // Held while a missing state is rebuilt: a node nobody has a DataMeta for cannot be written
+  // (writers need its lock), so the rebuild reads a quiescent node.
+  std::lock_guard<std::mutex> lock(metas_mu_);
+  auto it = metas_.find(off);
+  if (it != metas_.end()) return *it->second;
+  auto m = rebuild_meta(off);
+  DataMeta& ref = *m;
+  metas_.emplace(off, std::move(m));
+  return ref;
+}
+
+// Rebuilds a node's DRAM state from PM (first access in this generation: L != G). Free slots
+// are the ones holding the node's invalid key; stash records are indexed in the overflow
+// bucket of the group their key predicts to.
+std::unique_ptr<DataMeta> Apex::rebuild_meta(std::uint64_t off) const {
+  DataNode* dn = data(off);
+  auto m = std::make_unique<DataMeta>();
+  const std::uint64_t inv = dn->invalid_key;
+  m->num_locks = (dn->pa_slots + 255) / 256;
+  m->locks = std::make_unique<sync::OptimisticLock[]>(m->num_locks);
+  m->accel.assign(dn->pa_slots / kGroup, Accelerator{});
+  for (std::uint32_t i = 0; i < dn->pa_slots; ++i) {
+    Accelerator& a = m->accel[i / kGroup];
+    const std::uint64_t k = dn->pa()[i].key;
+    if (k == inv) {
+      a.word |= std::uint64_t{1} << (i % kGroup);
+    } else {
+      a.fp[i % kGroup] = fingerprint(k);
+      m->add_keys(1);
+    }
+  }
+  m->stash_used.assign((dn->sa_slots + 63) / 64, 0);
+  auto* self = const_cast<Apex*>(this);
+  for (std::uint32_t i = 0; i < dn->sa_slots; ++i) {
+    const Record& r = dn->sa()[i];
+    if (r.key == inv) continue;
+    m->stash_used[i / 64] |= std::uint64_t{1} << (i % 64);
+    self->bucket_add(*m, predict(dn, r.key) / kGroup, r.key, pool_->offset_of(&r));
+    m->add_keys(1);
+    m->add_stash(1);
+  }
+  for (std::uint64_t b = dn->ext_head; b != 0; b = pool_->at<ExtStash>(b)->next) {
+    ExtInfo info{b, 0};
+    ExtStash* blk = pool_->at<ExtStash>(b);
+    for (std::uint32_t j = 0; j < kExtRecords; ++j) {
+      const Record& r = blk->rec[j];
+      if (r.key == inv) continue;
+      info.used = static_cast<std::uint16_t>(info.used | (1u << j));
+      self->bucket_add(*m, predict(dn, r.key) / kGroup, r.key, pool_->offset_of(&r));
+      m->add_keys(1);
+      m->add_stash(1);
+    }
+    m->ext.push_back(info);
+  }
+  m->created_cost = search_cost(*m);
+  // L := G. Only a hint for readers of the image (the DRAM map is the authority in this
+  // session); never flushed, a stale L merely means "rebuild".
+  pm::publish(&dn->type_version,
+              static_cast<std::uint64_t>(NodeType::data) | (generation_ << kVersionShift));
+  return m;
+}
+
+double Apex::search_cost(const DataMeta& m) const {
+  // Cost model (PROTOCOL.md "SMO policy"): expected cache misses of probe-and-stash. A PA hit
+  // costs one line; an overflowed key costs the PA probe (up to 2 lines), the bucket and the
+  // stash line: about 3 in all.
+  if (m.keys() == 0) return 1.0;
+  const double o = static_cast<double>(m.stashed()) / static_cast<double>(m.keys());
+  return 1.0 + 2.0 * o;
+}
+
+Apex::LockSpan Apex::lock_span(const DataNode* dn, std::uint64_t key) const {
+  const std::uint32_t p = predict(dn, key);
+  const std::uint32_t end = std::min(p + kProbeDistance, dn->pa_slots) - 1;
+  return {p / 256, end / 256};
+}
+
+void Apex::lock_window(DataMeta& m, LockSpan span) const {
+  for (std::uint32_t i = span.first; i <= span.last; ++i) {  // left to right: no deadlock
+    bool restart = true;
+    while (restart) {
+      restart = false;
+      m.locks[i].writeLockOrRestart(restart);
+    }
+  }
+}
+
+void Apex::unlock_window(DataMeta& m, LockSpan span) const {
+  for (std::uint32_t i = span.last + 1; i-- > span.first;) m.locks[i].writeUnlock();
+}
+
+void Apex::bucket_add(DataMeta& m, std::uint32_t group, std::uint64_t key,
+                      std::uint64_t rec_off) {
+  const std::uint64_t entry = (std::uint64_t{fingerprint(key)} << kFpShift) | rec_off;
+  OverflowBucket* b = m.bucket(group);
+  OverflowBucket* last = nullptr;
+  // Lock holder only. Entries and links are release stores: optimistic readers load them
+  // with acquire and validate their version afterwards.
+  for (; b != nullptr; last = b, b = b->next) {
+    for (std::uint64_t& e : b->entry) {
+      if (e == 0) {
+        sync::locked_write(e, entry);
+        return;
+      }
+    }
+  }
+  auto* fresh = new OverflowBucket{};
+  fresh->entry[0] = entry;  // not yet visible to anyone
+  if (last == nullptr) {
+    m.set_bucket(group, fresh);
+  } else {
+    sync::locked_write(last->next, fresh);
+  }
+}
+
+void Apex::bucket_remove(DataMeta& m, std::uint32_t group, std::uint64_t rec_off) {
+  for (OverflowBucket* b = m.bucket(group); b != nullptr; b = b->next) {
+    for (std::uint64_t& e : b->entry) {
+      if ((e & kOffsetMask) == rec_off) {
+        sync::locked_write(e, std::uint64_t{0});
+        return;
+      }
+    }
+  }
+}
+
+// Probe-and-stash: PA[p, p+D) (left to right, clipped at the PA end), then the overflow bucket
+// chain of p's group. Inserts, updates and deletes filter PA slots through the fingerprints and
+// free bits first (use_pa_fp); lookups read PA directly (§4.2).
+Apex::Location Apex::locate(std::uint64_t off, const DataMeta& m, std::uint64_t key,
+                            bool use_pa_fp) const {
+  DataNode* dn = data(off);
+  const std::uint32_t p = predict(dn, key);
+  const std::uint32_t end = std::min(p + kProbeDistance, dn->pa_slots);
+  const std::uint8_t fp = fingerprint(key);
+  for (std::uint32_t i = p; i < end; ++i) {
+    if (use_pa_fp) {
+      const Accelerator& a = m.accel[i / kGroup];
+      if ((a.word >> (i % kGroup)) & 1u) continue;
+      if (a.fp[i % kGroup] != fp) continue;
+    }
+    if (sync::optimistic_read(dn->pa()[i].key) == key) return {&dn->pa()[i], Location::Where::pa, i};
+  }
+  // Readers may see a bucket mid-update; every entry they follow is a record offset of this
+  // node (buckets live as long as the node), and the caller validates the version.
+  for (const OverflowBucket* b = m.bucket(p / kGroup); b != nullptr;
+       b = sync::optimistic_read(b->next)) {
+    for (const std::uint64_t& slot : b->entry) {
+      const std::uint64_t e = sync::optimistic_read(slot);
+      if (e == 0 || (e >> kFpShift) != fp) continue;
+      Record* r = pool_->at<Record>(e & kOffsetMask);
+      if (sync::optimistic_read(r->key) != key) continue;
+      const Record* sa = dn->sa();
+      if (r >= sa && r < sa + dn->sa_slots)
+        return {r, Location::Where::sa, static_cast<std::uint32_t>(r - sa)};
+      return {r, Location::Where::ext, 0};
+    }
+  }
+  return {};
+}
+
+Code Apex::insert_into(std::uint64_t off, DataMeta& m, std::uint64_t key, std::uint64_t payload) {
+  DataNode* dn = data(off);
+  const std::uint32_t p = predict(dn, key);
+  const std::uint32_t end = std::min(p + kProbeDistance, dn->pa_slots);
+  // Release stores (pm::publish): optimistic readers load these words concurrently.
+  auto write = [&](Record* r) {
+    pm::publish(&r->payload, payload);  // A1: payload first ...
+    pm::publish(&r->key, key);          // A2: ... then the key, in the same line
+    pm::persist(r, sizeof(Record));     // A3: one flush + fence commits the insert
+  };
+  for (std::uint32_t i = p; i < end; ++i) {
+    Accelerator& a = m.accel[i / kGroup];
+    const std::uint64_t bit = std::uint64_t{1} << (i % kGroup);
+    if ((a.word & bit) == 0) continue;
+    write(&dn->pa()[i]);
+    m.set_word(i / kGroup, a.word & ~bit);
+    a.fp[i % kGroup] = fingerprint(key);
+    m.add_keys(1);
+    return Code::ok;
+  }
+  // Stash array: claim the first free slot of the stash bitmap by CAS (writers holding other
+  // locks of this node claim slots concurrently).
+  for (std::size_t w = 0; w < m.stash_used.size(); ++w) {
+    const std::uint64_t limit =
+        std::min<std::uint64_t>(64, dn->sa_slots - static_cast<std::uint64_t>(w) * 64);
+    const std::uint64_t full = limit == 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << limit) - 1;
+    std::atomic_ref<std::uint64_t> word(m.stash_used[w]);
+    std::uint64_t cur = word.load(std::memory_order_acquire);
+    while ((~cur & full) != 0) {
+      const unsigned b = static_cast<unsigned>(std::countr_zero(~cur & full));
+      pm::yield_point("apex.stash_claim");
+      if (!word.compare_exchange_weak(cur, cur | (std::uint64_t{1} << b), std::memory_order_acq_rel,
+                                      std::memory_order_acquire))
+        continue;
+      Record* r = &dn->sa()[w * 64 + b];
+      write(r);
+      bucket_add(m, p / kGroup, key, pool_->offset_of(r));
+      m.add_keys(1);
+      m.add_stash(1);
+      return Code::ok;
+    }
+  }
+  // Extended stash blocks, under the node's extended-stash mutex.
+  std::lock_guard<std::mutex> ext_lock(m.ext_mu);
+  for (ExtInfo& info : m.ext) {
+    if (info.used == (1u << kExtRecords) - 1) continue;
+    const unsigned j = static_cast<unsigned>(std::countr_zero(static_cast<unsigned>(~info.used)));
+    Record* r = &pool_->at<ExtStash>(info.off)->rec[j];
+    write(r);
+    info.used = static_cast<std::uint16_t>(info.used | (1u << j));
+    bucket_add(m, p / kGroup, key, pool_->offset_of(r));
+    m.add_keys(1);
+    m.add_stash(1);
+    return Code::ok;
+  }
+  Code code = Code::ok;
+  const std::uint64_t b = pool_->allocator().allocate(sizeof(ExtStash), &code);
+  if (b == 0) return code;
+  ExtStash* blk = pool_->at<ExtStash>(b);
+  ExtStash init{};
+  init.next = dn->ext_head;
+  for (Record& r : init.rec) r = {dn->invalid_key, 0};
+  pm::copy(blk, &init, sizeof init);          // A4: a fresh block, every slot free
+  pm::persist(blk, sizeof init);              // A5: persisted before it is reachable
+  pm::publish(&dn->ext_head, b);              // A6: link it at the head of the chain
+  pm::persist(&dn->ext_head, sizeof b);       // A7: the block is owned from here on
+  m.ext.insert(m.ext.begin(), ExtInfo{b, 0});
+  Record* r = &blk->rec[0];
+  write(r);
+  m.ext.front().used = 1;
+  bucket_add(m, p / kGroup, key, pool_->offset_of(r));
+  m.add_keys(1);
+  m.add_stash(1);
+  return Code::ok;
+}
+
+void Apex::erase_at(std::uint64_t off, DataMeta& m, const Location& loc, std::uint64_t key) {
+  DataNode* dn = data(off);
+  pm::publish(&loc.rec->key, dn->invalid_key);     // A8: the invalid key frees the slot
+  pm::persist(&loc.rec->key, sizeof(std::uint64_t));  // A9: one flush + fence
+  m.add_keys(-1);
+  switch (loc.where) {
+    case Location::Where::pa:
+      m.set_word(loc.index / kGroup,
+                 m.accel[loc.index / kGroup].word | (std::uint64_t{1} << (loc.index % kGroup)));
+      return;
+    case Location::Where::sa:
+      // release: the invalid key (A8) is written before the slot can be claimed again.
+      std::atomic_ref<std::uint64_t>(m.stash_used[loc.index / 64])
+          .fetch_and(~(std::uint64_t{1} << (loc.index % 64)), std::memory_order_release);
+      break;
+    case Location::Where::ext: {
+      std::lock_guard<std::mutex> ext_lock(m.ext_mu);
+      const std::uint64_t roff = pool_->offset_of(loc.rec);
+      for (ExtInfo& info : m.ext) {
+        if (roff >= info.off && roff < info.off + sizeof(ExtStash)) {
+          const auto j = static_cast<unsigned>((roff - info.off - offsetof(ExtStash, rec)) / 16);
+          info.used = static_cast<std::uint16_t>(info.used & ~(1u << j));
+        }
+      }
+      break;
+    }
+    case Location::Where::none:
+      return;
+  }
+  m.add_stash(-1);
+  bucket_remove(m, predict(dn, key) / kGroup, pool_->offset_of(loc.rec));
+}
+
+void Apex::collect(std::uint64_t off, std::vector<Record>& out) const {
+  const DataNode* dn = data(off);
+  const std::uint64_t inv = dn->invalid_key;
+  for (std::uint32_t i = 0; i < dn->pa_slots + dn->sa_slots; ++i) {
+    const Record& r = dn->pa()[i];
+    if (r.key != inv) out.push_back(r);
+  }
+  for (std::uint64_t b = dn->ext_head; b != 0; b = pool_->at<ExtStash>(b)->next)
+    for (const Record& r : pool_->at<ExtStash>(b)->rec)
+      if (r.key != inv) out.push_back(r);
+}
+
+}  // namespace pmindex::apex

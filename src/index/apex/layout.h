@@ -1,0 +1,181 @@
+// APEX persistent layout: root object, SMO log lines, inner nodes, data nodes, extended stash
+// blocks. Every persistent struct is drawn here and asserted below it. Persistence steps that
+// write these bytes are numbered in PROTOCOL.md.
+//
+// Keys inside APEX are 64-bit "ordered keys": the big-endian 8 key bytes read as an unsigned
+// integer (decode_u64). For KeyType::u64 that is the integer itself; for KeyType::f64 it is the
+// order-preserving encoding of the double (f64_to_ordered), so comparing ordered keys as
+// integers is memcmp order. Models never see ordered keys of doubles: model.h decodes them
+// to IEEE values first.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+namespace pmindex::apex {
+
+inline constexpr std::uint64_t kRootMagic = 0x3158455041584d50ull;  // "PMXAPEX1"
+inline constexpr std::size_t kMaxLogs = 64;
+// Recovery and verify refuse deeper trees (a cycle); real trees stay far shallower.
+inline constexpr std::uint32_t kMaxDepth = 2048;       // per-thread SMO log lines
+inline constexpr std::uint32_t kProbeDistance = 16;  // D: PA slots probed from the prediction
+inline constexpr std::uint32_t kGroup = 16;          // PA records per DRAM accelerator
+inline constexpr std::size_t kDefaultDataMax = 256 * 1024;
+inline constexpr std::size_t kInnerMaxCap = std::size_t{16} << 20;
+inline constexpr double kDensityLower = 0.5;
+inline constexpr double kDensityUpper = 0.9;
+inline constexpr double kDensityInit = 0.6;     // density of a node built by an SMO/bulk load
+inline constexpr double kStashMin = 0.05;
+inline constexpr double kStashMax = 0.3;
+inline constexpr double kStashCoefficient = 1.5;
+
+// SMO log line (64 B, one cache line), one per thread slot, in an array the root points at.
+//   [ 0, 8) stage_kind: bits 0-7 stage (0 none, 1 UNDO, 2 REDO) | bits 8-15 SmoKind | 16-63 0
+//   [ 8,16) old        node being replaced
+//   [16,24) new_a      first new node (expansion: the new node; downward split: new inner)
+//   [24,32) new_b      second new node (sideways split: right half), else 0
+//   [32,40) parent     inner node whose child slots switch; 0 = the root object's root word
+//   [40,48) key        the insert that triggered the SMO (diagnostics; parent is explicit)
+//   [48,52) slot_begin [52,56) slot_end (inclusive)   [56,60) slot_mid   [60,64) reserved
+// stage_kind is written last in program order within the line, so a persisted stage implies
+// the rest of the line is persisted too (x86 keeps stores to one line in order).
+enum class SmoStage : std::uint8_t { none = 0, undo = 1, redo = 2 };
+enum class SmoKind : std::uint8_t {
+  none = 0, expand_data = 1, split_sideways = 2, split_downward = 3, expand_inner = 4
+};
+struct SmoLog {
+  std::uint64_t stage_kind;
+  std::uint64_t old_node;
+  std::uint64_t new_a;
+  std::uint64_t new_b;
+  std::uint64_t parent;
+  std::uint64_t key;
+  std::uint32_t slot_begin;
+  std::uint32_t slot_end;
+  std::uint32_t slot_mid;
+  std::uint32_t reserved;
+};
+static_assert(sizeof(SmoLog) == 64);
+static_assert(offsetof(SmoLog, stage_kind) == 0 && offsetof(SmoLog, slot_begin) == 48);
+static_assert(std::is_standard_layout_v<SmoLog> && std::is_trivially_copyable_v<SmoLog>);
+inline constexpr std::uint64_t kStageMask = 0xff;
+inline constexpr unsigned kKindShift = 8;
+inline std::uint64_t stage_word(SmoStage s, SmoKind k) {
+  return static_cast<std::uint64_t>(s) | (static_cast<std::uint64_t>(k) << kKindShift);
+}
+inline SmoStage stage_of(std::uint64_t w) { return static_cast<SmoStage>(w & kStageMask); }
+inline SmoKind kind_of(std::uint64_t w) { return static_cast<SmoKind>((w >> kKindShift) & 0xff); }
+
+// Root object (128 B, two lines).
+//   line 0 [ 0, 8) magic "PMXAPEX1"     [ 8,16) root_node: offset of the root inner node
+//          [16,20) key_type (KeyMode)   [20,24) reserved
+//          [24,32) data_max bytes       [32,40) inner_max bytes
+//          [40,48) logs: offset of kMaxLogs SmoLog lines (4096 B block)
+//          [48,64) reserved
+//   line 1 [64,128) reserved
+struct Root {
+  std::uint64_t magic;
+  std::uint64_t root_node;
+  std::uint32_t key_type;
+  std::uint32_t reserved0;
+  std::uint64_t data_max;
+  std::uint64_t inner_max;
+  std::uint64_t logs;
+  std::uint8_t reserved[80];
+};
+static_assert(sizeof(Root) == 128);
+static_assert(offsetof(Root, root_node) == 8 && offsetof(Root, logs) == 40);
+static_assert(std::is_standard_layout_v<Root> && std::is_trivially_copyable_v<Root>);
+
+// Common node header words. type_version: bits 0-7 NodeType | bits 8-63 local version L (the
+// pool generation at which this node's DRAM state was last rebuilt; only a hint, never flushed).
+enum class NodeType : std::uint8_t { inner = 1, data = 2 };
+inline constexpr std::uint64_t kTypeMask = 0xff;
+inline constexpr unsigned kVersionShift = 8;
+
+// Inner node: 64 B header + fanout child offsets (8 B each). Up to inner_max bytes.
+//   [ 0, 8) type_version       [ 8,16) slope (double)   [16,24) intercept (double)
+//   [24,32) lo (ordered key)   [32,40) hi (inclusive)
+//   [40,44) fanout (power of 2) [44,48) reserved        [48,64) reserved
+//   [64, 64+8*fanout) child[i]: offset of an inner or data node; a child covering several
+//                     slots appears in consecutive slots
+// Routing: slot = clamp(floor(slope * x + intercept), 0, fanout-1) with x = model input
+// (model.h). Routing is monotone, so each child's keys are one contiguous interval, and the
+// child's own [lo, hi] equals exactly the keys routed to its slots.
+struct InnerNode {
+  std::uint64_t type_version;
+  double slope;
+  double intercept;
+  std::uint64_t lo;
+  std::uint64_t hi;
+  std::uint32_t fanout;
+  std::uint32_t reserved0;
+  std::uint64_t reserved[2];
+  std::uint64_t* children() { return reinterpret_cast<std::uint64_t*>(this + 1); }
+  const std::uint64_t* children() const { return reinterpret_cast<const std::uint64_t*>(this + 1); }
+};
+static_assert(sizeof(InnerNode) == 64);
+static_assert(offsetof(InnerNode, lo) == 24 && offsetof(InnerNode, fanout) == 40);
+static_assert(std::is_standard_layout_v<InnerNode> && std::is_trivially_copyable_v<InnerNode>);
+inline std::size_t inner_bytes(std::uint32_t fanout) { return sizeof(InnerNode) + 8ull * fanout; }
+
+// Record: 16 B, key then payload. A slot is free when key == the node's invalid key.
+struct Record {
+  std::uint64_t key;
+  std::uint64_t payload;
+};
+static_assert(sizeof(Record) == 16);
+static_assert(std::is_standard_layout_v<Record> && std::is_trivially_copyable_v<Record>);
+
+// Data node: 128 B header, then PA (pa_slots records), then SA (sa_slots records).
+// The block is 256 B aligned, so every 16 B record sits inside one 64 B line.
+//   line 0 [ 0, 8) type_version     [ 8,16) slope   [16,24) intercept
+//          [24,32) lo               [32,40) hi (inclusive; lo <= hi, never [0, 2^64-1])
+//          [40,44) pa_slots (multiple of 16)        [44,48) sa_slots
+//          [48,56) ext_head: offset of the first extended stash block, 0 if none
+//          [56,64) bytes: size requested from the allocator
+//   line 1 [64,72) invalid_key: hi + 1, or lo - 1 when hi == 2^64-1 (outside [lo, hi])
+//          [72,128) reserved
+//   [128, 128+16*pa_slots) PA   [.., +16*sa_slots) SA
+struct DataNode {
+  std::uint64_t type_version;
+  double slope;
+  double intercept;
+  std::uint64_t lo;
+  std::uint64_t hi;
+  std::uint32_t pa_slots;
+  std::uint32_t sa_slots;
+  std::uint64_t ext_head;
+  std::uint64_t bytes;
+  std::uint64_t invalid_key;
+  std::uint64_t reserved[7];
+  Record* pa() { return reinterpret_cast<Record*>(this + 1); }
+  const Record* pa() const { return reinterpret_cast<const Record*>(this + 1); }
+  Record* sa() { return pa() + pa_slots; }
+  const Record* sa() const { return pa() + pa_slots; }
+};
+static_assert(sizeof(DataNode) == 128);
+static_assert(offsetof(DataNode, pa_slots) == 40 && offsetof(DataNode, invalid_key) == 64);
+static_assert(std::is_standard_layout_v<DataNode> && std::is_trivially_copyable_v<DataNode>);
+inline std::size_t data_bytes(std::uint32_t pa, std::uint32_t sa) {
+  return sizeof(DataNode) + 16ull * (pa + sa);
+}
+
+// Extended stash block: 256 B (one XPLine). [0,8) next block offset, [8,16) reserved,
+// [16,256) 15 records.
+inline constexpr std::uint32_t kExtRecords = 15;
+struct ExtStash {
+  std::uint64_t next;
+  std::uint64_t reserved;
+  Record rec[kExtRecords];
+};
+static_assert(sizeof(ExtStash) == 256);
+static_assert(offsetof(ExtStash, rec) == 16);
+static_assert(std::is_standard_layout_v<ExtStash> && std::is_trivially_copyable_v<ExtStash>);
+
+inline std::uint64_t invalid_key_for(std::uint64_t lo, std::uint64_t hi) {
+  return hi != ~std::uint64_t{0} ? hi + 1 : lo - 1;
+}
+
+}  // namespace pmindex::apex

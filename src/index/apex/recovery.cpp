@@ -1,0 +1,246 @@
+// Creation and instant recovery. Recovery (PROTOCOL.md "Recovery"):
+//   R1 validate the root object and every SMO log line (read only; a refused pool is unchanged)
+//   R2 allocator in start-now mode, commit_open(): G = pool generation, bumped by this open
+//   R3 finish in-flight SMOs: UNDO -> nothing to write (the new nodes were never linked and are
+//      simply not marked, so finish_recovery frees them); REDO -> redo the slot switch (A16)
+//   R4 answer requests; data nodes rebuild their DRAM state on first access (L != G)
+//   R5 a background thread walks the tree, marks reachable blocks, calls finish_recovery()
+#include <algorithm>
+#include <bit>
+#include <chrono>
+
+#include "index/apex/apex.h"
+
+namespace pmindex::apex {
+
+namespace {
+std::uint64_t data_max_of(const Options& o) {
+  return o.node_size != 0 ? o.node_size : kDefaultDataMax;
+}
+}  // namespace
+
+pm::Layout Apex::layout_for(const Options& o) {
+  return pm::Layout{"apex", static_cast<std::uint32_t>(data_max_of(o)), o.key_type, 0};
+}
+
+std::size_t Apex::default_pool_size(const Options& o) {
+  // ~16 B per record at 60% density, plus models, stash and slack.
+  return std::max<std::size_t>(std::size_t{64} << 20, o.expected_records * 64);
+}
+
+Result<std::unique_ptr<Index>> Apex::create(std::unique_ptr<pm::Pool> pool, const Options& o) {
+  if (o.key_type != KeyType::u64 && o.key_type != KeyType::f64)
+    return pool->error(Code::invalid_argument,
+                       "apex supports 8-byte keys only: KeyType::u64 or KeyType::f64");
+  if (o.max_value_size != 8)
+    return pool->error(Code::invalid_argument, "apex payloads are exactly 8 bytes");
+  const std::uint64_t data_max = data_max_of(o);
+  if (data_max < 1024 || data_max > kDefaultDataMax)
+    return pool->error(Code::invalid_argument,
+                       "apex node_size (maximum data node size) must be in [1 KiB, 256 KiB]");
+  std::unique_ptr<Apex> idx(new Apex(std::move(pool)));
+  idx->generation_ = idx->pool_->generation();
+  const std::uint64_t inner_max = std::min<std::uint64_t>(kInnerMaxCap, 64 * data_max);
+  if (Status s = idx->init_empty(data_max, inner_max, o.key_type); !s.ok()) return s;
+  idx->recovery_.created = true;
+  return std::unique_ptr<Index>(std::move(idx));
+}
+
+// An empty index: a root inner node of fanout 2 over two empty data nodes, so the smallest and
+// largest keys are in different nodes from the start.
+Status Apex::init_empty(std::uint64_t data_max, std::uint64_t inner_max, KeyType kt) {
+  kt_ = kt;
+  data_max_ = data_max;
+  inner_max_ = inner_max;
+  pm::Allocator& al = pool_->allocator();
+  Code code = Code::ok;
+  const std::uint64_t root_off = al.allocate(sizeof(Root), &code);
+  const std::uint64_t logs = root_off == 0 ? 0 : al.allocate(kMaxLogs * sizeof(SmoLog), &code);
+  if (logs == 0) return pool_->error(code, "no space for the apex root");
+  pm::zero(pool_->at<void>(logs), kMaxLogs * sizeof(SmoLog));
+  pm::persist(pool_->at<void>(logs), kMaxLogs * sizeof(SmoLog));
+  Root init{};
+  init.magic = kRootMagic;
+  init.key_type = static_cast<std::uint32_t>(kt);
+  init.data_max = data_max;
+  init.inner_max = inner_max;
+  init.logs = logs;
+  root_ = pool_->at<Root>(root_off);
+  pm::copy(root_, &init, sizeof init);
+  // Root model: split the key space in the middle (u64: at 2^63; f64: around 0.0).
+  const LinearModel model = kt == KeyType::u64 ? LinearModel{std::ldexp(1.0, -63), 0.0}
+                                               : LinearModel{1.0 / DBL_MAX, 1.0};
+  std::uint64_t b = 0;
+  if (!boundary(model, 2, 0, 0, ~std::uint64_t{0}, 1, &b) || b == 0)
+    return pool_->error(Code::corrupted, "apex: root model does not split the key space");
+  const std::uint64_t left = build_data({}, 0, b - 1, kStashMin, 0, &code);
+  const std::uint64_t right = left == 0 ? 0 : build_data({}, b, ~std::uint64_t{0}, kStashMin, 0, &code);
+  const std::uint64_t in = right == 0 ? 0 : al.allocate(inner_bytes(2), &code);
+  if (in == 0) return pool_->error(code, "no space for the apex root node");
+  struct {
+    InnerNode h;
+    std::uint64_t ch[2];
+  } img{};
+  img.h.type_version = static_cast<std::uint64_t>(NodeType::inner);
+  img.h.slope = model.slope;
+  img.h.intercept = model.intercept;
+  img.h.lo = 0;
+  img.h.hi = ~std::uint64_t{0};
+  img.h.fanout = 2;
+  img.ch[0] = left;
+  img.ch[1] = right;
+  pm::copy(pool_->at<void>(in), &img, sizeof img);
+  pm::persist(pool_->at<void>(in), sizeof img);
+  pm::store(&root_->root_node, in);
+  pm::persist(root_, sizeof(Root));           // A0: root object complete before it is published
+  pool_->set_root(root_off);                  // A0: published in the pool header
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<Index>> Apex::recover(std::unique_ptr<pm::Pool> pool, const Options& o) {
+  std::unique_ptr<Apex> idx(new Apex(std::move(pool)));
+  pm::Pool& p = *idx->pool_;
+  idx->recovery_.clean_shutdown = p.was_clean();
+  const std::uint64_t root_off = p.root();
+  if (root_off == 0) {
+    // Crash before A0: nothing was published; start over on this pool.
+    p.allocator().begin_recovery(false);
+    if (Status s = p.allocator().finish_recovery(); !s.ok()) return s;
+    p.commit_open();
+    idx->generation_ = p.generation();
+    const std::uint64_t data_max = data_max_of(o);
+    if (Status s = idx->init_empty(data_max, std::min<std::uint64_t>(kInnerMaxCap, 64 * data_max),
+                                   o.key_type);
+        !s.ok())
+      return s;
+    return std::unique_ptr<Index>(std::move(idx));
+  }
+  // R1: validate, read only.
+  Root* r = p.checked<Root>(root_off, sizeof(Root), 64);
+  if (r == nullptr || r->magic != kRootMagic)
+    return p.error(Code::corrupted, "apex root object is missing or has a wrong magic");
+  if (r->key_type != static_cast<std::uint32_t>(p.info().layout.key_mode) ||
+      r->data_max != p.info().layout.node_size || r->data_max < 1024 ||
+      r->data_max > kDefaultDataMax || r->inner_max < 128 || r->inner_max > kInnerMaxCap)
+    return p.error(Code::corrupted, "apex root object disagrees with the pool layout");
+  SmoLog* logs = p.checked<SmoLog>(r->logs, kMaxLogs * sizeof(SmoLog), 64);
+  if (logs == nullptr) return p.error(Code::corrupted, "apex SMO log area is out of bounds");
+  idx->root_ = r;
+  idx->data_max_ = r->data_max;
+  idx->inner_max_ = r->inner_max;
+  if (p.checked<InnerNode>(r->root_node, sizeof(InnerNode), 64) == nullptr ||
+      idx->type_of(r->root_node) != NodeType::inner)
+    return p.error(Code::corrupted, "apex root node is not an inner node");
+  for (std::size_t i = 0; i < kMaxLogs; ++i) {
+    const SmoLog& l = logs[i];
+    if (stage_of(l.stage_kind) != SmoStage::redo) continue;
+    const SmoKind k = kind_of(l.stage_kind);
+    const bool parent_ok =
+        l.parent == 0 ? (l.slot_begin == 0 && l.slot_end == 0)
+                      : (p.checked<InnerNode>(l.parent, sizeof(InnerNode), 64) != nullptr &&
+                         idx->type_of(l.parent) == NodeType::inner &&
+                         p.in_heap(l.parent, inner_bytes(idx->inner(l.parent)->fanout)) &&
+                         l.slot_begin <= l.slot_end &&
+                         l.slot_end < idx->inner(l.parent)->fanout);
+    const bool new_ok = p.checked<DataNode>(l.new_a, 64, 64) != nullptr &&
+                        (k != SmoKind::split_sideways ||
+                         (p.checked<DataNode>(l.new_b, 64, 64) != nullptr &&
+                          l.slot_mid > l.slot_begin && l.slot_mid <= l.slot_end));
+    if (k == SmoKind::none || static_cast<int>(k) > static_cast<int>(SmoKind::expand_inner) ||
+        !parent_ok || !new_ok)
+      return p.error(Code::corrupted, "apex SMO log line " + std::to_string(i) + " is invalid");
+  }
+  // R2: start-now allocator, commit the open (G := generation).
+  idx->recovery_hwm_ = p.at<pm::PoolHeader>(0)->heap_high_water;
+  p.allocator().begin_recovery(/*start_now=*/true);
+  p.commit_open();
+  idx->generation_ = p.generation();
+  idx->walk_pending_ = true;
+  // R3: finish in-flight SMOs.
+  for (std::size_t i = 0; i < kMaxLogs; ++i) {
+    SmoLog& l = logs[i];
+    const SmoStage st = stage_of(l.stage_kind);
+    if (st == SmoStage::none) continue;
+    if (st == SmoStage::redo) {
+      if (kind_of(l.stage_kind) == SmoKind::split_sideways) {
+        idx->switch_children(l.parent, l.slot_begin, l.slot_mid - 1, l.new_a);
+        idx->switch_children(l.parent, l.slot_mid, l.slot_end, l.new_b);
+      } else {
+        idx->switch_children(l.parent, l.slot_begin, l.slot_end, l.new_a);
+      }
+    }
+    idx->log_stage(&l, SmoStage::none, SmoKind::none);
+    ++idx->recovery_.repaired;
+  }
+  // R4/R5: answer requests now; mark reachable blocks in the background.
+  idx->start_recovery_walk();
+  return std::unique_ptr<Index>(std::move(idx));
+}
+
+void Apex::start_recovery_walk() {
+  walker_ = std::thread([this] {
+    std::unique_lock<std::shared_mutex> tree(tree_mu_);
+    pm::Allocator& al = pool_->allocator();
+    Status s = Status::Ok();
+    const std::uint64_t root_off = pool_->root();
+    if (al.mark_reachable(root_off, sizeof(Root)) != Code::ok ||
+        al.mark_reachable(root_->logs, kMaxLogs * sizeof(SmoLog)) != Code::ok) {
+      s = al.finish_recovery();
+    } else {
+      s = walk_and_mark(root_->root_node, 0);
+      Status f = al.finish_recovery();
+      if (s.ok()) s = std::move(f);
+    }
+    walk_status_ = std::move(s);
+    walk_pending_ = false;
+  });
+}
+
+void Apex::wait_recovery_walk() {
+  if (walker_.joinable()) walker_.join();
+}
+
+// Walks without trusting PM: offsets bounds-checked, sizes checked against the root's limits,
+// depth bounded, extended stash chains length-bounded. Blocks at or above the recovery
+// high-water mark were allocated in this session and are not marked.
+Status Apex::walk_and_mark(std::uint64_t off, std::uint32_t depth) {
+  pm::Pool& p = *pool_;
+  pm::Allocator& al = p.allocator();
+  if (depth > kMaxDepth) return p.error(Code::corrupted, "apex tree deeper than kMaxDepth (a cycle?)");
+  auto mark = [&](std::uint64_t o, std::size_t bytes) {
+    if (o >= recovery_hwm_) return true;
+    return al.mark_reachable(o, bytes) == Code::ok;
+  };
+  if (p.checked<InnerNode>(off, sizeof(InnerNode), 64) == nullptr)
+    return p.error(Code::corrupted, "apex node offset " + std::to_string(off) + " is invalid");
+  ++recovery_.nodes;
+  if (type_of(off) == NodeType::inner) {
+    const InnerNode* in = inner(off);
+    if (in->fanout < 2 || !std::has_single_bit(in->fanout) ||
+        inner_bytes(in->fanout) > inner_max_ || !p.in_heap(off, inner_bytes(in->fanout)))
+      return p.error(Code::corrupted, "apex inner node at " + std::to_string(off) + " is invalid");
+    if (!mark(off, inner_bytes(in->fanout))) return al.finish_recovery();
+    for (std::uint32_t i = 0; i < in->fanout; ++i) {
+      const std::uint64_t c = in->children()[i];
+      if (i > 0 && c == in->children()[i - 1]) continue;
+      if (Status s = walk_and_mark(c, depth + 1); !s.ok()) return s;
+    }
+    return Status::Ok();
+  }
+  if (type_of(off) != NodeType::data)
+    return p.error(Code::corrupted, "apex node at " + std::to_string(off) + " has a bad type");
+  const DataNode* dn = p.checked<DataNode>(off, sizeof(DataNode), 64);
+  if (dn == nullptr || dn->bytes != data_bytes(dn->pa_slots, dn->sa_slots) || dn->bytes > data_max_ ||
+      !p.in_heap(off, dn->bytes) || dn->pa_slots % kGroup != 0 || dn->pa_slots == 0)
+    return p.error(Code::corrupted, "apex data node at " + std::to_string(off) + " is invalid");
+  if (!mark(off, dn->bytes)) return al.finish_recovery();
+  std::uint64_t limit = p.size() / sizeof(ExtStash);
+  for (std::uint64_t b = dn->ext_head; b != 0; b = p.at<ExtStash>(b)->next) {
+    if (limit-- == 0 || p.checked<ExtStash>(b, sizeof(ExtStash), 256) == nullptr)
+      return p.error(Code::corrupted, "apex extended stash chain is invalid");
+    if (!mark(b, sizeof(ExtStash))) return al.finish_recovery();
+  }
+  return Status::Ok();
+}
+
+}  // namespace pmindex::apex

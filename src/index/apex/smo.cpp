@@ -1,0 +1,393 @@
+// Structural modification operations with hybrid logging (paper §4.4): data node expansion,
+// sideways split, downward split, inner node expansion. Each SMO:
+//   UNDO stage: log line written, new node(s) built and persisted (not reachable yet)
+//   REDO stage: parent slots switched to the new node(s) (idempotent, redone at recovery)
+//   none:       log cleared, old node freed
+// Steps A12..A19 in PROTOCOL.md.
+#include <algorithm>
+#include <cmath>
+
+#include "index/apex/apex.h"
+#include "pmindex/pm/thread_slot.h"
+
+namespace pmindex::apex {
+
+namespace {
+std::uint64_t slots_for(std::uint64_t n) {
+  return static_cast<std::uint64_t>(std::ceil(static_cast<double>(n + 1) / kDensityInit));
+}
+bool by_key(const Record& a, const Record& b) { return a.key < b.key; }
+}  // namespace
+
+SmoLog* Apex::my_log() const {
+  // One line per thread slot. SMOs hold the tree lock exclusively today, so at most one is in
+  // flight; with concurrent SMOs each thread keeps its own line.
+  return pool_->at<SmoLog>(root_->logs) + (pm::this_thread_slot() % kMaxLogs);
+}
+
+void Apex::log_begin(SmoLog* log, SmoKind kind, std::uint64_t old_node, std::uint64_t parent,
+                     std::uint64_t key, std::uint32_t s, std::uint32_t e, std::uint32_t m) {
+  current_kind_ = kind;
+  SmoLog init{0, old_node, 0, 0, parent, key, s, e, m, 0};
+  pm::copy(&log->old_node, &init.old_node, sizeof(SmoLog) - 8);   // A12: log fields ...
+  pm::publish(&log->stage_kind, stage_word(SmoStage::undo, kind)); // ... stage UNDO last
+  pm::persist(log, sizeof(SmoLog));
+}
+
+void Apex::log_stage(SmoLog* log, SmoStage stage, SmoKind kind) {
+  pm::publish(&log->stage_kind, stage_word(stage, kind));
+  pm::persist(&log->stage_kind, 8);
+}
+
+void Apex::switch_children(std::uint64_t parent, std::uint32_t s, std::uint32_t e,
+                           std::uint64_t to) {
+  if (parent == 0) {
+    pm::publish(&root_->root_node, to);                       // A16: root word
+    pm::persist(&root_->root_node, 8);
+    return;
+  }
+  std::uint64_t* ch = inner(parent)->children();
+  for (std::uint32_t i = s; i <= e; ++i) pm::publish(&ch[i], to);  // A16: child slots
+  pm::persist(&ch[s], 8ull * (e - s + 1));
+}
+
+void Apex::slot_range(std::uint64_t parent, std::uint64_t child, std::uint32_t slot,
+                      std::uint32_t* s, std::uint32_t* e) const {
+  const InnerNode* in = inner(parent);
+  const std::uint64_t* ch = in->children();
+  std::uint32_t a = slot, b = slot;
+  while (a > 0 && ch[a - 1] == child) --a;
+  while (b + 1 < in->fanout && ch[b + 1] == child) ++b;
+  *s = a;
+  *e = b;
+}
+
+Code Apex::smo(std::uint64_t off, const std::vector<PathStep>& path, std::uint64_t key) {
+  DataMeta& m = meta_for(off);
+  const std::uint64_t parent = path.back().inner;
+  std::uint32_t s = 0, e = 0;
+  slot_range(parent, off, path.back().slot, &s, &e);
+  const std::uint64_t n = m.keys();
+  const bool can_expand = slots_for(n) <= max_data_slots();
+  // Cost model: split when the node cannot grow, or when its probe-and-stash cost has drifted
+  // well above what it was when built (its model no longer fits); otherwise expand.
+  std::vector<Record> recs;
+  collect(off, recs);
+  std::sort(recs.begin(), recs.end(), by_key);
+  // If the cost drifted, first ask whether retraining (which expansion does) fixes it: the
+  // overflow ratio of the records under a model refitted to a PA of the expanded size.
+  bool want_split = !can_expand;
+  if (!want_split && n >= 64 && search_cost(m) > 1.5 * m.created_cost) {
+    const auto pa = static_cast<std::uint32_t>(slots_for(n) * (1.0 - kStashMin)) / kGroup * kGroup;
+    want_split = 1.0 + 2.0 * simulate_overflow(recs, data(off)->lo, std::max(pa, kGroup)) >
+                 1.5 * m.created_cost;
+  }
+  if (!want_split) return expand_data(off, parent, s, e, key);
+
+  const InnerNode* p = inner(parent);
+  const LinearModel pm_model{p->slope, p->intercept};
+  if (e > s) {
+    // Sideways: pick the slot boundary in (s, e] that balances the records best.
+    std::vector<std::uint64_t> per_slot(e - s + 1, 0);
+    for (const Record& r : recs) {
+      const std::uint32_t sl = std::clamp(route(p, r.key), s, e);
+      ++per_slot[sl - s];
+    }
+    std::uint64_t left = 0, best_left = 0;
+    std::uint32_t best_m = 0;
+    std::uint64_t best_gap = ~std::uint64_t{0};
+    for (std::uint32_t mid = s + 1; mid <= e; ++mid) {
+      left += per_slot[mid - 1 - s];
+      const std::uint64_t right = recs.size() - left;
+      const std::uint64_t gap = left > right ? left - right : right - left;
+      if (gap < best_gap) {
+        best_gap = gap;
+        best_m = mid;
+        best_left = left;
+      }
+    }
+    if (best_left > 0 && best_left < recs.size())
+      return split_sideways(off, parent, s, e, best_m, key);
+  }
+  // Inner node expansion (fanout 2F), in one of two exact forms:
+  //   doubling:  slope and intercept x2, so slot i becomes 2i, 2i+1 (same key domain, finer);
+  //   extending: same model, new slots F..2F-1 all point at the last child, so keys beyond
+  //              the old domain (appends) get slots of their own.
+  // Worth it if, within a few expansions that fit the inner maximum, the expanded model
+  // separates this node's records (later SMOs then split sideways); else split downward.
+  std::uint64_t grand = 0;
+  std::uint32_t gs = 0, ge = 0;
+  if (path.size() >= 2) {
+    grand = path[path.size() - 2].inner;
+    slot_range(grand, parent, path[path.size() - 2].slot, &gs, &ge);
+  }
+  const bool last_child = e + 1 == p->fanout;
+  for (std::uint32_t k = 1; k <= 4; ++k) {
+    const std::uint64_t f = std::uint64_t{p->fanout} << k;
+    if (f > 0xffffffffu || inner_bytes(static_cast<std::uint32_t>(f)) > inner_max_) break;
+    const double scale = std::ldexp(1.0, static_cast<int>(k));
+    const LinearModel scaled{pm_model.slope * scale, pm_model.intercept * scale};
+    const auto fanout = static_cast<std::uint32_t>(f);
+    auto separates = [&](const LinearModel& mm) {
+      return predict_slot(mm, x_of(recs.front().key, p->lo), fanout) !=
+             predict_slot(mm, x_of(recs.back().key, p->lo), fanout);
+    };
+    if (std::isfinite(scaled.slope) && std::isfinite(scaled.intercept) && separates(scaled))
+      return expand_inner(parent, grand, gs, ge, key, InnerExpansion::doubling);
+    if (last_child && separates(pm_model))
+      return expand_inner(parent, grand, gs, ge, key, InnerExpansion::extend_right);
+    const LinearModel shifted{pm_model.slope,
+                              pm_model.intercept + static_cast<double>(f - p->fanout)};
+    if (s == 0 && std::isfinite(shifted.intercept) && separates(shifted)) {
+      const Code c = expand_inner(parent, grand, gs, ge, key, InnerExpansion::extend_left);
+      if (c != Code::unsupported) return c;
+    }
+  }
+  if (Code c = split_downward(off, parent, s, e, key); c != Code::unsupported) return c;
+  if (can_expand) return expand_data(off, parent, s, e, key);
+  return Code::unsupported;
+}
+
+Code Apex::expand_data(std::uint64_t off, std::uint64_t parent, std::uint32_t s, std::uint32_t e,
+                       std::uint64_t key) {
+  DataMeta& m = meta_for(off);
+  const DataNode* old = data(off);
+  std::vector<Record> recs;
+  collect(off, recs);
+  std::sort(recs.begin(), recs.end(), by_key);
+  // S = O: the new node's stash ratio is the old node's overflow ratio (clamped by build_data).
+  const double o = recs.empty() ? 0.0 : static_cast<double>(m.stashed()) / static_cast<double>(recs.size());
+  SmoLog* log = my_log();
+  log_begin(log, SmoKind::expand_data, off, parent, key, s, e, 0);       // A12
+  step("undo");
+  Code code = Code::ok;
+  const std::uint64_t fresh = build_data(recs, old->lo, old->hi, o, slots_for(recs.size()), &code);
+  if (fresh == 0) {
+    log_stage(log, SmoStage::none, SmoKind::none);
+    return code;
+  }
+  pm::publish(&log->new_a, fresh);                                       // A14: new in the log
+  pm::persist(&log->new_a, 8);
+  step("built");
+  log_stage(log, SmoStage::redo, SmoKind::expand_data);                  // A15: UNDO -> REDO
+  step("redo");
+  switch_children(parent, s, e, fresh);                                  // A16
+  step("switched");
+  log_stage(log, SmoStage::none, SmoKind::none);                         // A17
+  step("done");
+  free_node(off);                                                        // A18
+  ++counters_.expansions;
+  return Code::ok;
+}
+
+Code Apex::split_sideways(std::uint64_t off, std::uint64_t parent, std::uint32_t s,
+                          std::uint32_t e, std::uint32_t mid, std::uint64_t key) {
+  DataMeta& m = meta_for(off);
+  const DataNode* old = data(off);
+  const InnerNode* p = inner(parent);
+  std::uint64_t bound = 0;
+  if (!boundary({p->slope, p->intercept}, p->fanout, p->lo, old->lo, old->hi, mid, &bound) ||
+      bound == old->lo)
+    return Code::unsupported;
+  std::vector<Record> recs;
+  collect(off, recs);
+  std::sort(recs.begin(), recs.end(), by_key);
+  const auto cut = std::partition_point(recs.begin(), recs.end(),
+                                        [&](const Record& r) { return r.key < bound; });
+  std::vector<Record> left(recs.begin(), cut), right(cut, recs.end());
+  const double o = recs.empty() ? 0.0 : static_cast<double>(m.stashed()) / static_cast<double>(recs.size());
+  SmoLog* log = my_log();
+  log_begin(log, SmoKind::split_sideways, off, parent, key, s, e, mid);  // A12
+  step("undo");
+  Code code = Code::ok;
+  const std::uint64_t a = build_data(left, old->lo, bound - 1, o, slots_for(left.size()), &code);
+  const std::uint64_t b =
+      a == 0 ? 0 : build_data(right, bound, old->hi, o, slots_for(right.size()), &code);
+  if (b == 0) {
+    if (a != 0) free_node(a);
+    log_stage(log, SmoStage::none, SmoKind::none);
+    return code;
+  }
+  pm::publish(&log->new_a, a);                                           // A14
+  pm::publish(&log->new_b, b);
+  pm::persist(&log->new_a, 16);
+  step("built");
+  log_stage(log, SmoStage::redo, SmoKind::split_sideways);               // A15
+  step("redo");
+  switch_children(parent, s, mid - 1, a);                                // A16
+  step("half-switched");
+  switch_children(parent, mid, e, b);
+  step("switched");
+  log_stage(log, SmoStage::none, SmoKind::none);                         // A17
+  step("done");
+  free_node(off);                                                        // A18
+  ++counters_.sideways;
+  return Code::ok;
+}
+
+Code Apex::split_downward(std::uint64_t off, std::uint64_t parent, std::uint32_t s,
+                          std::uint32_t e, std::uint64_t key) {
+  DataMeta& m = meta_for(off);
+  const DataNode* old = data(off);
+  std::vector<Record> recs;
+  collect(off, recs);
+  std::sort(recs.begin(), recs.end(), by_key);
+  if (recs.size() < 2) return Code::unsupported;
+  // A fanout-2 model with its boundary halfway between two neighbouring keys near the median
+  // whose model inputs differ (u64 inputs are relative to lo, so they differ unless the node
+  // spans more than 2^53).
+  const std::uint64_t lo = old->lo, hi = old->hi;
+  std::size_t h = recs.size() / 2;
+  std::size_t found = 0;
+  for (std::size_t d = 0; d < recs.size() && found == 0; ++d) {
+    for (const std::size_t c : {h + d, h - std::min(h, d)}) {
+      if (c >= 1 && c < recs.size() && x_of(recs[c - 1].key, lo) < x_of(recs[c].key, lo)) {
+        found = c;
+        break;
+      }
+    }
+  }
+  if (found == 0) return Code::unsupported;
+  const double xa = x_of(recs[found - 1].key, lo), xb = x_of(recs[found].key, lo);
+  const double t = xa / 2 + xb / 2;
+  // Prefer a gentle slope (1 / the records' spread): later expansions of the new inner node
+  // (which double its model) then spread keys beyond the current ones over new slots. Fall
+  // back to a steep step between the two median keys if rounding defeats the gentle one.
+  auto valid = [&](const LinearModel& c) {
+    return std::isfinite(c.slope) && std::isfinite(c.intercept) && c.slope > 0 &&
+           predict_slot(c, xa, 2) == 0 && predict_slot(c, xb, 2) == 1;
+  };
+  const double spread = x_of(recs.back().key, lo) - x_of(recs.front().key, lo);
+  LinearModel model{1.0 / spread, 1.0 - t / spread};
+  if (!valid(model)) {
+    const double sl = 2.0 / (xb - xa);
+    model = {sl, 1.0 - t * sl};
+    if (!valid(model)) return Code::unsupported;
+  }
+  std::uint64_t bound = 0;
+  if (!boundary(model, 2, lo, lo, hi, 1, &bound) || bound == lo) return Code::unsupported;
+  const auto cut = std::partition_point(recs.begin(), recs.end(),
+                                        [&](const Record& r) { return r.key < bound; });
+  std::vector<Record> left(recs.begin(), cut), right(cut, recs.end());
+  if (left.empty() || right.empty()) return Code::unsupported;
+  const double o = static_cast<double>(m.stashed()) / static_cast<double>(recs.size());
+  SmoLog* log = my_log();
+  log_begin(log, SmoKind::split_downward, off, parent, key, s, e, 0);    // A12
+  step("undo");
+  Code code = Code::ok;
+  const std::uint64_t a = build_data(left, lo, bound - 1, o, slots_for(left.size()), &code);
+  const std::uint64_t b = a == 0 ? 0 : build_data(right, bound, hi, o, slots_for(right.size()), &code);
+  const std::uint64_t in = b == 0 ? 0 : pool_->allocator().allocate(inner_bytes(2), &code);
+  if (in == 0) {
+    if (a != 0) free_node(a);
+    if (b != 0) free_node(b);
+    log_stage(log, SmoStage::none, SmoKind::none);
+    return code;
+  }
+  struct {
+    InnerNode h;
+    std::uint64_t ch[2];
+  } img{};
+  img.h.type_version = static_cast<std::uint64_t>(NodeType::inner);
+  img.h.slope = model.slope;
+  img.h.intercept = model.intercept;
+  img.h.lo = lo;
+  img.h.hi = hi;
+  img.h.fanout = 2;
+  img.ch[0] = a;
+  img.ch[1] = b;
+  pm::copy(pool_->at<void>(in), &img, sizeof img);                        // A13
+  pm::persist(pool_->at<void>(in), sizeof img);
+  pm::publish(&log->new_a, in);                                          // A14
+  pm::persist(&log->new_a, 8);
+  step("built");
+  log_stage(log, SmoStage::redo, SmoKind::split_downward);               // A15
+  step("redo");
+  switch_children(parent, s, e, in);                                     // A16
+  step("switched");
+  log_stage(log, SmoStage::none, SmoKind::none);                         // A17
+  step("done");
+  free_node(off);                                                        // A18
+  ++counters_.downward;
+  return Code::ok;
+}
+
+Code Apex::expand_inner(std::uint64_t off, std::uint64_t parent, std::uint32_t s,
+                        std::uint32_t e, std::uint64_t key, InnerExpansion how) {
+  const InnerNode* old = inner(off);
+  const std::uint32_t f = old->fanout * 2;
+  const LinearModel old_model{old->slope, old->intercept};
+  const LinearModel left{old->slope, old->intercept + static_cast<double>(old->fanout)};
+  if (how == InnerExpansion::extend_left) {
+    // Adding F to the intercept is not exact in floating point, so check that every child
+    // boundary keeps its place: the first key of each child must route to its old first slot
+    // + F and the key before it below that. By monotonicity every key then keeps its child.
+    std::uint32_t sl = 1;
+    while (sl < old->fanout) {
+      if (old->children()[sl] != old->children()[sl - 1]) {
+        std::uint64_t b = 0;
+        if (!boundary(old_model, old->fanout, old->lo, old->lo, old->hi, sl, &b) || b == old->lo)
+          return Code::unsupported;
+        if (predict_slot(left, x_of(b, old->lo), f) < sl + old->fanout ||
+            predict_slot(left, x_of(b - 1, old->lo), f) >= sl + old->fanout)
+          return Code::unsupported;
+      }
+      ++sl;
+    }
+  }
+  SmoLog* log = my_log();
+  log_begin(log, SmoKind::expand_inner, off, parent, key, s, e, 0);      // A12
+  step("undo");
+  Code code = Code::ok;
+  const std::uint64_t fresh = pool_->allocator().allocate(inner_bytes(f), &code);
+  if (fresh == 0) {
+    log_stage(log, SmoStage::none, SmoKind::none);
+    return code;
+  }
+  std::vector<std::uint64_t> img(inner_bytes(f) / 8, 0);
+  auto* h = reinterpret_cast<InnerNode*>(img.data());
+  h->type_version = static_cast<std::uint64_t>(NodeType::inner);
+  h->lo = old->lo;
+  h->hi = old->hi;
+  h->fanout = f;
+  if (how == InnerExpansion::extend_right) {
+    // Same model: keys below slot F-1 keep their slots; keys that clamped to F-1 now land in
+    // [F-1, 2F-1], all of which point at the old last child, so its range is unchanged.
+    h->slope = old->slope;
+    h->intercept = old->intercept;
+    for (std::uint32_t i = 0; i < f; ++i)
+      h->children()[i] = old->children()[std::min(i, old->fanout - 1)];
+  } else if (how == InnerExpansion::extend_left) {
+    // Intercept + F (boundaries checked above): old slot i becomes i + F; keys that clamped
+    // to slot 0 now land in [0, F], all of which point at the old first child.
+    h->slope = left.slope;
+    h->intercept = left.intercept;
+    for (std::uint32_t i = 0; i < f; ++i)
+      h->children()[i] = old->children()[i < old->fanout ? 0 : i - old->fanout];
+  } else {
+    // Doubling slope and intercept is exact in binary floating point, so the new slot of a
+    // key is 2*old or 2*old+1: each child occupies twice its slots and keeps its key range.
+    h->slope = old->slope * 2;
+    h->intercept = old->intercept * 2;
+    for (std::uint32_t i = 0; i < old->fanout; ++i) {
+      h->children()[2 * i] = old->children()[i];
+      h->children()[2 * i + 1] = old->children()[i];
+    }
+  }
+  pm::copy(pool_->at<void>(fresh), img.data(), inner_bytes(f));           // A13
+  pm::persist(pool_->at<void>(fresh), inner_bytes(f));
+  pm::publish(&log->new_a, fresh);                                       // A14
+  pm::persist(&log->new_a, 8);
+  step("built");
+  log_stage(log, SmoStage::redo, SmoKind::expand_inner);                 // A15
+  step("redo");
+  switch_children(parent, s, e, fresh);                                  // A16
+  step("switched");
+  log_stage(log, SmoStage::none, SmoKind::none);                         // A17
+  step("done");
+  free_block(off, inner_bytes(old->fanout));                             // A18
+  ++counters_.inner_expansions;
+  return Code::ok;
+}
+
+}  // namespace pmindex::apex
