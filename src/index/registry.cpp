@@ -1,5 +1,6 @@
 // The built-in index kinds. An index adds one line here (explicit registration: static
 // self-registration would be dropped by the linker from a static library).
+#include "index/fptree/fptree.h"
 #include "index/lbtree/lbtree.h"
 #include "index/reflist/reflist.h"
 #include "pmindex/index.h"
@@ -13,6 +14,8 @@ const std::vector<IndexRegistry::Entry>& IndexRegistry::entries() {
        &reflist::RefList::create, &reflist::RefList::recover},
       {"lbtree", "LB+-Tree: PM leaves (256 B x m) with entry moving and logless splits, DRAM inner nodes",
        &lbtree::layout_for, &lbtree::default_pool_size, &lbtree::create, &lbtree::recover},
+      {"fptree", "FPTree: PM leaves with bitmap and fingerprints (8..64 entries), split/delete micro-logs, DRAM inner nodes",
+       &fptree::layout_for, &fptree::default_pool_size, &fptree::create, &fptree::recover},
   };
   return kEntries;
 }
