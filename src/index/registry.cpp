@@ -14,8 +14,7 @@ const std::vector<IndexRegistry::Entry>& IndexRegistry::entries() {
        &reflist::RefList::create, &reflist::RefList::recover},
       {"lbtree", "LB+-Tree: PM leaves (256 B x m) with entry moving and logless splits, DRAM inner nodes",
        &lbtree::layout_for, &lbtree::default_pool_size, &lbtree::create, &lbtree::recover},
-      {"fptree", "FPTree: PM leaves with bitmap and fingerprints (8..64 entries), split/delete micro-logs, DRAM inner nodes",
-       &fptree::layout_for, &fptree::default_pool_size, &fptree::create, &fptree::recover},
+      fptree::registry_entry(),
   };
   return kEntries;
 }

@@ -4,28 +4,32 @@
 #include "index/fptree/fptree.h"
 
 #include <algorithm>
-#include <chrono>
 #include <map>
+#include <utility>
 
+#include "index/common/hybrid_checks.h"
 #include "index/common/leaf_chain.h"
+#include "index/common/recovery_frame.h"
 #include "index/fptree/fptree_smo.h"
 
 namespace pmindex::fptree {
 
 template <unsigned N>
 FPTree<N>::FPTree(std::unique_ptr<pm::Pool> pool)
-    : pool_(std::move(pool)), inner_(inner_keys_for(N), arena_) {}
+    : pool_(std::move(pool)),
+      inner_(inner_keys_for(N), arena_),
+      versions_(std::make_unique<index_common::LeafVersions>(pool_->size())) {}
 
 template <unsigned N>
 FPTree<N>::~FPTree() = default;
 
+// The DRAM side of the root object r (versions are all zero from construction).
 template <unsigned N>
-void FPTree<N>::init_dram() {
-  head_ = root_->head;
-  logs_ = pool_->at<MicroLog>(root_->logs);
-  keys_.configure(pool_.get(), static_cast<KeyType>(root_->key_mode), root_->max_key_size);
-  versions_ = std::make_unique<index_common::LeafVersions>(pool_->size());
-  inner_.init_single(head_);
+void FPTree<N>::attach(Root* r) {
+  root_ = r;
+  keys_.configure(pool_.get(), static_cast<KeyType>(r->key_mode), r->max_key_size);
+  logs_ = pool_->at<MicroLog>(r->logs);
+  inner_.init_single(head_ = r->head);
 }
 
 template <unsigned N>
@@ -51,57 +55,54 @@ Status FPTree<N>::init_root(const Options& o) {
   pm::copy(p.at<Root>(off), &init, sizeof init);
   pm::persist(p.at<Root>(off), sizeof init);
   p.set_root(off);  // C2: published (one failure-atomic store, persisted)
-  root_ = p.at<Root>(off);
-  init_dram();
+  attach(p.at<Root>(off));
   return Status::Ok();
 }
 
 template <unsigned N>
 Result<std::unique_ptr<Index>> FPTree<N>::create(std::unique_ptr<pm::Pool> pool,
                                                  const Options& o) {
-  if (o.key_type == KeyType::bytes && o.max_key_size > kMaxKeyBytes)
-    return pool->error(Code::invalid_argument, "fptree keys are limited to 8192 bytes");
-  if (o.max_value_size != 8)
-    return pool->error(Code::invalid_argument, "fptree stores 8-byte values inline only");
-  std::unique_ptr<FPTree> idx(new FPTree(std::move(pool)));
-  if (Status s = idx->init_root(o); !s.ok()) return s;
-  idx->recovery_.created = true;
-  return std::unique_ptr<Index>(std::move(idx));
+  const char* refused =
+      o.max_value_size != 8 ? "fptree stores 8-byte values inline only"
+      : o.key_type == KeyType::bytes && o.max_key_size > kMaxKeyBytes
+          ? "fptree keys are limited to 8192 bytes"
+          : nullptr;
+  if (refused != nullptr) return pool->error(Code::invalid_argument, refused);
+  std::unique_ptr<FPTree> t(new FPTree(std::move(pool)));
+  t->recovery_.created = true;
+  const Status s = t->init_root(o);
+  return s.ok() ? Result<std::unique_ptr<Index>>(std::unique_ptr<Index>(std::move(t)))
+                : Result<std::unique_ptr<Index>>(s);
 }
 
 template <unsigned N>
 Result<std::unique_ptr<Index>> FPTree<N>::recover(std::unique_ptr<pm::Pool> pool,
                                                   const Options& o) {
-  const auto start = std::chrono::steady_clock::now();
   std::unique_ptr<FPTree> idx(new FPTree(std::move(pool)));
-  pm::Pool& p = *idx->pool_;
-  idx->recovery_.clean_shutdown = p.was_clean();
-  p.allocator().begin_recovery(/*start_now=*/false);
-  const std::uint64_t root_off = p.root();
-  if (root_off == 0) {  // crash before C2: nothing was reachable
-    if (Status s = p.allocator().finish_recovery(); !s.ok()) return s;
-    p.commit_open();
-    if (Status s = idx->init_root(o); !s.ok()) return s;
-  } else {
-    Root* r = p.checked<Root>(root_off, sizeof(Root), 64);
-    if (r == nullptr || r->magic != kRootMagic)
-      return p.error(Code::corrupted, "fptree root object is missing or has a wrong magic");
-    if (r->entries != N || r->log_count != kLogCount ||
-        r->key_mode != static_cast<std::uint32_t>(p.info().layout.key_mode) ||
-        r->max_key_size > kMaxKeyBytes ||
-        p.checked<char>(r->head, sizeof(LeafT), 256) == nullptr ||
-        p.checked<char>(r->logs, kLogCount * sizeof(MicroLog), 64) == nullptr)
-      return p.error(Code::corrupted, "fptree root holds impossible sizes or offsets");
-    idx->root_ = r;
-    idx->init_dram();
-    if (p.allocator().mark_reachable(root_off, sizeof(Root)) != Code::ok ||
-        p.allocator().mark_reachable(r->logs, kLogCount * sizeof(MicroLog)) != Code::ok)
-      return p.allocator().finish_recovery();
-    if (Status s = idx->rebuild(std::max(1u, o.recovery_threads)); !s.ok()) return s;
-  }
-  idx->recovery_.threads = 1;
-  idx->recovery_.seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  FPTree& t = *idx;
+  pm::Pool& p = *t.pool_;
+  const Status s = index_common::run_recovery(
+      p, &t.recovery_, [&] { return t.init_root(o); },  // crash before C2: start afresh
+      [&](std::uint64_t root_off) -> Status {
+        Root* r = p.checked<Root>(root_off, sizeof(Root), 64);
+        const bool sane =
+            r != nullptr && r->magic == kRootMagic && r->entries == N &&
+            r->log_count == kLogCount && r->max_key_size <= kMaxKeyBytes &&
+            r->key_mode == static_cast<std::uint32_t>(p.info().layout.key_mode) &&
+            p.checked<char>(r->head, sizeof(LeafT), 256) != nullptr &&
+            p.checked<char>(r->logs, kLogCount * sizeof(MicroLog), 64) != nullptr;
+        if (!sane) return p.error(Code::corrupted, "fptree root object is missing or impossible");
+        t.attach(r);
+        if (p.allocator().mark_reachable(root_off, sizeof(Root)) != Code::ok ||
+            p.allocator().mark_reachable(r->logs, kLogCount * sizeof(MicroLog)) != Code::ok)
+        {
+          (void)p.allocator().finish_recovery();
+          return p.error(Code::corrupted, "fptree root or log block overlaps another block");
+        }
+        return t.rebuild(std::max(1u, o.recovery_threads));
+      });
+  if (!s.ok()) return s;
+  t.recovery_.threads = 1;
   return std::unique_ptr<Index>(std::move(idx));
 }
 
@@ -227,97 +228,60 @@ std::uint64_t FPTree<N>::leaf_count() const {
   return s.ok() ? leaves.size() : 0;
 }
 
-// Quiescent check of every invariant in fptree.h.
+// Quiescent check of every invariant in fptree.h (the chain-level steps are the shared ones
+// of index_common/hybrid_checks.h).
 template <unsigned N>
 Status FPTree<N>::verify() const {
   const pm::Pool& p = *pool_;
-  auto bad = [&](std::uint64_t off, const std::string& what) {
-    return p.error(Code::corrupted, "verify: fptree leaf at " + std::to_string(off) + ": " + what);
-  };
   for (unsigned i = 0; i < kLogCount; ++i) {  // invariant 4
     const MicroLog& g = logs_[i];
     if ((g.split_leaf | g.split_new | g.delete_leaf | g.delete_prev) != 0)
       return p.error(Code::corrupted, "verify: micro-log " + std::to_string(i) + " is not clear");
   }
-  std::vector<std::uint64_t> leaves;
-  Status s = index_common::walk_leaf_chain(
-      p, head_, sizeof(LeafT), 256,
-      [&](std::uint64_t off) { return relaxed_load(&leaf_at(off)->next); }, &leaves);
-  if (!s.ok()) return s;
-  auto block = [](std::size_t n) { return pm::Allocator::class_size(pm::Allocator::class_of(n)); };
-  std::uint64_t reachable = block(sizeof(Root)) + block(kLogCount * sizeof(MicroLog)) +
-                            leaves.size() * block(kBlock);
-  std::vector<std::vector<std::string>> keys(leaves.size());
-  const std::string* prev_max = nullptr;
-  for (std::size_t i = 0; i < leaves.size(); ++i) {
-    const std::uint64_t off = leaves[i];
+  index_common::ChainKeys chain;
+  if (Status s = index_common::walk_leaf_chain(
+          p, head_, sizeof(LeafT), 256,
+          [&](std::uint64_t off) { return relaxed_load(&leaf_at(off)->next); }, &chain.leaves);
+      !s.ok())
+    return s;
+  using index_common::block_bytes;
+  std::uint64_t reachable = block_bytes(sizeof(Root)) + block_bytes(kLogCount * sizeof(MicroLog)) +
+                            chain.leaves.size() * block_bytes(kBlock);
+  for (const std::uint64_t off : chain.leaves) {
     const LeafT* l = leaf_at(off);
-    if (relaxed_load(&l->lock) != 0 || versions_->at(off).is_locked())
-      return bad(off, "left locked");
+    std::vector<std::string>& ks = chain.keys.emplace_back();
+    auto bad = [&](const std::string& what) { return index_common::leaf_error(p, off, what); };
+    if (relaxed_load(&l->lock) != 0 || versions_->at(off).is_locked()) return bad("left locked");
     const std::uint64_t bm = relaxed_load(&l->bitmap);
-    if ((bm & ~LeafT::kFullMask) != 0) return bad(off, "bitmap bits beyond the slots");
+    if ((bm & ~LeafT::kFullMask) != 0) return bad("bitmap bits beyond the slots");
     for (std::uint64_t m = bm; m != 0; m &= m - 1) {
       const auto sl = static_cast<unsigned>(std::countr_zero(m));
       const std::uint64_t kw = relaxed_load(&l->kv[sl][0]);
-      if (keys_.bytes_mode()) {
-        std::string_view rec;
-        if (!index_common::read_record(p, kw, keys_.max_key(), &rec))
-          return bad(off, "slot " + std::to_string(sl) + " has a bad key record");
-        reachable += block(index_common::record_bytes(rec.size()));
-      }
+      std::string_view rec;
+      if (keys_.bytes_mode() && !index_common::read_record(p, kw, keys_.max_key(), &rec))
+        return bad("slot " + std::to_string(sl) + " has a bad key record");
+      if (keys_.bytes_mode()) reachable += block_bytes(index_common::record_bytes(rec.size()));
       if (get_fp(l, sl) != keys_.fingerprint(kw))
-        return bad(off, "slot " + std::to_string(sl) + ": fingerprint does not match the key");
-      keys[i].push_back(keys_.key_bytes(kw));
+        return bad("slot " + std::to_string(sl) + ": fingerprint does not match the key");
+      ks.push_back(keys_.key_bytes(kw));
     }
-    std::sort(keys[i].begin(), keys[i].end());
-    if (std::adjacent_find(keys[i].begin(), keys[i].end()) != keys[i].end())
-      return bad(off, "duplicate key");
-    if (keys[i].empty()) continue;
-    if (prev_max != nullptr && !(*prev_max < keys[i].front()))
-      return bad(off, "keys not above the previous leaf's keys");
-    prev_max = &keys[i].back();
   }
-  const std::uint64_t in_use = p.allocator().stats().bytes_in_use;
-  if (in_use != reachable)
-    return p.error(Code::corrupted, "verify: allocator has " + std::to_string(in_use) +
-                                        " bytes in use but " + std::to_string(reachable) +
-                                        " are reachable");
-  std::size_t next = 0;
-  s = inner_.verify(
-      [&](std::uint64_t a, std::uint64_t b) { return keys_.separator_less(a, b); },
-      [&](std::uint64_t leaf, const std::uint64_t* lo, const std::uint64_t* hi) -> Status {
-        if (next >= leaves.size() || leaves[next] != leaf)
-          return p.error(Code::corrupted, "verify: inner tree leaf order differs from the chain");
-        const auto& ks = keys[next++];
-        if (ks.empty()) return Status::Ok();
-        if (lo != nullptr && ks.front() < keys_.separator_bytes(*lo))
-          return bad(leaf, "key below the inner-node fence");
-        if (hi != nullptr && !(ks.back() < keys_.separator_bytes(*hi)))
-          return bad(leaf, "key not below the inner-node fence");
-        return Status::Ok();
-      });
-  if (!s.ok()) return s;
-  if (next != leaves.size())
-    return p.error(Code::corrupted, "verify: chain has leaves the inner tree lacks");
-  return Status::Ok();
+  if (Status s = index_common::check_key_order(p, chain); !s.ok()) return s;
+  if (Status s = index_common::check_reachable(p, reachable); !s.ok()) return s;
+  return index_common::check_inner_against_chain(
+      p, inner_, chain, [&](std::uint64_t a, std::uint64_t b) { return keys_.separator_less(a, b); },
+      [&](std::uint64_t sep) { return keys_.separator_bytes(sep); });
 }
 
 template <unsigned N>
 Footprint FPTree<N>::footprint() const {
-  Footprint f;
-  const auto st = pool_->allocator().stats();
-  f.pm_bytes = st.bytes_in_use;
-  f.pm_reserved = st.bytes_reserved;
-  f.dram_bytes = inner_.dram_bytes() + versions_->dram_bytes() + seps_.dram_bytes();
-  return f;
+  return index_common::hybrid_footprint(*pool_, inner_, *versions_, seps_);
 }
 
+// Every operation persisted its own steps: closing only marks the clean shutdown.
 template <unsigned N>
 Status FPTree<N>::close() {
-  if (!closed_) {
-    pool_->close_clean();  // every operation persisted its own steps
-    closed_ = true;
-  }
+  if (!std::exchange(closed_, true)) pool_->close_clean();
   return Status::Ok();
 }
 
@@ -326,65 +290,67 @@ template class FPTree<16>;
 template class FPTree<32>;
 template class FPTree<64>;
 
-// --- registry entry points ----------------------------------------------------------------
+// --- registry entry ----------------------------------------------------------------------
 
 namespace {
-// node_size is the leaf's byte size (sizeof Leaf<N>); 0 selects the paper's 64 entries.
-std::uint32_t entries_for(std::uint32_t node_size) {
-  switch (node_size) {
-    case 0:
-    case sizeof(Leaf<64>): return 64;
-    case sizeof(Leaf<8>): return 8;
-    case sizeof(Leaf<16>): return 16;
-    case sizeof(Leaf<32>): return 32;
-    default: return 0;
-  }
+
+using Factory = Result<std::unique_ptr<Index>> (*)(std::unique_ptr<pm::Pool>, const Options&);
+struct Instantiation {
+  std::uint32_t entries;
+  std::uint32_t leaf_bytes;  // Options::node_size and the layout id's node size
+  Factory create;
+  Factory recover;
+};
+template <unsigned N>
+constexpr Instantiation instantiation() {
+  return {N, sizeof(Leaf<N>), &FPTree<N>::create, &FPTree<N>::recover};
 }
-std::uint32_t leaf_bytes(std::uint32_t entries) {
-  switch (entries) {
-    case 8: return sizeof(Leaf<8>);
-    case 16: return sizeof(Leaf<16>);
-    case 32: return sizeof(Leaf<32>);
-    default: return sizeof(Leaf<64>);
-  }
+constexpr Instantiation kInstantiations[] = {instantiation<64>(), instantiation<8>(),
+                                             instantiation<16>(), instantiation<32>()};
+
+// node_size 0 selects the paper's 64 entries (the first row).
+const Instantiation* for_node_size(std::uint32_t node_size) {
+  for (const Instantiation& i : kInstantiations)
+    if (node_size == i.leaf_bytes || node_size == 0) return &i;
+  return nullptr;
 }
-}  // namespace
 
 // The layout id records the leaf size in bytes and, as the variant, the entries per leaf.
-pm::Layout layout_for(const Options& o) {
-  const std::uint32_t n = entries_for(o.node_size);
-  return pm::Layout{"fptree", n == 0 ? o.node_size : leaf_bytes(n), o.key_type, n};
+pm::Layout fptree_layout(const Options& o) {
+  const Instantiation* i = for_node_size(o.node_size);
+  return pm::Layout{"fptree", i != nullptr ? i->leaf_bytes : o.node_size, o.key_type,
+                    i != nullptr ? i->entries : 0};
 }
 
-std::size_t default_pool_size(const Options& o) {
+std::size_t fptree_pool_size(const Options& o) {
   std::size_t per_record = 48;  // a 64-entry leaf at ~70% fill, rounded up
   if (o.key_type == KeyType::bytes) per_record += 64 + o.max_key_size;
   return std::max<std::size_t>(std::size_t{16} << 20, o.expected_records * per_record * 2);
 }
 
-Result<std::unique_ptr<Index>> create(std::unique_ptr<pm::Pool> pool, const Options& o) {
-  switch (entries_for(o.node_size)) {
-    case 8: return FPTree<8>::create(std::move(pool), o);
-    case 16: return FPTree<16>::create(std::move(pool), o);
-    case 32: return FPTree<32>::create(std::move(pool), o);
-    case 64: return FPTree<64>::create(std::move(pool), o);
-    default:
-      return pool->error(Code::invalid_argument,
-                         "fptree node_size must be 192, 320, 576 or 1152 (8..64 entries)");
-  }
+Result<std::unique_ptr<Index>> fptree_create(std::unique_ptr<pm::Pool> pool, const Options& o) {
+  const Instantiation* i = for_node_size(o.node_size);
+  if (i == nullptr)
+    return pool->error(Code::invalid_argument,
+                       "fptree node_size must be 192, 320, 576 or 1152 (8..64 entries)");
+  return i->create(std::move(pool), o);
 }
 
-Result<std::unique_ptr<Index>> recover(std::unique_ptr<pm::Pool> pool, const Options& o) {
+Result<std::unique_ptr<Index>> fptree_recover(std::unique_ptr<pm::Pool> pool, const Options& o) {
   const pm::Layout& l = pool->info().layout;
-  if (entries_for(l.node_size) != l.variant)
+  const Instantiation* i = l.node_size == 0 ? nullptr : for_node_size(l.node_size);
+  if (i == nullptr || i->entries != l.variant)
     return pool->error(Code::corrupted, "fptree pool has an impossible leaf size");
-  switch (l.variant) {
-    case 8: return FPTree<8>::recover(std::move(pool), o);
-    case 16: return FPTree<16>::recover(std::move(pool), o);
-    case 32: return FPTree<32>::recover(std::move(pool), o);
-    case 64: return FPTree<64>::recover(std::move(pool), o);
-    default: return pool->error(Code::corrupted, "fptree pool has an impossible leaf size");
-  }
+  return i->recover(std::move(pool), o);
+}
+
+}  // namespace
+
+IndexRegistry::Entry registry_entry() {
+  return {"fptree",
+          "FPTree: PM leaves with bitmap and fingerprints (8..64 entries), split/delete "
+          "micro-logs, DRAM inner nodes",
+          &fptree_layout, &fptree_pool_size, &fptree_create, &fptree_recover};
 }
 
 }  // namespace pmindex::fptree

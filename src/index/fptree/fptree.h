@@ -65,34 +65,32 @@ inline constexpr std::uint32_t kLogCount = 512;  // = pm::kMaxThreadSlots
 // grow several inner levels with a few hundred keys.
 constexpr unsigned inner_keys_for(unsigned n) { return n >= 64 ? 127 : 3; }
 
-// Registry entry points (dispatch on the leaf size to the instantiations).
-pm::Layout layout_for(const Options& options);
-std::size_t default_pool_size(const Options& options);
-Result<std::unique_ptr<Index>> create(std::unique_ptr<pm::Pool> pool, const Options& options);
-Result<std::unique_ptr<Index>> recover(std::unique_ptr<pm::Pool> pool, const Options& options);
+// The registry's entry (name "fptree"): leaf size chosen by Options::node_size (192, 320, 576
+// or 1152 B = 8, 16, 32 or 64 entries; 0 = 64) and recorded in the pool's layout id.
+IndexRegistry::Entry registry_entry();
 
 template <unsigned N>
 class FPTree final : public Index {
  public:
   using LeafT = Leaf<N>;
   static constexpr std::size_t kBlock = kLeafBlock<N>;
-  static Result<std::unique_ptr<Index>> create(std::unique_ptr<pm::Pool> pool,
-                                               const Options& options);
-  static Result<std::unique_ptr<Index>> recover(std::unique_ptr<pm::Pool> pool,
-                                                const Options& options);
-
+  // Registry: a new index in a fresh pool / the index of a pool that was open before.
+  static Result<std::unique_ptr<Index>> create(std::unique_ptr<pm::Pool> pool, const Options& o);
+  static Result<std::unique_ptr<Index>> recover(std::unique_ptr<pm::Pool> pool, const Options& o);
   ~FPTree() override;
+
+  // Index (see pmindex/index.h for the contracts).
   std::string_view kind() const override { return "fptree"; }
+  const pm::Pool& pool() const override { return *pool_; }
+  Code find(std::string_view key, std::string* value) const override;
+  std::size_t scan(std::string_view start, std::size_t max, ScanBuffer& out) const override;
   Code insert(std::string_view key, std::string_view value) override;
   Code update(std::string_view key, std::string_view value) override;
-  Code find(std::string_view key, std::string* value) const override;
   Code remove(std::string_view key) override;
-  std::size_t scan(std::string_view start, std::size_t max, ScanBuffer& out) const override;
   Status verify() const override;
-  RecoveryStats recovery_stats() const override { return recovery_; }
   Footprint footprint() const override;
+  RecoveryStats recovery_stats() const override { return recovery_; }
   Status close() override;
-  const pm::Pool& pool() const override { return *pool_; }
 
   std::uint64_t leaf_count() const;
 
@@ -102,7 +100,7 @@ class FPTree final : public Index {
 
   explicit FPTree(std::unique_ptr<pm::Pool> pool);
   Status init_root(const Options& o);
-  void init_dram();
+  void attach(Root* r);
 
   LeafT* leaf_at(std::uint64_t off) const { return pool_->at<LeafT>(off); }
   MicroLog* my_log() const;
@@ -112,6 +110,7 @@ class FPTree final : public Index {
   std::uint64_t lock_leaf_for(const Probe& p);
   bool try_lock_leaf(std::uint64_t off, std::uint64_t version);
   void unlock_leaf(std::uint64_t off, bool obsolete = false);
+  Code write_entry(std::string_view key, std::string_view value, bool replace);
   // I1..I4 / U1..U4: writes (key, value, fp) into free slot s and commits with one bitmap NAW
   // whose new value is `bitmap` (which sets s and, for an update, clears the old slot).
   void commit_slot(LeafT* l, unsigned s, std::uint64_t key_word, std::uint64_t value_word,

@@ -118,60 +118,50 @@ Code FPTree<N>::find(std::string_view key, std::string* value) const {
   }
 }
 
+// Insert and the paper's in-leaf out-of-place update are one protocol: lock the leaf, split
+// it if full, write the new entry into a free slot, and commit with one bitmap NAW that sets
+// the new slot and, for an update, clears the old one (I1..I4; U1..U4 are the same steps).
 template <unsigned N>
-Code FPTree<N>::insert(std::string_view key, std::string_view value) {
+Code FPTree<N>::write_entry(std::string_view key, std::string_view value, bool replace) {
   if (Code c = keys_.check(key); c != Code::ok) return c;
   if (value.size() != 8) return Code::invalid_argument;
   const Probe p = keys_.probe(key);
   std::uint64_t off = lock_leaf_for(p);
-  if (find_slot(leaf_at(off), p) != kNone) {
-    unlock_leaf(off);
-    return Code::already_present;
-  }
-  Code code = make_room(&off, p);
+  Code code = Code::ok;
+  if ((find_slot(leaf_at(off), p) != kNone) != replace)
+    code = replace ? Code::not_found : Code::already_present;
+  if (code == Code::ok) code = make_room(&off, p);
+  LeafT* l = leaf_at(off);
+  const int old = code == Code::ok && replace ? find_slot(l, p) : kNone;  // a split keeps slots
   std::uint64_t key_word = 0;
-  if (code == Code::ok) key_word = keys_.make_key_word(*pool_, p, &code);  // K1
+  if (old != kNone) {
+    key_word = relaxed_load(&l->kv[old][0]);  // shared by both slots until the switch
+  } else if (code == Code::ok) {
+    key_word = keys_.make_key_word(*pool_, p, &code);  // K1
+  }
   if (code != Code::ok) {
     unlock_leaf(off);
     return code;
   }
   std::uint64_t value_word = 0;
   std::memcpy(&value_word, value.data(), 8);
-  LeafT* l = leaf_at(off);
   const std::uint64_t bm = relaxed_load(&l->bitmap);
   const auto s = static_cast<unsigned>(std::countr_zero(~bm & LeafT::kFullMask));
-  commit_slot(l, s, key_word, value_word, p.fp, bm | detail::bit(s));  // I1..I4 (K2)
+  std::uint64_t bitmap = bm | detail::bit(s);
+  if (old != kNone) bitmap &= ~detail::bit(static_cast<unsigned>(old));
+  commit_slot(l, s, key_word, value_word, p.fp, bitmap);  // I1..I4 / U1..U4 (K2)
   unlock_leaf(off);
   return Code::ok;
 }
 
-// The paper's in-leaf out-of-place update: the new version goes into a free slot and one
-// bitmap store both validates it and invalidates the old one (U1..U4 = I1..I4 with two bits).
+template <unsigned N>
+Code FPTree<N>::insert(std::string_view key, std::string_view value) {
+  return write_entry(key, value, /*replace=*/false);
+}
+
 template <unsigned N>
 Code FPTree<N>::update(std::string_view key, std::string_view value) {
-  if (Code c = keys_.check(key); c != Code::ok) return c;
-  if (value.size() != 8) return Code::invalid_argument;
-  const Probe p = keys_.probe(key);
-  std::uint64_t off = lock_leaf_for(p);
-  if (find_slot(leaf_at(off), p) == kNone) {
-    unlock_leaf(off);
-    return Code::not_found;
-  }
-  if (Code c = make_room(&off, p); c != Code::ok) {
-    unlock_leaf(off);
-    return c;
-  }
-  LeafT* l = leaf_at(off);
-  const auto old = static_cast<unsigned>(find_slot(l, p));  // a split keeps slot positions
-  const std::uint64_t bm = relaxed_load(&l->bitmap);
-  const auto s = static_cast<unsigned>(std::countr_zero(~bm & LeafT::kFullMask));
-  std::uint64_t value_word = 0;
-  std::memcpy(&value_word, value.data(), 8);
-  // The key word (a bytes key's record too) is shared by both slots until the switch.
-  commit_slot(l, s, relaxed_load(&l->kv[old][0]), value_word, get_fp(l, old),
-              (bm & ~detail::bit(old)) | detail::bit(s));
-  unlock_leaf(off);
-  return Code::ok;
+  return write_entry(key, value, /*replace=*/true);
 }
 
 template <unsigned N>

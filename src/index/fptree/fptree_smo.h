@@ -3,20 +3,12 @@
 #pragma once
 
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
 #include <vector>
 
+#include "index/common/hybrid_checks.h"
 #include "index/fptree/fptree_ops.h"
 
 namespace pmindex::fptree {
-
-namespace detail {
-[[noreturn]] inline void fatal(const char* what) {
-  std::fprintf(stderr, "pmindex fptree: internal invariant broken: %s\n", what);
-  std::abort();
-}
-}  // namespace detail
 
 // Splits the locked, full leaf `off`. The new leaf is returned locked; the caller unlocks it.
 // Both leaves stay locked until the inner tree holds the separator, so a reader never misses
@@ -71,7 +63,7 @@ std::uint64_t FPTree<N>::split(std::uint64_t off, std::uint64_t* sep_word) {
   index_common::InnerTree::Path path;
   inner_.path_to([&](std::uint64_t sep) { return keys_.below(sp, sep); }, &path);
   if (!inner_.insert_separator(path, off, *sep_word, new_off))
-    detail::fatal("split: the separator's path does not end at the split leaf");
+    index_common::fatal("fptree", "split: the separator's path does not end at the split leaf");
   return new_off;
 }
 
@@ -109,7 +101,7 @@ void FPTree<N>::try_remove_leaf(std::uint64_t off, const Probe& p) {
   LeafT* a = leaf_at(prev);
   LeafT* l = leaf_at(off);
   if (relaxed_load(&a->next) != off)
-    detail::fatal("remove: the inner tree's left neighbour is not the chain predecessor");
+    index_common::fatal("fptree", "remove: the inner tree's left neighbour is not the chain predecessor");
   MicroLog* log = my_log();
   detail::put(&log->delete_leaf, off);  // D3: record leaf and predecessor in the delete log
   detail::put(&log->delete_prev, prev);
@@ -119,7 +111,7 @@ void FPTree<N>::try_remove_leaf(std::uint64_t off, const Probe& p) {
   detail::put(&log->delete_prev, 0);  // D5: clear the log before the block can be reused
   detail::put(&log->delete_leaf, 0);
   pm::persist(&log->delete_leaf, 16);
-  if (!inner_.remove_leaf(path, off)) detail::fatal("remove: leaf not in the inner tree");
+  if (!inner_.remove_leaf(path, off)) index_common::fatal("fptree", "remove: leaf not in the inner tree");
   smo.unlock();
   unlock_leaf(prev);
   unlock_leaf(off, /*obsolete=*/true);
