@@ -1,6 +1,6 @@
 // FPTree under the crash simulator, ADR and eADR.
 //  * CrashFPTree.*: the generic registry driver (random insert/update/upsert/remove mix over a
-//    small key space) with 8- and 16-entry leaves; sized by PMINDEX_CRASH_IMAGES (about 1,000
+//    small key space) with 8- and 16-entry leaves, u64 and variable-length (bytes) keys; sized by PMINDEX_CRASH_IMAGES (about 1,000
 //    per mode in CI, 10,000 in `long`).
 //  * CrashFPTreeSteps.*: a designed sequence that walks each persistence path of PROTOCOL.md
 //    in order: inserts into free slots (I1-I4), a split of a full leaf (S1-S8), out-of-place
@@ -27,13 +27,17 @@ namespace {
 constexpr std::uint32_t kLeaf8 = sizeof(fptree::Leaf<8>);
 constexpr std::uint32_t kLeaf16 = sizeof(fptree::Leaf<16>);
 
-void run_driver(std::uint32_t node_size, std::uint64_t key_space, pm::Mode mode, std::size_t ops) {
+void run_driver(std::uint32_t node_size, std::uint64_t key_space, pm::Mode mode, std::size_t ops,
+                KeyType kt = KeyType::u64) {
   IndexCrashConfig cfg;
   cfg.options.kind = "fptree";
   cfg.options.node_size = node_size;
+  cfg.options.key_type = kt;
+  cfg.options.max_key_size = 16;
   cfg.key_space = key_space;
   cfg.ops = ops;
-  const std::string label = "fptree" + std::to_string(node_size) + "." + std::string(pm::to_string(mode));
+  const std::string label = "fptree" + std::to_string(node_size) +
+                            (kt == KeyType::bytes ? "bytes." : ".") + std::string(pm::to_string(mode));
   const ExploreOptions opt = ExploreOptions::from_env(label, mode);
   const ExploreReport r = run_index_crash(cfg, opt);
   std::cout << label << " seed " << opt.seed << ": " << r.to_string() << "\n";
@@ -46,6 +50,9 @@ TEST(CrashFPTree, Leaf8Adr) { run_driver(kLeaf8, 40, pm::Mode::adr, 200); }
 TEST(CrashFPTree, Leaf8Eadr) { run_driver(kLeaf8, 40, pm::Mode::eadr, 200); }
 TEST(CrashFPTree, Leaf16Adr) { run_driver(kLeaf16, 80, pm::Mode::adr, 300); }
 TEST(CrashFPTree, Leaf16Eadr) { run_driver(kLeaf16, 80, pm::Mode::eadr, 300); }
+// Variable-length key mode: keys are PM records (K1-K3) referenced from the slots.
+TEST(CrashFPTree, Leaf8BytesKeysAdr) { run_driver(kLeaf8, 40, pm::Mode::adr, 200, KeyType::bytes); }
+TEST(CrashFPTree, Leaf8BytesKeysEadr) { run_driver(kLeaf8, 40, pm::Mode::eadr, 200, KeyType::bytes); }
 
 // The driver must catch an fptree-specific loss: clearing the head leaf's bitmap in every
 // image drops records that completed operations wrote.
