@@ -120,7 +120,7 @@ class FPTree final : public Index {
   // Makes room for p's key: splits the locked leaf `*off` if full and leaves *off locked
   // (the one covering p) with a free slot.
   Code make_room(std::uint64_t* off, const Probe& p);
-  void try_remove_leaf(std::uint64_t off, const Probe& p);  // D3..D7; unlocks off
+  void try_remove_leaf(std::uint64_t off, const Probe& p);  // D3..D6; unlocks off
   static void set_fp(LeafT* l, unsigned s, std::uint8_t fp);
   static std::uint8_t get_fp(const LeafT* l, unsigned s);
 

@@ -180,7 +180,7 @@ Code FPTree<N>::remove(std::string_view key) {
   detail::put(&l->bitmap, bm);  // D1: NAW - clear the slot's bitmap bit
   pm::persist(&l->bitmap, 8);   // D2
   if (bm == 0 && off != head_) {
-    try_remove_leaf(off, p);    // D3..D7, unlocks
+    try_remove_leaf(off, p);    // D3..D6, unlocks
   } else {
     unlock_leaf(off);
   }

@@ -1,5 +1,5 @@
 // FPTree structural changes with the per-thread micro-logs: leaf split (S1..S8) and removal
-// of an empty leaf (D3..D7). Included only by fptree.cpp. Steps: PROTOCOL.md.
+// of an empty leaf (D3..D6). Included only by fptree.cpp. Steps: PROTOCOL.md.
 #pragma once
 
 #include <algorithm>
@@ -85,7 +85,7 @@ Code FPTree<N>::make_room(std::uint64_t* off, const Probe& p) {
 
 // The locked, non-head leaf `off` is empty: unlink it with the delete micro-log, drop it from
 // the inner tree and free it. Best effort: if the left neighbour is locked, the empty leaf
-// stays (a valid leaf; recovery removes it, R3).
+// stays (a valid leaf; recovery removes it, R4).
 template <unsigned N>
 void FPTree<N>::try_remove_leaf(std::uint64_t off, const Probe& p) {
   auto smo = inner_.smo_lock();
