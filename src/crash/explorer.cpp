@@ -1,6 +1,8 @@
 // The crash explorer: plan pass, check pass, replay (include/pmindex/crash/explorer.h).
 #include "pmindex/crash/explorer.h"
 
+#include "pmindex/crash/scheduler.h"
+
 #include <signal.h>
 #include <unistd.h>
 
@@ -54,11 +56,13 @@ void on_fatal_signal(int sig) {
 void install_death_reporting() {
   static std::once_flag once;
   std::call_once(once, [] {
+    // abort() (a failed assert in recovery) is not the sanitizers' business: always ours.
+    signal(SIGABRT, &on_fatal_signal);
     if (__sanitizer_set_death_callback != nullptr) {
-      __sanitizer_set_death_callback(&print_current);
+      __sanitizer_set_death_callback(&print_current);  // they own SIGSEGV/SIGBUS/SIGFPE
       return;
     }
-    for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGABRT, SIGILL}) signal(sig, &on_fatal_signal);
+    for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL}) signal(sig, &on_fatal_signal);
   });
 }
 
@@ -95,7 +99,10 @@ class Worker {
     for (;;) {
       cv_.wait(lock, [this] { return quit_ || job_ != nullptr; });
       if (job_ == nullptr) return;
-      (*job_)();
+      const std::function<void()>* job = job_;
+      lock.unlock();  // the caller is parked until job_ is cleared; nothing else needs mu_
+      (*job)();
+      lock.lock();
       job_ = nullptr;
       cv_.notify_all();
     }
@@ -127,14 +134,16 @@ std::uint64_t parse_seed(const char* text) {
 
 // The per-run state both passes share.
 struct Run {
-  Scenario& scenario;
+  using CheckFn = std::function<Status(std::span<char>, const CrashPoint&, std::uint64_t)>;
+  using PassFn = std::function<void(const Tracer::CrashHook&, Tracer&)>;
   const ExploreOptions& opt;
   ExploreReport& report;
   Worker& worker;
+  CheckFn check_image;
   bool stop = false;
 
-  void fail(std::string message, ReplayToken token) {
-    report.failures.push_back({std::move(message), std::move(token)});
+  void fail(std::string message, ReplayToken token, bool image = true) {
+    report.failures.push_back({std::move(message), std::move(token), image});
     if (report.failures.size() >= std::max<std::size_t>(opt.max_failures, 1)) stop = true;
   }
   ReplayToken token(const CrashPoint& at, std::span<const std::uint32_t> choice) const {
@@ -142,39 +151,89 @@ struct Run {
   }
 
   // Runs setup and every operation with `hook` at each crash point.
-  void pass(const Tracer::CrashHook& hook, Tracer& tracer) {
+  void sequential_pass(Scenario& scenario, const Tracer::CrashHook& hook, Tracer& tracer) {
     tracer.start();
     Result<Region> region = scenario.setup();
     if (!region.ok()) {
       tracer.stop();
-      fail("setup failed: " + region.status().to_string(), {opt.label, opt.seed, 0, 0, {}});
+      fail("setup failed: " + region.status().to_string(), {opt.label, opt.seed, 0, 0, {}},
+           false);
       return;
     }
-    tracer.bind(region->base, region->size);
+    tracer.bind(region->base, region->size, region->preloaded);
     tracer.set_crash_hook(hook);
     const std::size_t n = scenario.op_count();
     std::size_t i = 0;
     for (; i < n && !stop; ++i) {
       if (opt.check_bypass) {
         if (std::string b = tracer.check_bypass(); !b.empty()) {
-          fail("before op " + std::to_string(i) + ": " + b, {opt.label, opt.seed, i, 0, {}});
+          fail("before op " + std::to_string(i) + ": " + b, {opt.label, opt.seed, i, 0, {}},
+               false);
           break;
         }
       }
       tracer.begin_op(i);
       if (Status s = scenario.run_op(i); !s.ok()) {
         fail("op " + std::to_string(i) + " misbehaved on the live pool: " + s.to_string(),
-             {opt.label, opt.seed, i, 0, {}});
+             {opt.label, opt.seed, i, 0, {}}, false);
         break;
       }
       tracer.end_op();
     }
     if (opt.check_bypass && !stop && report.failures.empty()) {
       if (std::string b = tracer.check_bypass(); !b.empty())
-        fail("after the last op: " + b, {opt.label, opt.seed, i, 0, {}});
+        fail("after the last op: " + b, {opt.label, opt.seed, i, 0, {}}, false);
     }
     report.ops = std::max(report.ops, i);
     report.crash_points = tracer.crash_points();
+    tracer.stop();
+    scenario.teardown();
+  }
+
+  // The multi-threaded pass: setup on this thread, then the scenario's threads under a
+  // scheduler seeded with opt.seed. Crash point numbering counts operation returns globally.
+  void concurrent_pass(ConcurrentScenario& scenario, const Tracer::CrashHook& hook,
+                       Tracer& tracer) {
+    tracer.start();
+    Result<Region> region = scenario.setup();
+    if (!region.ok()) {
+      tracer.stop();
+      fail("setup failed: " + region.status().to_string(), {opt.label, opt.seed, 0, 0, {}},
+           false);
+      return;
+    }
+    tracer.bind(region->base, region->size, region->preloaded);
+    tracer.set_crash_hook(hook);
+    Scheduler scheduler(mix(opt.seed, 0x5c4e));
+    tracer.set_scheduler(&scheduler);
+    struct Context final : OpContext {
+      Run* run;
+      Tracer* tracer;
+      std::size_t returned = 0;
+      void op_returned() override {
+        if (run->opt.check_bypass && run->report.failures.empty()) {
+          if (std::string b = tracer->check_bypass(); !b.empty())
+            fail(Status(Code::corrupted, b));
+        }
+        tracer->end_op();
+        tracer->begin_op(++returned);
+      }
+      void fail(const Status& s) override {
+        run->fail("operation " + std::to_string(returned) + " (concurrent): " + s.to_string(),
+                  {run->opt.label, run->opt.seed, returned, 0, {}}, false);
+      }
+    } ctx;
+    ctx.run = this;
+    ctx.tracer = &tracer;
+    tracer.begin_op(0);
+    std::vector<std::function<void()>> bodies;
+    for (std::size_t t = 0; t < scenario.threads(); ++t)
+      bodies.push_back([&scenario, &ctx, t] { scenario.run_thread(t, ctx); });
+    scheduler.run(bodies);
+    tracer.set_scheduler(nullptr);
+    report.ops = std::max(report.ops, ctx.returned);
+    report.crash_points = tracer.crash_points();
+    report.schedule_steps = scheduler.schedule().size();
     tracer.stop();
     scenario.teardown();
   }
@@ -188,13 +247,17 @@ struct Run {
            token(at, choice));
       return;
     }
+    // A nested exploration (crash during recovery) runs inside the check: keep the outer
+    // image's token for the death report once it is done.
+    const std::string outer(g_current, g_current_len);
     set_current(token(at, choice).to_string());
     Status status;
     const std::function<void()> job = [&] {
-      status = scenario.check_image({image.data(), image.size()}, at, mix(opt.seed, key));
+      status = check_image({image.data(), image.size()}, at, mix(opt.seed, key));
     };
     worker.run(job);
-    g_current_len = 0;
+    std::memcpy(g_current, outer.data(), outer.size());
+    g_current_len = outer.size();
     ++report.images_checked;
     if (!status.ok()) {
       fail("op " + std::to_string(at.op) + ", crash point " + std::to_string(at.index) +
@@ -321,10 +384,17 @@ std::string ExploreReport::to_string() const {
   std::ostringstream out;
   out << ops << " ops, " << crash_points << " crash points, " << candidate_images
       << " distinct candidate images, " << images_checked << " checked";
+  if (inner_images > 0) out << " (+" << inner_images << " images of crashes during recovery)";
   if (replay_skipped) out << " (skipped: PMINDEX_CRASH_REPLAY names another configuration)";
   for (const Failure& f : failures) {
-    out << "\nFAILURE: " << f.message << "\n  replay: PMINDEX_CRASH_REPLAY='"
-        << f.token.to_string() << "' <this test binary>";
+    out << "\nFAILURE: " << f.message;
+    if (f.image) {
+      out << "\n  replay: PMINDEX_CRASH_REPLAY='" << f.token.to_string()
+          << "' <this test binary>";
+    } else {
+      out << "\n  reproduce: PMINDEX_CRASH_SEED=" << f.token.seed
+          << " <this test binary> (a failure of the live run; no image involved)";
+    }
   }
   return out.str();
 }
@@ -405,7 +475,11 @@ std::vector<std::vector<std::uint32_t>> candidate_choices(std::span<const std::u
 
 // --- explore -------------------------------------------------------------------------------------
 
-ExploreReport explore(Scenario& scenario, const ExploreOptions& opt) {
+namespace {
+
+// Plan pass, check pass (or a single replay pass) over whichever kind of run `pass` drives.
+ExploreReport explore_impl(const ExploreOptions& opt, const Run::CheckFn& check_image,
+                           const std::function<void(Run&, const Tracer::CrashHook&, Tracer&)>& pass) {
   ExploreReport report;
   if (opt.replay && opt.replay->label != opt.label) {
     report.replay_skipped = true;
@@ -417,14 +491,14 @@ ExploreReport explore(Scenario& scenario, const ExploreOptions& opt) {
   }
   install_death_reporting();
   Worker worker;
-  Run run{scenario, opt, report, worker};
+  Run run{opt, report, worker, check_image};
   std::vector<char> image;
 
   if (opt.replay) {
     const ReplayToken& t = *opt.replay;
     Tracer tracer(opt.mode);
     bool found = false;
-    run.pass([&](const CrashPoint& at) {
+    pass(run, [&](const CrashPoint& at) {
       if (found || at.op != t.op || at.index != t.point) return;
       found = true;
       image.resize(tracer.size());
@@ -441,7 +515,7 @@ ExploreReport explore(Scenario& scenario, const ExploreOptions& opt) {
   {
     Tracer tracer(opt.mode);
     std::unordered_set<std::uint64_t> seen;
-    run.pass([&](const CrashPoint& at) {
+    pass(run, [&](const CrashPoint& at) {
       std::uint32_t unique = 0;
       for (const auto& c : candidate_choices(tracer.lane_lengths(), opt, point_seed(opt, at)))
         if (seen.insert(tracer.image_key(c, at)).second) ++unique;
@@ -455,7 +529,7 @@ ExploreReport explore(Scenario& scenario, const ExploreOptions& opt) {
   // Pass 2: the same run again, checking the planned images.
   Tracer tracer(opt.mode);
   std::unordered_set<std::uint64_t> seen;
-  run.pass([&](const CrashPoint& at) {
+  pass(run, [&](const CrashPoint& at) {
     if (run.stop || at.global >= plan.cap.size()) return;
     const std::uint32_t cap = plan.cap[at.global];
     const std::uint32_t pick = plan.pick[at.global];
@@ -472,6 +546,32 @@ ExploreReport explore(Scenario& scenario, const ExploreOptions& opt) {
     }
   }, tracer);
   return report;
+}
+
+}  // namespace
+
+ExploreReport explore(Scenario& scenario, const ExploreOptions& opt) {
+  ExploreReport r = explore_impl(
+      opt,
+      [&](std::span<char> image, const CrashPoint& at, std::uint64_t salt) {
+        return scenario.check_image(image, at, salt);
+      },
+      [&](Run& run, const Tracer::CrashHook& hook, Tracer& tracer) {
+        run.sequential_pass(scenario, hook, tracer);
+      });
+  r.inner_images = scenario.inner_images_checked();
+  return r;
+}
+
+ExploreReport explore_concurrent(ConcurrentScenario& scenario, const ExploreOptions& opt) {
+  return explore_impl(
+      opt,
+      [&](std::span<char> image, const CrashPoint& at, std::uint64_t salt) {
+        return scenario.check_image(image, at, salt);
+      },
+      [&](Run& run, const Tracer::CrashHook& hook, Tracer& tracer) {
+        run.concurrent_pass(scenario, hook, tracer);
+      });
 }
 
 }  // namespace pmindex::crash

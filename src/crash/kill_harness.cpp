@@ -117,7 +117,7 @@ KillConfig KillConfig::from_env(std::size_t default_cycles) {
 std::string KillReport::to_string() const {
   std::ostringstream out;
   out << cycles << " cycles (" << random_kills << " random-time kills, " << event_kills
-      << " kills at a persistence call, " << kills_in_recovery << " of them inside recovery, "
+      << " kills at a persistence call, " << kills_in_recovery << " landed inside open/recovery, "
       << finished_unkilled << " children finished unkilled), " << acknowledged
       << " acknowledged ops, in-flight writes present " << in_flight_present << " / absent "
       << in_flight_absent;
@@ -125,14 +125,100 @@ std::string KillReport::to_string() const {
   return out.str();
 }
 
+namespace {
+
+KillPlan plan_cycle(const KillConfig& cfg, std::size_t cycle, std::mt19937_64& rng) {
+  KillPlan plan;
+  plan.by_event = pm::kTracing && cycle % 2 == 1;
+  plan.before_open = plan.by_event && rng() % 4 == 0;
+  plan.event = plan.before_open ? 1 + rng() % std::max<std::uint64_t>(cfg.max_open_event, 1)
+                                : 1 + rng() % std::max<std::uint64_t>(cfg.max_kill_event, 1);
+  plan.delay_us = static_cast<unsigned>(rng() % std::max(cfg.max_kill_delay_us, 1u));
+  plan.clean_close = rng() % 8 == 0;
+  return plan;
+}
+
+// Forks the child, kills it as planned and reaps it. Returns "" or what went wrong; *killed
+// says whether the child died of SIGKILL (rather than finishing its operations).
+std::string run_and_reap(const KillConfig& cfg, const KillPlan& plan,
+                         const std::vector<WorkOp>& ops, const Oracle& oracle, SharedLog* log,
+                         bool* killed) {
+  log->started.store(0, std::memory_order_relaxed);
+  log->acked.store(0, std::memory_order_relaxed);
+  log->child_error.store(0, std::memory_order_relaxed);
+  log->opened.store(0, std::memory_order_relaxed);
+  log->message[0] = '\0';
+  const pid_t pid = fork();
+  if (pid < 0) return "fork failed";
+  if (pid == 0) run_child(cfg, plan, ops, oracle, log);
+
+  if (!plan.by_event) {
+    std::this_thread::sleep_for(std::chrono::microseconds(plan.delay_us));
+    kill(pid, SIGKILL);
+  }
+  int wstatus = 0;
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(cfg.child_timeout_s);
+  while (waitpid(pid, &wstatus, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &wstatus, 0);
+      return "the child did not finish within " + std::to_string(cfg.child_timeout_s) + " s";
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  if (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) != 0) {
+    if (log->message[0] != '\0') return log->message;
+    return "the child exited with status " + std::to_string(WEXITSTATUS(wstatus));
+  }
+  if (WIFSIGNALED(wstatus) && WTERMSIG(wstatus) != SIGKILL)
+    return "the child died of signal " + std::to_string(WTERMSIG(wstatus));
+  *killed = WIFSIGNALED(wstatus);
+  return "";
+}
+
+// Reopens and recovers the pool and checks it against the oracle: every acknowledged op
+// durable, the one in flight either way. On success *oracle becomes the state that matched.
+std::string check_recovered(const KillConfig& cfg, const std::vector<WorkOp>& ops,
+                            std::uint64_t acked, std::uint64_t started, Oracle* oracle,
+                            KillReport* report) {
+  for (std::uint64_t i = 0; i < acked; ++i) apply_to_oracle(ops[i], *oracle);
+  const bool in_flight = started > acked;
+  Oracle with_in_flight;
+  if (in_flight) {
+    with_in_flight = *oracle;
+    apply_to_oracle(ops[acked], with_in_flight);
+  }
+  if (cfg.tamper_pool) cfg.tamper_pool(cfg.options.path);
+  Options o = cfg.options;
+  o.open_mode = OpenMode::open;
+  auto reopened = Index::open(o);
+  if (!reopened.ok()) return "reopen failed: " + reopened.status().to_string();
+  std::unique_ptr<Index> idx = std::move(reopened).value();
+  if (Status s = idx->verify(); !s.ok()) return "verify after recovery: " + s.to_string();
+  Oracle matched;
+  if (Status s = match_contents(*idx, cfg.key_space, *oracle,
+                                in_flight ? &with_in_flight : nullptr, &matched);
+      !s.ok()) {
+    return "after " + std::to_string(acked) + " acknowledged ops (" +
+           (in_flight ? "op " + std::to_string(acked) + " " + describe(ops[acked]) + " in flight"
+                      : std::string("none in flight")) +
+           "): " + s.to_string();
+  }
+  if (in_flight && with_in_flight != *oracle) {
+    if (matched == with_in_flight) ++report->in_flight_present;
+    else ++report->in_flight_absent;
+  }
+  *oracle = std::move(matched);
+  // The parent's own session ends like a crash most of the time, cleanly sometimes.
+  if (acked % 4 == 0) (void)idx->close();
+  return "";
+}
+
+}  // namespace
+
 KillReport run_kill_cycles(const KillConfig& cfg) {
   KillReport report;
-  auto fail = [&](std::size_t cycle, const KillPlan& plan, const std::string& what) {
-    report.failures.push_back("seed " + std::to_string(cfg.seed) + ", cycle " +
-                              std::to_string(cycle) + " (" + plan.describe() + "): " + what +
-                              " [replay: PMINDEX_KILL_SEED=" + std::to_string(cfg.seed) +
-                              "; event kills are deterministic, random-time kills are not]");
-  };
   if (cfg.options.path.empty()) {
     report.failures.push_back("the kill harness needs a pool file path");
     return report;
@@ -149,118 +235,44 @@ KillReport run_kill_cycles(const KillConfig& cfg) {
     }
   }  // dropped without close(): the first child already recovers
 
-  void* mem = mmap(nullptr, sizeof(SharedLog), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
-                   -1, 0);
+  void* mem = mmap(nullptr, sizeof(SharedLog), PROT_READ | PROT_WRITE,
+                   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (mem == MAP_FAILED) {
     report.failures.push_back("cannot map the shared log");
     return report;
   }
   auto* log = new (mem) SharedLog{};
-
   std::mt19937_64 rng(cfg.seed);
   Oracle oracle;
   for (std::size_t cycle = 0; cycle < cfg.cycles; ++cycle) {
-    KillPlan plan;
-    plan.by_event = pm::kTracing && cycle % 2 == 1;
-    plan.before_open = plan.by_event && rng() % 4 == 0;
-    plan.event = plan.before_open ? 1 + rng() % 12 : 1 + rng() % std::max<std::uint64_t>(cfg.max_kill_event, 1);
-    plan.delay_us = static_cast<unsigned>(rng() % std::max(cfg.max_kill_delay_us, 1u));
-    plan.clean_close = rng() % 8 == 0;
+    const KillPlan plan = plan_cycle(cfg, cycle, rng);
     const std::vector<WorkOp> ops =
         make_workload(mix(cfg.seed, cycle), cfg.max_ops_per_cycle, cfg.key_space);
-    log->started.store(0, std::memory_order_relaxed);
-    log->acked.store(0, std::memory_order_relaxed);
-    log->child_error.store(0, std::memory_order_relaxed);
-    log->opened.store(0, std::memory_order_relaxed);
-    log->message[0] = '\0';
-
-    const pid_t pid = fork();
-    if (pid < 0) {
-      fail(cycle, plan, "fork failed");
+    auto fail = [&](const std::string& what) {
+      report.failures.push_back("seed " + std::to_string(cfg.seed) + ", cycle " +
+                                std::to_string(cycle) + " (" + plan.describe() + "): " + what +
+                                " [replay: PMINDEX_KILL_SEED=" + std::to_string(cfg.seed) +
+                                "; event kills are deterministic, random-time kills are not]");
+    };
+    bool killed = false;
+    if (std::string e = run_and_reap(cfg, plan, ops, oracle, log, &killed); !e.empty()) {
+      ++report.cycles;
+      fail(e);
       break;
-    }
-    if (pid == 0) run_child(cfg, plan, ops, oracle, log);
-
-    if (!plan.by_event) {
-      std::this_thread::sleep_for(std::chrono::microseconds(plan.delay_us));
-      kill(pid, SIGKILL);
-    }
-    int wstatus = 0;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(cfg.child_timeout_s);
-    bool hung = false;
-    while (waitpid(pid, &wstatus, WNOHANG) == 0) {
-      if (std::chrono::steady_clock::now() > deadline) {
-        kill(pid, SIGKILL);
-        waitpid(pid, &wstatus, 0);
-        hung = true;
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     ++report.cycles;
-    if (hung) {
-      fail(cycle, plan, "the child did not finish within " + std::to_string(cfg.child_timeout_s) + " s");
-      break;
-    }
-    if (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) != 0) {
-      fail(cycle, plan, std::string(log->message[0] ? log->message : "child exited with status ") +
-                            (log->message[0] ? "" : std::to_string(WEXITSTATUS(wstatus))));
-      break;
-    }
-    if (WIFSIGNALED(wstatus) && WTERMSIG(wstatus) != SIGKILL) {
-      fail(cycle, plan, "the child died of signal " + std::to_string(WTERMSIG(wstatus)));
-      break;
-    }
-    const bool killed = WIFSIGNALED(wstatus);
     if (!killed) ++report.finished_unkilled;
-    else if (plan.by_event) ++report.event_kills, report.kills_in_recovery += plan.before_open;
-    else ++report.random_kills;
-
-    // Every acknowledged op is durable; the one in flight (started, not acknowledged) may be
-    // either way.
+    else if (!plan.by_event) ++report.random_kills;
+    else ++report.event_kills;
+    if (killed && log->opened.load(std::memory_order_acquire) == 0) ++report.kills_in_recovery;
+    // acquire: pairs with the child's release stores (the child is dead by now anyway).
     const std::uint64_t acked = log->acked.load(std::memory_order_acquire);
     const std::uint64_t started = log->started.load(std::memory_order_acquire);
     report.acknowledged += acked;
-    for (std::uint64_t i = 0; i < acked; ++i) apply_to_oracle(ops[i], oracle);
-    Oracle with_in_flight;
-    const bool in_flight = started > acked;
-    if (in_flight) {
-      with_in_flight = oracle;
-      apply_to_oracle(ops[acked], with_in_flight);
-    }
-
-    if (cfg.tamper_pool) cfg.tamper_pool(cfg.options.path);
-    Options o = cfg.options;
-    o.open_mode = OpenMode::open;
-    auto reopened = Index::open(o);
-    if (!reopened.ok()) {
-      fail(cycle, plan, "reopen failed: " + reopened.status().to_string());
+    if (std::string e = check_recovered(cfg, ops, acked, started, &oracle, &report); !e.empty()) {
+      fail(e);
       break;
     }
-    std::unique_ptr<Index> idx = std::move(reopened).value();
-    if (Status s = idx->verify(); !s.ok()) {
-      fail(cycle, plan, "verify after recovery: " + s.to_string());
-      break;
-    }
-    Oracle matched;
-    const bool differs = in_flight && with_in_flight != oracle;
-    if (Status s = match_contents(*idx, cfg.key_space, oracle,
-                                  in_flight ? &with_in_flight : nullptr, &matched);
-        !s.ok()) {
-      fail(cycle, plan, "after " + std::to_string(acked) + " acknowledged ops (" +
-                            (in_flight ? "op " + std::to_string(acked) + " " +
-                                             describe(ops[acked]) + " in flight"
-                                       : std::string("none in flight")) +
-                            "): " + s.to_string());
-      break;
-    }
-    if (differs) {
-      if (matched == with_in_flight) ++report.in_flight_present;
-      else ++report.in_flight_absent;
-    }
-    oracle = std::move(matched);
-    // The parent's own session ends like a crash most of the time, cleanly sometimes.
-    if (rng() % 4 == 0) (void)idx->close();
   }
   munmap(mem, sizeof(SharedLog));
   std::filesystem::remove(cfg.options.path, ec);

@@ -2,6 +2,8 @@
 // docs/crash-simulator.md).
 #include "pmindex/crash/tracer.h"
 
+#include "pmindex/crash/scheduler.h"
+
 #include <algorithm>
 #include <cstring>
 
@@ -26,19 +28,37 @@ Tracer::~Tracer() { stop(); }
 void Tracer::start() {
   thread_ = std::this_thread::get_id();
   started_ = true;
-  pm::Runtime::set_trace_sink(this);
+  // A tracer already installed (an outer exploration whose image check is running on this
+  // thread) keeps the process sink and forwards the events of other threads to us.
+  auto* outer = dynamic_cast<Tracer*>(pm::Runtime::trace_sink());
+  if (outer != nullptr && outer != this) {
+    outer_ = outer;
+    outer->inner_ = this;
+  } else {
+    pm::Runtime::set_trace_sink(this);
+  }
 }
 
 void Tracer::stop() {
-  if (pm::Runtime::trace_sink() == this) pm::Runtime::set_trace_sink(nullptr);
+  if (outer_ != nullptr) {
+    if (outer_->inner_ == this) outer_->inner_ = nullptr;
+    outer_ = nullptr;
+  } else if (pm::Runtime::trace_sink() == this) {
+    pm::Runtime::set_trace_sink(nullptr);
+  }
   started_ = false;
 }
 
-void Tracer::bind(const char* base, std::size_t size) {
+void Tracer::bind(const char* base, std::size_t size, bool preloaded) {
   base_ = base;
   size_ = size;
-  persisted_.assign(size, 0);
-  volatile_.assign(size, 0);
+  if (preloaded) {
+    persisted_.assign(base, base + size);
+    volatile_.assign(base, base + size);
+  } else {
+    persisted_.assign(size, 0);
+    volatile_.assign(size, 0);
+  }
   bound_ = true;
   std::vector<LoggedEvent> log;
   log.swap(log_);
@@ -52,14 +72,29 @@ void Tracer::bind(const char* base, std::size_t size) {
         break;
       case LoggedEvent::flush:
         if (in_region(e.addr, e.n))
-          record_flush(e.addr - reinterpret_cast<std::uintptr_t>(base_), e.n);
+          record_flush(e.addr - reinterpret_cast<std::uintptr_t>(base_), e.n, 0);
         break;
       case LoggedEvent::fence:
-        record_fence(/*crash_points=*/false);
+        record_fence(/*crash_points=*/false, 0);
         break;
     }
   }
   if (mode_ == pm::Mode::eadr) commit_eadr_lane();
+}
+
+bool Tracer::mine() const {
+  return std::this_thread::get_id() == thread_ ||
+         (scheduler_ != nullptr && scheduler_->sim_index() >= 0);
+}
+
+std::size_t Tracer::thread_slot() const {
+  const int sim = scheduler_ != nullptr ? scheduler_->sim_index() : -1;
+  return sim < 0 ? 0 : static_cast<std::size_t>(sim) + 1;
+}
+
+// After an event of a simulated thread: a scheduling point.
+void Tracer::maybe_yield() {
+  if (scheduler_ != nullptr) scheduler_->yield();
 }
 
 bool Tracer::in_region(std::uintptr_t a, std::size_t n) const {
@@ -80,39 +115,55 @@ void Tracer::end_op() {
 // --- events -----------------------------------------------------------------------------------
 
 void Tracer::on_store(const void* dst, std::size_t n) {
-  if (!started_ || !mine() || n == 0) return;
+  if (!started_ || !mine()) {
+    if (inner_ != nullptr) inner_->on_store(dst, n);
+    return;
+  }
+  if (n == 0) return;
   const auto a = reinterpret_cast<std::uintptr_t>(dst);
   if (!bound_) {
     const char* p = static_cast<const char*>(dst);
     log_.push_back({LoggedEvent::store, a, n, std::vector<char>(p, p + n)});
     return;
   }
-  if (!in_region(a, n)) return;
-  record_store(a - reinterpret_cast<std::uintptr_t>(base_), static_cast<const char*>(dst), n,
-               /*crash_points=*/true);
+  if (in_region(a, n)) {
+    record_store(a - reinterpret_cast<std::uintptr_t>(base_), static_cast<const char*>(dst), n,
+                 /*crash_points=*/true);
+  }
+  maybe_yield();
 }
 
 void Tracer::on_flush(const void* p, std::size_t n) {
-  if (!started_ || !mine()) return;
+  if (!started_ || !mine()) {
+    if (inner_ != nullptr) inner_->on_flush(p, n);
+    return;
+  }
   const auto a = reinterpret_cast<std::uintptr_t>(p);
   if (!bound_) {
     log_.push_back({LoggedEvent::flush, a, n, {}});
     return;
   }
-  if (!in_region(a, n)) return;
-  record_flush(a - reinterpret_cast<std::uintptr_t>(base_), n);
+  if (in_region(a, n)) record_flush(a - reinterpret_cast<std::uintptr_t>(base_), n, thread_slot());
+  maybe_yield();
 }
 
 void Tracer::on_fence() {
-  if (!started_ || !mine()) return;
+  if (!started_ || !mine()) {
+    if (inner_ != nullptr) inner_->on_fence();
+    return;
+  }
   if (!bound_) {
     log_.push_back({LoggedEvent::fence, 0, 0, {}});
     return;
   }
-  record_fence(/*crash_points=*/true);
+  record_fence(/*crash_points=*/true, thread_slot());
+  maybe_yield();
 }
 
-void Tracer::on_yield_point(std::string_view) {}
+void Tracer::on_yield_point(std::string_view tag) {
+  if (started_ && bound_ && mine()) maybe_yield();
+  else if (inner_ != nullptr) inner_->on_yield_point(tag);
+}
 
 // --- the model --------------------------------------------------------------------------------
 
@@ -143,33 +194,37 @@ void Tracer::record_store(std::uint64_t off, const char* src, std::size_t n, boo
   if (mode_ == pm::Mode::eadr && crash_points) crash_point(/*completed=*/false);
 }
 
-void Tracer::record_flush(std::uint64_t off, std::size_t n) {
+void Tracer::record_flush(std::uint64_t off, std::size_t n, std::size_t slot) {
   if (mode_ != pm::Mode::adr) return;
+  if (flush_marks_.size() <= slot) flush_marks_.resize(slot + 1);
   const std::uint64_t end = off + n;
   for (std::uint64_t line = off & ~std::uint64_t{pm::kCacheLine - 1}; line < end;
        line += pm::kCacheLine) {
     auto it = adr_lanes_.find(line);
     // clwb captures the line as it is now: those units become durable at the next fence.
-    if (it != adr_lanes_.end()) it->second.flushed = it->second.units.size();
+    if (it != adr_lanes_.end()) flush_marks_[slot][line] = it->second.units.back().seq;
   }
 }
 
-void Tracer::record_fence(bool crash_points) {
+void Tracer::record_fence(bool crash_points, std::size_t slot) {
   if (mode_ != pm::Mode::adr) return;
   // Just before the fence, the flushes issued since the last one are not yet guaranteed.
   if (crash_points) crash_point(/*completed=*/false);
+  if (flush_marks_.size() <= slot) return;
   bool changed = false;
-  for (auto it = adr_lanes_.begin(); it != adr_lanes_.end();) {
-    Lane& lane = it->second;
-    if (lane.flushed > 0) {
-      for (std::size_t i = 0; i < lane.flushed; ++i) apply(lane.units[i]);
-      lane.units.erase(lane.units.begin(),
-                       lane.units.begin() + static_cast<std::ptrdiff_t>(lane.flushed));
-      lane.flushed = 0;
+  for (const auto& [line, last] : flush_marks_[slot]) {
+    auto it = adr_lanes_.find(line);
+    if (it == adr_lanes_.end()) continue;  // another thread's fence already made it durable
+    std::vector<Unit>& units = it->second.units;
+    std::size_t k = 0;
+    while (k < units.size() && units[k].seq <= last) apply(units[k++]);
+    if (k > 0) {
+      units.erase(units.begin(), units.begin() + static_cast<std::ptrdiff_t>(k));
       changed = true;
     }
-    it = lane.units.empty() ? adr_lanes_.erase(it) : std::next(it);
+    if (units.empty()) adr_lanes_.erase(it);
   }
+  flush_marks_[slot].clear();
   if (changed) ++persisted_version_;
 }
 

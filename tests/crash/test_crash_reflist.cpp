@@ -30,6 +30,26 @@ void run(pm::Mode mode) {
 
 TEST(CrashRefList, Adr) { run(pm::Mode::adr); }
 
+// A crash during the recovery of a crash image (nested exploration), in both modes.
+TEST(CrashRefList, CrashDuringRecovery) {
+  for (pm::Mode mode : {pm::Mode::adr, pm::Mode::eadr}) {
+    IndexCrashConfig cfg;
+    cfg.options.kind = "reflist";
+    cfg.ops = 40;
+    cfg.recovery_crash_images = 6;
+    cfg.recovery_crash_every = 4;
+    ExploreOptions opt = ExploreOptions::from_env(
+        "reflist.nested." + std::string(pm::to_string(mode)), mode, 20261122, 200);
+    const ExploreReport r = run_index_crash(cfg, opt);
+    std::cout << opt.label << " seed " << opt.seed << ": " << r.to_string() << "\n";
+    if (r.replay_skipped) continue;
+    EXPECT_TRUE(r.ok()) << r.to_string();
+    if (!opt.replay) {
+      EXPECT_GT(r.inner_images, 0u);
+    }
+  }
+}
+
 // The driver's oracle must be able to fail: an image whose root pointer is wiped recovers as an
 // empty index, which loses completed inserts.
 TEST(CrashRefList, DriverCatchesLostRecords) {

@@ -5,6 +5,7 @@
 // operation in flight present or absent, later slots absent, no slot invalid.
 #include <gtest/gtest.h>
 
+#include <csignal>
 #include <cstring>
 #include <functional>
 #include <iostream>
@@ -215,7 +216,11 @@ void expect_caught(const Toy& toy, pm::Mode mode, const std::string& what) {
   ASSERT_FALSE(r.ok()) << toy.name << " in " << pm::to_string(mode) << " was not caught: "
                        << r.to_string();
   EXPECT_NE(r.failures[0].message.find(what), std::string::npos) << r.to_string();
-  EXPECT_NE(r.to_string().find("PMINDEX_CRASH_REPLAY='" + toy.name), std::string::npos);
+  if (r.failures[0].image) {
+    EXPECT_NE(r.to_string().find("PMINDEX_CRASH_REPLAY='" + toy.name), std::string::npos);
+  } else {
+    EXPECT_NE(r.to_string().find("PMINDEX_CRASH_SEED=7"), std::string::npos);
+  }
   std::cout << "[caught] " << toy.name << " (" << pm::to_string(mode) << "): " << r.to_string()
             << "\n";
 }
@@ -262,6 +267,7 @@ TEST(Toys, StoreBypassingTheApi) {
   expect_caught(kBypass, pm::Mode::eadr, "bypassed");
   const ExploreReport r = run_toy(kBypass, pm::Mode::adr);
   ASSERT_FALSE(r.ok());
+  EXPECT_FALSE(r.failures[0].image);
   // Slot 0's hint word: heap + 16.
   EXPECT_NE(r.failures[0].message.find("pool offset " + std::to_string(kHeap + 16)),
             std::string::npos)
@@ -289,6 +295,39 @@ TEST(Toys, ReplayTokenReproducesTheFailure) {
   }
 }
 
+// A recovery that kills the process must still name the image it was checking.
+class DyingScenario final : public Scenario {
+ public:
+  explicit DyingScenario(int sig) : sig_(sig) {}
+  Result<Region> setup() override { return inner_.setup(); }
+  std::size_t op_count() const override { return inner_.op_count(); }
+  Status run_op(std::size_t i) override { return inner_.run_op(i); }
+  Status check_image(std::span<char>, const CrashPoint& at, std::uint64_t) override {
+    if (at.op == 2) raise(sig_);
+    return Status::Ok();
+  }
+  void teardown() override { inner_.teardown(); }
+
+ private:
+  int sig_;
+  ToyScenario inner_{kDataBeforeFlag};
+};
+
+TEST(ToysDeathTest, ACrashingCheckPrintsItsReplayToken) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  for (int sig : {SIGSEGV, SIGABRT}) {
+    EXPECT_DEATH(
+        {
+          DyingScenario s(sig);
+          ExploreOptions o;
+          o.label = "dying";
+          o.images_budget = 0;
+          (void)explore(s, o);
+        },
+        "died while checking image PMINDEX_CRASH_REPLAY='dying/1/2/0/");
+  }
+}
+
 TEST(Toys, BudgetIsRespected) {
   ToyScenario s(kDataBeforeFlag);
   ExploreOptions o;
@@ -297,8 +336,14 @@ TEST(Toys, BudgetIsRespected) {
   o.images_budget = 5;
   const ExploreReport r = explore(s, o);
   EXPECT_TRUE(r.ok()) << r.to_string();
-  EXPECT_EQ(r.images_checked, 5u);
+  EXPECT_EQ(r.images_checked, 5u);  // fewer images than crash points: one each at random
   EXPECT_GT(r.candidate_images, 5u);
+  ToyScenario s2(kDataBeforeFlag);
+  o.images_budget = 20;  // more than the 18 crash points: a common cap plus a random remainder
+  const ExploreReport r2 = explore(s2, o);
+  EXPECT_TRUE(r2.ok()) << r2.to_string();
+  EXPECT_EQ(r2.images_checked, 20u);
+  EXPECT_GT(r2.candidate_images, 20u);
 }
 
 }  // namespace

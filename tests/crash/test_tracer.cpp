@@ -2,6 +2,7 @@
 // replay tokens. (The toy-protocol tests show the whole simulator catching real bug classes.)
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <set>
 
@@ -192,6 +193,26 @@ TEST(ReplayToken, RoundTripsAndRejectsGarbage) {
   EXPECT_FALSE(ReplayToken::parse("x/1/a/3/-").has_value());
   EXPECT_FALSE(ReplayToken::parse("x/1/2/3/1..2").has_value());
   EXPECT_FALSE(ReplayToken::parse("/1/2/3/-").has_value());
+}
+
+TEST(ExploreOptions, SeedsFromNumbersOrAnyText) {
+  ::setenv("PMINDEX_CRASH_SEED", "0x10", 1);
+  ::setenv("PMINDEX_CRASH_IMAGES", "123", 1);
+  ExploreOptions o = ExploreOptions::from_env("x.adr", pm::Mode::adr);
+  EXPECT_EQ(o.seed, 16u);
+  EXPECT_EQ(o.images_budget, 123u);
+  ::setenv("PMINDEX_CRASH_SEED", "86f9cb4e0aa", 1);  // a commit hash, verbatim
+  const std::uint64_t a = ExploreOptions::from_env("x.adr", pm::Mode::adr).seed;
+  ::setenv("PMINDEX_CRASH_SEED", "86f9cb4e0ab", 1);
+  EXPECT_NE(a, ExploreOptions::from_env("x.adr", pm::Mode::adr).seed);
+  ::setenv("PMINDEX_CRASH_REPLAY", "x.adr/5/1/2/-", 1);
+  o = ExploreOptions::from_env("x.adr", pm::Mode::adr);
+  ASSERT_TRUE(o.replay.has_value());
+  EXPECT_EQ(o.seed, 5u);  // the token's seed wins
+  ::unsetenv("PMINDEX_CRASH_SEED");
+  ::unsetenv("PMINDEX_CRASH_IMAGES");
+  ::unsetenv("PMINDEX_CRASH_REPLAY");
+  EXPECT_EQ(ExploreOptions::from_env("x.adr", pm::Mode::adr, 77, 9).seed, 77u);
 }
 
 }  // namespace

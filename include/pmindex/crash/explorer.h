@@ -29,6 +29,9 @@ namespace pmindex::crash {
 struct Region {
   char* base = nullptr;
   std::size_t size = 0;
+  // The region already holds a pool image, all of it durable (a nested exploration of a crash
+  // during recovery starts from a crash image), rather than fresh zeroed memory.
+  bool preloaded = false;
 };
 
 // What the explorer drives. A scenario must be deterministic: setup() followed by the same
@@ -51,6 +54,37 @@ class Scenario {
   virtual Status check_image(std::span<char> image, const CrashPoint& at,
                              std::uint64_t salt) = 0;
   // Releases the pool (called after the run, on the traced thread).
+  virtual void teardown() {}
+  // Images checked by nested explorations the checks ran (crash during recovery), if any.
+  virtual std::size_t inner_images_checked() const { return 0; }
+};
+
+// Multi-threaded scenarios (docs/crash-simulator.md, "Multi-threaded simulation").
+class OpContext {
+ public:
+  virtual ~OpContext() = default;
+  // Called by a simulated thread right after each of its operations returns: a crash point at
+  // which that operation counts as completed.
+  virtual void op_returned() = 0;
+  // Reports that the live run misbehaved (a wrong result).
+  virtual void fail(const Status& status) = 0;
+};
+
+// Two or three threads run under the deterministic Scheduler (seeded from the explore seed):
+// they switch at every traced PM event and pm::yield_point. Crash points are numbered by the
+// count of operations returned so far (CrashPoint::op), over all threads. The scenario records
+// its own history (invocations, responses, values its reads returned) and judges each image
+// against it: durable linearizability (every completed operation and every value a returned
+// read observed survives; operations in flight either way).
+class ConcurrentScenario {
+ public:
+  virtual ~ConcurrentScenario() = default;
+  virtual Result<Region> setup() = 0;  // fresh pool; on the exploring thread
+  virtual std::size_t threads() const = 0;
+  virtual void run_thread(std::size_t thread, OpContext& context) = 0;
+  // On the explorer's worker thread, while every simulated thread is parked.
+  virtual Status check_image(std::span<char> image, const CrashPoint& at,
+                             std::uint64_t salt) = 0;
   virtual void teardown() {}
 };
 
@@ -89,6 +123,9 @@ struct ExploreOptions {
 struct Failure {
   std::string message;
   ReplayToken token;
+  // False for failures of the live run (a bypassing store, a wrong result, setup): they
+  // involve no image; rerunning with the same seed reproduces them.
+  bool image = true;
 };
 
 struct ExploreReport {
@@ -97,6 +134,8 @@ struct ExploreReport {
   std::size_t candidate_images = 0;   // distinct images the candidate rules produced
   std::size_t images_checked = 0;
   bool replay_skipped = false;        // a replay token for another label was set
+  std::size_t schedule_steps = 0;     // concurrent runs: scheduling decisions taken
+  std::size_t inner_images = 0;       // images of nested explorations (crash during recovery)
   std::vector<Failure> failures;
 
   bool ok() const { return failures.empty(); }
@@ -104,6 +143,8 @@ struct ExploreReport {
 };
 
 ExploreReport explore(Scenario& scenario, const ExploreOptions& options);
+// The same for a multi-threaded scenario; the seed also drives the schedule.
+ExploreReport explore_concurrent(ConcurrentScenario& scenario, const ExploreOptions& options);
 
 // The candidate choice vectors for pending lanes of the given lengths, in priority order:
 // every combination when there are at most `exhaustive_limit`; otherwise nothing persisted,

@@ -35,6 +35,12 @@ struct IndexCrashConfig {
   std::uint64_t key_space = 24;         // small, so updates and removes hit present keys
   std::size_t ops_after_recovery = 6;   // run on every recovered image
   std::size_t scan_length = 8;
+  // Crash during recovery (opt-in): for one in `recovery_crash_every` checked images (seeded),
+  // the image's recovery and the operations after it run traced in a nested exploration, and up
+  // to `recovery_crash_images` images of a crash inside them are recovered and checked in turn
+  // (the in-flight choice of the first recovery may go either way). 0 = off.
+  std::size_t recovery_crash_images = 0;
+  std::size_t recovery_crash_every = 8;
   // Fault injection for the driver's own tests (a checker must be able to fail): called on
   // every image copy before it is opened.
   std::function<void(std::span<char> image)> tamper_image;

@@ -45,6 +45,10 @@ struct KillConfig {
   std::uint64_t key_space = 64;
   unsigned max_kill_delay_us = 20000;    // random-time kills: uniform in [0, this)
   std::uint64_t max_kill_event = 3000;   // event kills: k uniform in [1, this]
+  // A quarter of the event kills count from before the child's Index::open, with k uniform in
+  // [1, this]: set it to about the number of persistence calls the index's open and recovery
+  // make (reflist: 4, the pool's commit_open), so the kill lands inside recovery.
+  std::uint64_t max_open_event = 4;
   unsigned child_timeout_s = 120;        // a child still alive after this is a hang: failure
   // Fault injection for the harness's own tests (a checker must be able to fail): called with
   // the pool path after each child died, before the parent reopens it.
@@ -58,7 +62,7 @@ struct KillReport {
   std::size_t cycles = 0;
   std::size_t random_kills = 0;
   std::size_t event_kills = 0;
-  std::size_t kills_in_recovery = 0;     // event kills armed before the child's open
+  std::size_t kills_in_recovery = 0;     // kills that landed before the child's open returned
   std::size_t finished_unkilled = 0;     // the child ran all its operations first
   std::size_t acknowledged = 0;          // operations acknowledged over all cycles
   std::size_t in_flight_present = 0;     // in-flight writes found applied after recovery

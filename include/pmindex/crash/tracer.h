@@ -19,8 +19,10 @@
 // which may ask for images: a choice vector gives each pending lane a prefix length.
 //
 // Thread safety: events are accepted only from the thread that called start() (the traced
-// thread); events from any other thread (the image checker) are ignored. All other members are
-// called from the traced thread, or from the crash hook it runs.
+// thread) and, with set_scheduler(), from that scheduler's simulated threads (one runs at a
+// time; after each of their events the tracer yields to the scheduler). Events from any other
+// thread (the image checker) are ignored. A flush takes effect at the next fence *of the same
+// thread*. All other members are called from a traced thread, or from the crash hook it runs.
 #pragma once
 
 #include <cstddef>
@@ -50,8 +52,9 @@ struct Unit {
 struct Lane {
   std::uint64_t line = 0;        // pool offset of the line (adr) or of the call (eadr)
   std::vector<Unit> units;       // program order
-  std::size_t flushed = 0;       // adr: units covered by a flush since the last fence
 };
+
+class Scheduler;
 
 struct CrashPoint {
   std::size_t op = 0;            // operation in flight (or just completed)
@@ -71,13 +74,20 @@ class Tracer final : public pm::TraceSink {
 
   // Installs the tracer as the process's sink; the calling thread becomes the traced thread.
   // Until bind(), events are only logged (the pool's address is not known before it exists).
+  // If another Tracer is installed (a nested exploration: a crash during the recovery of a
+  // crash image, run on the outer explorer's worker thread), that one forwards to this one the
+  // events of threads it does not trace.
   void start();
   // The pool region: the persisted image and the volatile view start as zeros (fresh
-  // anonymous memory) and the logged events are replayed without crash points.
-  void bind(const char* base, std::size_t size);
+  // anonymous memory) or, if `preloaded`, as the region's current content (a crash image,
+  // all of it durable); then the logged events are replayed without crash points.
+  void bind(const char* base, std::size_t size, bool preloaded = false);
   // Uninstalls the sink.
   void stop();
   void set_crash_hook(CrashHook hook) { hook_ = std::move(hook); }
+  // Multi-threaded simulation: also trace `scheduler`'s threads and yield to it after each of
+  // their events (nullptr: single-threaded).
+  void set_scheduler(Scheduler* scheduler) { scheduler_ = scheduler; }
 
   // Operation boundaries (called by the explorer around every operation).
   void begin_op(std::size_t op);
@@ -116,11 +126,13 @@ class Tracer final : public pm::TraceSink {
     std::size_t n;
     std::vector<char> bytes;
   };
-  bool mine() const { return std::this_thread::get_id() == thread_; }
+  bool mine() const;
+  std::size_t thread_slot() const;  // 0: the start() thread; 1..: simulated threads
+  void maybe_yield();
   bool in_region(std::uintptr_t a, std::size_t n) const;
   void record_store(std::uint64_t off, const char* src, std::size_t n, bool crash_points);
-  void record_flush(std::uint64_t off, std::size_t n);
-  void record_fence(bool crash_points);
+  void record_flush(std::uint64_t off, std::size_t n, std::size_t slot);
+  void record_fence(bool crash_points, std::size_t slot);
   void commit_eadr_lane();
   void apply(const Unit& u);
   void crash_point(bool completed);
@@ -136,6 +148,12 @@ class Tracer final : public pm::TraceSink {
   std::vector<char> persisted_;
   std::vector<char> volatile_;
   std::map<std::uint64_t, Lane> adr_lanes_;  // by line offset: canonical order
+  // adr, per thread slot: line -> seq of the last unit a flush covered since that thread's
+  // last fence (clwb captures the line; that thread's next sfence makes it durable).
+  std::vector<std::map<std::uint64_t, std::uint64_t>> flush_marks_;
+  Scheduler* scheduler_ = nullptr;
+  Tracer* outer_ = nullptr;  // the tracer that forwards to us (nested exploration)
+  Tracer* inner_ = nullptr;  // the tracer we forward other threads' events to
   Lane eadr_lane_;
   std::vector<const Lane*> lanes_view_;
   std::uint64_t next_seq_ = 1;

@@ -11,6 +11,7 @@
 //     Readers never write; they read leaf words with relaxed atomic loads and validate.
 //   * Lock order: leaf (then its left neighbour, try-lock only) -> InnerTree SMO mutex.
 //     Nobody waits for a leaf lock while holding the SMO mutex.
+//   * verify(), bulk_load() and close() expect no concurrent operations.
 // Invariants (checked by verify()):
 //   (1) the leaf chain from root.head is acyclic, in bounds, and its leaves appear in the same
 //       order as the inner tree's leaves; every key of a leaf lies within the inner fences;

@@ -7,6 +7,7 @@
 //   PMINDEX_CRASH_REPLAY='lbtree256.adr/<seed>/<op>/<point>/<choice>' ./test_lbtree_crash
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <iostream>
 
@@ -50,13 +51,14 @@ void run(std::uint32_t node_size, std::uint64_t key_space, pm::Mode mode, std::s
   cfg.options.node_size = node_size;
   cfg.options.key_type = KeyType::u64;
   cfg.key_space = key_space;
-  cfg.ops = ops;
   const std::string label =
       "lbtree" + std::to_string(node_size) + "." + std::string(pm::to_string(mode));
   const ExploreOptions opt = ExploreOptions::from_env(label, mode);
+  // At least `ops` (so leaves split); more when the image budget is larger (the long suite).
+  cfg.ops = std::max(ops, default_crash_ops(opt.images_budget));
+  ops = cfg.ops;
   if (!opt.replay) {
-    expect_structural_changes(node_size, key_space,
-                              ops != 0 ? ops : default_crash_ops(opt.images_budget), opt.seed);
+    expect_structural_changes(node_size, key_space, ops, opt.seed);
   }
   const ExploreReport r = run_index_crash(cfg, opt);
   std::cout << label << " seed " << opt.seed << ": " << r.to_string() << "\n";
