@@ -1,7 +1,8 @@
 // FPTree under the crash simulator, ADR and eADR.
 //  * CrashFPTree.*: the generic registry driver (random insert/update/upsert/remove mix over a
-//    small key space) with 8- and 16-entry leaves, u64 and variable-length (bytes) keys; sized by PMINDEX_CRASH_IMAGES (about 1,000
-//    per mode in CI, 10,000 in `long`).
+//    small key space) with 8- and 16-entry leaves, u64 and variable-length (bytes) keys;
+//    sized by PMINDEX_CRASH_IMAGES (about 1,000 per mode in CI, 10,000 in `long`); one run
+//    also crashes inside recovery (the driver's nested exploration).
 //  * CrashFPTreeSteps.*: a designed sequence that walks each persistence path of PROTOCOL.md
 //    in order: inserts into free slots (I1-I4), a split of a full leaf (S1-S8), out-of-place
 //    updates (U1-U4) including one in a full leaf (split first), deletes that empty a leaf
