@@ -1,6 +1,7 @@
 // The built-in index kinds. An index adds one line here (explicit registration: static
 // self-registration would be dropped by the linker from a static library).
 #include "index/apex/apex.h"
+#include "index/fptree/fptree.h"
 #include "index/lbtree/lbtree.h"
 #include "index/nbtree/nbtree.h"
 #include "index/reflist/reflist.h"
@@ -21,6 +22,7 @@ const std::vector<IndexRegistry::Entry>& IndexRegistry::entries() {
       {"nbtree", "NBTree: lock-free two-layer-leaf B+-tree (DRAM metadata, PM key-value layer)",
        &nbtree::NBTree::layout_for, &nbtree::NBTree::default_pool_size,
        &nbtree::NBTree::create, &nbtree::NBTree::recover},
+      fptree::registry_entry(),
   };
   return kEntries;
 }

@@ -1,0 +1,356 @@
+// FPTree: creation, recovery (micro-log replay, chain walk, inner rebuild), verify, and the
+// explicit instantiations for 8, 16, 32 and 64 entries per leaf. Operations: fptree_ops.h;
+// structural changes: fptree_smo.h.
+#include "index/fptree/fptree.h"
+
+#include <algorithm>
+#include <map>
+#include <utility>
+
+#include "index/common/hybrid_checks.h"
+#include "index/common/leaf_chain.h"
+#include "index/common/recovery_frame.h"
+#include "index/fptree/fptree_smo.h"
+
+namespace pmindex::fptree {
+
+template <unsigned N>
+FPTree<N>::FPTree(std::unique_ptr<pm::Pool> pool)
+    : pool_(std::move(pool)),
+      inner_(inner_keys_for(N), arena_),
+      versions_(std::make_unique<index_common::LeafVersions>(pool_->size())) {}
+
+template <unsigned N>
+FPTree<N>::~FPTree() = default;
+
+// The DRAM side of the root object r (versions are all zero from construction).
+template <unsigned N>
+void FPTree<N>::attach(Root* r) {
+  root_ = r;
+  keys_.configure(pool_.get(), static_cast<KeyType>(r->key_mode), r->max_key_size);
+  logs_ = pool_->at<MicroLog>(r->logs);
+  inner_.init_single(head_ = r->head);
+}
+
+template <unsigned N>
+Status FPTree<N>::init_root(const Options& o) {
+  pm::Pool& p = *pool_;
+  Code code = Code::ok;
+  const std::uint64_t head = p.allocator().allocate(kBlock, &code);
+  const std::uint64_t logs = head == 0 ? 0 : p.allocator().allocate(kLogCount * sizeof(MicroLog), &code);
+  const std::uint64_t off = logs == 0 ? 0 : p.allocator().allocate(sizeof(Root), &code);
+  if (off == 0) return p.error(code, "no space for the fptree root, logs and first leaf");
+  pm::zero(p.at<char>(head), sizeof(LeafT));  // C1: an empty head leaf, clear logs, the root
+  pm::persist(p.at<char>(head), sizeof(LeafT));
+  pm::zero(p.at<char>(logs), kLogCount * sizeof(MicroLog));
+  pm::persist(p.at<char>(logs), kLogCount * sizeof(MicroLog));
+  Root init{};
+  init.magic = kRootMagic;
+  init.head = head;
+  init.logs = logs;
+  init.entries = N;
+  init.key_mode = static_cast<std::uint32_t>(o.key_type);
+  init.max_key_size = o.key_type == KeyType::bytes ? o.max_key_size : 8;
+  init.log_count = kLogCount;
+  pm::copy(p.at<Root>(off), &init, sizeof init);
+  pm::persist(p.at<Root>(off), sizeof init);
+  p.set_root(off);  // C2: published (one failure-atomic store, persisted)
+  attach(p.at<Root>(off));
+  return Status::Ok();
+}
+
+template <unsigned N>
+Result<std::unique_ptr<Index>> FPTree<N>::create(std::unique_ptr<pm::Pool> pool,
+                                                 const Options& o) {
+  const char* refused =
+      o.max_value_size != 8 ? "fptree stores 8-byte values inline only"
+      : o.key_type == KeyType::bytes && o.max_key_size > kMaxKeyBytes
+          ? "fptree keys are limited to 8192 bytes"
+          : nullptr;
+  if (refused != nullptr) return pool->error(Code::invalid_argument, refused);
+  std::unique_ptr<FPTree> t(new FPTree(std::move(pool)));
+  t->recovery_.created = true;
+  const Status s = t->init_root(o);
+  return s.ok() ? Result<std::unique_ptr<Index>>(std::unique_ptr<Index>(std::move(t)))
+                : Result<std::unique_ptr<Index>>(s);
+}
+
+template <unsigned N>
+Result<std::unique_ptr<Index>> FPTree<N>::recover(std::unique_ptr<pm::Pool> pool,
+                                                  const Options& o) {
+  std::unique_ptr<FPTree> idx(new FPTree(std::move(pool)));
+  FPTree& t = *idx;
+  pm::Pool& p = *t.pool_;
+  const Status s = index_common::run_recovery(
+      p, &t.recovery_, [&] { return t.init_root(o); },  // crash before C2: start afresh
+      [&](std::uint64_t root_off) -> Status {
+        Root* r = p.checked<Root>(root_off, sizeof(Root), 64);
+        const bool sane =
+            r != nullptr && r->magic == kRootMagic && r->entries == N &&
+            r->log_count == kLogCount && r->max_key_size <= kMaxKeyBytes &&
+            r->key_mode == static_cast<std::uint32_t>(p.info().layout.key_mode) &&
+            p.checked<char>(r->head, sizeof(LeafT), 256) != nullptr &&
+            p.checked<char>(r->logs, kLogCount * sizeof(MicroLog), 64) != nullptr;
+        if (!sane) return p.error(Code::corrupted, "fptree root object is missing or impossible");
+        t.attach(r);
+        if (p.allocator().mark_reachable(root_off, sizeof(Root)) != Code::ok ||
+            p.allocator().mark_reachable(r->logs, kLogCount * sizeof(MicroLog)) != Code::ok)
+        {
+          (void)p.allocator().finish_recovery();
+          return p.error(Code::corrupted, "fptree root or log block overlaps another block");
+        }
+        return t.rebuild(std::max(1u, o.recovery_threads));
+      });
+  if (!s.ok()) return s;
+  t.recovery_.threads = 1;
+  return std::unique_ptr<Index>(std::move(idx));
+}
+
+// Recovery (PROTOCOL.md R1..R5). Pass 1 only reads PM and decides (a refused pool stays
+// unchanged); the repairs run after commit_open.
+template <unsigned N>
+Status FPTree<N>::rebuild(unsigned /*threads*/) {
+  pm::Pool& p = *pool_;
+  auto fail = [&](const std::string& what) {
+    (void)p.allocator().finish_recovery();
+    return p.error(Code::corrupted, "fptree recovery: " + what);
+  };
+  auto leaf_ok = [&](std::uint64_t off) { return p.checked<char>(off, sizeof(LeafT), 256) != nullptr; };
+  // R1: micro-logs. A split whose leaf is still full is rolled back (the new leaf is not
+  // marked, so it is free again); otherwise S6 happened and the link S7 is (re)done. A delete
+  // whose predecessor still points at the leaf is finished (D4 redone).
+  std::map<std::uint64_t, std::uint64_t> relink;  // leaf -> the successor recovery installs
+  std::vector<unsigned> dirty_logs;
+  for (unsigned i = 0; i < kLogCount; ++i) {
+    const MicroLog& g = logs_[i];
+    if ((g.split_leaf | g.split_new | g.delete_leaf | g.delete_prev) != 0) dirty_logs.push_back(i);
+    if (g.split_leaf != 0 && g.split_new != 0) {
+      if (!leaf_ok(g.split_leaf) || !leaf_ok(g.split_new)) return fail("bad split log offsets");
+      if ((leaf_at(g.split_leaf)->bitmap & LeafT::kFullMask) != LeafT::kFullMask) {
+        relink[g.split_leaf] = g.split_new;
+        ++recovery_.repaired;
+      }
+    }
+    if (g.delete_leaf != 0 && g.delete_prev != 0) {
+      if (!leaf_ok(g.delete_leaf) || !leaf_ok(g.delete_prev)) return fail("bad delete log offsets");
+      if (leaf_at(g.delete_prev)->next == g.delete_leaf &&
+          (leaf_at(g.delete_leaf)->bitmap & LeafT::kFullMask) == 0) {
+        relink[g.delete_prev] = leaf_at(g.delete_leaf)->next;
+        ++recovery_.repaired;
+      }
+    }
+  }
+  auto next_of = [&](std::uint64_t off) {
+    const auto it = relink.find(off);
+    return it != relink.end() ? it->second : leaf_at(off)->next;
+  };
+  // R2: walk the chain as the logs complete it; check and mark every leaf and key record.
+  std::vector<std::uint64_t> leaves;
+  if (Status s = index_common::walk_leaf_chain(p, head_, sizeof(LeafT), 256, next_of, &leaves);
+      !s.ok()) {
+    (void)p.allocator().finish_recovery();
+    return s;
+  }
+  std::vector<std::string> min_key(leaves.size());
+  std::vector<std::uint64_t> min_word(leaves.size(), 0);
+  std::string prev_max;
+  bool have_prev = false;
+  for (std::size_t i = 0; i < leaves.size(); ++i) {
+    const LeafT* l = leaf_at(leaves[i]);
+    if (p.allocator().mark_reachable(leaves[i], kBlock) != Code::ok)
+      return fail("leaf at " + std::to_string(leaves[i]) + " overlaps another block");
+    if ((l->bitmap & ~LeafT::kFullMask) != 0) return fail("bitmap bits beyond the slots");
+    std::vector<std::string> ks;
+    for (std::uint64_t m = l->bitmap; m != 0; m &= m - 1) {
+      const auto s = static_cast<unsigned>(std::countr_zero(m));
+      const std::uint64_t kw = l->kv[s][0];
+      if (keys_.bytes_mode() && index_common::mark_record(p, kw, keys_.max_key()) != Code::ok)
+        return fail("bad key record in leaf " + std::to_string(leaves[i]));
+      ks.push_back(keys_.key_bytes(kw));
+      if (ks.size() == 1 || ks.back() < min_key[i]) {
+        min_key[i] = ks.back();
+        min_word[i] = kw;
+      }
+    }
+    if (ks.empty()) continue;
+    const std::string mx = *std::max_element(ks.begin(), ks.end());
+    if (have_prev && !(prev_max < min_key[i]))
+      return fail("leaves out of key order at " + std::to_string(leaves[i]));
+    prev_max = mx;
+    have_prev = true;
+    recovery_.records += ks.size();
+  }
+  if (Status fs = p.allocator().finish_recovery(); !fs.ok()) return fs;
+  p.commit_open();
+  // R3: install the log decisions (S7 / D4 redone), then clear the logs.
+  for (const auto& [leaf, next] : relink) {
+    detail::put(&leaf_at(leaf)->next, next);
+    pm::persist(&leaf_at(leaf)->next, 8);
+  }
+  for (unsigned i : dirty_logs) {
+    MicroLog* g = &logs_[i];
+    for (std::uint64_t* w : {&g->split_leaf, &g->split_new, &g->delete_leaf, &g->delete_prev})
+      detail::put(w, 0);
+    pm::persist(g, sizeof *g);
+  }
+  // R4: clear stale lock words; unlink empty non-head leaves (one NAW each, like D4; a crash
+  // here leaves either state, both valid).
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> items;
+  std::uint64_t kept = 0;
+  for (std::size_t i = 0; i < leaves.size(); ++i) {
+    LeafT* l = leaf_at(leaves[i]);
+    if (l->lock != 0) {
+      detail::put(&l->lock, 0);
+      pm::persist(&l->lock, 8);
+    }
+    if (i > 0 && (l->bitmap & LeafT::kFullMask) == 0) {
+      detail::put(&leaf_at(kept)->next, l->next);
+      pm::persist(&leaf_at(kept)->next, 8);
+      p.allocator().deallocate(leaves[i], kBlock);
+      ++recovery_.repaired;
+      continue;
+    }
+    kept = leaves[i];
+    items.emplace_back(i == 0 ? 0 : keys_.separator_for(min_key[i], min_word[i], seps_), kept);
+  }
+  // R5: rebuild the DRAM inner nodes.
+  inner_.bulk_build(items, 0.9, 1);
+  recovery_.nodes = items.size();
+  return Status::Ok();
+}
+
+template <unsigned N>
+std::uint64_t FPTree<N>::leaf_count() const {
+  std::vector<std::uint64_t> leaves;
+  const Status s = index_common::walk_leaf_chain(
+      *pool_, head_, sizeof(LeafT), 256,
+      [&](std::uint64_t off) { return relaxed_load(&leaf_at(off)->next); }, &leaves);
+  return s.ok() ? leaves.size() : 0;
+}
+
+// Quiescent check of every invariant in fptree.h (the chain-level steps are the shared ones
+// of index_common/hybrid_checks.h).
+template <unsigned N>
+Status FPTree<N>::verify() const {
+  const pm::Pool& p = *pool_;
+  for (unsigned i = 0; i < kLogCount; ++i) {  // invariant 4
+    const MicroLog& g = logs_[i];
+    if ((g.split_leaf | g.split_new | g.delete_leaf | g.delete_prev) != 0)
+      return p.error(Code::corrupted, "verify: micro-log " + std::to_string(i) + " is not clear");
+  }
+  index_common::ChainKeys chain;
+  if (Status s = index_common::walk_leaf_chain(
+          p, head_, sizeof(LeafT), 256,
+          [&](std::uint64_t off) { return relaxed_load(&leaf_at(off)->next); }, &chain.leaves);
+      !s.ok())
+    return s;
+  using index_common::block_bytes;
+  std::uint64_t reachable = block_bytes(sizeof(Root)) + block_bytes(kLogCount * sizeof(MicroLog)) +
+                            chain.leaves.size() * block_bytes(kBlock);
+  for (const std::uint64_t off : chain.leaves) {
+    const LeafT* l = leaf_at(off);
+    std::vector<std::string>& ks = chain.keys.emplace_back();
+    auto bad = [&](const std::string& what) { return index_common::leaf_error(p, off, what); };
+    if (relaxed_load(&l->lock) != 0 || versions_->at(off).is_locked()) return bad("left locked");
+    const std::uint64_t bm = relaxed_load(&l->bitmap);
+    if ((bm & ~LeafT::kFullMask) != 0) return bad("bitmap bits beyond the slots");
+    for (std::uint64_t m = bm; m != 0; m &= m - 1) {
+      const auto sl = static_cast<unsigned>(std::countr_zero(m));
+      const std::uint64_t kw = relaxed_load(&l->kv[sl][0]);
+      std::string_view rec;
+      if (keys_.bytes_mode() && !index_common::read_record(p, kw, keys_.max_key(), &rec))
+        return bad("slot " + std::to_string(sl) + " has a bad key record");
+      if (keys_.bytes_mode()) reachable += block_bytes(index_common::record_bytes(rec.size()));
+      if (get_fp(l, sl) != keys_.fingerprint(kw))
+        return bad("slot " + std::to_string(sl) + ": fingerprint does not match the key");
+      ks.push_back(keys_.key_bytes(kw));
+    }
+  }
+  if (Status s = index_common::check_key_order(p, chain); !s.ok()) return s;
+  if (Status s = index_common::check_reachable(p, reachable); !s.ok()) return s;
+  return index_common::check_inner_against_chain(
+      p, inner_, chain, [&](std::uint64_t a, std::uint64_t b) { return keys_.separator_less(a, b); },
+      [&](std::uint64_t sep) { return keys_.separator_bytes(sep); });
+}
+
+template <unsigned N>
+Footprint FPTree<N>::footprint() const {
+  return index_common::hybrid_footprint(*pool_, inner_, *versions_, seps_);
+}
+
+// Every operation persisted its own steps: closing only marks the clean shutdown.
+template <unsigned N>
+Status FPTree<N>::close() {
+  if (!std::exchange(closed_, true)) pool_->close_clean();
+  return Status::Ok();
+}
+
+template class FPTree<8>;
+template class FPTree<16>;
+template class FPTree<32>;
+template class FPTree<64>;
+
+// --- registry entry ----------------------------------------------------------------------
+
+namespace {
+
+using Factory = Result<std::unique_ptr<Index>> (*)(std::unique_ptr<pm::Pool>, const Options&);
+struct Instantiation {
+  std::uint32_t entries;
+  std::uint32_t leaf_bytes;  // Options::node_size and the layout id's node size
+  Factory create;
+  Factory recover;
+};
+template <unsigned N>
+constexpr Instantiation instantiation() {
+  return {N, sizeof(Leaf<N>), &FPTree<N>::create, &FPTree<N>::recover};
+}
+constexpr Instantiation kInstantiations[] = {instantiation<64>(), instantiation<8>(),
+                                             instantiation<16>(), instantiation<32>()};
+
+// node_size 0 selects the paper's 64 entries (the first row).
+const Instantiation* for_node_size(std::uint32_t node_size) {
+  for (const Instantiation& i : kInstantiations)
+    if (node_size == i.leaf_bytes || node_size == 0) return &i;
+  return nullptr;
+}
+
+// The layout id records the leaf size in bytes and, as the variant, the entries per leaf.
+pm::Layout fptree_layout(const Options& o) {
+  const Instantiation* i = for_node_size(o.node_size);
+  return pm::Layout{"fptree", i != nullptr ? i->leaf_bytes : o.node_size, o.key_type,
+                    i != nullptr ? i->entries : 0};
+}
+
+std::size_t fptree_pool_size(const Options& o) {
+  std::size_t per_record = 48;  // a 64-entry leaf at ~70% fill, rounded up
+  if (o.key_type == KeyType::bytes) per_record += 64 + o.max_key_size;
+  return std::max<std::size_t>(std::size_t{16} << 20, o.expected_records * per_record * 2);
+}
+
+Result<std::unique_ptr<Index>> fptree_create(std::unique_ptr<pm::Pool> pool, const Options& o) {
+  const Instantiation* i = for_node_size(o.node_size);
+  if (i == nullptr)
+    return pool->error(Code::invalid_argument,
+                       "fptree node_size must be 192, 320, 576 or 1152 (8..64 entries)");
+  return i->create(std::move(pool), o);
+}
+
+Result<std::unique_ptr<Index>> fptree_recover(std::unique_ptr<pm::Pool> pool, const Options& o) {
+  const pm::Layout& l = pool->info().layout;
+  const Instantiation* i = l.node_size == 0 ? nullptr : for_node_size(l.node_size);
+  if (i == nullptr || i->entries != l.variant)
+    return pool->error(Code::corrupted, "fptree pool has an impossible leaf size");
+  return i->recover(std::move(pool), o);
+}
+
+}  // namespace
+
+IndexRegistry::Entry registry_entry() {
+  return {"fptree",
+          "FPTree: PM leaves with bitmap and fingerprints (8..64 entries), split/delete "
+          "micro-logs, DRAM inner nodes",
+          &fptree_layout, &fptree_pool_size, &fptree_create, &fptree_recover};
+}
+
+}  // namespace pmindex::fptree

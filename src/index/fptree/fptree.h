@@ -1,0 +1,143 @@
+// FPTree (Oukid et al., SIGMOD 2016; survey 000 §3.2): PM leaves of N unsorted slots with a
+// validity bitmap and one-byte fingerprints, DRAM inner nodes (index_common::InnerTree) rebuilt
+// at recovery, splits and leaf removals made crash-safe by per-thread micro-logs, in-leaf
+// out-of-place updates. Persistence steps: PROTOCOL.md (cited in code as `// I3: ...`).
+//
+// Thread safety: every operation may run concurrently.
+//   * Inner nodes: optimistic lock coupling (InnerTree contract) - the paper's HTM section.
+//   * Leaves: the DRAM version of a leaf (LeafVersions) is the writer lock and the readers'
+//     seqlock. A writer takes it by CAS from the version it read while the parent was valid,
+//     then marks the PM lock word as the paper does. Readers never write; they read leaf
+//     words with relaxed atomic loads and validate the version (the paper's lookups check the
+//     leaf lock instead; we validate a DRAM version because there is no HTM).
+//   * Lock order: leaf -> (left neighbour, try-lock only) -> InnerTree SMO mutex. Nobody waits
+//     for a leaf lock while holding the SMO mutex.
+//   * Micro-logs: one entry per thread slot (pm::this_thread_slot), used only by that thread.
+// Invariants (checked by verify()):
+//   (1) the leaf chain from root.head is acyclic, in bounds, and lists the leaves in the inner
+//       tree's order; every key of a leaf lies within its inner-node fences;
+//   (2) keys are distinct and increase across leaves; each valid slot's fingerprint is the
+//       hash of its whole key; bitmap bits >= N are clear;
+//   (3) the head leaf is never removed; other leaves may be empty (a removal is best effort);
+//   (4) every micro-log entry is clear and no leaf is locked when the index is quiescent;
+//   (5) the PM bytes reachable from the root equal the allocator's bytes in use.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "index/common/inner_tree.h"
+#include "index/common/key_codec.h"
+#include "index/common/leaf_versions.h"
+#include "index/common/separator_store.h"
+#include "index/fptree/leaf.h"
+#include "pmindex/index.h"
+#include "pmindex/pm/dram_arena.h"
+
+namespace pmindex::fptree {
+
+// Root object (64 B, one line), written once at creation (C1).
+//   [ 0, 8) magic "FPTREE01"   [ 8,16) head: first leaf (never changes)
+//   [16,24) logs: offset of the MicroLog array   [24,28) leaf entries N   [28,32) key_mode
+//   [32,36) max_key_size       [36,40) log entries   [40,64) reserved (0)
+struct Root {
+  std::uint64_t magic;
+  std::uint64_t head;
+  std::uint64_t logs;
+  std::uint32_t entries;
+  std::uint32_t key_mode;
+  std::uint32_t max_key_size;
+  std::uint32_t log_count;
+  std::uint8_t reserved[24];
+};
+static_assert(sizeof(Root) == 64 && offsetof(Root, logs) == 16 && offsetof(Root, entries) == 24 &&
+              offsetof(Root, log_count) == 36);
+static_assert(std::is_standard_layout_v<Root> && std::is_trivially_copyable_v<Root>);
+inline constexpr std::uint64_t kRootMagic = 0x3130454552545046ull;  // "FPTREE01"
+inline constexpr std::uint32_t kMaxKeyBytes = 8192;
+inline constexpr std::uint32_t kLogCount = 512;  // = pm::kMaxThreadSlots
+
+// The DRAM inner fanout (run-time parameter of InnerTree): 128 children for the production
+// 64-entry leaves (the survey's setting); 4 for the small test instantiations so that tests
+// grow several inner levels with a few hundred keys.
+constexpr unsigned inner_keys_for(unsigned n) { return n >= 64 ? 127 : 3; }
+
+// The registry's entry (name "fptree"): leaf size chosen by Options::node_size (192, 320, 576
+// or 1152 B = 8, 16, 32 or 64 entries; 0 = 64) and recorded in the pool's layout id.
+IndexRegistry::Entry registry_entry();
+
+template <unsigned N>
+class FPTree final : public Index {
+ public:
+  using LeafT = Leaf<N>;
+  static constexpr std::size_t kBlock = kLeafBlock<N>;
+  // Registry: a new index in a fresh pool / the index of a pool that was open before.
+  static Result<std::unique_ptr<Index>> create(std::unique_ptr<pm::Pool> pool, const Options& o);
+  static Result<std::unique_ptr<Index>> recover(std::unique_ptr<pm::Pool> pool, const Options& o);
+  ~FPTree() override;
+
+  // Index (see pmindex/index.h for the contracts).
+  std::string_view kind() const override { return "fptree"; }
+  const pm::Pool& pool() const override { return *pool_; }
+  Code find(std::string_view key, std::string* value) const override;
+  std::size_t scan(std::string_view start, std::size_t max, ScanBuffer& out) const override;
+  Code insert(std::string_view key, std::string_view value) override;
+  Code update(std::string_view key, std::string_view value) override;
+  Code remove(std::string_view key) override;
+  Status verify() const override;
+  Footprint footprint() const override;
+  RecoveryStats recovery_stats() const override { return recovery_; }
+  Status close() override;
+
+  std::uint64_t leaf_count() const;
+
+ private:
+  using Probe = index_common::KeyCodec::Probe;
+  static constexpr int kNone = -1;
+
+  explicit FPTree(std::unique_ptr<pm::Pool> pool);
+  Status init_root(const Options& o);
+  void attach(Root* r);
+
+  LeafT* leaf_at(std::uint64_t off) const { return pool_->at<LeafT>(off); }
+  MicroLog* my_log() const;
+  // Slot of p's key in leaf l, or kNone (reads under the caller's lock or seqlock).
+  int find_slot(const LeafT* l, const Probe& p) const;
+  std::pair<std::uint64_t, std::uint64_t> descend_read(const Probe& p) const;
+  std::uint64_t lock_leaf_for(const Probe& p);
+  bool try_lock_leaf(std::uint64_t off, std::uint64_t version);
+  void unlock_leaf(std::uint64_t off, bool obsolete = false);
+  Code write_entry(std::string_view key, std::string_view value, bool replace);
+  // I1..I4 / U1..U4: writes (key, value, fp) into free slot s and commits with one bitmap NAW
+  // whose new value is `bitmap` (which sets s and, for an update, clears the old slot).
+  void commit_slot(LeafT* l, unsigned s, std::uint64_t key_word, std::uint64_t value_word,
+                   std::uint8_t fp, std::uint64_t bitmap);
+  // With `off` locked and full: S1..S8; returns the new (locked) leaf or 0 if PM is full.
+  std::uint64_t split(std::uint64_t off, std::uint64_t* sep_word);
+  // Makes room for p's key: splits the locked leaf `*off` if full and leaves *off locked
+  // (the one covering p) with a free slot.
+  Code make_room(std::uint64_t* off, const Probe& p);
+  void try_remove_leaf(std::uint64_t off, const Probe& p);  // D3..D6; unlocks off
+  static void set_fp(LeafT* l, unsigned s, std::uint8_t fp);
+  static std::uint8_t get_fp(const LeafT* l, unsigned s);
+
+  // recovery
+  Status rebuild(unsigned threads);
+
+  std::unique_ptr<pm::Pool> pool_;
+  Root* root_ = nullptr;
+  MicroLog* logs_ = nullptr;
+  std::uint64_t head_ = 0;
+  index_common::KeyCodec keys_;
+  pm::DramArena arena_;
+  index_common::InnerTree inner_;
+  std::unique_ptr<index_common::LeafVersions> versions_;
+  index_common::SeparatorStore seps_;
+  RecoveryStats recovery_;
+  bool closed_ = false;
+};
+
+}  // namespace pmindex::fptree

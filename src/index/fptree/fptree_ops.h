@@ -1,0 +1,224 @@
+// FPTree operations: lookup, insert, in-leaf out-of-place update, delete, scan. Included only
+// by fptree.cpp (explicit instantiations). Steps I*, U*, D*, K*: PROTOCOL.md.
+#pragma once
+
+#include <bit>
+#include <cstring>
+
+#include "index/common/pm_record.h"
+#include "index/common/scan_assembly.h"
+#include "index/fptree/fptree.h"
+#include "pmindex/pm/thread_slot.h"
+
+namespace pmindex::fptree {
+
+using index_common::relaxed_load;
+
+namespace detail {
+// Every PM word that optimistic readers may read is written with one 8-byte atomic store.
+inline void put(std::uint64_t* p, std::uint64_t v) { pm::publish(p, v); }
+inline std::uint64_t bit(unsigned s) { return std::uint64_t{1} << s; }
+}  // namespace detail
+
+template <unsigned N>
+void FPTree<N>::set_fp(LeafT* l, unsigned s, std::uint8_t fp) {
+  std::uint64_t* w = &l->fps[s / 8];
+  detail::put(w, with_fp(relaxed_load(w), s, fp));
+}
+
+template <unsigned N>
+std::uint8_t FPTree<N>::get_fp(const LeafT* l, unsigned s) {
+  return fp_of(relaxed_load(&l->fps[s / 8]), s);
+}
+
+template <unsigned N>
+MicroLog* FPTree<N>::my_log() const {
+  return &logs_[pm::this_thread_slot()];
+}
+
+// Fingerprints first (the paper's point: about one key comparison per successful probe).
+template <unsigned N>
+int FPTree<N>::find_slot(const LeafT* l, const Probe& p) const {
+  for (std::uint64_t m = relaxed_load(&l->bitmap) & LeafT::kFullMask; m != 0; m &= m - 1) {
+    const auto s = static_cast<unsigned>(std::countr_zero(m));
+    if (get_fp(l, s) == p.fp && keys_.matches(relaxed_load(&l->kv[s][0]), p))
+      return static_cast<int>(s);
+  }
+  return kNone;
+}
+
+template <unsigned N>
+std::pair<std::uint64_t, std::uint64_t> FPTree<N>::descend_read(const Probe& p) const {
+  return inner_.descend([&](std::uint64_t sep) { return keys_.below(p, sep); },
+                        [&](std::uint64_t leaf) -> std::optional<std::uint64_t> {
+                          std::uint64_t v = 0;
+                          if (versions_->at(leaf).read_begin(&v)) return v;
+                          return std::nullopt;
+                        });
+}
+
+// The DRAM version is the lock; the PM lock word mirrors it (volatile meaning, never flushed
+// on purpose: recovery clears whatever a crash left, R4).
+template <unsigned N>
+bool FPTree<N>::try_lock_leaf(std::uint64_t off, std::uint64_t version) {
+  if (!versions_->at(off).try_upgrade(version)) return false;
+  detail::put(&leaf_at(off)->lock, 1);
+  return true;
+}
+
+template <unsigned N>
+std::uint64_t FPTree<N>::lock_leaf_for(const Probe& p) {
+  for (;;) {
+    const auto [off, v] = descend_read(p);
+    if (try_lock_leaf(off, v)) return off;
+    index_common::VersionLock::pause();
+  }
+}
+
+template <unsigned N>
+void FPTree<N>::unlock_leaf(std::uint64_t off, bool obsolete) {
+  detail::put(&leaf_at(off)->lock, 0);
+  if (obsolete) {
+    versions_->at(off).unlock_obsolete();
+  } else {
+    versions_->at(off).unlock();
+  }
+}
+
+// I1..I4 (insert) and U1..U4 (update) share this NAW section.
+template <unsigned N>
+void FPTree<N>::commit_slot(LeafT* l, unsigned s, std::uint64_t key_word,
+                            std::uint64_t value_word, std::uint8_t fp, std::uint64_t bitmap) {
+  detail::put(&l->kv[s][0], key_word);  // I1: the entry into a free slot (unused space)
+  detail::put(&l->kv[s][1], value_word);
+  set_fp(l, s, fp);                     // I2: its fingerprint (a free slot's byte: unused)
+  pm::flush(&l->kv[s][0], 16);          // I3: entry and fingerprint durable before the commit
+  pm::flush(&l->fps[s / 8], 8);
+  pm::fence();
+  detail::put(&l->bitmap, bitmap);      // I4: NAW - one failure-atomic 8-byte bitmap store
+  pm::persist(&l->bitmap, 8);           //     commits, then persisted
+}
+
+template <unsigned N>
+Code FPTree<N>::find(std::string_view key, std::string* value) const {
+  if (Code c = keys_.check(key); c != Code::ok) return c;
+  const Probe p = keys_.probe(key);
+  for (;;) {
+    const auto [off, v] = descend_read(p);
+    const LeafT* l = leaf_at(off);
+    const int s = find_slot(l, p);
+    const std::uint64_t val = s == kNone ? 0 : relaxed_load(&l->kv[s][1]);
+    if (!versions_->at(off).validate(v)) {
+      index_common::VersionLock::pause();
+      continue;
+    }
+    if (s == kNone) return Code::not_found;
+    if (value != nullptr) value->assign(reinterpret_cast<const char*>(&val), 8);
+    return Code::ok;
+  }
+}
+
+// Insert and the paper's in-leaf out-of-place update are one protocol: lock the leaf, split
+// it if full, write the new entry into a free slot, and commit with one bitmap NAW that sets
+// the new slot and, for an update, clears the old one (I1..I4; U1..U4 are the same steps).
+template <unsigned N>
+Code FPTree<N>::write_entry(std::string_view key, std::string_view value, bool replace) {
+  if (Code c = keys_.check(key); c != Code::ok) return c;
+  if (value.size() != 8) return Code::invalid_argument;
+  const Probe p = keys_.probe(key);
+  std::uint64_t off = lock_leaf_for(p);
+  Code code = Code::ok;
+  if ((find_slot(leaf_at(off), p) != kNone) != replace)
+    code = replace ? Code::not_found : Code::already_present;
+  if (code == Code::ok) code = make_room(&off, p);
+  LeafT* l = leaf_at(off);
+  const int old = code == Code::ok && replace ? find_slot(l, p) : kNone;  // a split keeps slots
+  std::uint64_t key_word = 0;
+  if (old != kNone) {
+    key_word = relaxed_load(&l->kv[old][0]);  // shared by both slots until the switch
+  } else if (code == Code::ok) {
+    key_word = keys_.make_key_word(*pool_, p, &code);  // K1
+  }
+  if (code != Code::ok) {
+    unlock_leaf(off);
+    return code;
+  }
+  std::uint64_t value_word = 0;
+  std::memcpy(&value_word, value.data(), 8);
+  const std::uint64_t bm = relaxed_load(&l->bitmap);
+  const auto s = static_cast<unsigned>(std::countr_zero(~bm & LeafT::kFullMask));
+  std::uint64_t bitmap = bm | detail::bit(s);
+  if (old != kNone) bitmap &= ~detail::bit(static_cast<unsigned>(old));
+  commit_slot(l, s, key_word, value_word, p.fp, bitmap);  // I1..I4 / U1..U4 (K2)
+  unlock_leaf(off);
+  return Code::ok;
+}
+
+template <unsigned N>
+Code FPTree<N>::insert(std::string_view key, std::string_view value) {
+  return write_entry(key, value, /*replace=*/false);
+}
+
+template <unsigned N>
+Code FPTree<N>::update(std::string_view key, std::string_view value) {
+  return write_entry(key, value, /*replace=*/true);
+}
+
+template <unsigned N>
+Code FPTree<N>::remove(std::string_view key) {
+  if (Code c = keys_.check(key); c != Code::ok) return c;
+  const Probe p = keys_.probe(key);
+  const std::uint64_t off = lock_leaf_for(p);
+  LeafT* l = leaf_at(off);
+  const int s = find_slot(l, p);
+  if (s == kNone) {
+    unlock_leaf(off);
+    return Code::not_found;
+  }
+  const std::uint64_t key_word = relaxed_load(&l->kv[s][0]);
+  const std::uint64_t bm = relaxed_load(&l->bitmap) & ~detail::bit(static_cast<unsigned>(s));
+  detail::put(&l->bitmap, bm);  // D1: NAW - clear the slot's bitmap bit
+  pm::persist(&l->bitmap, 8);   // D2
+  if (bm == 0 && off != head_) {
+    try_remove_leaf(off, p);    // D3..D6, unlocks
+  } else {
+    unlock_leaf(off);
+  }
+  if (keys_.bytes_mode()) index_common::free_record(*pool_, key_word);  // K3
+  return Code::ok;
+}
+
+// Leaf after leaf: gather the valid entries under the leaf's version, read the successor's
+// version before validating (so the successor was linked when its version was read), sort
+// and emit (LeafScan). A failed validation re-descends from the last key emitted.
+template <unsigned N>
+std::size_t FPTree<N>::scan(std::string_view start, std::size_t max, ScanBuffer& out) const {
+  out.clear();
+  index_common::LeafScan sc(start, max);
+  while (max > 0) {
+    const std::string from = sc.have_last() ? sc.last() : std::string(start);
+    auto [off, v] = descend_read(keys_.probe(from));
+    for (;;) {
+      const LeafT* l = leaf_at(off);
+      sc.begin_leaf();
+      for (std::uint64_t m = relaxed_load(&l->bitmap) & LeafT::kFullMask; m != 0; m &= m - 1) {
+        const auto s = static_cast<unsigned>(std::countr_zero(m));
+        const std::uint64_t val = relaxed_load(&l->kv[s][1]);
+        sc.gather(keys_.key_bytes(relaxed_load(&l->kv[s][0])),
+                  std::string_view(reinterpret_cast<const char*>(&val), 8));
+      }
+      const std::uint64_t next = relaxed_load(&l->next);
+      std::uint64_t next_v = 0;
+      const bool next_ok = next == 0 || versions_->at(next).read_begin(&next_v);
+      if (!next_ok || !versions_->at(off).validate(v)) break;
+      sc.emit(out);
+      if (sc.full(out) || next == 0) return out.size();
+      off = next;
+      v = next_v;
+    }
+    index_common::VersionLock::pause();
+  }
+  return 0;
+}
+
+}  // namespace pmindex::fptree

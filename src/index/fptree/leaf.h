@@ -1,0 +1,83 @@
+// FPTree PM leaf (Oukid et al., SIGMOD 2016, §4; survey 000 §3.2) and its micro-logs.
+//
+// Leaf<N>, N entries (8, 16, 32 or 64; 64 is the paper's and the survey's setting), one
+// allocator block of max(256, sizeof) bytes (256 B aligned, so LeafVersions' 256 B granules
+// give every leaf its own DRAM version):
+//
+//   [ 0, 8)   bitmap     bit s set iff slot s holds a valid entry (bits >= N are zero)
+//   [ 8,16)   next       pool offset of the next leaf in key order, 0 at the end
+//   [16,24)   lock       1 while a writer holds the leaf; volatile meaning, cleared at recovery
+//   [24,32)   reserved   0
+//   [32,K)    fps        one-byte fingerprints, slot s at byte 32 + s, packed 8 per u64 word
+//                        (stored as whole words so that optimistic readers read atomically)
+//   [K, K + 16N) kv[s]   slot s: key word, value word (unsorted)
+// K = 32 + N rounded up to 64: the KV slots start on a cache line.
+//   N = 8: 192 B (kv at 64)    N = 16: 320 B    N = 32: 576 B    N = 64: 1152 B (kv at 128)
+// For N = 64: line 0 holds bitmap, next, lock and fingerprints 0..31; line 1 fingerprints
+// 32..63; then 4 slots per line.
+//
+// MicroLog: one 32-byte entry per thread slot (two per line), in an array the root points to.
+//   [ 0, 8) split_leaf    leaf being split (0 = no split in progress)
+//   [ 8,16) split_new     the new leaf, once allocated (its block is owned through the log)
+//   [16,24) delete_leaf   empty leaf being unlinked (0 = none)
+//   [24,32) delete_prev   its predecessor in the chain
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+namespace pmindex::fptree {
+
+constexpr std::size_t fp_bytes_for(unsigned n) { return (32 + n + 63) / 64 * 64 - 32; }
+
+template <unsigned N>
+struct Leaf {
+  static_assert(N >= 8 && N <= 64 && N % 8 == 0, "bitmap is one u64, fingerprints whole words");
+  static constexpr unsigned kSlots = N;
+  static constexpr std::uint64_t kFullMask = N == 64 ? ~std::uint64_t{0}
+                                                     : (std::uint64_t{1} << N) - 1;
+  static constexpr std::size_t kFpWords = fp_bytes_for(N) / 8;
+
+  std::uint64_t bitmap;
+  std::uint64_t next;
+  std::uint64_t lock;
+  std::uint64_t reserved;
+  std::uint64_t fps[kFpWords];
+  std::uint64_t kv[N][2];
+};
+
+// Leaves occupy at least 256 B (one LeafVersions granule each).
+template <unsigned N>
+inline constexpr std::size_t kLeafBlock = sizeof(Leaf<N>) < 256 ? 256 : sizeof(Leaf<N>);
+
+static_assert(offsetof(Leaf<64>, bitmap) == 0 && offsetof(Leaf<64>, next) == 8 &&
+              offsetof(Leaf<64>, lock) == 16 && offsetof(Leaf<64>, fps) == 32);
+static_assert(offsetof(Leaf<8>, kv) == 64 && sizeof(Leaf<8>) == 192);
+static_assert(offsetof(Leaf<16>, kv) == 64 && sizeof(Leaf<16>) == 320);
+static_assert(offsetof(Leaf<32>, kv) == 64 && sizeof(Leaf<32>) == 576);
+static_assert(offsetof(Leaf<64>, kv) == 128 && sizeof(Leaf<64>) == 1152,
+              "the paper's 64-entry leaf: two header lines, then 16 lines of slots");
+static_assert(std::is_standard_layout_v<Leaf<64>> && std::is_trivially_copyable_v<Leaf<64>>);
+static_assert(std::is_standard_layout_v<Leaf<8>> && std::is_trivially_copyable_v<Leaf<8>>);
+
+struct MicroLog {
+  std::uint64_t split_leaf;
+  std::uint64_t split_new;
+  std::uint64_t delete_leaf;
+  std::uint64_t delete_prev;
+};
+static_assert(sizeof(MicroLog) == 32 && offsetof(MicroLog, delete_leaf) == 16);
+static_assert(std::is_standard_layout_v<MicroLog> && std::is_trivially_copyable_v<MicroLog>);
+
+// Fingerprint access on the packed words (byte s % 8 of word s / 8, little-endian).
+constexpr std::uint8_t fp_of(std::uint64_t word, unsigned s) {
+  return static_cast<std::uint8_t>(word >> (8 * (s % 8)));
+}
+constexpr std::uint64_t with_fp(std::uint64_t word, unsigned s, std::uint8_t fp) {
+  const unsigned sh = 8 * (s % 8);
+  return (word & ~(std::uint64_t{0xFF} << sh)) | (std::uint64_t{fp} << sh);
+}
+static_assert(fp_of(with_fp(0, 9, 0xAB), 9) == 0xAB && with_fp(0, 9, 0xAB) == 0xAB00);
+
+}  // namespace pmindex::fptree

@@ -1,0 +1,284 @@
+// FPTree against std::map with small leaves (8 entries = 192 B: a split every few inserts,
+// inner fanout 4), verify() after every operation, all three key types and every leaf size;
+// edge keys and values; out-of-place updates; empty-leaf removal returning space; reopen after
+// close and after a "crash"; verify() and recovery catching corruption.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <random>
+#include <tuple>
+
+#include "index/fptree/fptree.h"
+#include "pmindex/index.h"
+#include "support/temp_dir.h"
+
+namespace pmindex {
+namespace {
+
+using pmindex::testing::TempDir;
+
+constexpr std::uint32_t kSmall = sizeof(fptree::Leaf<8>);   // 192
+constexpr std::uint32_t kPaper = sizeof(fptree::Leaf<64>);  // 1152
+
+std::unique_ptr<Index> must_open(const Options& o) {
+  auto r = Index::open(o);
+  EXPECT_TRUE(r.ok()) << r.status().to_string();
+  return r.ok() ? std::move(r).value() : nullptr;
+}
+
+Options fp_options(std::uint32_t node_size, KeyType kt) {
+  Options o;
+  o.kind = "fptree";
+  o.pool_size = 32 << 20;
+  o.node_size = node_size;
+  o.key_type = kt;
+  o.max_key_size = kt == KeyType::bytes ? 48 : 8;
+  return o;
+}
+
+std::string random_key(KeyType kt, std::uint64_t r) {
+  if (kt == KeyType::u64) {
+    if (r == 0) return encode_u64(0);
+    if (r == 1) return encode_u64(~std::uint64_t{0});
+    return encode_u64(r * 0xD1B54A32D192ED03ull);
+  }
+  if (kt == KeyType::f64) return encode_f64((static_cast<double>(r) - 700.0) * 0.25);
+  std::mt19937_64 g(r);
+  std::string s(std::uniform_int_distribution<std::size_t>(0, 10)(g), '\0');
+  for (char& c : s) c = static_cast<char>(std::uniform_int_distribution<int>(0, 2)(g));
+  return s;
+}
+
+std::string random_value(std::mt19937_64& rng) {
+  const std::uint64_t v = rng() | (std::uint64_t{1} << 63);  // top bit set
+  return std::string(reinterpret_cast<const char*>(&v), 8);
+}
+
+void check_against(const Index& idx, const std::map<std::string, std::string>& oracle) {
+  ScanBuffer out;
+  ASSERT_EQ(idx.scan({}, oracle.size() + 5, out), oracle.size());
+  std::size_t i = 0;
+  for (const auto& [k, v] : oracle) {
+    ASSERT_EQ(out.key(i), k) << i;
+    ASSERT_EQ(out.value(i), v) << i;
+    ++i;
+  }
+}
+
+using RandomParam = std::tuple<std::uint32_t, KeyType>;
+class FPTreeRandom : public ::testing::TestWithParam<RandomParam> {};
+
+TEST_P(FPTreeRandom, MatchesStdMapWithVerifyAfterEveryOp) {
+  const auto [node_size, kt] = GetParam();
+  auto idx = must_open(fp_options(node_size, kt));
+  ASSERT_NE(idx, nullptr);
+  const std::uint64_t empty_bytes = idx->footprint().pm_bytes;
+  std::map<std::string, std::string> oracle;
+  std::mt19937_64 rng(node_size * 31 + static_cast<unsigned>(kt));
+  const int ops = node_size == kSmall ? 3000 : 1500;
+  for (int i = 0; i < ops; ++i) {
+    const std::string k = random_key(kt, rng() % 400);
+    const std::string v = random_value(rng);
+    std::string got;
+    switch (rng() % 6) {
+      case 0:
+      case 1: {
+        const bool fresh = !oracle.count(k);
+        ASSERT_EQ(idx->insert(k, v), fresh ? Code::ok : Code::already_present);
+        if (fresh) oracle[k] = v;
+        break;
+      }
+      case 2: {
+        const bool present = oracle.count(k) != 0;
+        ASSERT_EQ(idx->update(k, v), present ? Code::ok : Code::not_found);
+        if (present) oracle[k] = v;
+        break;
+      }
+      case 3:
+        ASSERT_EQ(idx->remove(k), oracle.erase(k) ? Code::ok : Code::not_found);
+        break;
+      case 4: {
+        const auto it = oracle.find(k);
+        ASSERT_EQ(idx->find(k, &got), it == oracle.end() ? Code::not_found : Code::ok);
+        if (it != oracle.end()) ASSERT_EQ(got, it->second);
+        break;
+      }
+      default: {
+        ScanBuffer out;
+        const std::size_t n = idx->scan(k, 7, out);
+        auto it = oracle.lower_bound(k);
+        for (std::size_t j = 0; j < n; ++j, ++it) {
+          ASSERT_NE(it, oracle.end());
+          ASSERT_EQ(out.key(j), it->first);
+          ASSERT_EQ(out.value(j), it->second);
+        }
+        ASSERT_TRUE(n == 7 || it == oracle.end());
+      }
+    }
+    const Status s = idx->verify();
+    ASSERT_TRUE(s.ok()) << "after op " << i << ": " << s.to_string();
+  }
+  check_against(*idx, oracle);
+  // Deleting everything unlinks every non-head leaf: PM use returns to the empty tree's.
+  for (const auto& [k, v] : oracle) ASSERT_EQ(idx->remove(k), Code::ok);
+  ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
+  EXPECT_EQ(idx->footprint().pm_bytes, empty_bytes);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    LeavesAndKeys, FPTreeRandom,
+    ::testing::Combine(::testing::Values(kSmall, std::uint32_t{320}, std::uint32_t{576}, kPaper),
+                       ::testing::Values(KeyType::u64, KeyType::f64, KeyType::bytes)));
+
+TEST(FPTree, EdgeKeysAndValues) {
+  auto idx = must_open(fp_options(kSmall, KeyType::u64));
+  ASSERT_NE(idx, nullptr);
+  const std::string zero = encode_u64(0), ones = encode_u64(~std::uint64_t{0});
+  const std::string top(8, '\xff'), nul(8, '\0');
+  EXPECT_EQ(idx->insert(zero, top), Code::ok);
+  EXPECT_EQ(idx->insert(ones, nul), Code::ok);
+  std::string v;
+  EXPECT_EQ(idx->find(zero, &v), Code::ok);
+  EXPECT_EQ(v, top);
+  EXPECT_EQ(idx->find(ones, &v), Code::ok);
+  EXPECT_EQ(v, nul);
+  EXPECT_EQ(idx->insert("short", top), Code::invalid_argument);
+  EXPECT_EQ(idx->insert(encode_u64(5), "seven77"), Code::invalid_argument);
+  EXPECT_EQ(idx->update(zero, nul), Code::ok);
+  EXPECT_EQ(idx->find(zero, &v), Code::ok);
+  EXPECT_EQ(v, nul);
+  EXPECT_TRUE(idx->verify().ok());
+  Options o = fp_options(kSmall, KeyType::u64);
+  o.max_value_size = 16;
+  EXPECT_FALSE(Index::open(o).ok()) << "values are 8 bytes inline";
+  o = fp_options(1000, KeyType::u64);
+  EXPECT_FALSE(Index::open(o).ok()) << "no such leaf size";
+}
+
+// Updates in a full leaf split it first (the new version needs a free slot).
+TEST(FPTree, UpdateInFullLeafSplits) {
+  auto idx = must_open(fp_options(kSmall, KeyType::u64));
+  ASSERT_NE(idx, nullptr);
+  for (std::uint64_t k = 0; k < 8; ++k) ASSERT_EQ(idx->insert(encode_u64(k), encode_u64(k)), Code::ok);
+  const std::uint64_t before = idx->footprint().pm_bytes;
+  for (std::uint64_t k = 0; k < 8; ++k) {
+    ASSERT_EQ(idx->update(encode_u64(k), encode_u64(k + 100)), Code::ok);
+    ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
+  }
+  EXPECT_GT(idx->footprint().pm_bytes, before);
+  for (std::uint64_t k = 0; k < 8; ++k) {
+    std::string v;
+    ASSERT_EQ(idx->find(encode_u64(k), &v), Code::ok);
+    EXPECT_EQ(v, encode_u64(k + 100));
+  }
+}
+
+TEST(FPTree, ReopenAfterCloseAndAfterCrash) {
+  for (const bool clean : {true, false}) {
+    for (const KeyType kt : {KeyType::u64, KeyType::bytes}) {
+      TempDir dir;
+      Options o = fp_options(kSmall, kt);
+      o.path = dir.file("f.pool");
+      std::map<std::string, std::string> oracle;
+      {
+        auto idx = must_open(o);
+        ASSERT_NE(idx, nullptr);
+        std::mt19937_64 rng(7);
+        for (int i = 0; i < 4000; ++i) {
+          const std::string k = random_key(kt, rng() % 3000);
+          if (oracle.emplace(k, encode_u64(i)).second) ASSERT_EQ(idx->insert(k, encode_u64(i)), Code::ok);
+        }
+        for (int i = 0; i < 2500; ++i) {
+          const std::string k = random_key(kt, rng() % 3000);
+          ASSERT_EQ(idx->remove(k), oracle.erase(k) ? Code::ok : Code::not_found);
+        }
+        if (clean) ASSERT_TRUE(idx->close().ok());
+      }
+      auto idx = must_open(o);
+      ASSERT_NE(idx, nullptr);
+      EXPECT_EQ(idx->recovery_stats().clean_shutdown, clean);
+      EXPECT_EQ(idx->recovery_stats().records, oracle.size());
+      ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
+      check_against(*idx, oracle);
+      ASSERT_EQ(idx->insert(random_key(kt, 999999), encode_u64(1)), Code::ok);
+      ASSERT_TRUE(idx->verify().ok());
+    }
+  }
+}
+
+// Layout id: a pool made with one leaf size refuses another.
+TEST(FPTree, LayoutRecordsLeafSize) {
+  TempDir dir;
+  Options o = fp_options(kSmall, KeyType::u64);
+  o.path = dir.file("l.pool");
+  { ASSERT_NE(must_open(o), nullptr); }
+  Options other = o;
+  other.node_size = kPaper;
+  EXPECT_FALSE(Index::open(other).ok());
+  Options from_pool = other;
+  from_pool.layout_from_pool = true;
+  EXPECT_TRUE(Index::open(from_pool).ok());
+}
+
+std::uint64_t head_of(const pm::Pool& pool) {
+  return pool.at<fptree::Root>(pool.root())->head;
+}
+
+// verify() must be able to fail: a fingerprint, a duplicated key, a bitmap bit beyond the slots,
+// a leftover lock word and a non-empty micro-log are each reported.
+TEST(FPTree, VerifyCatchesCorruption) {
+  auto idx = must_open(fp_options(kSmall, KeyType::u64));
+  ASSERT_NE(idx, nullptr);
+  for (std::uint64_t k = 1; k <= 5; ++k) ASSERT_EQ(idx->insert(encode_u64(k), encode_u64(k)), Code::ok);
+  ASSERT_TRUE(idx->verify().ok());
+  const pm::Pool& pool = idx->pool();
+  auto* leaf = pool.at<fptree::Leaf<8>>(head_of(pool));
+  auto expect_bad = [&](const char* what) {
+    const Status s = idx->verify();
+    EXPECT_FALSE(s.ok()) << what;
+    EXPECT_NE(s.message().find(what), std::string::npos) << s.to_string();
+  };
+  leaf->fps[0] ^= 0x5a;  // slot 0's fingerprint
+  expect_bad("fingerprint");
+  leaf->fps[0] ^= 0x5a;
+  ASSERT_TRUE(idx->verify().ok());
+  const std::uint64_t saved = leaf->kv[1][0];
+  leaf->kv[1][0] = leaf->kv[0][0];
+  leaf->fps[0] = fptree::with_fp(leaf->fps[0], 1, fptree::fp_of(leaf->fps[0], 0));
+  expect_bad("duplicate");
+  leaf->kv[1][0] = saved;
+  leaf->fps[0] = fptree::with_fp(leaf->fps[0], 1, index_common::fingerprint_word(saved));
+  ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
+  leaf->bitmap |= std::uint64_t{1} << 9;
+  expect_bad("beyond");
+  leaf->bitmap &= ~(std::uint64_t{1} << 9);
+  leaf->lock = 1;
+  expect_bad("locked");
+  leaf->lock = 0;
+  auto* log = pool.at<fptree::MicroLog>(pool.at<fptree::Root>(pool.root())->logs);
+  log[3].split_leaf = head_of(pool);
+  expect_bad("micro-log");
+  log[3].split_leaf = 0;
+  EXPECT_TRUE(idx->verify().ok());
+}
+
+TEST(FPTree, RecoveryRefusesACycle) {
+  TempDir dir;
+  Options o = fp_options(kSmall, KeyType::u64);
+  o.path = dir.file("cyc.pool");
+  {
+    auto idx = must_open(o);
+    for (std::uint64_t k = 0; k < 100; ++k) ASSERT_EQ(idx->insert(encode_u64(k), encode_u64(k)), Code::ok);
+    const pm::Pool& pool = idx->pool();
+    auto* head = pool.at<fptree::Leaf<8>>(head_of(pool));
+    head->next = head_of(pool);
+    ASSERT_FALSE(idx->verify().ok());
+  }
+  auto r = Index::open(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::corrupted);
+}
+
+}  // namespace
+}  // namespace pmindex
