@@ -101,7 +101,9 @@ TEST_P(FPTreeRandom, MatchesStdMapWithVerifyAfterEveryOp) {
       case 4: {
         const auto it = oracle.find(k);
         ASSERT_EQ(idx->find(k, &got), it == oracle.end() ? Code::not_found : Code::ok);
-        if (it != oracle.end()) ASSERT_EQ(got, it->second);
+        if (it != oracle.end()) {
+          ASSERT_EQ(got, it->second);
+        }
         break;
       }
       default: {
@@ -187,13 +189,17 @@ TEST(FPTree, ReopenAfterCloseAndAfterCrash) {
         std::mt19937_64 rng(7);
         for (int i = 0; i < 4000; ++i) {
           const std::string k = random_key(kt, rng() % 3000);
-          if (oracle.emplace(k, encode_u64(i)).second) ASSERT_EQ(idx->insert(k, encode_u64(i)), Code::ok);
+          if (oracle.emplace(k, encode_u64(i)).second) {
+            ASSERT_EQ(idx->insert(k, encode_u64(i)), Code::ok);
+          }
         }
         for (int i = 0; i < 2500; ++i) {
           const std::string k = random_key(kt, rng() % 3000);
           ASSERT_EQ(idx->remove(k), oracle.erase(k) ? Code::ok : Code::not_found);
         }
-        if (clean) ASSERT_TRUE(idx->close().ok());
+        if (clean) {
+          ASSERT_TRUE(idx->close().ok());
+        }
       }
       auto idx = must_open(o);
       ASSERT_NE(idx, nullptr);
