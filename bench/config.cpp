@@ -105,7 +105,8 @@ void validate(Config& c) {
   if (c.value_size == 0) throw Invalid{"--value_size must be at least 1"};
   if (c.mode == RunMode::time && !(c.seconds > 0)) throw Invalid{"--seconds must be > 0"};
   if (c.bulk_load && c.skip_load) throw Invalid{"--bulk_load and --skip_load exclude each other"};
-  if (!c.dataset.empty()) throw Invalid{"--dataset is not implemented yet (docs/pmbench.md, 'Not yet')"};
+  if (!c.dataset.empty() && c.key_size != 8)
+    throw Invalid{"--dataset takes SOSD files of 8-byte keys: --key_size must be 8"};
 }
 
 }  // namespace
@@ -151,7 +152,7 @@ int parse_command_line(int argc, const char* const* argv, Config* out, std::ostr
   app.add_option("--csv", c.csv_path, "write results as CSV to FILE");
   app.add_flag("--list", c.list, "print the built-in index names and exit");
   app.add_flag("--verify", c.verify, "conformance mode: check every result, stop at the first mismatch");
-  app.add_option("--dataset", c.dataset, "keys from a dataset file (not yet implemented)");
+  app.add_option("--dataset", c.dataset, "keys from a SOSD binary file (uint64 count, then 8-byte keys)");
   app.add_option("--workload", c.workload, "ycsb-a .. ycsb-f (sets the ratios, zipfian 0.99)");
   app.add_option("--repeat", c.repeat, "repeat load+run N times")
       ->check(CLI::Range(1u, 1000u))->capture_default_str();

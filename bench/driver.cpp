@@ -15,6 +15,7 @@
 #include <sstream>
 #include <thread>
 
+#include "dataset.h"
 #include "pmindex/index.h"
 
 namespace pmbench {
@@ -552,7 +553,17 @@ bool run_once(const Config& c, unsigned repeat, RunResult* r, std::string* error
   r->durability = info.durability;
   r->emulated_pm = info.emulated_pm;
 
-  const WorkloadSpec base = WorkloadSpec::from(c, c.operations);
+  std::shared_ptr<const Dataset> dataset;
+  if (!c.dataset.empty()) {
+    dataset = load_sosd(c.dataset, c.seed, error);
+    if (!dataset) return false;
+    if (dataset->keys.size() < c.records) {
+      *error = c.dataset + ": " + std::to_string(dataset->keys.size()) + " distinct keys, fewer than --records " +
+               std::to_string(c.records);
+      return false;
+    }
+  }
+  const WorkloadSpec base = WorkloadSpec::from(c, c.operations, dataset);
   if (!c.skip_load) {
     if (!load(c, base, *target, r, error)) return false;
   } else {
@@ -573,9 +584,24 @@ bool run_once(const Config& c, unsigned repeat, RunResult* r, std::string* error
     }
   }
 
-  const std::uint64_t ops = c.mode == RunMode::time ? calibrate_operations(c, base, *target) : c.operations;
-  const WorkloadSpec spec = WorkloadSpec::from(c, ops);
+  std::uint64_t ops = c.mode == RunMode::time ? calibrate_operations(c, base, *target) : c.operations;
+  const double insert_ratio = c.ratio[static_cast<int>(OpType::insert)];
+  if (dataset && insert_ratio > 0 && c.mode == RunMode::time) {
+    // Inserts take fresh dataset keys: keep the time-mode buffer within the dataset.
+    const double spare = static_cast<double>(dataset->keys.size() - c.records) - c.threads;
+    ops = std::min<std::uint64_t>(ops, static_cast<std::uint64_t>(std::max(0.0, spare / insert_ratio)));
+  }
+  const WorkloadSpec spec = WorkloadSpec::from(c, ops, dataset);
   const std::vector<Schedule> schedules = build_schedules(spec);
+  if (dataset) {
+    for (const auto& s : schedules)
+      for (std::size_t i = 0; i < s.size(); ++i)
+        if (s.types[i] == OpType::insert && s.ids[i] >= dataset->keys.size()) {
+          *error = c.dataset + ": the run inserts more keys than the dataset holds beyond --records (" +
+                   std::to_string(dataset->keys.size()) + " distinct keys)";
+          return false;
+        }
+  }
   for (const auto& s : schedules) r->scheduled += s.size();
   if (c.warmup) warmup(c, spec, *target);
   r->clock_overhead_ns = clock_overhead_ns();

@@ -18,6 +18,12 @@ bool KeyFormat::id_of(std::string_view key, std::uint64_t* id) const {
       if (key[i] != '\0') return false;
   }
   const std::uint64_t word = load_be64(key.data() + key_size_ - 8);
+  if (dataset_) {
+    std::uint64_t raw = word;
+    if (kind_ == KeyKind::f64)  // invert f64_ordered_bits
+      raw = (word >> 63) != 0 ? word & ~(std::uint64_t{1} << 63) : ~word;
+    return dataset_->find_id(raw, id);
+  }
   if (kind_ == KeyKind::f64) {
     if ((word >> 63) == 0) return false;  // a negative double: never one of ours
     const double d = std::bit_cast<double>(word & ~(std::uint64_t{1} << 63));

@@ -5,7 +5,8 @@
 // h (PiBench stores it little-endian, so its byte order and numeric order disagree). Id 0 is
 // key 0. With key_size > 8 the key is <prefix><zero padding><8 hash bytes>, as PiBench. With
 // --key_type double the key is the order-preserving encoding of the double (h mod 2^53), also
-// a bijection for ids below 2^53.
+// a bijection for ids below 2^53. With --dataset the 8 ordering bytes are the dataset's key
+// number id (an integer, or an IEEE double with --key_type double) instead of the hash.
 //
 // The value of id i at version v (0 = loaded, >0 = the v-th update) is a mix of (h, v): by
 // default below 2^48, like the record pointers indexes usually store; --value_bits 64 uses all
@@ -13,11 +14,15 @@
 // than 8 bytes repeat the mixed word; shorter ones keep its low bytes.
 #pragma once
 
+#include <bit>
 #include <cstdint>
 #include <cstring>
 #include <string>
 #include <string_view>
 
+#include <memory>
+
+#include "dataset.h"
 #include "rng.h"
 
 namespace pmbench {
@@ -52,8 +57,10 @@ std::uint64_t f64_ordered_bits(double v);
 class KeyFormat {
  public:
   KeyFormat() = default;
-  KeyFormat(std::size_t key_size, std::string prefix, KeyKind kind)
-      : key_size_(key_size), prefix_(std::move(prefix)), kind_(kind) {}
+  KeyFormat(std::size_t key_size, std::string prefix, KeyKind kind,
+            std::shared_ptr<const Dataset> dataset = nullptr)
+      : key_size_(key_size), prefix_(std::move(prefix)), kind_(kind), dataset_(std::move(dataset)) {}
+  const Dataset* dataset() const { return dataset_.get(); }
 
   std::size_t key_size() const { return key_size_; }
   KeyKind kind() const { return kind_; }
@@ -61,6 +68,10 @@ class KeyFormat {
 
   // The 8 bytes that order the key (the hash, or the encoded double).
   std::uint64_t order_word(std::uint64_t id) const {
+    if (dataset_ && id < dataset_->keys.size()) {
+      const std::uint64_t raw = dataset_->keys[id];
+      return kind_ == KeyKind::f64 ? f64_ordered_bits(std::bit_cast<double>(raw)) : raw;
+    }
     const std::uint64_t h = key_hash(id);
     if (kind_ == KeyKind::f64)
       return f64_ordered_bits(static_cast<double>(h & ((std::uint64_t{1} << 53) - 1)));
@@ -86,6 +97,7 @@ class KeyFormat {
   std::size_t key_size_ = 8;
   std::string prefix_;
   KeyKind kind_ = KeyKind::u64;
+  std::shared_ptr<const Dataset> dataset_;
 };
 
 class ValueFormat {

@@ -10,7 +10,8 @@ namespace pmbench {
 std::atomic<int> TimedSection::active{0};
 std::atomic<std::uint64_t> TimedSection::violations{0};
 
-WorkloadSpec WorkloadSpec::from(const Config& c, std::uint64_t operations) {
+WorkloadSpec WorkloadSpec::from(const Config& c, std::uint64_t operations,
+                                std::shared_ptr<const Dataset> dataset) {
   WorkloadSpec s;
   s.records = c.records;
   s.threads = c.threads;
@@ -19,7 +20,7 @@ WorkloadSpec WorkloadSpec::from(const Config& c, std::uint64_t operations) {
   s.distribution = c.distribution;
   s.skew = c.skew;
   s.seed = c.seed;
-  s.keys = KeyFormat(c.key_size, c.key_prefix, c.key_kind());
+  s.keys = KeyFormat(c.key_size, c.key_prefix, c.key_kind(), std::move(dataset));
   s.values = ValueFormat(c.value_size, c.value_bits);
   s.latency_sampling = c.latency_sampling;
   s.owned = c.owned_ids();

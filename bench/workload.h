@@ -16,6 +16,7 @@
 
 #include <array>
 #include <atomic>
+#include <memory>
 #include <cstdint>
 #include <vector>
 
@@ -39,7 +40,8 @@ struct WorkloadSpec {
   bool owned = false;
   int scan_size = 100;
 
-  static WorkloadSpec from(const Config& c, std::uint64_t operations);
+  static WorkloadSpec from(const Config& c, std::uint64_t operations,
+                           std::shared_ptr<const Dataset> dataset = nullptr);
 };
 
 inline std::uint64_t insert_id(std::uint64_t records, unsigned threads, unsigned t,

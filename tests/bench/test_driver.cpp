@@ -128,3 +128,49 @@ TEST(Driver, TimeModeRunsAndBulkLoad) {
 
 }  // namespace
 }  // namespace pmbench
+
+#include <unistd.h>
+
+#include <bit>
+#include <fstream>
+
+namespace pmbench {
+namespace {
+
+// A SOSD file of n keys (integers, or doubles' bits), sorted as SOSD ships them.
+std::string sosd_file(std::uint64_t n, bool doubles) {
+  const std::string path = "/tmp/pmbench-driver-" + std::to_string(::getpid()) + (doubles ? "-f64" : "-u64");
+  std::vector<std::uint64_t> keys;
+  for (std::uint64_t i = 0; i < n; ++i)
+    keys.push_back(doubles ? std::bit_cast<std::uint64_t>(-1000.5 + 0.25 * i) : i * i * 31 + 7);
+  std::ofstream f(path, std::ios::binary);
+  f.write(reinterpret_cast<const char*>(&n), 8);
+  f.write(reinterpret_cast<const char*>(keys.data()), static_cast<std::streamsize>(n * 8));
+  return path;
+}
+
+TEST(Driver, SosdDatasetConformance) {
+  for (bool doubles : {false, true}) {
+    const std::string path = sosd_file(6000, doubles);
+    Config c = small("reflist");
+    c.dataset = path;
+    c.key_type = doubles ? "double" : "u64";
+    c.verify = true;
+    c.value_bits = 64;
+    c.threads = 2;
+    const double mix[kOpTypes] = {0.3, 0.2, 0.2, 0.1, 0.2};
+    std::copy(mix, mix + kOpTypes, c.ratio);
+    RunResult r;
+    std::string error;
+    ASSERT_TRUE(run_once(c, 0, &r, &error)) << error;
+    EXPECT_TRUE(r.verify_error.empty()) << r.verify_error;
+    // 20000 operations with 20% inserts need 4000 more keys than the 2000 loaded: fits in 6000.
+    c.operations = 40000;
+    EXPECT_FALSE(run_once(c, 0, &r, &error));
+    EXPECT_NE(error.find("more keys than the dataset"), std::string::npos) << error;
+    ::unlink(path.c_str());
+  }
+}
+
+}  // namespace
+}  // namespace pmbench

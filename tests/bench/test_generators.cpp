@@ -214,3 +214,71 @@ TEST(PiBenchBug6, PerThreadSequencesSeededAndReproducible) {
 
 }  // namespace
 }  // namespace pmbench
+
+// --- datasets ---------------------------------------------------------------------------------
+#include <unistd.h>
+
+#include <fstream>
+
+#include "dataset.h"
+
+namespace pmbench {
+namespace {
+
+std::string write_file(const std::string& name, const std::string& bytes) {
+  const std::string path = "/tmp/pmbench-test-" + std::to_string(::getpid()) + "-" + name;
+  std::ofstream(path, std::ios::binary) << bytes;
+  return path;
+}
+
+std::string sosd(const std::vector<std::uint64_t>& keys, std::uint64_t count) {
+  std::string b(reinterpret_cast<const char*>(&count), 8);
+  b.append(reinterpret_cast<const char*>(keys.data()), keys.size() * 8);
+  return b;
+}
+
+TEST(Dataset, SosdLoadsDistinctShuffledKeysAndMapsBack) {
+  const std::string p = write_file("ok.sosd", sosd({5, 1, 9, 9, 3}, 5));
+  std::string err;
+  auto d = load_sosd(p, 1729, &err);
+  ASSERT_TRUE(d) << err;
+  EXPECT_EQ(d->raw_count, 5u);
+  auto sorted = d->keys;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(sorted, (std::vector<std::uint64_t>{1, 3, 5, 9}));
+  KeyFormat f(8, "", KeyKind::u64, d);
+  for (std::uint64_t id = 0; id < 4; ++id) {
+    EXPECT_EQ(load_be64(f.make(id).data()), d->keys[id]);
+    std::uint64_t back = 99;
+    ASSERT_TRUE(f.id_of(f.make(id), &back));
+    EXPECT_EQ(back, id);
+  }
+  ::unlink(p.c_str());
+}
+
+TEST(Dataset, SosdRefusesBadHeaderOrTruncation) {
+  std::string err;
+  const std::string a = write_file("short.sosd", sosd({1, 2}, 3));
+  EXPECT_FALSE(load_sosd(a, 1, &err));
+  EXPECT_NE(err.find("header says 3"), std::string::npos) << err;
+  const std::string b = write_file("tiny.sosd", "abc");
+  EXPECT_FALSE(load_sosd(b, 1, &err));
+  EXPECT_FALSE(load_sosd("/nonexistent/x.sosd", 1, &err));
+  ::unlink(a.c_str());
+  ::unlink(b.c_str());
+}
+
+TEST(Dataset, TextKeysOnePerLineAnyBytes) {
+  const std::string p = write_file("keys.txt", std::string("alice\nb\0b\n\nlast", 15));
+  std::vector<std::string> keys;
+  std::string err;
+  ASSERT_TRUE(load_text_keys(p, &keys, &err)) << err;
+  ASSERT_EQ(keys.size(), 4u);
+  EXPECT_EQ(keys[1], std::string("b\0b", 3));
+  EXPECT_EQ(keys[2], "");
+  EXPECT_EQ(keys[3], "last");
+  ::unlink(p.c_str());
+}
+
+}  // namespace
+}  // namespace pmbench
