@@ -602,7 +602,10 @@ bool run_once(const Config& c, unsigned repeat, RunResult* r, std::string* error
           return false;
         }
   }
-  for (const auto& s : schedules) r->scheduled += s.size();
+  for (const auto& s : schedules) {
+    r->scheduled += s.size();
+    r->expected_misses += s.expected_misses;
+  }
   if (c.warmup) warmup(c, spec, *target);
   r->clock_overhead_ns = clock_overhead_ns();
 

@@ -59,6 +59,8 @@ struct RunResult {
   double clock_overhead_ns = 0;
   bool schedule_exhausted = false;         // time mode: a thread ran out of pre-generated ops
   std::uint64_t scheduled = 0;
+  std::uint64_t expected_misses = 0;       // ops scheduled on a thread with no live id
+
   // persistence work in the run phase (all operations)
   PmTotals pm_total;
   // memory after load

@@ -107,7 +107,7 @@ ordered_json to_json(const Config& c, const RunResult& r) {
                {"throughput", r.load_seconds > 0 ? r.loaded / r.load_seconds : 0.0},
                {"validate_seconds", r.validate_seconds}};
   j["run"] = {{"seconds", r.run_seconds}, {"completed", r.completed}, {"succeeded", r.succeeded},
-              {"throughput", r.throughput()}, {"scheduled", r.scheduled},
+              {"throughput", r.throughput()}, {"scheduled", r.scheduled}, {"expected_misses", r.expected_misses},
               {"schedule_exhausted", r.schedule_exhausted},
               {"clock_overhead_ns", r.clock_overhead_ns}};
   ordered_json ops, lat, pm;

@@ -127,6 +127,9 @@ Schedule build_one(const WorkloadSpec& s, unsigned t, const std::array<std::uint
                                   : -1);
         }
       }
+    } else if (shared_n + inserted == 0) {
+      id = absent_id(t);  // nothing exists yet (no records loaded, no insert so far)
+      ++out.expected_misses;
     } else {
       const std::uint64_t r = dist.next(rng);
       id = r < shared_n ? r : insert_id(s.records, s.threads, t, r - shared_n);
