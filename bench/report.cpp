@@ -122,6 +122,9 @@ ordered_json to_json(const Config& c, const RunResult& r) {
   j["ops"] = ops;
   j["latency_ns"] = lat;
   pm["all"] = pm_per_op(r.pm_total, r.completed, counting);
+  // The per-operation averages over all operations also at the top of "pm" (issue 4's keys).
+  const ordered_json all = pm["all"];
+  for (const auto& [k, v] : all.items()) pm[k] = v;
   pm["source"] = pm_source();
   pm["per_type"] = counting;
   j["pm"] = pm;
