@@ -16,7 +16,7 @@ experiment=${1:-$root/bench/experiments/default.toml}
 build=${BUILD_DIR:-$root/build/release}
 jobs=${JOBS:-2}
 stamp=$(date -u +%Y%m%dT%H%M%SZ)
-out=${2:-$root/results/$(basename "$experiment" .toml)-$stamp}
+out=${2:-$root/build/results/$(basename "$experiment" .toml)-$stamp}  # build/ is git-ignored
 
 echo "== building pmbench in $build" >&2
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPMINDEX_BUILD_BENCH=ON \
