@@ -68,6 +68,12 @@ struct Options {
   OpenMode open_mode = OpenMode::open_or_create;
   bool overwrite = false;           // create over an existing file
   unsigned recovery_threads = 1;    // for indexes that rebuild in parallel
+  // Open only: take node size and key type from the pool's header instead of these options
+  // (tools that open any pool of a kind, e.g. pmpool check).
+  bool layout_from_pool = false;
+  // Open only: map the pool copy-on-write (MAP_PRIVATE). Recovery and operations work on a
+  // private copy; nothing ever reaches the file. pmpool check uses it.
+  bool private_mapping = false;
 };
 
 struct KeyValue {

@@ -71,19 +71,17 @@ Status Index::bulk_load(std::span<const KeyValue> sorted, double fill) {
   return Status::Ok();
 }
 
-Result<std::unique_ptr<Index>> Index::open(const Options& o) {
-  const IndexRegistry::Entry* e = IndexRegistry::find(o.kind);
-  if (e == nullptr) {
-    std::string names;
-    for (const auto& n : IndexRegistry::names()) names += (names.empty() ? "" : ", ") + n;
-    return Status(Code::invalid_argument,
-                  "unknown index kind '" + o.kind + "' (known: " + names + ")");
-  }
+namespace {
+
+// The common part of opening: create-or-open decision, pool creation or header checks, then
+// the index's own create or recover.
+Result<std::unique_ptr<Index>> open_with(const IndexRegistry::Entry& e, const Options& o) {
   pm::PoolOptions po;
   po.path = o.path;
-  po.size = o.pool_size != 0 ? o.pool_size : e->default_pool_size(o);
+  po.private_mapping = o.private_mapping;
+  po.size = o.pool_size != 0 ? o.pool_size : e.default_pool_size(o);
   po.mode = o.persistence;
-  po.layout = e->layout(o);
+  po.layout = e.layout(o);
   po.overwrite = o.overwrite;
   struct stat st{};
   const bool exists = !o.path.empty() && ::stat(o.path.c_str(), &st) == 0;
@@ -92,11 +90,31 @@ Result<std::unique_ptr<Index>> Index::open(const Options& o) {
   if (create) {
     auto pool = pm::Pool::create(po);
     if (!pool.ok()) return pool.status();
-    return e->create(std::move(pool).value(), o);
+    return e.create(std::move(pool).value(), o);
   }
   auto pool = pm::Pool::open(po);
   if (!pool.ok()) return pool.status();
-  return e->recover(std::move(pool).value(), o);
+  return e.recover(std::move(pool).value(), o);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Index>> Index::open(const Options& o) {
+  const IndexRegistry::Entry* e = IndexRegistry::find(o.kind);
+  if (e == nullptr) {
+    std::string names;
+    for (const auto& n : IndexRegistry::names()) names += (names.empty() ? "" : ", ") + n;
+    return Status(Code::invalid_argument,
+                  "unknown index kind '" + o.kind + "' (known: " + names + ")");
+  }
+  Options opts = o;
+  if (o.layout_from_pool && !o.path.empty()) {
+    auto info = pm::Pool::inspect(o.path);
+    if (!info.ok()) return info.status();
+    opts.node_size = info->layout.node_size;
+    opts.key_type = info->layout.key_mode;
+  }
+  return open_with(*e, opts);
 }
 
 }  // namespace pmindex

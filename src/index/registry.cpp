@@ -1,5 +1,6 @@
 // The built-in index kinds. An index adds one line here (explicit registration: static
 // self-registration would be dropped by the linker from a static library).
+#include "index/lbtree/lbtree.h"
 #include "index/reflist/reflist.h"
 #include "pmindex/index.h"
 
@@ -10,6 +11,8 @@ const std::vector<IndexRegistry::Entry>& IndexRegistry::entries() {
       {"reflist", "reference index: persistent sorted list with a DRAM map over it",
        &reflist::RefList::layout_for, &reflist::RefList::default_pool_size,
        &reflist::RefList::create, &reflist::RefList::recover},
+      {"lbtree", "LB+-Tree: PM leaves (256 B x m) with entry moving and logless splits, DRAM inner nodes",
+       &lbtree::layout_for, &lbtree::default_pool_size, &lbtree::create, &lbtree::recover},
   };
   return kEntries;
 }

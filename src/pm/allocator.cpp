@@ -62,6 +62,7 @@ struct Allocator::Central {
   std::array<std::int64_t, kNumClasses> recovered_in_use{};
   Status mark_error;
   std::uint64_t recovery_high_water = 0;
+  bool start_now = false;  // [recovery_high_water, heap_end) was freed at begin_recovery
 
   void add_extent(std::uint64_t start, std::uint64_t len) {
     if (len == 0) return;
@@ -227,6 +228,7 @@ void Allocator::begin_recovery(bool start_now) {
     for (auto& f : tc->free) f.clear();
     for (auto& n : tc->in_use) n.store(0, std::memory_order_relaxed);
   }
+  central_->start_now = start_now;
   if (start_now) {
     central_->add_extent(central_->recovery_high_water,
                          heap_end_ - central_->recovery_high_water);
@@ -281,6 +283,12 @@ Status Allocator::finish_recovery() {
     cursor = off + size;
   }
   free_gap(cursor, central_->recovery_high_water);
+  // Nothing at or above the high-water mark was ever handed out: it is free too (start-now
+  // recovery already freed it in begin_recovery, and may have allocated from it since).
+  if (!central_->start_now) {
+    central_->add_extent(central_->recovery_high_water,
+                         heap_end_ - central_->recovery_high_water);
+  }
   blocks.clear();
   blocks.shrink_to_fit();
   recovering_.store(false, std::memory_order_release);

@@ -113,7 +113,7 @@ std::atomic<std::uint8_t> Runtime::mode_{static_cast<std::uint8_t>(Mode::adr)};
 std::atomic<std::uint8_t> Runtime::flush_kind_{static_cast<std::uint8_t>(kind_for(Mode::adr))};
 std::atomic<int> Runtime::open_pools_{0};
 std::atomic<TraceSink*> Runtime::sink_{nullptr};
-thread_local Counters Runtime::counters_;
+constinit thread_local Counters Runtime::counters_;
 
 std::string_view to_string(Mode mode) {
   switch (mode) {

@@ -142,6 +142,21 @@ TEST(AllocatorRecovery, UnreachableBlocksBecomeFreeAgain) {
   EXPECT_GE(s.bytes_in_use, 25u * 64 + 25u * 512);
 }
 
+TEST(AllocatorRecovery, SpaceAboveTheHighWaterMarkIsFreeAfterRecovery) {
+  // Found by the crash simulator: a crash before the first high-water raise was persisted
+  // left a pool whose recovered allocator could not allocate anything.
+  auto pool = anon_pool(1 << 20);
+  Allocator& a = pool->allocator();
+  const std::uint64_t x = a.allocate(512);
+  const std::uint64_t hwm = pool->at<PoolHeader>(0)->heap_high_water;
+  a.begin_recovery(false);
+  ASSERT_EQ(a.mark_reachable(x, 512), Code::ok);
+  ASSERT_TRUE(a.finish_recovery().ok());
+  std::uint64_t highest = 0;
+  for (int i = 0; i < 64; ++i) highest = std::max(highest, a.allocate(16384));
+  EXPECT_GE(highest, hwm) << "the heap above the high-water mark was lost at recovery";
+}
+
 TEST(AllocatorRecovery, BadMarksAreCorruption) {
   auto pool = anon_pool(1 << 20);
   Allocator& a = pool->allocator();

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "pmindex/pm/pool.h"
+#include "pmindex/pm/pptr.h"
 #include "support/temp_dir.h"
 
 namespace pmindex::pm {
@@ -256,6 +257,25 @@ TEST(Pool, CheckedRejectsOutOfBoundsAndMisaligned) {
   EXPECT_EQ(pool.checked<std::uint64_t>(8192 + 3), nullptr);     // misaligned
   EXPECT_NE(pool.checked<std::uint64_t>(8192), nullptr);
   EXPECT_EQ(pool.checked<char>(~std::uint64_t{0} - 2, 16, 1), nullptr);  // overflow
+}
+
+TEST(Pool, TypedPersistentPointer) {
+  auto p = Pool::create(opts(""));
+  ASSERT_TRUE(p.ok());
+  Pool& pool = **p;
+  struct Node { PPtr<Node> next; std::uint64_t v; };
+  const std::uint64_t a = pool.allocator().allocate(sizeof(Node));
+  const std::uint64_t b = pool.allocator().allocate(sizeof(Node));
+  Node* na = pool.at<Node>(a);
+  store(na, Node{{0}, 1});
+  EXPECT_EQ(na->next.get(pool), nullptr);
+  na->next.publish(b);
+  EXPECT_EQ(na->next.get(pool), pool.at<Node>(b));
+  EXPECT_EQ(na->next.load_acquire(), b);
+  PPtr<Node> wild{pool.size() + 64};
+  EXPECT_EQ(wild.checked(pool), nullptr);
+  PPtr<Node> misaligned{b + 1};
+  EXPECT_EQ(misaligned.checked(pool), nullptr);
 }
 
 TEST(Pool, PrivateMappingNeverChangesTheFile) {

@@ -6,9 +6,9 @@
 //   pm::zero(dst, n)               memset 0 into PM
 //   pm::publish(&word, v)          failure-atomic 8-byte store with release order
 //   pm::cas(&word, expected, v)    8-byte compare-and-swap on PM (acq_rel)
-//   pm::flush(p, n)                write back the cache lines covering [p, p+n) (adr mode only)
+//   pm::flush(p, n)                write back the cache lines covering [p, p+n), n >= 1 (adr only)
 //   pm::fence()                    order: sfence (adr and eadr), nothing in dram mode
-//   pm::persist(p, n)              flush + fence
+//   pm::persist(p, n)              flush + fence, n >= 1
 //
 // Persistence mode is a run-time choice (Runtime::set_mode, done when a pool opens):
 //   adr   clwb + sfence (clflushopt, then clflush by CPUID when clwb is missing)
@@ -117,7 +117,7 @@ class Runtime {
   static std::atomic<std::uint8_t> flush_kind_;
   static std::atomic<int> open_pools_;
   static std::atomic<TraceSink*> sink_;
-  static thread_local Counters counters_;
+  static constinit thread_local Counters counters_;  // constinit: no TLS wrapper call
 };
 
 namespace detail {
@@ -129,6 +129,19 @@ inline void after_store(const void* dst, std::size_t n) {
 }
 inline std::uintptr_t line_of(const void* p) {
   return reinterpret_cast<std::uintptr_t>(p) & ~(kCacheLine - 1);
+}
+// clwb on every line of [p, p+n), n >= 1; returns the number of lines. A do-while: the range
+// always covers at least one line, so the loop needs no entry check.
+inline std::uint64_t clwb_range(const void* p, std::size_t n) {
+  const std::uintptr_t end = reinterpret_cast<std::uintptr_t>(p) + n;
+  std::uintptr_t line = line_of(p);
+  std::uint64_t lines = 0;
+  do {
+    _mm_clwb(reinterpret_cast<void*>(line));
+    line += kCacheLine;
+    ++lines;
+  } while (line < end);
+  return lines;
 }
 }  // namespace detail
 
@@ -178,12 +191,7 @@ inline bool cas(std::uint64_t* word, std::uint64_t& expected, std::uint64_t desi
 
 inline void flush(const void* p, std::size_t n) {
   if (Runtime::flush_kind() == FlushKind::clwb) [[likely]] {
-    const std::uintptr_t end = reinterpret_cast<std::uintptr_t>(p) + n;
-    std::uint64_t lines = 0;
-    for (std::uintptr_t line = detail::line_of(p); line < end; line += kCacheLine, ++lines) {
-      _mm_clwb(reinterpret_cast<void*>(line));
-    }
-    Runtime::counters().flushes += lines;
+    Runtime::counters().flushes += detail::clwb_range(p, n);
     if constexpr (kCounting) Runtime::after_flush(p, n);
   } else {
     Runtime::flush_slow(p, n);
@@ -202,11 +210,7 @@ inline void fence() {
 
 inline void persist(const void* p, std::size_t n) {
   if (Runtime::flush_kind() == FlushKind::clwb) [[likely]] {
-    const std::uintptr_t end = reinterpret_cast<std::uintptr_t>(p) + n;
-    std::uint64_t lines = 0;
-    for (std::uintptr_t line = detail::line_of(p); line < end; line += kCacheLine, ++lines) {
-      _mm_clwb(reinterpret_cast<void*>(line));
-    }
+    const std::uint64_t lines = detail::clwb_range(p, n);
     _mm_sfence();
     Counters& c = Runtime::counters();
     c.flushes += lines;

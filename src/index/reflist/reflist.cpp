@@ -91,11 +91,11 @@ std::size_t RefList::record_size(const Record* r) const {
 Status RefList::rebuild() {
   pm::Pool& p = *pool_;
   map_.clear();
-  std::uint64_t off = root_->head;
+  std::uint64_t off = root_->head.offset;
   std::string prev;
   bool first = true;
   while (off != 0) {
-    const Record* r = p.checked<Record>(off, sizeof(Record), 64);
+    const Record* r = pm::PPtr<Record>{off}.checked(p, sizeof(Record), 64);
     if (r == nullptr) {
       return p.error(Code::corrupted, "reflist record offset " + std::to_string(off) +
                                           " is out of bounds or misaligned");
@@ -117,7 +117,7 @@ Status RefList::rebuild() {
     ++recovery_.records;
     prev = std::move(key);
     first = false;
-    off = r->next;
+    off = r->next.offset;
   }
   recovery_.nodes = recovery_.records;
   return Status::Ok();
@@ -142,7 +142,7 @@ std::uint64_t RefList::write_record(std::string_view key, std::string_view value
   const std::uint64_t off = pool_->allocator().allocate(size, code);
   if (off == 0) return 0;
   Record* r = pool_->at<Record>(off);
-  const Record header{next, static_cast<std::uint32_t>(key.size()),
+  const Record header{{next}, static_cast<std::uint32_t>(key.size()),
                       static_cast<std::uint32_t>(value.size())};
   pm::store(r, header);                                     // R4: header, key and value
   pm::copy(r->bytes(), key.data(), key.size());
@@ -153,8 +153,8 @@ std::uint64_t RefList::write_record(std::string_view key, std::string_view value
 
 std::uint64_t* RefList::link_before(std::string_view key) const {
   auto it = map_.lower_bound(key);
-  if (it == map_.begin()) return &root_->head;
-  return &pool_->at<Record>(std::prev(it)->second)->next;
+  if (it == map_.begin()) return root_->head.raw();
+  return pool_->at<Record>(std::prev(it)->second)->next.raw();
 }
 
 Code RefList::insert(std::string_view key, std::string_view value) {
@@ -184,7 +184,7 @@ Code RefList::update(std::string_view key, std::string_view value) {
   std::uint64_t* link = link_before(key);
   Code code = Code::ok;
   // Out of place: a new record with the new value replaces the old one in one 8-byte store.
-  const std::uint64_t off = write_record(key, value, old->next, &code);
+  const std::uint64_t off = write_record(key, value, old->next.offset, &code);
   if (off == 0) return code;
   pm::publish(link, off);            // R6 (update): swap the new record in
   pm::persist(link, sizeof *link);   // R7 (update)
@@ -215,7 +215,7 @@ Code RefList::remove(std::string_view key) {
   if (it == map_.end()) return Code::not_found;
   const Record* r = pool_->at<Record>(it->second);
   std::uint64_t* link = link_before(key);
-  pm::publish(link, r->next);        // R8: unlink with one failure-atomic 8-byte store
+  pm::publish(link, r->next.offset);        // R8: unlink with one failure-atomic 8-byte store
   pm::persist(link, sizeof *link);
   pool_->allocator().deallocate(it->second, record_size(r));  // R9
   map_.erase(it);
@@ -235,7 +235,7 @@ std::size_t RefList::scan(std::string_view start, std::size_t max, ScanBuffer& o
 Status RefList::verify() const {
   std::lock_guard<std::mutex> lock(mu_);
   const pm::Pool& p = *pool_;
-  std::uint64_t off = root_->head;
+  std::uint64_t off = root_->head.offset;
   auto it = map_.begin();
   std::string prev;
   std::size_t count = 0;
@@ -253,7 +253,7 @@ Status RefList::verify() const {
     prev.assign(key);
     ++it;
     ++count;
-    off = r->next;
+    off = r->next.offset;
     if (count > map_.size()) return p.error(Code::corrupted, "verify: chain longer than map");
   }
   if (it != map_.end()) return p.error(Code::corrupted, "verify: map has keys the chain lacks");

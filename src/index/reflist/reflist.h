@@ -18,6 +18,7 @@
 #include <string>
 
 #include "pmindex/index.h"
+#include "pmindex/pm/pptr.h"
 
 namespace pmindex::reflist {
 
@@ -25,9 +26,10 @@ namespace pmindex::reflist {
 //   [ 0, 8) magic "REFLIST1"    [ 8,16) head: offset of the first record, 0 if empty
 //   [16,20) max_key_size        [20,24) max_value_size
 //   [24,64) reserved (0)
+struct Record;
 struct Root {
   std::uint64_t magic;
-  std::uint64_t head;
+  pm::PPtr<Record> head;
   std::uint32_t max_key_size;
   std::uint32_t max_value_size;
   std::uint8_t reserved[40];
@@ -42,7 +44,7 @@ inline constexpr std::uint64_t kRootMagic = 0x315453494c464552ull;  // "REFLIST1
 //   [ 8,12) key_len             [12,16) value_len
 //   [16, 16+key_len) key        [16+key_len, ...) value
 struct Record {
-  std::uint64_t next;
+  pm::PPtr<Record> next;
   std::uint32_t key_len;
   std::uint32_t value_len;
   // key and value bytes follow

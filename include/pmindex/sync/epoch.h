@@ -1,0 +1,362 @@
+// Epoch-based reclamation (EBR): frees an unlinked object once no thread can still be
+// reading it. One EpochManager per index instance (no global state).
+//
+//   EpochManager epochs;                               // owned by the index
+//   auto me = epochs.attach();                         // once per thread (Index::ThreadScope)
+//   { auto g = me.pin();                               // around every operation
+//     Node* n = root.load(std::memory_order_acquire);  // safe to read until g is destroyed
+//     ... unlink `old` from the structure ...
+//     g.retire(pool, [](void* p, uint64_t off) { static_cast<Allocator*>(p)->deallocate(off); },
+//              old_offset);
+//   }
+//
+// Scheme (three epochs). A global epoch E only grows. A pinned thread announces the epoch it
+// read when it pinned. try_advance() moves E to E+1 when every pinned thread announces E.
+// Retired items collect in the retiring thread's bag; when the bag is sealed (at each
+// collect, see kBagCapacity, and at detach) it is tagged with the current epoch e and joins
+// the thread's limbo list. A batch tagged e is freed once E >= e+2: every thread
+// that was pinned when the items were unlinked announced an epoch <= e, so the step
+// e+1 -> e+2 could only happen after it unpinned.
+//
+// Why that holds in the C++ model (the proof needs a Dekker-style handshake, so each side
+// has a seq_cst fence; there is no way to express it with acquire/release alone):
+//   reader  P1 state.store(e|pinned, release)  P2 fence(seq_cst)  P3 load of the structure
+//   retire  U unlink (before retire())         S1 fence(seq_cst)  S2 tag = E.load(relaxed)
+//   advance A1 g = E.load(relaxed)  A2 fence(seq_cst)  A3 state.load(acquire) of every thread
+//           A4 E.compare_exchange(g, g+1, seq_cst)
+// Suppose a reader's P3 saw the object (read the link before U). Then P2 precedes S1 in the
+// single total order S of seq_cst operations ([atomics.order]: P2 happens before P3, P3 is
+// coherence-ordered before U, U happens before S1). (i) The reader announced e <= tag: had
+// its pin read a store of tag+1 or later, that store would precede P2 and follow S1 in S (S2
+// read an older value): a cycle. (ii) The advance tag+1 -> tag+2 reads the reader's P1 or a
+// later store of its state: were A3's value older than P1, A2 would precede P2 in S, while
+// the store of tag+1 that A1 read follows S1 and precedes A2: again a cycle. So that advance
+// is refused until the reader unpins, and the batch (freed at E >= tag+2) outlives the read.
+// The walk of the record list is covered the same way: a thread's record is published (a
+// release CAS on the list head) before its first P1, so a walk whose head load missed it
+// would again put A2 before P2.
+// The happens-before edge that makes the deleter's writes race-free (and that TSan checks;
+// g++ 12's TSan ignores fences, which here only decide *which* value A3 reads) is a chain
+// of release/acquire pairs: reader's accesses -> unpin (release) -> A3 (acquire) -> A4
+// (seq_cst RMW) -> the deleting thread's load of E (acquire) -> deleter.
+//
+// Thread safety: every member function of EpochManager may be called concurrently from any
+// thread. A Participant and a Guard belong to the thread that created them: use and destroy
+// them there only (checked when a thread's registration is dropped, where the process aborts
+// with a message; Guards of a Participant are checked by assert only, to keep unpin cheap).
+// The manager must outlive every Participant and Guard (checked in the destructor).
+//
+// Invariants:
+//  (1) An object is retired only after it is unlinked, i.e. no new reader can reach it; the
+//      unlink happens before the retire call (same thread, or synchronised with it).
+//  (2) A thread touches shared objects only while pinned (holding a Guard), and keeps no
+//      reference to them after its outermost Guard is destroyed.
+//  (3) Each retired item's deleter runs exactly once: when E >= tag+2, or in drain() /
+//      the destructor once nothing is pinned. Deleters must not throw; they may retire
+//      further items, but must not otherwise call into this manager.
+//  (4) Deleters run only outside pinned sections of the thread that runs them (at the
+//      outermost unpin, in a retire() made while unpinned, collect(), drain(), detach and the
+//      destructor), so a deleter never runs while its thread holds a lock taken inside an
+//      operation.
+//  (5) A thread's records are per manager; when its last Participant goes (thread exit
+//      included), its bag and limbo move to the manager's orphan list, which any thread's
+//      collect() frees when safe.
+#pragma once
+
+#include <atomic>
+#include <cassert>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "pmindex/pm/persist.h"
+
+namespace pmindex::sync {
+
+namespace detail {
+// The StoreLoad fence of the handshake described above. g++ warns (-Wtsan) that TSan does
+// not model fences; that is expected here: the fence decides which values are read, and the
+// happens-before edges TSan checks come from release/acquire accesses.
+inline void store_load_fence() noexcept {
+#if defined(__GNUC__) && !defined(__clang__) && defined(__SANITIZE_THREAD__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wtsan"
+#endif
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+#if defined(__GNUC__) && !defined(__clang__) && defined(__SANITIZE_THREAD__)
+#pragma GCC diagnostic pop
+#endif
+}
+}  // namespace detail
+
+class EpochManager {
+ public:
+  // Frees one retired object: fn(ctx, arg). ctx is typically the object or its allocator, arg
+  // a pool offset or a size. Must not throw.
+  using Deleter = void (*)(void* ctx, std::uint64_t arg);
+
+  // A thread collects (seals its bag, tries to advance, frees what is safe) when its bag
+  // holds kBagCapacity items and it is not pinned, or at an outermost unpin once the bag is
+  // that full or kUnpinsPerCollect unpins have passed with items pending.
+  static constexpr std::size_t kBagCapacity = 64;
+  static constexpr std::uint32_t kUnpinsPerCollect = 128;
+
+  struct Stats {
+    std::uint64_t epoch = 0;     // the global epoch
+    std::uint64_t retired = 0;   // items passed to retire
+    std::uint64_t freed = 0;     // deleters run
+    std::uint64_t attached = 0;  // threads attached now
+    std::uint64_t records = 0;   // per-thread records ever created (peak attached threads)
+    std::uint64_t pending() const { return retired - freed; }
+  };
+
+  class Guard;
+  class Participant;
+
+  EpochManager() = default;
+  // Runs every pending deleter. Aborts if a Participant or Guard is still alive.
+  ~EpochManager();
+  EpochManager(const EpochManager&) = delete;
+  EpochManager& operator=(const EpochManager&) = delete;
+
+  // Registers the calling thread (or adds a reference to its registration). Keep the
+  // Participant for as long as the thread works on the index; its pin() is the fast path.
+  [[nodiscard]] Participant attach();
+
+  // Pins the calling thread; nested pins are a counter increment. If the thread is not
+  // attached, the Guard attaches it for its own lifetime (correct, but slower).
+  [[nodiscard]] Guard pin();
+
+  // Defers fn(ctx, arg) until no thread can see the object (invariant (1) first). Any thread,
+  // attached or not.
+  void retire(void* ctx, Deleter fn, std::uint64_t arg);
+  void retire(std::function<void()> fn);
+  template <class T>
+  void retire_delete(T* object) {
+    retire(object, &delete_object<T>, 0);
+  }
+
+  // Moves the global epoch on by one if every pinned thread has announced it. Returns whether
+  // they had (the epoch moved, by this call or a concurrent one).
+  bool try_advance();
+  // Seals the calling thread's bag, tries to advance, and runs the deleters that are safe:
+  // the calling thread's and the orphan list's. Returns how many ran.
+  std::size_t collect();
+  // For shutdown and tests, when no thread is pinned: advances as far as it can and frees
+  // everything that is then safe: the orphan list and the calling thread's items. Items still
+  // held by other attached threads are theirs to free. Returns how many deleters ran.
+  std::size_t drain();
+
+  // relaxed: a diagnostic snapshot.
+  std::uint64_t epoch() const { return global_epoch_.load(std::memory_order_relaxed); }
+  // A snapshot; exact only when no thread is using the manager.
+  Stats stats() const;
+  // Whether the calling thread holds a Guard of this manager (for assertions).
+  bool pinned_here() const;
+
+ private:
+  struct Retired {
+    Deleter fn;
+    void* ctx;
+    std::uint64_t arg;
+  };
+  struct Batch {
+    std::uint64_t epoch;  // the global epoch read after its items were unlinked
+    std::vector<Retired> items;
+  };
+  struct Record;
+
+  static constexpr std::uint64_t kUnpinned = 0;
+  static constexpr std::uint64_t pinned_word(std::uint64_t epoch) { return (epoch << 1) | 1; }
+  static constexpr bool is_pinned(std::uint64_t word) { return (word & 1) != 0; }
+  static constexpr std::uint64_t pinned_epoch(std::uint64_t word) { return word >> 1; }
+
+  template <class T>
+  static void delete_object(void* object, std::uint64_t /*unused*/) {
+    delete static_cast<T*>(object);
+  }
+  static Retired wrap_function(std::function<void()> fn);
+  [[noreturn]] static void contract_violation(const char* what);
+
+  Record* local_record() const;  // the calling thread's record for this manager, or nullptr
+  Record* attach_local();        // local_record(), or claims one; adds a reference
+  void detach_local(Record* record);
+  Record* claim_record();
+  void pin_record(Record* record);
+  void unpin_record(Record* record);
+  void push_retired(Record* record, Retired item);
+  void after_unpin(Record* record);
+  void seal(Record* record);
+  std::size_t collect_record(Record* record);
+  std::size_t free_orphans(std::uint64_t global, bool everything);
+  static std::size_t run(std::vector<Retired>& items);
+
+  // Only grows. Modified only by try_advance's seq_cst CAS; see the argument above for the
+  // orders of its loads.
+  std::atomic<std::uint64_t> global_epoch_{0};
+  // Push-only list of per-thread records (freed by the destructor). Published with a release
+  // CAS; walked with acquire loads; Record::next is immutable after publication.
+  std::atomic<Record*> records_{nullptr};
+  std::atomic<std::uint64_t> record_count_{0};  // relaxed: statistics
+
+  // Items of detached threads and of retire() calls from unattached threads.
+  std::mutex orphan_mu_;
+  std::vector<Batch> orphans_;                 // guarded by orphan_mu_
+  std::atomic<std::size_t> orphan_hint_{0};    // relaxed: orphans_.size(), to skip the mutex
+  std::atomic<std::uint64_t> orphan_retired_{0};  // relaxed: statistics
+  std::atomic<std::uint64_t> orphan_freed_{0};    // relaxed: statistics
+
+  static thread_local Record* tls_records_;  // the calling thread's records, one per manager
+};
+
+// One thread's registration with one manager. alignas: the state word is read by every
+// advancing thread and written at every pin; keep other records' words off its line.
+struct alignas(64) EpochManager::Record {
+  explicit Record(EpochManager* owner_manager) : manager(owner_manager) {}
+
+  // Written by the owner at every outermost pin/unpin (release), read by try_advance
+  // (acquire): kUnpinned or pinned_word(epoch).
+  std::atomic<std::uint64_t> state{kUnpinned};
+  // Whether a thread owns the record. Claimed by CAS false->true (acquire), released by a
+  // store of false (release): the owner-only fields below pass from one owner to the next.
+  std::atomic<bool> claimed{false};
+  // Single writer (the owner), relaxed load + store; read by stats().
+  std::atomic<std::uint64_t> retired{0};
+  std::atomic<std::uint64_t> freed{0};
+  EpochManager* const manager;
+  Record* next = nullptr;  // registry link: set before publication, immutable afterwards
+
+  // Owner-only.
+  Record* thread_next = nullptr;  // the owner's chain of records (tls_records_)
+  std::thread::id owner;
+  std::uint32_t refs = 0;         // live Participants and self-attaching Guards
+  std::uint32_t pin_depth = 0;    // live Guards
+  std::uint32_t quiet_unpins = 0;
+  std::vector<Retired> bag;       // retired, not yet tagged with an epoch
+  std::deque<Batch> limbo;        // tagged, oldest first (tags never decrease)
+};
+
+class EpochManager::Guard {
+ public:
+  Guard(Guard&& other) noexcept
+      : manager_(other.manager_), record_(other.record_), owns_ref_(other.owns_ref_) {
+    other.record_ = nullptr;
+  }
+  Guard& operator=(Guard&&) = delete;
+  Guard(const Guard&) = delete;
+  ~Guard() {
+    if (record_ == nullptr) return;
+    assert(record_->owner == std::this_thread::get_id());
+    manager_->unpin_record(record_);
+    if (owns_ref_) manager_->detach_local(record_);
+  }
+
+  // retire() without the thread-local lookup. Runs no deleter (invariant (4)).
+  void retire(void* ctx, Deleter fn, std::uint64_t arg) {
+    manager_->push_retired(record_, Retired{fn, ctx, arg});
+  }
+  void retire(std::function<void()> fn) {
+    manager_->push_retired(record_, wrap_function(std::move(fn)));
+  }
+  template <class T>
+  void retire_delete(T* object) {
+    retire(object, &delete_object<T>, 0);
+  }
+
+ private:
+  friend class EpochManager;
+  friend class Participant;
+  Guard(EpochManager* manager, Record* record, bool owns_ref)
+      : manager_(manager), record_(record), owns_ref_(owns_ref) {
+    manager_->pin_record(record_);
+  }
+
+  EpochManager* manager_;
+  Record* record_;
+  bool owns_ref_;  // this Guard attached the thread (EpochManager::pin without Participant)
+};
+
+class EpochManager::Participant {
+ public:
+  Participant() = default;  // not attached
+  Participant(Participant&& other) noexcept
+      : manager_(other.manager_), record_(other.record_) {
+    other.record_ = nullptr;
+  }
+  Participant& operator=(Participant&& other) noexcept {
+    if (this != &other) {
+      detach();
+      manager_ = other.manager_;
+      record_ = other.record_;
+      other.record_ = nullptr;
+    }
+    return *this;
+  }
+  Participant(const Participant&) = delete;
+  Participant& operator=(const Participant&) = delete;
+  ~Participant() { detach(); }
+
+  [[nodiscard]] Guard pin() {
+    assert(record_ != nullptr);
+    return Guard(manager_, record_, false);
+  }
+  void retire(void* ctx, Deleter fn, std::uint64_t arg) {
+    assert(record_ != nullptr);
+    manager_->push_retired(record_, Retired{fn, ctx, arg});
+  }
+  bool attached() const { return record_ != nullptr; }
+  // Drops this reference now; the last one hands the thread's pending items to the manager.
+  void detach() {
+    if (record_ == nullptr) return;
+    manager_->detach_local(record_);
+    record_ = nullptr;
+  }
+
+ private:
+  friend class EpochManager;
+  Participant(EpochManager* manager, Record* record) : manager_(manager), record_(record) {}
+
+  EpochManager* manager_ = nullptr;
+  Record* record_ = nullptr;
+};
+
+// --- hot paths ---------------------------------------------------------------------------------
+
+inline void EpochManager::pin_record(Record* record) {
+  if (record->pin_depth++ != 0) return;  // nested: already announced
+  pm::yield_point("epoch.pin");
+  // relaxed: a stale epoch pins us at an older epoch, which only holds reclamation back.
+  const std::uint64_t e = global_epoch_.load(std::memory_order_relaxed);
+  // release (P1): an advancing thread that reads this word also sees everything this thread
+  // did in its earlier pinned sections (C++20 release sequences no longer include later plain
+  // stores, so the unpin's release alone would not carry over to this store).
+  record->state.store(pinned_word(e), std::memory_order_release);
+  // P2: the announcement is visible before we read the structure (StoreLoad).
+  detail::store_load_fence();
+}
+
+inline void EpochManager::unpin_record(Record* record) {
+  assert(record->pin_depth > 0);
+  if (--record->pin_depth != 0) return;
+  pm::yield_point("epoch.unpin");
+  // release: everything read while pinned happens before an advancing thread that sees us
+  // unpinned, and so before the deleters that run after the epoch moves on.
+  record->state.store(kUnpinned, std::memory_order_release);
+  if (!record->bag.empty() || !record->limbo.empty() ||
+      orphan_hint_.load(std::memory_order_relaxed) != 0) {
+    after_unpin(record);
+  }
+}
+
+inline void EpochManager::push_retired(Record* record, Retired item) {
+  record->bag.push_back(item);
+  record->retired.store(record->retired.load(std::memory_order_relaxed) + 1,
+                        std::memory_order_relaxed);
+  if (record->pin_depth == 0 && record->bag.size() >= kBagCapacity) collect_record(record);
+}
+
+}  // namespace pmindex::sync

@@ -1,0 +1,214 @@
+// The DRAM inner-node layer shared by the hybrid indexes (LB+-Tree, FPTree): a B+-tree of
+// separator keys over opaque 8-byte leaf words (PM leaf offsets), with a run-time fanout,
+// optimistic lock coupling for readers, and a bulk rebuild from a sorted (separator, leaf)
+// list at recovery. Nothing here is persistent.
+//
+// Keys are opaque 8-byte "key words" too: the index decides what they mean (an integer key,
+// or a pointer to a DRAM copy of a variable-length key) and passes comparison lambdas:
+//   probe_less(word)   true if the search key is < the separator `word`
+//   word_less(a, b)    separator order (verify only)
+//
+// Node (DRAM, 64 B aligned, from pm::DramArena; node_bytes() = 16 + 8 max_keys + 8 (max_keys+1)
+// rounded up to 64; 256 B for max_keys = 14):
+//   [ 0, 8) VersionLock        [ 8,12) count (keys in use)   [12,16) level (1 = children are leaves)
+//   [16, 16 + 8 max_keys)      keys[max_keys]
+//   [.., + 8 (max_keys+1))     children[max_keys+1]: leaf words (level 1) or Node* (level > 1)
+// Child i holds the keys k with keys[i-1] <= k < keys[i] (missing bounds are the node's fences).
+//
+// Thread safety / Invariants:
+//   (1) Readers (descend) never block: they read nodes with relaxed atomic loads between
+//       read_begin and validate of each node's version, coupling parent and child versions, and
+//       restart from the root on any change. A leaf's own version is read by the caller's
+//       on_leaf callback *before* the parent is validated, so the leaf was the right one for the
+//       probe at a moment when its version was the one returned.
+//   (2) Structure modifications (insert_separator, remove_leaf, bulk_build, clear) are
+//       serialised by one mutex (SMOs are one per leaf split/removal, so this costs little);
+//       within an SMO every node that changes is write-locked while it changes, and a node that
+//       splits stays locked until its parent holds the new separator.
+//   (3) Nodes are never returned to the arena while the tree lives: a removed node goes to a
+//       free list and keeps its version counter (VersionLock invariant 4), so an optimistic
+//       reader holding a stale pointer reads mapped memory and fails validation.
+//   (4) Fences: every key in a node lies in [lo, hi) given by its parent; keys strictly
+//       increase; all leaves are at the same depth (checked by verify).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "index/common/version_lock.h"
+#include "pmindex/pm/dram_arena.h"
+#include "pmindex/status.h"
+
+namespace pmindex::index_common {
+
+class InnerTree {
+ public:
+  struct Node {
+    VersionLock lock;
+    std::uint32_t count;  // accessed through count()/set_count
+    std::uint32_t level;
+  };
+  static_assert(sizeof(Node) == 16);
+
+  // One step of a root-to-leaf path taken by an SMO: the node and the child index followed.
+  struct Step {
+    Node* node;
+    unsigned index;
+  };
+  using Path = std::vector<Step>;
+
+  // max_keys: separators per node (fanout - 1). 14 gives 256 B nodes.
+  InnerTree(unsigned max_keys, pm::DramArena& arena);
+  ~InnerTree();
+  InnerTree(const InnerTree&) = delete;
+  InnerTree& operator=(const InnerTree&) = delete;
+
+  unsigned max_keys() const { return max_keys_; }
+  std::size_t node_bytes() const { return node_bytes_; }
+
+  // Empty tree: one level-1 root with a single child.
+  void init_single(std::uint64_t leaf);
+  // Replaces the tree by one built bottom-up from `items` (separator, leaf) in key order; the
+  // first separator is ignored (it is the -infinity fence). Nodes are filled to `fill` of
+  // their capacity; level-1 nodes are built by `threads` threads. Not concurrent with any
+  // other operation.
+  void bulk_build(std::span<const std::pair<std::uint64_t, std::uint64_t>> items, double fill,
+                  unsigned threads);
+
+  // Optimistic descent (invariant 1). on_leaf(leaf) returns the caller's token (typically the
+  // leaf's version) or nullopt to restart. Returns (leaf, token).
+  template <class ProbeLess, class OnLeaf>
+  std::pair<std::uint64_t, std::uint64_t> descend(ProbeLess probe_less, OnLeaf on_leaf) const;
+
+  // --- structure modifications (serialised; invariant 2) -----------------------------------
+  std::unique_lock<std::mutex> smo_lock() const { return std::unique_lock<std::mutex>(smo_mu_); }
+  // With smo_lock held: the path from the root to the level-1 node whose child covers the probe.
+  template <class ProbeLess>
+  void path_to(ProbeLess probe_less, Path* path) const;
+  // With smo_lock held and `path` from path_to(probe of a key in `left`): inserts separator
+  // `sep` and child `right` just after the child `left`. Returns false if `left` is not the
+  // child the path ends in (the caller's probe was wrong) or DRAM is exhausted.
+  bool insert_separator(Path& path, std::uint64_t left, std::uint64_t sep, std::uint64_t right);
+  // With smo_lock held: removes the leaf child the path ends in (its range joins a neighbour).
+  // Returns false (and changes nothing) if it is the only leaf of the tree.
+  bool remove_leaf(Path& path, std::uint64_t leaf);
+  // With smo_lock held: the leaf just left of the path's leaf, or 0 if it is the first leaf.
+  std::uint64_t left_neighbour(const Path& path) const;
+
+  // --- inspection (quiescent) -----------------------------------------------------------------
+  // Checks invariant 4 and visits the leaves in order with their fences (nullptr = unbounded).
+  Status verify(const std::function<bool(std::uint64_t, std::uint64_t)>& word_less,
+                const std::function<Status(std::uint64_t leaf, const std::uint64_t* lo,
+                                           const std::uint64_t* hi)>& on_leaf) const;
+  // Every separator word in the tree (the index frees what the words point to).
+  void for_each_separator(const std::function<void(std::uint64_t)>& fn) const;
+  std::uint64_t height() const;
+  std::uint64_t dram_bytes() const { return arena_.bytes_in_use(); }
+
+ private:
+  std::uint64_t* keys(Node* n) const { return reinterpret_cast<std::uint64_t*>(n + 1); }
+  const std::uint64_t* keys(const Node* n) const {
+    return reinterpret_cast<const std::uint64_t*>(n + 1);
+  }
+  std::uint64_t* children(Node* n) const { return keys(n) + max_keys_; }
+  const std::uint64_t* children(const Node* n) const { return keys(n) + max_keys_; }
+  static std::uint32_t count(const Node* n) {
+    return std::atomic_ref<std::uint32_t>(const_cast<Node*>(n)->count)
+        .load(std::memory_order_relaxed);
+  }
+  static void set_count(Node* n, std::uint32_t c) {
+    std::atomic_ref<std::uint32_t>(n->count).store(c, std::memory_order_relaxed);
+  }
+  static std::uint32_t level(const Node* n) {
+    return std::atomic_ref<std::uint32_t>(const_cast<Node*>(n)->level)
+        .load(std::memory_order_relaxed);
+  }
+  static void set_level(Node* n, std::uint32_t l) {
+    std::atomic_ref<std::uint32_t>(n->level).store(l, std::memory_order_relaxed);
+  }
+  template <class ProbeLess>
+  unsigned child_index(const Node* n, unsigned cnt, ProbeLess probe_less) const;
+
+  // Allocates a node, locked (invariant 3: a recycled node keeps its counter).
+  Node* new_node(std::uint32_t lvl);
+  void retire_node(Node* n);  // with n locked: unlock obsolete, onto the free list
+  bool insert_at(Path& path, std::size_t depth, std::uint64_t sep, std::uint64_t right);
+  bool remove_at(Path& path, std::size_t depth);
+  Status verify_node(const Node* n, const std::uint64_t* lo, const std::uint64_t* hi,
+                     std::uint32_t want_level,
+                     const std::function<bool(std::uint64_t, std::uint64_t)>& word_less,
+                     const std::function<Status(std::uint64_t, const std::uint64_t*,
+                                                const std::uint64_t*)>& on_leaf) const;
+
+  const unsigned max_keys_;
+  const std::size_t node_bytes_;
+  pm::DramArena& arena_;
+  std::atomic<Node*> root_{nullptr};  // release on change, acquire in descend
+  mutable std::mutex smo_mu_;
+  std::vector<Node*> free_nodes_;     // under smo_mu_
+};
+
+// --- templates ---------------------------------------------------------------------------------
+
+template <class ProbeLess>
+unsigned InnerTree::child_index(const Node* n, unsigned cnt, ProbeLess probe_less) const {
+  // The number of separators <= probe (binary search; keys strictly increase).
+  const std::uint64_t* k = keys(n);
+  unsigned lo = 0, hi = cnt;
+  while (lo < hi) {
+    const unsigned mid = (lo + hi) / 2;
+    if (probe_less(relaxed_load(&k[mid]))) hi = mid; else lo = mid + 1;
+  }
+  return lo;
+}
+
+template <class ProbeLess, class OnLeaf>
+std::pair<std::uint64_t, std::uint64_t> InnerTree::descend(ProbeLess probe_less,
+                                                          OnLeaf on_leaf) const {
+  for (;;) {
+    const Node* n = root_.load(std::memory_order_acquire);
+    std::uint64_t v = 0;
+    if (!n->lock.read_begin(&v)) { VersionLock::pause(); continue; }
+    for (;;) {
+      const unsigned cnt = count(n);
+      if (cnt > max_keys_) break;  // torn read of a changing node: validate fails anyway
+      const unsigned idx = child_index(n, cnt, probe_less);
+      const std::uint64_t child = relaxed_load(&children(n)[idx]);
+      const std::uint32_t lvl = level(n);
+      if (!n->lock.validate(v)) break;  // child and level are consistent
+      if (lvl == 1) {
+        const std::optional<std::uint64_t> token = on_leaf(child);
+        if (!token || !n->lock.validate(v)) break;
+        return {child, *token};
+      }
+      const Node* c = reinterpret_cast<const Node*>(child);
+      std::uint64_t cv = 0;
+      if (!c->lock.read_begin(&cv) || !n->lock.validate(v)) break;
+      n = c;
+      v = cv;
+    }
+    VersionLock::pause();
+  }
+}
+
+template <class ProbeLess>
+void InnerTree::path_to(ProbeLess probe_less, Path* path) const {
+  path->clear();
+  Node* n = root_.load(std::memory_order_acquire);
+  for (;;) {
+    const unsigned idx = child_index(n, count(n), probe_less);
+    path->push_back({n, idx});
+    if (level(n) == 1) return;
+    n = reinterpret_cast<Node*>(relaxed_load(&children(n)[idx]));
+  }
+}
+
+}  // namespace pmindex::index_common

@@ -1,0 +1,385 @@
+// LB+-Tree: creation, recovery (§4.2), verify, and the explicit instantiations for 256 B,
+// 512 B and 1 KiB leaves. Operations: lbtree_ops.h; structural changes: lbtree_smo.h.
+#include "index/lbtree/lbtree.h"
+
+#include <chrono>
+#include <thread>
+
+#include "index/common/leaf_chain.h"
+#include "index/lbtree/lbtree_ops.h"
+#include "index/lbtree/lbtree_smo.h"
+
+namespace pmindex::lbtree {
+
+template <unsigned M>
+LBTree<M>::LBTree(std::unique_ptr<pm::Pool> pool)
+    : pool_(std::move(pool)), inner_(kInnerKeys, arena_) {}
+
+template <unsigned M>
+LBTree<M>::~LBTree() = default;
+
+template <unsigned M>
+void LBTree<M>::init_dram() {
+  head_ = root_->head;
+  bytes_keys_ = root_->key_mode == static_cast<std::uint32_t>(KeyType::bytes);
+  max_key_ = root_->max_key_size;
+  max_value_ = root_->max_value_size;
+  inline_values_ = max_value_ == 8;
+  versions_ = std::make_unique<index_common::LeafVersions>(pool_->size());
+  inner_.init_single(head_);
+}
+
+template <unsigned M>
+Status LBTree<M>::init_root(const Options& o) {
+  pm::Pool& p = *pool_;
+  Code code = Code::ok;
+  const std::uint64_t head = p.allocator().allocate(LeafT::kBytes, &code);
+  if (head == 0) return p.error(code, "no space for the first leaf");
+  pm::zero(p.at<char>(head), LeafT::kBytes);  // P0: an empty leaf (bitmaps 0, no sibling)
+  pm::persist(p.at<char>(head), LeafT::kBytes);
+  const std::uint64_t off = p.allocator().allocate(sizeof(Root), &code);
+  if (off == 0) return p.error(code, "no space for the index root");
+  Root init{};
+  init.magic = kRootMagic;
+  init.head = head;
+  init.node_size = LeafT::kBytes;
+  init.key_mode = static_cast<std::uint32_t>(o.key_type);
+  init.max_key_size = o.key_type == KeyType::bytes ? o.max_key_size : 8;
+  init.max_value_size = o.max_value_size;
+  pm::copy(p.at<Root>(off), &init, sizeof init);  // P0: the root object
+  pm::persist(p.at<Root>(off), sizeof init);
+  p.set_root(off);                                 // P0: published (atomic, persisted)
+  root_ = p.at<Root>(off);
+  init_dram();
+  return Status::Ok();
+}
+
+template <unsigned M>
+Result<std::unique_ptr<Index>> LBTree<M>::create(std::unique_ptr<pm::Pool> pool,
+                                                 const Options& o) {
+  if (o.key_type == KeyType::bytes && o.max_key_size > kMaxKeyBytes)
+    return pool->error(Code::invalid_argument, "lbtree keys are limited to 8192 bytes");
+  if (o.max_value_size < 8 || o.max_value_size > kMaxValueBytes)
+    return pool->error(Code::invalid_argument,
+                       "lbtree max_value_size must be 8 (inline) or 9..65536 (out of line)");
+  std::unique_ptr<LBTree> idx(new LBTree(std::move(pool)));
+  if (Status s = idx->init_root(o); !s.ok()) return s;
+  idx->recovery_.created = true;
+  return std::unique_ptr<Index>(std::move(idx));
+}
+
+template <unsigned M>
+Result<std::unique_ptr<Index>> LBTree<M>::recover(std::unique_ptr<pm::Pool> pool,
+                                                  const Options& o) {
+  const auto start = std::chrono::steady_clock::now();
+  std::unique_ptr<LBTree> idx(new LBTree(std::move(pool)));
+  pm::Pool& p = *idx->pool_;
+  idx->recovery_.clean_shutdown = p.was_clean();
+  p.allocator().begin_recovery(/*start_now=*/false);
+  const std::uint64_t root_off = p.root();
+  if (root_off == 0) {
+    // Crash before P0 published the root: nothing was reachable.
+    if (Status s = p.allocator().finish_recovery(); !s.ok()) return s;
+    p.commit_open();
+    if (Status s = idx->init_root(o); !s.ok()) return s;
+  } else {
+    Root* r = p.checked<Root>(root_off, sizeof(Root), 64);
+    if (r == nullptr || r->magic != kRootMagic)
+      return p.error(Code::corrupted, "lbtree root object is missing or has a wrong magic");
+    if (r->node_size != LeafT::kBytes ||
+        r->key_mode != static_cast<std::uint32_t>(p.info().layout.key_mode) ||
+        r->max_key_size > kMaxKeyBytes || r->max_value_size < 8 ||
+        r->max_value_size > kMaxValueBytes ||
+        p.checked<char>(r->head, LeafT::kBytes, 256) == nullptr)
+      return p.error(Code::corrupted, "lbtree root holds impossible sizes or head offset");
+    idx->root_ = r;
+    idx->init_dram();
+    if (p.allocator().mark_reachable(root_off, sizeof(Root)) != Code::ok)
+      return p.allocator().finish_recovery();
+    if (Status s = idx->rebuild(std::max(1u, o.recovery_threads)); !s.ok()) return s;
+  }
+  idx->recovery_.threads = std::max(1u, o.recovery_threads);
+  idx->recovery_.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return std::unique_ptr<Index>(std::move(idx));
+}
+
+// Recovery (PROTOCOL.md R1..R5). Pass 1 only reads PM (a refused pool stays unchanged);
+// repairs happen after commit_open.
+template <unsigned M>
+Status LBTree<M>::rebuild(unsigned threads) {
+  const auto start = std::chrono::steady_clock::now();
+  pm::Pool& p = *pool_;
+  std::vector<std::uint64_t> leaves;
+  // R1: walk the chain, bounds- and cycle-checked.
+  Status s = index_common::walk_leaf_chain(
+      p, head_, LeafT::kBytes, 256,
+      [&](std::uint64_t off) { return next_leaf(off); },
+      &leaves);
+  if (!s.ok()) {
+    (void)p.allocator().finish_recovery();
+    return s;
+  }
+  // R2: per leaf (in parallel over recorded positions): check headers and records, mark every
+  // reachable block, find the min and max keys.
+  struct Info {
+    bool empty = true;
+    bool locked = false;
+    std::string min, max;
+    std::uint64_t min_word = 0;
+    std::uint64_t records = 0;
+    std::string error;
+  };
+  std::vector<Info> info(leaves.size());
+  auto work = [&](std::size_t from, std::size_t to) {
+    for (std::size_t i = from; i < to; ++i) {
+      LeafT* l = leaf_at(leaves[i]);
+      Info& in = info[i];
+      if (p.allocator().mark_reachable(leaves[i], LeafT::kBytes) != Code::ok) {
+        in.error = "leaf block overlaps another block";
+        continue;
+      }
+      const bool alt = (l->block[0].front[0] & kAltBit) != 0;
+      in.locked = (l->block[0].front[0] & kLockBit) != 0;
+      for (unsigned b = 0; b < M && in.error.empty(); ++b) {
+        const DWord d = load_header(active_header(l, b, alt));
+        if (b > 0 && (d.w[0] & (kLockBit | kAltBit)) != 0) in.error = "block header flags set";
+        for (std::uint64_t m = d.bitmap(); m != 0 && in.error.empty(); m &= m - 1) {
+          const auto sl = static_cast<unsigned>(std::countr_zero(m));
+          const std::uint64_t kw = l->block[b].entry[sl][0];
+          const std::uint64_t vw = l->block[b].entry[sl][1];
+          if (bytes_keys_ && index_common::mark_record(p, kw, max_key_) != Code::ok) {
+            in.error = "bad key record";
+            break;
+          }
+          if (!inline_values_ && index_common::mark_record(p, vw, max_value_) != Code::ok) {
+            in.error = "bad value record";
+            break;
+          }
+          const std::string k = key_string(kw);
+          if (in.empty || k < in.min) { in.min = k; in.min_word = kw; }
+          if (in.empty || in.max < k) in.max = k;
+          in.empty = false;
+          ++in.records;
+        }
+      }
+    }
+  };
+  const unsigned t = leaves.size() >= 1024 ? threads : 1;
+  if (t <= 1) {
+    work(0, leaves.size());
+  } else {
+    std::vector<std::thread> ws;
+    const std::size_t chunk = (leaves.size() + t - 1) / t;
+    for (unsigned w = 0; w < t; ++w) {
+      const std::size_t from = w * chunk, to = std::min(leaves.size(), from + chunk);
+      if (from < to) ws.emplace_back(work, from, to);
+    }
+    for (auto& w : ws) w.join();
+  }
+  const std::string* prev_max = nullptr;
+  for (std::size_t i = 0; i < leaves.size(); ++i) {
+    if (!info[i].error.empty()) {
+      (void)p.allocator().finish_recovery();
+      return p.error(Code::corrupted, "lbtree leaf at offset " + std::to_string(leaves[i]) +
+                                          ": " + info[i].error);
+    }
+    if (info[i].empty) continue;
+    if (prev_max != nullptr && !(*prev_max < info[i].min)) {
+      (void)p.allocator().finish_recovery();
+      return p.error(Code::corrupted, "lbtree leaves out of key order at offset " +
+                                          std::to_string(leaves[i]));
+    }
+    prev_max = &info[i].max;
+    recovery_.records += info[i].records;
+  }
+  if (Status fs = p.allocator().finish_recovery(); !fs.ok()) return fs;
+  p.commit_open();
+  // R3: clear stale lock bits. R4: unlink empty leaves left by a crash between D2 and U3.
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> items;
+  std::uint64_t prev_kept = 0;
+  for (std::size_t i = 0; i < leaves.size(); ++i) {
+    LeafT* l = leaf_at(leaves[i]);
+    if (info[i].locked) {
+      detail::put(&l->block[0].front[0], l->block[0].front[0] & ~kLockBit);
+      pm::persist(l->block[0].front, 16);
+      ++recovery_.repaired;
+    }
+    if (info[i].empty && leaves[i] != head_) {
+      const bool alt = (l->block[0].front[0] & kAltBit) != 0;
+      switch_sibling(leaf_at(prev_kept), l->block[0].tail[alt ? 1 : 0]);
+      p.allocator().deallocate(leaves[i], LeafT::kBytes);
+      ++recovery_.repaired;
+      continue;
+    }
+    prev_kept = leaves[i];
+    items.emplace_back(i == 0 ? 0 : make_separator(info[i].min_word), leaves[i]);
+  }
+  // R5: rebuild the DRAM inner nodes from the recorded leaf positions.
+  inner_.bulk_build(items, 0.9, threads);
+  recovery_.nodes = items.size();
+  rebuild_seconds_ =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return Status::Ok();
+}
+
+template <unsigned M>
+std::uint64_t LBTree<M>::leaf_count() const {
+  std::vector<std::uint64_t> leaves;
+  Status s = index_common::walk_leaf_chain(
+      *pool_, head_, LeafT::kBytes, 256,
+      [&](std::uint64_t off) { return next_leaf(off); },
+      &leaves);
+  return s.ok() ? leaves.size() : 0;
+}
+
+// Quiescent check of every invariant in lbtree.h.
+template <unsigned M>
+Status LBTree<M>::verify() const {
+  const pm::Pool& p = *pool_;
+  auto bad = [&](std::uint64_t off, const std::string& what) {
+    return p.error(Code::corrupted, "verify: leaf at offset " + std::to_string(off) + ": " + what);
+  };
+  std::vector<std::uint64_t> leaves;
+  Status s = index_common::walk_leaf_chain(
+      p, head_, LeafT::kBytes, 256,
+      [&](std::uint64_t off) { return next_leaf(off); },
+      &leaves);
+  if (!s.ok()) return s;
+  auto block_bytes = [](std::size_t n) {
+    return pm::Allocator::class_size(pm::Allocator::class_of(n));
+  };
+  std::uint64_t reachable = block_bytes(sizeof(Root)) + leaves.size() * block_bytes(LeafT::kBytes);
+  std::vector<std::vector<std::string>> keys(leaves.size());
+  const std::string* prev_max = nullptr;
+  for (std::size_t i = 0; i < leaves.size(); ++i) {
+    const std::uint64_t off = leaves[i];
+    LeafT* l = leaf_at(off);
+    const std::uint64_t w0 = relaxed_load(&l->block[0].front[0]);
+    if ((w0 & kLockBit) != 0 || versions_->at(off).is_locked())
+      return bad(off, "left locked");
+    const bool alt = (w0 & kAltBit) != 0;
+    for (unsigned b = 0; b < M; ++b) {
+      const DWord d = load_header(active_header(l, b, alt));
+      if (b > 0 && (d.w[0] & (kLockBit | kAltBit)) != 0)
+        return bad(off, "block " + std::to_string(b) + " header has lock/alt bits");
+      for (std::uint64_t m = d.bitmap(); m != 0; m &= m - 1) {
+        const auto sl = static_cast<unsigned>(std::countr_zero(m));
+        const std::uint64_t kw = relaxed_load(&l->block[b].entry[sl][0]);
+        const std::uint64_t vw = relaxed_load(&l->block[b].entry[sl][1]);
+        std::string_view rec;
+        if (bytes_keys_) {
+          if (!index_common::read_record(p, kw, max_key_, &rec))
+            return bad(off, "slot " + std::to_string(sl) + " has a bad key record");
+          reachable += block_bytes(index_common::record_bytes(rec.size()));
+        }
+        if (!inline_values_) {
+          if (!index_common::read_record(p, vw, max_value_, &rec))
+            return bad(off, "slot " + std::to_string(sl) + " has a bad value record");
+          reachable += block_bytes(index_common::record_bytes(rec.size()));
+        }
+        if (d.fp(sl) != fingerprint_of(kw))
+          return bad(off, "block " + std::to_string(b) + " slot " + std::to_string(sl) +
+                              ": fingerprint does not match the key");
+        keys[i].push_back(key_string(kw));
+      }
+    }
+    std::sort(keys[i].begin(), keys[i].end());
+    for (std::size_t k = 1; k < keys[i].size(); ++k)
+      if (!(keys[i][k - 1] < keys[i][k])) return bad(off, "duplicate key");
+    if (keys[i].empty()) continue;
+    if (prev_max != nullptr && !(*prev_max < keys[i].front()))
+      return bad(off, "keys not above the previous leaf's keys");
+    prev_max = &keys[i].back();
+  }
+  const std::uint64_t in_use = p.allocator().stats().bytes_in_use;
+  if (in_use != reachable)
+    return p.error(Code::corrupted, "verify: allocator has " + std::to_string(in_use) +
+                                        " bytes in use but " + std::to_string(reachable) +
+                                        " are reachable");
+  std::size_t next = 0;
+  s = inner_.verify(
+      [&](std::uint64_t a, std::uint64_t b) {
+        return bytes_keys_ ? index_common::SeparatorStore::view(a) <
+                                 index_common::SeparatorStore::view(b)
+                           : a < b;
+      },
+      [&](std::uint64_t leaf, const std::uint64_t* lo, const std::uint64_t* hi) -> Status {
+        if (next >= leaves.size() || leaves[next] != leaf)
+          return p.error(Code::corrupted, "verify: inner tree leaf order differs from the chain");
+        const auto& ks = keys[next++];
+        if (!ks.empty() && lo != nullptr && ks.front() < sep_string(*lo))
+          return bad(leaf, "key below the inner-node fence");
+        if (!ks.empty() && hi != nullptr && !(ks.back() < sep_string(*hi)))
+          return bad(leaf, "key not below the inner-node fence");
+        return Status::Ok();
+      });
+  if (!s.ok()) return s.code() == Code::corrupted && s.message().rfind("verify", 0) == 0
+                          ? s
+                          : p.error(s.code(), "verify: " + s.message());
+  if (next != leaves.size())
+    return p.error(Code::corrupted, "verify: chain has leaves the inner tree lacks");
+  return Status::Ok();
+}
+
+template <unsigned M>
+Footprint LBTree<M>::footprint() const {
+  Footprint f;
+  const auto st = pool_->allocator().stats();
+  f.pm_bytes = st.bytes_in_use;
+  f.pm_reserved = st.bytes_reserved;
+  f.dram_bytes = inner_.dram_bytes() + versions_->dram_bytes() + seps_.dram_bytes();
+  return f;
+}
+
+template <unsigned M>
+Status LBTree<M>::close() {
+  if (!closed_) {
+    pool_->close_clean();  // every operation persisted its own steps
+    closed_ = true;
+  }
+  return Status::Ok();
+}
+
+template class LBTree<1>;
+template class LBTree<2>;
+template class LBTree<4>;
+
+// --- registry entry points ------------------------------------------------------------------
+
+namespace {
+std::uint32_t node_size_of(const Options& o) { return o.node_size == 0 ? 256 : o.node_size; }
+}  // namespace
+
+pm::Layout layout_for(const Options& o) {
+  return pm::Layout{"lbtree", node_size_of(o), o.key_type, 0};
+}
+
+std::size_t default_pool_size(const Options& o) {
+  std::size_t per_record = 64;  // leaf share at 70% fill, rounded up generously
+  if (o.key_type == KeyType::bytes) per_record += 64 + o.max_key_size;
+  if (o.max_value_size > 8) per_record += 64 + o.max_value_size;
+  return std::max<std::size_t>(std::size_t{16} << 20, o.expected_records * per_record * 2);
+}
+
+Result<std::unique_ptr<Index>> create(std::unique_ptr<pm::Pool> pool, const Options& o) {
+  switch (node_size_of(o)) {
+    case 256: return LBTree<1>::create(std::move(pool), o);
+    case 512: return LBTree<2>::create(std::move(pool), o);
+    case 1024: return LBTree<4>::create(std::move(pool), o);
+    default:
+      return pool->error(Code::invalid_argument, "lbtree node_size must be 256, 512 or 1024");
+  }
+}
+
+Result<std::unique_ptr<Index>> recover(std::unique_ptr<pm::Pool> pool, const Options& o) {
+  switch (pool->info().layout.node_size) {
+    case 256: return LBTree<1>::recover(std::move(pool), o);
+    case 512: return LBTree<2>::recover(std::move(pool), o);
+    case 1024: return LBTree<4>::recover(std::move(pool), o);
+    default:
+      return pool->error(Code::corrupted, "lbtree pool has an impossible node size");
+  }
+}
+
+}  // namespace pmindex::lbtree

@@ -1,0 +1,185 @@
+// LB+-Tree (paper 001): PM leaves of M x 256 B with distributed and alternative headers, DRAM
+// inner nodes (index_common::InnerTree), entry-moving inserts, logless splits, crash-safe
+// removal of empty leaves. Persistence steps: PROTOCOL.md (cited in code as `// P3: ...`).
+//
+// Thread safety: every operation may run concurrently.
+//   * Inner nodes: optimistic lock coupling (InnerTree contract).
+//   * Leaves: a DRAM version per leaf (LeafVersions, indexed by pool offset / 256) is the
+//     writer lock and the readers' seqlock; a writer CASes it from the version it saw while
+//     its parent was still valid (so the leaf is still the right one, and still a leaf: a
+//     freed leaf is obsolete), then sets the PM lock bit (pm::cas) as the paper does.
+//     Readers never write; they read leaf words with relaxed atomic loads and validate.
+//   * Lock order: leaf (then its left neighbour, try-lock only) -> InnerTree SMO mutex.
+//     Nobody waits for a leaf lock while holding the SMO mutex.
+//   * verify(), bulk_load() and close() expect no concurrent operations.
+// Invariants (checked by verify()):
+//   (1) the leaf chain from root.head is acyclic, in bounds, and its leaves appear in the same
+//       order as the inner tree's leaves; every key of a leaf lies within the inner fences;
+//   (2) keys strictly increase within (sorted) and across leaves; each valid slot's
+//       fingerprint is the hash of its whole key;
+//   (3) the head leaf is never removed; other leaves are non-empty except transiently;
+//   (4) the PM bytes reachable from the root equal the allocator's bytes in use.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "index/common/inner_tree.h"
+#include "index/common/leaf_versions.h"
+#include "index/common/scan_assembly.h"
+#include "index/common/separator_store.h"
+#include "index/lbtree/leaf.h"
+#include "pmindex/index.h"
+#include "pmindex/pm/dram_arena.h"
+
+namespace pmindex::lbtree {
+
+// Root object (64 B, one line), written once at creation (P0).
+//   [ 0, 8) magic "LBTREE01"   [ 8,16) head: offset of the first leaf (never changes)
+//   [16,20) node_size (256 M)  [20,24) key_mode
+//   [24,28) max_key_size       [28,32) max_value_size (8 = inline values)
+//   [32,64) reserved (0)
+struct Root {
+  std::uint64_t magic;
+  std::uint64_t head;
+  std::uint32_t node_size;
+  std::uint32_t key_mode;
+  std::uint32_t max_key_size;
+  std::uint32_t max_value_size;
+  std::uint8_t reserved[32];
+};
+static_assert(sizeof(Root) == 64);
+static_assert(offsetof(Root, head) == 8 && offsetof(Root, node_size) == 16 &&
+              offsetof(Root, max_value_size) == 28);
+static_assert(std::is_standard_layout_v<Root> && std::is_trivially_copyable_v<Root>);
+inline constexpr std::uint64_t kRootMagic = 0x313045455254424Cull;  // "LBTREE01"
+
+// Documented limits (README / PROTOCOL.md): keys of KeyType::bytes are 0..kMaxKeyBytes bytes
+// (the empty key included); values are exactly 8 bytes inline (max_value_size = 8), or
+// 0..kMaxValueBytes bytes out of line (max_value_size > 8).
+inline constexpr std::uint32_t kMaxKeyBytes = 8192;
+inline constexpr std::uint32_t kMaxValueBytes = 65536;
+inline constexpr unsigned kInnerKeys = 14;  // 256 B DRAM inner nodes
+
+// Registry entry points (dispatch on the node size to the instantiations).
+pm::Layout layout_for(const Options& options);
+std::size_t default_pool_size(const Options& options);
+Result<std::unique_ptr<Index>> create(std::unique_ptr<pm::Pool> pool, const Options& options);
+Result<std::unique_ptr<Index>> recover(std::unique_ptr<pm::Pool> pool, const Options& options);
+
+template <unsigned M>
+class LBTree final : public Index {
+ public:
+  using LeafT = Leaf<M>;
+  static Result<std::unique_ptr<Index>> create(std::unique_ptr<pm::Pool> pool,
+                                               const Options& options);
+  static Result<std::unique_ptr<Index>> recover(std::unique_ptr<pm::Pool> pool,
+                                                const Options& options);
+
+  ~LBTree() override;
+  std::string_view kind() const override { return "lbtree"; }
+  Code insert(std::string_view key, std::string_view value) override;
+  Code update(std::string_view key, std::string_view value) override;
+  Code find(std::string_view key, std::string* value) const override;
+  Code remove(std::string_view key) override;
+  std::size_t scan(std::string_view start, std::size_t max, ScanBuffer& out) const override;
+  Status bulk_load(std::span<const KeyValue> sorted, double fill) override;
+  Status verify() const override;
+  RecoveryStats recovery_stats() const override { return recovery_; }
+  Footprint footprint() const override;
+  Status close() override;
+  const pm::Pool& pool() const override { return *pool_; }
+
+  // Experiment hook for the Theorem 3.5 reproduction (tests/index/lbtree/test_lbtree_lines.cpp),
+  // not a production mode: the paper's "traditional" design of Fig. 8b - an insert takes the
+  // first empty slot and never moves entries, a split packs the new leaf from slot 0. Set it
+  // before any operation; it is not persistent and not thread-safe to change.
+  void set_traditional_inserts(bool on) { traditional_ = on; }
+
+  // Time spent rebuilding the DRAM inner nodes at the last recovery (part of seconds).
+  double rebuild_seconds() const { return rebuild_seconds_; }
+  std::uint64_t leaf_count() const;
+
+ private:
+  // A search key prepared once per operation.
+  struct Probe {
+    std::uint64_t word = 0;      // u64/f64 modes
+    std::string_view bytes;      // bytes mode (and the original key in every mode)
+    std::uint8_t fp = 0;
+  };
+  struct SlotRef {
+    int block = -1;
+    unsigned slot = 0;
+    DWord header{};              // the block's active header as read
+  };
+  struct Pending {               // records to free once a slot's removal is persisted (K3)
+    std::uint64_t key_record = 0;
+    std::uint64_t value_record = 0;
+  };
+
+  explicit LBTree(std::unique_ptr<pm::Pool> pool);
+  Status init_root(const Options& o);
+  void init_dram();
+
+  // keys and values
+  Code check_key(std::string_view key) const;
+  Code check_value(std::string_view value) const;
+  Probe make_probe(std::string_view key) const;
+  bool probe_less_sep(const Probe& p, std::uint64_t sep) const;
+  bool key_matches(std::uint64_t key_word, const Probe& p) const;
+  std::string key_string(std::uint64_t key_word) const;    // memcmp-ordered key bytes
+  bool key_word_less(std::uint64_t a, std::uint64_t b) const;
+  std::string sep_string(std::uint64_t sep) const;
+  std::uint64_t make_separator(std::uint64_t key_word);
+  std::uint8_t fingerprint_of(std::uint64_t key_word) const;
+  bool read_value(std::uint64_t value_word, std::string* out) const;
+
+  // leaves
+  LeafT* leaf_at(std::uint64_t off) const { return pool_->at<LeafT>(off); }
+  static std::uint64_t* active_header(LeafT* l, unsigned b, bool alt) {
+    return (b == 0 || !alt) ? l->block[b].front : l->block[b].tail;
+  }
+  static std::uint64_t* inactive_header(LeafT* l, unsigned b, bool alt) {
+    return alt ? l->block[b].front : l->block[b].tail;
+  }
+  static DWord load_header(const std::uint64_t* h);
+  // The successor the alt bit selects (0 at the end of the chain).
+  std::uint64_t next_leaf(std::uint64_t off) const;
+  static unsigned header_line(unsigned b, bool alt) { return (b == 0 || !alt) ? 0 : 3; }
+  SlotRef find_slot(LeafT* l, const Probe& p) const;
+  bool leaf_empty(LeafT* l) const;
+  std::pair<std::uint64_t, std::uint64_t> descend_read(const Probe& p) const;
+  std::uint64_t lock_leaf_for(const Probe& p);
+  void unlock_leaf(std::uint64_t off);
+  void leaf_insert(LeafT* l, DWord d0, std::uint64_t key_word, std::uint64_t value_word,
+                   std::uint8_t fp);
+  Code split_insert(std::uint64_t off, std::uint64_t key_word, std::uint64_t value_word,
+                    std::uint8_t fp);
+  void try_unlink(std::uint64_t off, const Probe& p);
+  void switch_sibling(LeafT* a, std::uint64_t next);  // U1..U3 / recovery repair
+  void release(const Pending& pending);
+
+  // recovery
+  Status rebuild(unsigned threads);
+
+  std::unique_ptr<pm::Pool> pool_;
+  Root* root_ = nullptr;
+  std::uint64_t head_ = 0;
+  bool bytes_keys_ = false;
+  bool inline_values_ = true;
+  std::uint32_t max_key_ = 8;
+  std::uint32_t max_value_ = 8;
+  pm::DramArena arena_;
+  index_common::InnerTree inner_;
+  std::unique_ptr<index_common::LeafVersions> versions_;
+  index_common::SeparatorStore seps_;
+  RecoveryStats recovery_;
+  double rebuild_seconds_ = 0;
+  bool closed_ = false;
+  bool traditional_ = false;  // set_traditional_inserts
+};
+
+}  // namespace pmindex::lbtree

@@ -1,0 +1,433 @@
+// LB+-Tree operations: search (Alg. 1), insert with entry moving (Alg. 2), update, delete,
+// scan. Included only by lbtree.cpp (explicit instantiations). Steps P*, D*, W*, K*: PROTOCOL.md.
+#pragma once
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+
+#include "index/common/pm_record.h"
+#include "index/lbtree/lbtree.h"
+
+namespace pmindex::lbtree {
+
+using index_common::relaxed_load;
+
+namespace detail {
+// Every PM word of a leaf is written with one 8-byte atomic store (pm::publish), because
+// optimistic readers read the same words with relaxed atomic loads (no data race).
+inline void put(std::uint64_t* p, std::uint64_t v) { pm::publish(p, v); }
+
+// Candidate slots of a block: SIMD compare of the 16 header bytes against the fingerprint;
+// bits 2..15 of the byte mask are slots 0..13, filtered by the bitmap.
+inline std::uint32_t match_slots(const DWord& d, std::uint8_t fp) {
+  const __m128i header = _mm_set_epi64x(static_cast<long long>(d.w[1]),
+                                        static_cast<long long>(d.w[0]));
+  const __m128i probe = _mm_set1_epi8(static_cast<char>(fp));
+  const auto mask = static_cast<std::uint32_t>(_mm_movemask_epi8(_mm_cmpeq_epi8(header, probe)));
+  return (mask >> 2) & static_cast<std::uint32_t>(d.bitmap());
+}
+
+inline const char* line_ptr(const Block& b, unsigned line) {
+  return reinterpret_cast<const char*>(&b) + 64 * line;
+}
+}  // namespace detail
+
+// --- keys and values -------------------------------------------------------------------------
+
+template <unsigned M>
+Code LBTree<M>::check_key(std::string_view key) const {
+  if (bytes_keys_) return key.size() > max_key_ ? Code::key_too_large : Code::ok;
+  if (key.size() != 8) return Code::invalid_argument;
+  if (root_->key_mode == static_cast<std::uint32_t>(KeyType::f64) &&
+      std::isnan(decode_f64(key)))
+    return Code::invalid_argument;
+  return Code::ok;
+}
+
+template <unsigned M>
+Code LBTree<M>::check_value(std::string_view value) const {
+  if (inline_values_) return value.size() == 8 ? Code::ok : Code::invalid_argument;
+  return value.size() > max_value_ ? Code::value_too_large : Code::ok;
+}
+
+template <unsigned M>
+typename LBTree<M>::Probe LBTree<M>::make_probe(std::string_view key) const {
+  Probe p;
+  p.bytes = key;
+  if (bytes_keys_) {
+    p.fp = index_common::fingerprint_bytes(key);
+  } else {
+    char buf[8] = {};
+    std::memcpy(buf, key.data(), std::min<std::size_t>(8, key.size()));
+    p.word = decode_u64(std::string_view(buf, 8));
+    p.fp = index_common::fingerprint_word(p.word);
+  }
+  return p;
+}
+
+template <unsigned M>
+bool LBTree<M>::probe_less_sep(const Probe& p, std::uint64_t sep) const {
+  if (!bytes_keys_) return p.word < sep;
+  return p.bytes < index_common::SeparatorStore::view(sep);
+}
+
+template <unsigned M>
+bool LBTree<M>::key_matches(std::uint64_t key_word, const Probe& p) const {
+  if (!bytes_keys_) return key_word == p.word;
+  std::string_view stored;
+  return index_common::read_record(*pool_, key_word, max_key_, &stored) && stored == p.bytes;
+}
+
+template <unsigned M>
+std::string LBTree<M>::key_string(std::uint64_t key_word) const {
+  if (!bytes_keys_) return encode_u64(key_word);
+  std::string_view stored;
+  if (!index_common::read_record(*pool_, key_word, max_key_, &stored)) return {};
+  return std::string(stored);
+}
+
+template <unsigned M>
+bool LBTree<M>::key_word_less(std::uint64_t a, std::uint64_t b) const {
+  if (!bytes_keys_) return a < b;
+  return key_string(a) < key_string(b);
+}
+
+template <unsigned M>
+std::string LBTree<M>::sep_string(std::uint64_t sep) const {
+  if (!bytes_keys_) return encode_u64(sep);
+  return std::string(index_common::SeparatorStore::view(sep));
+}
+
+template <unsigned M>
+std::uint64_t LBTree<M>::make_separator(std::uint64_t key_word) {
+  if (!bytes_keys_) return key_word;
+  return seps_.make(key_string(key_word));
+}
+
+template <unsigned M>
+std::uint8_t LBTree<M>::fingerprint_of(std::uint64_t key_word) const {
+  if (!bytes_keys_) return index_common::fingerprint_word(key_word);
+  return index_common::fingerprint_bytes(key_string(key_word));
+}
+
+template <unsigned M>
+bool LBTree<M>::read_value(std::uint64_t value_word, std::string* out) const {
+  if (inline_values_) {
+    out->assign(reinterpret_cast<const char*>(&value_word), 8);
+    return true;
+  }
+  std::string_view stored;
+  if (!index_common::read_record(*pool_, value_word, max_value_, &stored)) return false;
+  out->assign(stored);
+  return true;
+}
+
+// --- leaf reading ------------------------------------------------------------------------------
+
+template <unsigned M>
+DWord LBTree<M>::load_header(const std::uint64_t* h) {
+  return DWord{{relaxed_load(h), relaxed_load(h + 1)}};
+}
+
+template <unsigned M>
+std::uint64_t LBTree<M>::next_leaf(std::uint64_t off) const {
+  LeafT* l = leaf_at(off);
+  const bool alt = (relaxed_load(&l->block[0].front[0]) & kAltBit) != 0;
+  return relaxed_load(&l->block[0].tail[alt ? 1 : 0]);
+}
+
+template <unsigned M>
+typename LBTree<M>::SlotRef LBTree<M>::find_slot(LeafT* l, const Probe& p) const {
+  const bool alt = (relaxed_load(&l->block[0].front[0]) & kAltBit) != 0;
+  for (unsigned b = 0; b < M; ++b) {
+    const DWord d = load_header(active_header(l, b, alt));
+    for (std::uint32_t m = detail::match_slots(d, p.fp); m != 0; m &= m - 1) {
+      const auto s = static_cast<unsigned>(std::countr_zero(m));
+      if (key_matches(relaxed_load(&l->block[b].entry[s][0]), p))
+        return SlotRef{static_cast<int>(b), s, d};
+    }
+  }
+  return SlotRef{};
+}
+
+template <unsigned M>
+bool LBTree<M>::leaf_empty(LeafT* l) const {
+  const bool alt = (relaxed_load(&l->block[0].front[0]) & kAltBit) != 0;
+  for (unsigned b = 0; b < M; ++b)
+    if (load_header(active_header(l, b, alt)).bitmap() != 0) return false;
+  return true;
+}
+
+// Optimistic descent to the leaf covering p; returns (leaf, leaf version).
+template <unsigned M>
+std::pair<std::uint64_t, std::uint64_t> LBTree<M>::descend_read(const Probe& p) const {
+  return inner_.descend(
+      [&](std::uint64_t sep) { return probe_less_sep(p, sep); },
+      [&](std::uint64_t leaf) -> std::optional<std::uint64_t> {
+        std::uint64_t v = 0;
+        if (!versions_->at(leaf).read_begin(&v)) return std::nullopt;
+        return v;
+      });
+}
+
+// Writers: lock the leaf covering p (DRAM version by CAS from the version seen under the
+// valid parent, then the PM lock bit by pm::cas).
+template <unsigned M>
+std::uint64_t LBTree<M>::lock_leaf_for(const Probe& p) {
+  for (;;) {
+    const auto [off, v] = descend_read(p);
+    if (versions_->at(off).try_upgrade(v)) {
+      std::uint64_t* w0 = &leaf_at(off)->block[0].front[0];
+      std::uint64_t expected = relaxed_load(w0) & ~kLockBit;
+      while (!pm::cas(w0, expected, expected | kLockBit)) expected &= ~kLockBit;
+      return off;
+    }
+    index_common::VersionLock::pause();
+  }
+}
+
+template <unsigned M>
+void LBTree<M>::unlock_leaf(std::uint64_t off) {
+  std::uint64_t* w0 = &leaf_at(off)->block[0].front[0];
+  std::uint64_t expected = relaxed_load(w0);
+  while (!pm::cas(w0, expected, expected & ~kLockBit)) {
+  }
+  versions_->at(off).unlock();
+}
+
+// --- search (Alg. 1) ------------------------------------------------------------------------------
+
+template <unsigned M>
+Code LBTree<M>::find(std::string_view key, std::string* value) const {
+  if (Code c = check_key(key); c != Code::ok) return c;
+  const Probe p = make_probe(key);
+  std::string tmp;
+  for (;;) {
+    const auto [off, v] = descend_read(p);
+    LeafT* l = leaf_at(off);
+    for (unsigned i = 0; i < LeafT::kBytes / 64; ++i)
+      __builtin_prefetch(reinterpret_cast<const char*>(l) + 64 * i);
+    const SlotRef r = find_slot(l, p);
+    bool ok = true;
+    if (r.block >= 0 && value != nullptr)
+      ok = read_value(relaxed_load(&l->block[r.block].entry[r.slot][1]), &tmp);
+    if (!versions_->at(off).validate(v) || !ok) continue;
+    if (r.block < 0) return Code::not_found;
+    if (value != nullptr) value->swap(tmp);
+    return Code::ok;
+  }
+}
+
+// --- insert (Alg. 2) -------------------------------------------------------------------------
+
+// Inserts into a locked leaf with a free slot. d0 is block 0's header as it stands (or, after
+// a split, as the split committed it). Each block insert is one NAW section: P1..P6.
+template <unsigned M>
+void LBTree<M>::leaf_insert(LeafT* l, DWord d0, std::uint64_t key_word,
+                            std::uint64_t value_word, std::uint8_t fp) {
+  const bool alt = d0.alt();
+  unsigned b = 0;
+  DWord d = d0;
+  for (; b < M; ++b) {
+    d = b == 0 ? d0 : load_header(active_header(l, b, alt));
+    if (!d.full()) break;
+  }
+  Block& blk = l->block[b];
+  std::uint64_t* hdr = active_header(l, b, alt);
+  const std::uint64_t old_w1 = relaxed_load(hdr + 1);
+  const unsigned hline = header_line(b, alt);
+  const std::uint64_t free = ~d.bitmap() & kBitmapMask;
+  const std::uint64_t free_in_hline = free & line_slots_mask(hline);
+  const auto slot = static_cast<unsigned>(
+      std::countr_zero(free_in_hline != 0 && !traditional_ ? free_in_hline : free));
+  const unsigned line = line_of_slot(slot);
+  // P1: the entry goes into an unused slot (unused space).
+  detail::put(&blk.entry[slot][0], key_word);
+  detail::put(&blk.entry[slot][1], value_word);
+  d.set_fp(slot, fp);
+  d.set_valid(slot);
+  if (line != hline) {
+    // P2: entry moving - copy the header line's entries into the other free slots of `line`
+    // (unused space); the bitmap changes (clear `from`, set `to`) ride on the NAW of P5.
+    std::uint64_t to_free = traditional_ ? 0 : ~d.bitmap() & line_slots_mask(line);
+    std::uint64_t from = d.bitmap() & line_slots_mask(hline);
+    while (to_free != 0 && from != 0) {
+      const auto to = static_cast<unsigned>(std::countr_zero(to_free));
+      const auto fr = static_cast<unsigned>(std::countr_zero(from));
+      detail::put(&blk.entry[to][0], relaxed_load(&blk.entry[fr][0]));
+      detail::put(&blk.entry[to][1], relaxed_load(&blk.entry[fr][1]));
+      d.set_fp(to, d.fp(fr));
+      d.set_valid(to);
+      d.clear_valid(fr);
+      to_free &= to_free - 1;
+      from &= from - 1;
+    }
+    pm::persist(detail::line_ptr(blk, line), 64);  // P3: the entry line is durable first
+  }
+  // P4: header word1 (fingerprints of slots 6..13): only unused slots' fingerprints change.
+  if (d.w[1] != old_w1) detail::put(hdr + 1, d.w[1]);
+  // P5: the NAW - one 8-byte failure-atomic store of header word0 commits the insert.
+  detail::put(hdr, d.w[0]);
+  pm::persist(hdr, 16);  // P6
+}
+
+template <unsigned M>
+Code LBTree<M>::insert(std::string_view key, std::string_view value) {
+  if (Code c = check_key(key); c != Code::ok) return c;
+  if (Code c = check_value(value); c != Code::ok) return c;
+  const Probe p = make_probe(key);
+  const std::uint64_t off = lock_leaf_for(p);
+  LeafT* l = leaf_at(off);
+  if (find_slot(l, p).block >= 0) {
+    unlock_leaf(off);
+    return Code::already_present;
+  }
+  Code code = Code::ok;
+  std::uint64_t key_word = p.word;
+  std::uint64_t value_word = 0;
+  if (bytes_keys_) {
+    key_word = index_common::write_record(*pool_, key, &code);  // K1
+    if (key_word == 0) { unlock_leaf(off); return code; }
+  }
+  if (inline_values_) {
+    std::memcpy(&value_word, value.data(), 8);
+  } else {
+    value_word = index_common::write_record(*pool_, value, &code);  // K1
+    if (value_word == 0) {
+      if (bytes_keys_) index_common::free_record(*pool_, key_word);
+      unlock_leaf(off);
+      return code;
+    }
+  }
+  const DWord d0 = load_header(l->block[0].front);
+  bool full = true;
+  for (unsigned b = 0; b < M && full; ++b)
+    full = (b == 0 ? d0 : load_header(active_header(l, b, d0.alt()))).full();
+  if (!full) {
+    leaf_insert(l, d0, key_word, value_word, p.fp);
+    code = Code::ok;
+  } else {
+    code = split_insert(off, key_word, value_word, p.fp);
+    if (code != Code::ok) release(Pending{bytes_keys_ ? key_word : 0,
+                                          inline_values_ ? 0 : value_word});
+  }
+  unlock_leaf(off);
+  return code;
+}
+
+// --- update / delete --------------------------------------------------------------------------
+
+template <unsigned M>
+Code LBTree<M>::update(std::string_view key, std::string_view value) {
+  if (Code c = check_key(key); c != Code::ok) return c;
+  if (Code c = check_value(value); c != Code::ok) return c;
+  const Probe p = make_probe(key);
+  const std::uint64_t off = lock_leaf_for(p);
+  LeafT* l = leaf_at(off);
+  const SlotRef r = find_slot(l, p);
+  if (r.block < 0) {
+    unlock_leaf(off);
+    return Code::not_found;
+  }
+  std::uint64_t* vslot = &l->block[r.block].entry[r.slot][1];
+  Pending old;
+  std::uint64_t value_word = 0;
+  if (inline_values_) {
+    std::memcpy(&value_word, value.data(), 8);
+  } else {
+    Code code = Code::ok;
+    value_word = index_common::write_record(*pool_, value, &code);  // K1
+    if (value_word == 0) { unlock_leaf(off); return code; }
+    old.value_record = relaxed_load(vslot);
+  }
+  detail::put(vslot, value_word);  // W1: NAW - one 8-byte failure-atomic store of the value
+  pm::persist(vslot, 8);           // W2
+  unlock_leaf(off);
+  release(old);                    // K3: the old value record is unreachable and persisted so
+  return Code::ok;
+}
+
+template <unsigned M>
+Code LBTree<M>::remove(std::string_view key) {
+  if (Code c = check_key(key); c != Code::ok) return c;
+  const Probe p = make_probe(key);
+  const std::uint64_t off = lock_leaf_for(p);
+  LeafT* l = leaf_at(off);
+  SlotRef r = find_slot(l, p);
+  if (r.block < 0) {
+    unlock_leaf(off);
+    return Code::not_found;
+  }
+  const bool alt = (relaxed_load(&l->block[0].front[0]) & kAltBit) != 0;
+  std::uint64_t* hdr = active_header(l, static_cast<unsigned>(r.block), alt);
+  Pending gone;
+  if (bytes_keys_) gone.key_record = relaxed_load(&l->block[r.block].entry[r.slot][0]);
+  if (!inline_values_) gone.value_record = relaxed_load(&l->block[r.block].entry[r.slot][1]);
+  DWord d = load_header(hdr);
+  d.clear_valid(r.slot);
+  detail::put(hdr, d.w[0]);  // D1: NAW - clear the slot's bitmap bit
+  pm::persist(hdr, 16);      // D2
+  if (off != head_ && leaf_empty(l)) {
+    try_unlink(off, p);      // unlocks (and may free) the leaf
+  } else {
+    unlock_leaf(off);
+  }
+  release(gone);             // K3
+  return Code::ok;
+}
+
+template <unsigned M>
+void LBTree<M>::release(const Pending& pending) {
+  if (pending.key_record != 0) index_common::free_record(*pool_, pending.key_record);
+  if (pending.value_record != 0) index_common::free_record(*pool_, pending.value_record);
+}
+
+// --- scan ---------------------------------------------------------------------------------------
+
+// Leaf by leaf: gather the live entries under the leaf's version, read the next leaf's version
+// before validating this one (hand-over-hand, so the successor was linked when its version
+// was read), then sort and emit. A failed validation re-descends from the last emitted key.
+template <unsigned M>
+std::size_t LBTree<M>::scan(std::string_view start, std::size_t max, ScanBuffer& out) const {
+  out.clear();
+  if (max == 0) return 0;
+  index_common::LeafScan sc(start, max);
+  std::string value;
+  for (;;) {
+    const std::string resume = sc.have_last() ? sc.last() : std::string(start);
+    const Probe p = make_probe(resume);
+    auto [off, v] = descend_read(p);
+    bool restart = false;
+    while (!restart) {
+      LeafT* l = leaf_at(off);
+      sc.begin_leaf();
+      const std::uint64_t w0 = relaxed_load(&l->block[0].front[0]);
+      const bool alt = (w0 & kAltBit) != 0;
+      for (unsigned b = 0; b < M; ++b) {
+        const DWord d = load_header(active_header(l, b, alt));
+        for (std::uint64_t m = d.bitmap(); m != 0; m &= m - 1) {
+          const auto s = static_cast<unsigned>(std::countr_zero(m));
+          const std::string k = key_string(relaxed_load(&l->block[b].entry[s][0]));
+          if (!read_value(relaxed_load(&l->block[b].entry[s][1]), &value)) value.clear();
+          sc.gather(k, value);
+        }
+      }
+      const std::uint64_t next = relaxed_load(&l->block[0].tail[alt ? 1 : 0]);
+      std::uint64_t nv = 0;
+      if (next != 0 && !versions_->at(next).read_begin(&nv)) restart = true;
+      if (!versions_->at(off).validate(v)) restart = true;
+      if (restart) break;
+      sc.emit(out);
+      if (sc.full(out) || next == 0) return out.size();
+      off = next;
+      v = nv;
+    }
+    index_common::VersionLock::pause();
+  }
+}
+
+}  // namespace pmindex::lbtree

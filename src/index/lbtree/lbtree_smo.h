@@ -1,0 +1,292 @@
+// LB+-Tree structural changes: logless split (Alg. 3, §3.4), crash-safe removal of an empty
+// leaf, bulk load. Included only by lbtree.cpp. Steps S*, U*, B*: PROTOCOL.md.
+#pragma once
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "index/lbtree/lbtree_ops.h"
+
+namespace pmindex::lbtree {
+
+namespace detail {
+[[noreturn]] inline void fatal(const char* what) {
+  std::fprintf(stderr, "pmindex lbtree: internal invariant broken: %s\n", what);
+  std::abort();
+}
+}  // namespace detail
+
+// Splits the locked, full leaf `off` and inserts the new entry. The new leaf stays locked
+// (DRAM version) until the inner tree holds its separator, so no reader can miss a moved key.
+template <unsigned M>
+Code LBTree<M>::split_insert(std::uint64_t off, std::uint64_t key_word,
+                             std::uint64_t value_word, std::uint8_t fp) {
+  LeafT* l = leaf_at(off);
+  const DWord d0 = load_header(l->block[0].front);
+  const bool alt = d0.alt();
+  struct Item { unsigned b, s; std::uint64_t key; };
+  std::vector<Item> items;
+  items.reserve(LeafT::kSlots);
+  DWord od[M];
+  for (unsigned b = 0; b < M; ++b) {
+    od[b] = b == 0 ? d0 : load_header(active_header(l, b, alt));
+    for (std::uint64_t m = od[b].bitmap(); m != 0; m &= m - 1) {
+      const auto s = static_cast<unsigned>(std::countr_zero(m));
+      items.push_back({b, s, relaxed_load(&l->block[b].entry[s][0])});
+    }
+  }
+  if (bytes_keys_) {
+    std::vector<std::pair<std::string, unsigned>> keyed;
+    for (unsigned i = 0; i < items.size(); ++i) keyed.emplace_back(key_string(items[i].key), i);
+    std::sort(keyed.begin(), keyed.end());
+    std::vector<Item> sorted;
+    for (auto& k : keyed) sorted.push_back(items[k.second]);
+    items.swap(sorted);
+  } else {
+    std::sort(items.begin(), items.end(),
+              [](const Item& a, const Item& b) { return a.key < b.key; });
+  }
+  const unsigned n = static_cast<unsigned>(items.size());
+  const unsigned move = n / 2;
+  const std::uint64_t sep_key = items[n - move].key;
+
+  Code code = Code::ok;
+  const std::uint64_t new_off = pool_->allocator().allocate(LeafT::kBytes, &code);
+  if (new_off == 0) return code;
+  versions_->at(new_off).reset_locked();
+  LeafT* nl = leaf_at(new_off);
+
+  // S1: build the new leaf (unused space): the top half goes into its LAST slots so that
+  // later inserts find free slots in block 0, line 0; all headers front, alt = 0.
+  DWord nd[M];
+  for (auto& d : nd) d = DWord{{0, 0}};
+  for (unsigned i = 0; i < move; ++i) {
+    const Item& it = items[n - move + i];
+    const unsigned g = traditional_ ? i : LeafT::kSlots - move + i;
+    const unsigned b = g / kSlotsPerBlock, s = g % kSlotsPerBlock;
+    detail::put(&nl->block[b].entry[s][0], it.key);
+    detail::put(&nl->block[b].entry[s][1], relaxed_load(&l->block[it.b].entry[it.s][1]));
+    nd[b].set_fp(s, od[it.b].fp(it.s));
+    nd[b].set_valid(s);
+    od[it.b].clear_valid(it.s);
+  }
+  const bool go_right = key_word_less(sep_key, key_word);
+  if (go_right) {
+    // Alg. 3 lines 13-14: the new entry joins the new leaf before it is persisted.
+    unsigned b = 0;
+    while (nd[b].full()) ++b;
+    const std::uint64_t free = ~nd[b].bitmap() & kBitmapMask;
+    const auto s = static_cast<unsigned>(std::countr_zero(free));
+    detail::put(&nl->block[b].entry[s][0], key_word);
+    detail::put(&nl->block[b].entry[s][1], value_word);
+    nd[b].set_fp(s, fp);
+    nd[b].set_valid(s);
+  }
+  for (unsigned b = 0; b < M; ++b) {
+    detail::put(&nl->block[b].front[0], nd[b].w[0]);
+    detail::put(&nl->block[b].front[1], nd[b].w[1]);
+    detail::put(&nl->block[b].tail[0], 0);
+    detail::put(&nl->block[b].tail[1], 0);
+  }
+  detail::put(&nl->block[0].tail[0], relaxed_load(&l->block[0].tail[alt ? 1 : 0]));
+  pm::persist(nl, LeafT::kBytes);  // S2: the new leaf is durable before anything links it
+
+  // S3: the old leaf's headers of blocks 1..M-1 after the split go into their inactive
+  // (alternative) places, and S4: the unused sibling pointer gets the new leaf. Unused space.
+  for (unsigned b = 1; b < M; ++b) {
+    std::uint64_t* h = inactive_header(l, b, alt);
+    detail::put(h, od[b].w[0]);
+    detail::put(h + 1, od[b].w[1]);
+    pm::flush(h, 16);
+  }
+  detail::put(&l->block[0].tail[alt ? 0 : 1], new_off);
+  pm::flush(&l->block[0].tail[0], 16);
+  pm::fence();  // S5: S3 and S4 are durable before the commit
+  // S6: NAW - block 0's word0 with the moved bits cleared and alt flipped switches the sibling
+  // pointer and every block's header at once: the split is committed.
+  od[0].w[0] ^= kAltBit;
+  detail::put(&l->block[0].front[0], od[0].w[0]);
+  pm::persist(l->block[0].front, 16);  // S7
+  if (!go_right) {
+    // S8: the new entry goes into the (now half-empty) old leaf as a second NAW section
+    // (P1..P6). The paper does this before S6; that would overwrite a slot that is still
+    // valid until S6 commits (PROTOCOL.md, "Deviation").
+    leaf_insert(l, od[0], key_word, value_word, fp);
+  }
+
+  // DRAM: the separator goes into the inner tree while both leaves are locked.
+  const std::uint64_t sep = make_separator(sep_key);
+  {
+    auto smo = inner_.smo_lock();
+    index_common::InnerTree::Path path;
+    const std::string sep_bytes = key_string(sep_key);
+    const Probe sp = make_probe(sep_bytes);
+    inner_.path_to([&](std::uint64_t s) { return probe_less_sep(sp, s); }, &path);
+    if (!inner_.insert_separator(path, off, sep, new_off))
+      detail::fatal("split: the separator's path does not end at the split leaf");
+  }
+  versions_->at(new_off).unlock();
+  return Code::ok;
+}
+
+// U1..U3 on leaf `a` (locked, or recovery): make `next` its successor with one NAW.
+template <unsigned M>
+void LBTree<M>::switch_sibling(LeafT* a, std::uint64_t next) {
+  const DWord a0 = load_header(a->block[0].front);
+  const bool alt = a0.alt();
+  // U1: copy blocks 1..M-1's active headers into their alternative places (unused space) so
+  // the alt flip leaves them unchanged, and write the successor into the unused sibling.
+  for (unsigned b = 1; b < M; ++b) {
+    const DWord d = load_header(active_header(a, b, alt));
+    std::uint64_t* h = inactive_header(a, b, alt);
+    detail::put(h, d.w[0]);
+    detail::put(h + 1, d.w[1]);
+    pm::flush(h, 16);
+  }
+  detail::put(&a->block[0].tail[alt ? 0 : 1], next);
+  pm::flush(&a->block[0].tail[0], 16);
+  pm::fence();  // U2
+  // U3: NAW - flip alt: the removed leaf is no longer reachable.
+  detail::put(&a->block[0].front[0], a0.w[0] ^ kAltBit);
+  pm::persist(a->block[0].front, 16);
+}
+
+// The locked leaf `off` just became empty (and is not the head): unlink it from the chain,
+// remove it from the inner tree and free it. Best effort: if the left neighbour is locked by
+// another writer, the empty leaf stays (it is still a valid, reachable leaf).
+template <unsigned M>
+void LBTree<M>::try_unlink(std::uint64_t off, const Probe& p) {
+  auto smo = inner_.smo_lock();
+  index_common::InnerTree::Path path;
+  inner_.path_to([&](std::uint64_t s) { return probe_less_sep(p, s); }, &path);
+  const std::uint64_t a_off = inner_.left_neighbour(path);
+  std::uint64_t av = 0;
+  if (a_off == 0 || !versions_->at(a_off).read_begin(&av) ||
+      !versions_->at(a_off).try_upgrade(av)) {
+    smo.unlock();
+    unlock_leaf(off);
+    return;
+  }
+  LeafT* a = leaf_at(a_off);
+  LeafT* l = leaf_at(off);
+  const bool a_alt = (relaxed_load(&a->block[0].front[0]) & kAltBit) != 0;
+  if (relaxed_load(&a->block[0].tail[a_alt ? 1 : 0]) != off)
+    detail::fatal("unlink: the inner tree's left neighbour is not the chain predecessor");
+  const bool l_alt = (relaxed_load(&l->block[0].front[0]) & kAltBit) != 0;
+  switch_sibling(a, relaxed_load(&l->block[0].tail[l_alt ? 1 : 0]));  // U1..U3
+  if (!inner_.remove_leaf(path, off)) detail::fatal("unlink: leaf not in the inner tree");
+  smo.unlock();
+  versions_->at(a_off).unlock();
+  versions_->at(off).unlock_obsolete();
+  pool_->allocator().deallocate(off, LeafT::kBytes);  // U4: unreachable in PM and DRAM
+}
+
+// Bulk load into an empty tree. The new leaves are written and chained as unused space
+// (B1, B2); the head leaf receives its share into unused slots and the first new leaf in its
+// unused sibling pointer (B3); one NAW of the head's word0 commits the whole load (B4).
+template <unsigned M>
+Status LBTree<M>::bulk_load(std::span<const KeyValue> sorted, double fill) {
+  if (!(fill > 0.0 && fill <= 1.0))
+    return Status(Code::invalid_argument, "fill factor must be in (0, 1]");
+  if (sorted.empty()) return Status::Ok();
+  LeafT* head = leaf_at(head_);
+  if (!leaf_empty(head) || leaf_count() != 1)
+    return Status(Code::invalid_argument, "bulk_load needs an empty index");
+  for (std::size_t i = 0; i < sorted.size(); ++i) {
+    if (Code c = check_key(sorted[i].key); c != Code::ok)
+      return Status(c, "bulk_load: bad key at record " + std::to_string(i));
+    if (Code c = check_value(sorted[i].value); c != Code::ok)
+      return Status(c, "bulk_load: bad value at record " + std::to_string(i));
+    if (i > 0 && !(sorted[i - 1].key < sorted[i].key))
+      return Status(Code::invalid_argument, "bulk_load: keys not sorted and distinct");
+  }
+  const std::size_t per =
+      std::max<std::size_t>(1, static_cast<std::size_t>(LeafT::kSlots * fill));
+  const std::size_t n_leaves = (sorted.size() + per - 1) / per;
+  std::vector<std::uint64_t> leaves(n_leaves, 0);
+  leaves[0] = head_;
+  std::vector<std::uint64_t> key_words(sorted.size()), value_words(sorted.size());
+  auto undo = [&](std::size_t upto_leaf, std::size_t upto_rec, Code c) {
+    for (std::size_t i = 1; i < upto_leaf; ++i)
+      pool_->allocator().deallocate(leaves[i], LeafT::kBytes);
+    for (std::size_t i = 0; i < upto_rec; ++i) {
+      if (bytes_keys_) index_common::free_record(*pool_, key_words[i]);
+      if (!inline_values_) index_common::free_record(*pool_, value_words[i]);
+    }
+    return Status(c, "bulk_load: pool full");
+  };
+  for (std::size_t i = 0; i < sorted.size(); ++i) {  // B1: records (K1)
+    Code c = Code::ok;
+    key_words[i] = make_probe(sorted[i].key).word;
+    if (bytes_keys_ && (key_words[i] = index_common::write_record(*pool_, sorted[i].key, &c)) == 0)
+      return undo(0, i, c);
+    if (inline_values_) {
+      std::memcpy(&value_words[i], sorted[i].value.data(), 8);
+    } else if ((value_words[i] = index_common::write_record(*pool_, sorted[i].value, &c)) == 0) {
+      if (bytes_keys_) index_common::free_record(*pool_, key_words[i]);
+      return undo(0, i, c);
+    }
+  }
+  for (std::size_t j = 1; j < n_leaves; ++j) {
+    Code c = Code::ok;
+    if ((leaves[j] = pool_->allocator().allocate(LeafT::kBytes, &c)) == 0)
+      return undo(j, sorted.size(), c);
+  }
+  // Fills leaf j's slots (the last ones, as a split does) into headers `hd`.
+  auto fill_leaf = [&](LeafT* l, std::size_t j, DWord* hd) {
+    for (unsigned b = 0; b < M; ++b) hd[b] = DWord{{0, 0}};
+    const std::size_t first = j * per, last = std::min(sorted.size(), first + per);
+    const auto cnt = static_cast<unsigned>(last - first);
+    for (unsigned i = 0; i < cnt; ++i) {
+      const unsigned g = LeafT::kSlots - cnt + i;
+      const unsigned b = g / kSlotsPerBlock, s = g % kSlotsPerBlock;
+      detail::put(&l->block[b].entry[s][0], key_words[first + i]);
+      detail::put(&l->block[b].entry[s][1], value_words[first + i]);
+      hd[b].set_fp(s, make_probe(sorted[first + i].key).fp);
+      hd[b].set_valid(s);
+    }
+  };
+  for (std::size_t j = 1; j < n_leaves; ++j) {  // B2: the new leaves, chained (unused space)
+    LeafT* l = leaf_at(leaves[j]);
+    versions_->at(leaves[j]).reset_unlocked();
+    DWord hd[M];
+    fill_leaf(l, j, hd);
+    for (unsigned b = 0; b < M; ++b) {
+      detail::put(&l->block[b].front[0], hd[b].w[0]);
+      detail::put(&l->block[b].front[1], hd[b].w[1]);
+      detail::put(&l->block[b].tail[0], 0);
+      detail::put(&l->block[b].tail[1], 0);
+    }
+    detail::put(&l->block[0].tail[0], j + 1 < n_leaves ? leaves[j + 1] : 0);
+    pm::flush(l, LeafT::kBytes);
+  }
+  pm::fence();
+  // B3: the head's share into its unused slots and headers, the chain into its unused sibling.
+  const DWord h0 = load_header(head->block[0].front);
+  const bool alt = h0.alt();
+  DWord hd[M];
+  fill_leaf(head, 0, hd);
+  for (unsigned b = 1; b < M; ++b) {
+    std::uint64_t* h = inactive_header(head, b, alt);
+    detail::put(h, hd[b].w[0]);
+    detail::put(h + 1, hd[b].w[1]);
+  }
+  detail::put(&head->block[0].tail[alt ? 0 : 1], n_leaves > 1 ? leaves[1] : 0);
+  detail::put(&head->block[0].front[1], hd[0].w[1]);  // fingerprints of unused slots only
+  pm::flush(head, LeafT::kBytes);
+  pm::fence();
+  // B4: NAW - the head's word0 (its bitmap, fingerprints 0..5, alt flipped) commits the load.
+  detail::put(&head->block[0].front[0], (hd[0].w[0] & ~(kAltBit | kLockBit)) |
+                                            (alt ? 0 : kAltBit));
+  pm::persist(head->block[0].front, 16);
+  // DRAM: rebuild the inner tree over the loaded leaves.
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> seps(n_leaves);
+  for (std::size_t j = 0; j < n_leaves; ++j)
+    seps[j] = {j == 0 ? 0 : make_separator(key_words[j * per]), leaves[j]};
+  inner_.bulk_build(seps, fill, 1);
+  return Status::Ok();
+}
+
+}  // namespace pmindex::lbtree

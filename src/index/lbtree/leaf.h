@@ -1,0 +1,102 @@
+// LB+-Tree PM leaf layout (paper 001 §3.1, §3.4) and the header arithmetic on a 16-byte
+// `DWord` copy. The header is only ever changed by building a DWord and writing its words
+// back (PROTOCOL.md P-steps), never bit by bit in PM.
+//
+// A leaf is M blocks of 256 B (M = 1, 2, 4), 256 B aligned. Block b, as 16 units of 16 B:
+//
+//   line 0  unit 0      [  0, 16)  front header (word0, word1)
+//           units 1-3   [ 16, 64)  slots 0, 1, 2
+//   line 1  units 4-7   [ 64,128)  slots 3 .. 6
+//   line 2  units 8-11  [128,192)  slots 7 .. 10
+//   line 3  units 12-14 [192,240)  slots 11, 12, 13
+//           unit 15     [240,256)  block 0: sibling[0], sibling[1] (pool offsets, 0 = none)
+//                                  block b>0: back (alternative) header (word0, word1)
+//
+// Header word0 (little-endian u64):
+//   bits 0-13   bitmap: slot s holds a valid entry iff bit s is set
+//   bit  14     lock (block 0 only; volatile meaning, cleared by recovery)
+//   bit  15     alt  (block 0 only): selects sibling[alt] and, for blocks b>0, the back
+//               header (alt = 1) or the front header (alt = 0) as the active one
+//   bits 16-63  fingerprints of slots 0..5 (byte 2 + s)
+// Header word1: fingerprints of slots 6..13 (byte s - 6).
+// So the 16 header bytes are: [bitmap+lock+alt : 2 B][fp 0..13 : 14 B], and one SSE compare of
+// the 16 bytes against the search fingerprint yields the candidate slots in mask bits 2..15.
+// Block b>0 headers keep bits 14-15 zero.
+//
+// Slot entry: word 0 = key word (u64/f64: the key's big-endian bytes read as an integer;
+// bytes: pool offset of a PM key record), word 1 = value (8 raw bytes, or the pool offset of
+// a PM value record when the pool stores values out of line).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+namespace pmindex::lbtree {
+
+inline constexpr unsigned kSlotsPerBlock = 14;
+inline constexpr std::uint64_t kBitmapMask = 0x3FFF;
+inline constexpr std::uint64_t kLockBit = std::uint64_t{1} << 14;
+inline constexpr std::uint64_t kAltBit = std::uint64_t{1} << 15;
+
+struct Block {
+  std::uint64_t front[2];                  // unit 0: front header
+  std::uint64_t entry[kSlotsPerBlock][2];  // units 1..14: (key word, value word)
+  std::uint64_t tail[2];                   // unit 15: siblings (block 0) / back header
+};
+static_assert(sizeof(Block) == 256);
+static_assert(offsetof(Block, front) == 0);
+static_assert(offsetof(Block, entry) == 16);
+static_assert(offsetof(Block, entry) + 3 * 16 == 64, "slots 0-2 share line 0 with the header");
+static_assert(offsetof(Block, tail) == 240, "unit 15 is the last unit of line 3");
+static_assert(std::is_standard_layout_v<Block> && std::is_trivially_copyable_v<Block>);
+
+template <unsigned M>
+struct Leaf {
+  static constexpr unsigned kBlocks = M;
+  static constexpr unsigned kSlots = kSlotsPerBlock * M;
+  static constexpr std::size_t kBytes = 256 * M;
+  Block block[M];
+};
+static_assert(sizeof(Leaf<1>) == 256 && sizeof(Leaf<2>) == 512 && sizeof(Leaf<4>) == 1024);
+static_assert(std::is_standard_layout_v<Leaf<4>> && std::is_trivially_copyable_v<Leaf<4>>);
+
+// The cache line (0..3) of slot s within its block.
+constexpr unsigned line_of_slot(unsigned s) { return (s + 1) / 4; }
+// Slots of line l: [first_slot(l), first_slot(l+1)).
+constexpr unsigned first_slot(unsigned l) { return l == 0 ? 0 : 4 * l - 1; }
+constexpr std::uint64_t line_slots_mask(unsigned l) {
+  return ((std::uint64_t{1} << first_slot(l + 1)) - 1) &
+         ~((std::uint64_t{1} << first_slot(l)) - 1) & kBitmapMask;
+}
+static_assert(line_slots_mask(0) == 0x7 && line_slots_mask(1) == 0x78 &&
+              line_slots_mask(2) == 0x780 && line_slots_mask(3) == 0x3800);
+static_assert(line_of_slot(2) == 0 && line_of_slot(3) == 1 && line_of_slot(13) == 3);
+
+// A header copy: all fingerprint/bitmap changes happen here (paper: `dword`).
+struct DWord {
+  std::uint64_t w[2];
+
+  std::uint64_t bitmap() const { return w[0] & kBitmapMask; }
+  bool valid(unsigned s) const { return (w[0] >> s) & 1; }
+  void set_valid(unsigned s) { w[0] |= std::uint64_t{1} << s; }
+  void clear_valid(unsigned s) { w[0] &= ~(std::uint64_t{1} << s); }
+  bool full() const { return bitmap() == kBitmapMask; }
+  bool alt() const { return (w[0] & kAltBit) != 0; }
+  std::uint8_t fp(unsigned s) const {
+    return s < 6 ? static_cast<std::uint8_t>(w[0] >> (16 + 8 * s))
+                 : static_cast<std::uint8_t>(w[1] >> (8 * (s - 6)));
+  }
+  void set_fp(unsigned s, std::uint8_t f) {
+    if (s < 6) {
+      const unsigned sh = 16 + 8 * s;
+      w[0] = (w[0] & ~(std::uint64_t{0xFF} << sh)) | (std::uint64_t{f} << sh);
+    } else {
+      const unsigned sh = 8 * (s - 6);
+      w[1] = (w[1] & ~(std::uint64_t{0xFF} << sh)) | (std::uint64_t{f} << sh);
+    }
+  }
+};
+static_assert(std::is_trivially_copyable_v<DWord> && sizeof(DWord) == 16);
+
+}  // namespace pmindex::lbtree

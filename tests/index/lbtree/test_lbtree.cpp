@@ -1,0 +1,363 @@
+// LB+-Tree against std::map with small leaves (256 B = 14 slots: a split every few inserts),
+// verify() after every operation, all three key types and node sizes 256/512/1024 B; edge
+// keys and values; reopen after close and after a "crash"; space returned after deleting
+// everything; verify() catching corruption; bulk load.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <random>
+#include <tuple>
+
+#include "pmindex/index.h"
+#include "support/temp_dir.h"
+
+namespace pmindex {
+namespace {
+
+using pmindex::testing::TempDir;
+
+std::unique_ptr<Index> open_or_die(const Options& o) {
+  auto r = Index::open(o);
+  EXPECT_TRUE(r.ok()) << r.status().to_string();
+  return r.ok() ? std::move(r).value() : nullptr;
+}
+
+Options lbtree_options(std::uint32_t node_size, KeyType kt, std::uint32_t max_value = 8) {
+  Options o;
+  o.kind = "lbtree";
+  o.pool_size = 32 << 20;
+  o.node_size = node_size;
+  o.key_type = kt;
+  o.max_key_size = kt == KeyType::bytes ? 64 : 8;
+  o.max_value_size = max_value;
+  return o;
+}
+
+// Keys drawn from a small domain so inserts, updates and removes hit existing keys.
+class KeyGen {
+ public:
+  KeyGen(KeyType kt, std::uint64_t seed) : kt_(kt), rng_(seed) {}
+  std::string next() {
+    const std::uint64_t r = std::uniform_int_distribution<std::uint64_t>(0, 2000)(rng_);
+    switch (kt_) {
+      case KeyType::u64:
+        if (r == 0) return encode_u64(0);
+        if (r == 1) return encode_u64(~std::uint64_t{0});
+        return encode_u64(r * 0x9E3779B97F4A7C15ull);
+      case KeyType::f64:
+        return encode_f64((static_cast<double>(r) - 1000.0) * 1.5e-3);
+      case KeyType::bytes: {
+        std::mt19937_64 k(r);  // the key is a function of r: a bounded domain
+        std::string s(std::uniform_int_distribution<std::size_t>(0, 12)(k), '\0');
+        for (char& c : s) c = static_cast<char>(std::uniform_int_distribution<int>(0, 3)(k));
+        return s;
+      }
+    }
+    return {};
+  }
+  std::string value(std::uint32_t max_value) {
+    const std::uint64_t v = rng_() | (std::uint64_t{1} << 63);  // top bit set
+    std::string s(reinterpret_cast<const char*>(&v), 8);
+    if (max_value > 8) s.resize(std::uniform_int_distribution<std::size_t>(0, max_value)(rng_), 'v');
+    return s;
+  }
+
+ private:
+  KeyType kt_;
+  std::mt19937_64 rng_;
+};
+
+void expect_same(Index& idx, const std::map<std::string, std::string>& oracle) {
+  ScanBuffer buf;
+  ASSERT_EQ(idx.scan(std::string(), oracle.size() + 10, buf), oracle.size());
+  std::size_t i = 0;
+  for (const auto& [k, v] : oracle) {
+    ASSERT_EQ(buf.key(i), k) << "at " << i;
+    ASSERT_EQ(buf.value(i), v) << "at " << i;
+    ++i;
+  }
+  std::string got;
+  for (const auto& [k, v] : oracle) {
+    ASSERT_EQ(idx.find(k, &got), Code::ok);
+    ASSERT_EQ(got, v);
+  }
+}
+
+using Param = std::tuple<std::uint32_t, KeyType, std::uint32_t>;
+
+class LBTreeRandom : public ::testing::TestWithParam<Param> {};
+
+TEST_P(LBTreeRandom, AgainstStdMapWithVerifyAfterEveryOp) {
+  const auto [node_size, kt, max_value] = GetParam();
+  TempDir dir;
+  Options o = lbtree_options(node_size, kt, max_value);
+  o.path = dir.file("t.pool");
+  auto idx = open_or_die(o);
+  ASSERT_NE(idx, nullptr);
+  const std::uint64_t empty_pm = idx->footprint().pm_bytes;
+  std::map<std::string, std::string> oracle;
+  KeyGen gen(kt, 11 + node_size);
+  std::mt19937_64 rng(5);
+  std::string got;
+  ScanBuffer buf;
+  const int kOps = 3000;
+  for (int i = 0; i < kOps; ++i) {
+    const std::string k = gen.next();
+    const std::string v = gen.value(max_value);
+    // Grow for the first half, shrink in the second (exercises splits, then leaf removal).
+    const int bias = i < kOps / 2 ? 0 : 2;
+    switch (std::uniform_int_distribution<int>(0, 5)(rng) + (bias && rng() % 2 ? 1 : 0)) {
+      case 0:
+      case 1: {
+        const bool fresh = oracle.emplace(k, v).second;
+        ASSERT_EQ(idx->insert(k, v), fresh ? Code::ok : Code::already_present);
+        break;
+      }
+      case 2: {
+        auto it = oracle.find(k);
+        ASSERT_EQ(idx->update(k, v), it == oracle.end() ? Code::not_found : Code::ok);
+        if (it != oracle.end()) it->second = v;
+        break;
+      }
+      case 3:
+      case 6:
+        ASSERT_EQ(idx->remove(k), oracle.erase(k) ? Code::ok : Code::not_found);
+        break;
+      case 4: {
+        auto it = oracle.find(k);
+        const Code c = idx->find(k, &got);
+        ASSERT_EQ(c, it == oracle.end() ? Code::not_found : Code::ok);
+        if (it != oracle.end()) { ASSERT_EQ(got, it->second); }
+        break;
+      }
+      case 5: {
+        const std::size_t n = rng() % 40;
+        idx->scan(k, n, buf);
+        auto it = oracle.lower_bound(k);
+        std::size_t j = 0;
+        for (; it != oracle.end() && j < n; ++it, ++j) {
+          ASSERT_LT(j, buf.size());
+          ASSERT_EQ(buf.key(j), it->first);
+          ASSERT_EQ(buf.value(j), it->second);
+        }
+        ASSERT_EQ(buf.size(), j);
+        break;
+      }
+    }
+    const Status s = idx->verify();
+    ASSERT_TRUE(s.ok()) << "op " << i << ": " << s.to_string();
+  }
+  expect_same(*idx, oracle);
+  // Reopen after a clean close.
+  ASSERT_TRUE(idx->close().ok());
+  idx.reset();
+  idx = open_or_die(o);
+  ASSERT_NE(idx, nullptr);
+  EXPECT_TRUE(idx->recovery_stats().clean_shutdown);
+  ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
+  expect_same(*idx, oracle);
+  // Delete everything: the space comes back (only the root and the head leaf remain).
+  for (const auto& [k, v] : oracle) ASSERT_EQ(idx->remove(k), Code::ok);
+  ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
+  EXPECT_EQ(idx->footprint().pm_bytes, empty_pm);
+  // Crash (no close) and recover: still empty and consistent.
+  idx.reset();
+  idx = open_or_die(o);
+  ASSERT_NE(idx, nullptr);
+  EXPECT_FALSE(idx->recovery_stats().clean_shutdown);
+  ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
+  EXPECT_EQ(idx->scan(std::string(), 10, buf), 0u);
+  EXPECT_EQ(idx->footprint().pm_bytes, empty_pm);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    NodesAndKeys, LBTreeRandom,
+    ::testing::Values(Param{256, KeyType::u64, 8}, Param{512, KeyType::u64, 8},
+                      Param{1024, KeyType::u64, 8}, Param{256, KeyType::f64, 8},
+                      Param{512, KeyType::f64, 8}, Param{256, KeyType::bytes, 8},
+                      Param{512, KeyType::bytes, 8}, Param{1024, KeyType::bytes, 8},
+                      Param{256, KeyType::bytes, 24}, Param{1024, KeyType::u64, 24}));
+
+TEST(LBTree, EdgeKeysAndValues) {
+  for (std::uint32_t ns : {256u, 512u, 1024u}) {
+    auto idx = open_or_die(lbtree_options(ns, KeyType::u64));
+    ASSERT_NE(idx, nullptr);
+    std::map<std::string, std::string> oracle;
+    const std::uint64_t keys[] = {0, 1, ~std::uint64_t{0}, std::uint64_t{1} << 63, 42};
+    const std::uint64_t vals[] = {~std::uint64_t{0}, 0, std::uint64_t{1} << 63, 7, 0x8000000000000001ull};
+    for (int i = 0; i < 5; ++i) {
+      const std::string v(reinterpret_cast<const char*>(&vals[i]), 8);
+      ASSERT_EQ(idx->insert(encode_u64(keys[i]), v), Code::ok);
+      oracle[encode_u64(keys[i])] = v;
+    }
+    // Fill so the edge keys live through splits.
+    for (std::uint64_t k = 100; k < 400; ++k) {
+      ASSERT_EQ(idx->insert(encode_u64(k * 3), encode_u64(k)), Code::ok);
+      oracle[encode_u64(k * 3)] = encode_u64(k);
+    }
+    ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
+    expect_same(*idx, oracle);
+    ASSERT_EQ(idx->insert(encode_u64(0), encode_u64(1)), Code::already_present);
+    EXPECT_EQ(idx->insert("short", encode_u64(1)), Code::invalid_argument);
+    EXPECT_EQ(idx->insert(encode_u64(5), "short"), Code::invalid_argument);
+    ASSERT_EQ(idx->remove(encode_u64(0)), Code::ok);
+    std::string got;
+    EXPECT_EQ(idx->find(encode_u64(0), &got), Code::not_found);
+  }
+}
+
+TEST(LBTree, VariableLengthKeys) {
+  Options o = lbtree_options(256, KeyType::bytes);
+  o.max_key_size = 8192;
+  auto idx = open_or_die(o);
+  ASSERT_NE(idx, nullptr);
+  const std::string empty;
+  const std::string nul("a\0b\0", 4);
+  const std::string big(6000, 'x');
+  std::string big2 = big;
+  big2.back() = 'y';
+  ASSERT_EQ(idx->insert(empty, encode_u64(1)), Code::ok);
+  ASSERT_EQ(idx->insert(nul, encode_u64(2)), Code::ok);
+  ASSERT_EQ(idx->insert(std::string("a", 1), encode_u64(3)), Code::ok);
+  ASSERT_EQ(idx->insert(big, encode_u64(4)), Code::ok);
+  ASSERT_EQ(idx->insert(big2, encode_u64(5)), Code::ok);
+  EXPECT_EQ(idx->insert(std::string(8193, 'z'), encode_u64(6)), Code::key_too_large);
+  std::string got;
+  ASSERT_EQ(idx->find(empty, &got), Code::ok);
+  EXPECT_EQ(got, encode_u64(1));
+  ASSERT_EQ(idx->find(nul, &got), Code::ok);
+  EXPECT_EQ(got, encode_u64(2));
+  ASSERT_EQ(idx->find(big2, &got), Code::ok);
+  EXPECT_EQ(got, encode_u64(5));
+  EXPECT_EQ(idx->find(std::string("a\0b", 3), &got), Code::not_found);
+  ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
+  ScanBuffer buf;
+  ASSERT_EQ(idx->scan(empty, 10, buf), 5u);
+  EXPECT_EQ(buf.key(0), empty);
+  EXPECT_EQ(buf.key(1), "a");
+  EXPECT_EQ(buf.key(2), nul);
+  // Over the creation limit.
+  Options too_big = lbtree_options(256, KeyType::bytes);
+  too_big.max_key_size = 8193;
+  EXPECT_FALSE(Index::open(too_big).ok());
+}
+
+TEST(LBTree, ReopenAfterCrashKeepsEverything) {
+  for (std::uint32_t ns : {256u, 1024u}) {
+    TempDir dir;
+    Options o = lbtree_options(ns, KeyType::u64);
+    o.path = dir.file("c.pool");
+    o.recovery_threads = 2;
+    std::map<std::string, std::string> oracle;
+    {
+      auto idx = open_or_die(o);
+      ASSERT_NE(idx, nullptr);
+      std::mt19937_64 rng(3);
+      // 30,000 keys: about 3,000 leaves of 256 B, enough for the parallel rebuild paths.
+      for (int i = 0; i < 30000; ++i) {
+        const std::string k = encode_u64(rng() % 100000);
+        if (oracle.emplace(k, encode_u64(i)).second) { ASSERT_EQ(idx->insert(k, encode_u64(i)), Code::ok); }
+      }
+      for (int i = 0; i < 8000; ++i) {
+        const std::string k = encode_u64(rng() % 100000);
+        ASSERT_EQ(idx->remove(k), oracle.erase(k) ? Code::ok : Code::not_found);
+      }
+      // no close(): a crash
+    }
+    auto idx = open_or_die(o);
+    ASSERT_NE(idx, nullptr);
+    EXPECT_FALSE(idx->recovery_stats().clean_shutdown);
+    EXPECT_EQ(idx->recovery_stats().records, oracle.size());
+    EXPECT_EQ(idx->recovery_stats().threads, 2u);
+    EXPECT_GT(idx->recovery_stats().nodes, 1000u / (ns / 256));
+    ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
+    expect_same(*idx, oracle);
+  }
+}
+
+TEST(LBTree, BulkLoad) {
+  for (std::uint32_t ns : {256u, 512u, 1024u}) {
+    for (double fill : {0.7, 1.0}) {
+      TempDir dir;
+      Options o = lbtree_options(ns, KeyType::bytes);
+      o.path = dir.file("b.pool");
+      std::map<std::string, std::string> oracle;
+      for (int i = 0; i < 3000; ++i) oracle["k" + std::to_string(100000 + i * 7)] = encode_u64(i);
+      std::vector<KeyValue> kvs;
+      for (const auto& [k, v] : oracle) kvs.push_back({k, v});
+      {
+        auto idx = open_or_die(o);
+        ASSERT_NE(idx, nullptr);
+        ASSERT_TRUE(idx->bulk_load(kvs, fill).ok());
+        ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
+        expect_same(*idx, oracle);
+        EXPECT_FALSE(idx->bulk_load(kvs, fill).ok()) << "bulk load needs an empty index";
+        for (int i = 0; i < 500; ++i) {
+          const std::string k = "k" + std::to_string(100000 + i * 7 + 3);
+          ASSERT_EQ(idx->insert(k, encode_u64(i)), Code::ok);
+          oracle[k] = encode_u64(i);
+        }
+        ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
+      }
+      auto idx = open_or_die(o);
+      ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
+      expect_same(*idx, oracle);
+    }
+  }
+}
+
+// verify() must be able to fail: corrupt a fingerprint, a bitmap and the key order through
+// raw pool memory and expect a report each time.
+TEST(LBTree, VerifyCatchesCorruption) {
+  auto idx = open_or_die(lbtree_options(256, KeyType::u64));
+  ASSERT_NE(idx, nullptr);
+  for (std::uint64_t k = 1; k <= 5; ++k) ASSERT_EQ(idx->insert(encode_u64(k), encode_u64(k)), Code::ok);
+  ASSERT_TRUE(idx->verify().ok());
+  const pm::Pool& pool = idx->pool();
+  const std::uint64_t root = pool.root();
+  const std::uint64_t head = *pool.at<std::uint64_t>(root + 8);
+  char* leaf = pool.base() + head;
+  // Header bytes 2..15 are the fingerprints of slots 0..13; slot s's entry is at 16 + 16 s.
+  std::uint64_t w0;
+  std::memcpy(&w0, leaf, 8);
+  const int a = __builtin_ctzll(w0 & 0x3FFF);
+  const int b = __builtin_ctzll(w0 & 0x3FFF & ~(1ull << a));
+  leaf[2 + a] = static_cast<char>(leaf[2 + a] ^ 0x5a);
+  Status s = idx->verify();
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("fingerprint"), std::string::npos) << s.to_string();
+  leaf[2 + a] = static_cast<char>(leaf[2 + a] ^ 0x5a);
+  ASSERT_TRUE(idx->verify().ok());
+  // Duplicate a key: copy slot a's key and fingerprint into slot b.
+  std::memcpy(leaf + 16 + 16 * b, leaf + 16 + 16 * a, 8);
+  leaf[2 + b] = leaf[2 + a];
+  s = idx->verify();
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("duplicate"), std::string::npos) << s.to_string();
+}
+
+TEST(LBTree, RecoveryRefusesACycle) {
+  TempDir dir;
+  Options o = lbtree_options(256, KeyType::u64);
+  o.path = dir.file("cyc.pool");
+  std::uint64_t head = 0;
+  {
+    auto idx = open_or_die(o);
+    for (std::uint64_t k = 0; k < 100; ++k) ASSERT_EQ(idx->insert(encode_u64(k), encode_u64(k)), Code::ok);
+    const pm::Pool& pool = idx->pool();
+    head = *pool.at<std::uint64_t>(pool.root() + 8);
+    char* leaf = pool.base() + head;
+    std::uint64_t w0;
+    std::memcpy(&w0, leaf, 8);
+    const int alt = (w0 >> 15) & 1;
+    std::memcpy(leaf + 240 + 8 * alt, &head, 8);  // the head points at itself
+    ASSERT_FALSE(idx->verify().ok());
+  }
+  auto r = Index::open(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::corrupted);
+}
+
+}  // namespace
+}  // namespace pmindex

@@ -1,0 +1,160 @@
+// pmpool end to end: info/check on good pools, check on corrupted bodies (out-of-bounds offset,
+// cycle), list/rm, bad flags. check must never change the file.
+#include <sys/wait.h>
+
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+
+#include "index/reflist/reflist.h"
+#include "pmindex/index.h"
+#include "support/temp_dir.h"
+
+namespace pmindex {
+namespace {
+
+using pmindex::testing::TempDir;
+
+struct CmdResult {
+  int rc;
+  std::string out;
+};
+
+CmdResult run(const std::string& args) {
+  const std::string cmd = std::string(PMPOOL_PATH) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  std::array<char, 512> buf{};
+  while (fgets(buf.data(), buf.size(), p) != nullptr) out += buf.data();
+  const int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+void spit(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+// A reflist pool with keys 0..n-1, closed cleanly. Returns the offsets of the first records.
+std::vector<std::uint64_t> make_pool(const std::string& path, int n) {
+  Options o;
+  o.path = path;
+  o.pool_size = 1 << 20;
+  auto idx = Index::open(o);
+  EXPECT_TRUE(idx.ok()) << idx.status().to_string();
+  for (int i = 0; i < n; ++i) EXPECT_EQ((*idx)->insert(encode_u64(i), encode_u64(i)), Code::ok);
+  // Walk the chain to learn record offsets (for the corruption tests).
+  const pm::Pool& pool = (*idx)->pool();
+  const auto* root = pool.at<reflist::Root>(pool.root());
+  std::vector<std::uint64_t> offs;
+  for (std::uint64_t off = root->head.offset; off != 0;
+       off = pool.at<reflist::Record>(off)->next.offset)
+    offs.push_back(off);
+  EXPECT_TRUE((*idx)->close().ok());
+  return offs;
+}
+
+TEST(Pmpool, InfoAndCheckOnAGoodPool) {
+  TempDir dir;
+  const std::string path = dir.file("good.pool");
+  make_pool(path, 50);
+  const std::string before = slurp(path);
+  CmdResult info = run("info " + path);
+  EXPECT_EQ(info.rc, 0) << info.out;
+  EXPECT_NE(info.out.find("'reflist' (key u64)"), std::string::npos) << info.out;
+  EXPECT_NE(info.out.find("clean shutdown:  yes"), std::string::npos) << info.out;
+  CmdResult check = run("check " + path);
+  EXPECT_EQ(check.rc, 0) << check.out;
+  EXPECT_NE(check.out.find("consistent"), std::string::npos);
+  EXPECT_EQ(slurp(path), before) << "info/check changed the file";
+}
+
+TEST(Pmpool, CheckFindsAnOutOfBoundsOffset) {
+  TempDir dir;
+  const std::string path = dir.file("oob.pool");
+  auto offs = make_pool(path, 20);
+  std::string bytes = slurp(path);
+  const std::uint64_t bad = bytes.size() + 12345 * 64;
+  std::memcpy(bytes.data() + offs[5], &bad, 8);  // record 5's next pointer
+  spit(path, bytes);
+  CmdResult check = run("check " + path);
+  EXPECT_EQ(check.rc, 1) << check.out;
+  EXPECT_NE(check.out.find(path), std::string::npos) << check.out;
+  EXPECT_NE(check.out.find("out of bounds"), std::string::npos) << check.out;
+  EXPECT_EQ(slurp(path), bytes) << "check changed a corrupted file";
+}
+
+TEST(Pmpool, CheckFindsACycle) {
+  TempDir dir;
+  const std::string path = dir.file("cycle.pool");
+  auto offs = make_pool(path, 20);
+  std::string bytes = slurp(path);
+  std::memcpy(bytes.data() + offs[10], &offs[3], 8);  // record 10 -> record 3
+  spit(path, bytes);
+  CmdResult check = run("check " + path);
+  EXPECT_EQ(check.rc, 1) << check.out;
+  EXPECT_NE(check.out.find("cycle"), std::string::npos) << check.out;
+  EXPECT_EQ(slurp(path), bytes);
+}
+
+TEST(Pmpool, OpeningACorruptedBodyFailsAndLeavesTheFileUnchanged) {
+  TempDir dir;
+  const std::string path = dir.file("body.pool");
+  auto offs = make_pool(path, 20);
+  std::string bytes = slurp(path);
+  std::memcpy(bytes.data() + offs[10], &offs[3], 8);  // a cycle
+  spit(path, bytes);
+  Options o;
+  o.path = path;
+  o.open_mode = OpenMode::open;
+  auto idx = Index::open(o);  // a real (shared, writable) open, not pmpool's private one
+  ASSERT_FALSE(idx.ok());
+  EXPECT_EQ(idx.status().code(), Code::corrupted);
+  EXPECT_NE(idx.status().message().find(path), std::string::npos) << idx.status().message();
+  EXPECT_EQ(slurp(path), bytes) << "a pool refused at recovery was modified";
+}
+
+TEST(Pmpool, CheckRefusesForeignAndTruncatedFiles) {
+  TempDir dir;
+  const std::string path = dir.file("foreign.pool");
+  spit(path, std::string(8192, 'z'));
+  CmdResult check = run("check " + path);
+  EXPECT_EQ(check.rc, 1);
+  EXPECT_NE(check.out.find("not a pmindex pool"), std::string::npos) << check.out;
+  CmdResult missing = run("check " + dir.file("missing.pool"));
+  EXPECT_EQ(missing.rc, 1);
+  EXPECT_NE(missing.out.find("no such pool file"), std::string::npos) << missing.out;
+}
+
+TEST(Pmpool, ListAndRemove) {
+  TempDir dir;
+  const std::string path = dir.file("a.pool");
+  make_pool(path, 3);
+  spit(dir.file("notapool"), "hello");
+  CmdResult list = run("list " + dir.path());
+  EXPECT_EQ(list.rc, 0);
+  EXPECT_NE(list.out.find("a.pool"), std::string::npos) << list.out;
+  EXPECT_EQ(list.out.find("notapool"), std::string::npos) << list.out;
+  CmdResult rm_bad = run("rm " + dir.file("notapool"));
+  EXPECT_EQ(rm_bad.rc, 1) << "rm must refuse a file that is not a pool";
+  CmdResult rm = run("rm " + path);
+  EXPECT_EQ(rm.rc, 0) << rm.out;
+  EXPECT_NE(access(path.c_str(), F_OK), 0);
+}
+
+TEST(Pmpool, BadFlagsExitWithTwo) {
+  EXPECT_EQ(run("").rc, 2);
+  EXPECT_EQ(run("frobnicate").rc, 2);
+  EXPECT_EQ(run("check").rc, 2);
+  EXPECT_EQ(run("rm").rc, 2);
+}
+
+}  // namespace
+}  // namespace pmindex

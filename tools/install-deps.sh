@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages pmindex needs (build, tests, benchmark, plots). Idempotent:
+# only missing packages are installed. Needs root (or sudo) when something is missing.
+set -euo pipefail
+
+packages=(
+  g++ cmake ninja-build git pkg-config          # toolchain
+  libgtest-dev                                  # tests
+  zlib1g-dev                                    # pool header CRC-32
+  libcli11-dev nlohmann-json3-dev libfmt-dev    # pmpool / pmbench CLI and output
+  libtbb-dev libabsl-dev                        # DRAM comparators (tbb::concurrent_map, absl::btree_map)
+  clang-14 libclang-rt-14-dev                   # libFuzzer target (g++ has no -fsanitize=fuzzer)
+  python3 python3-matplotlib                    # plots and report
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+echo "install-deps: installing ${missing[*]}"
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

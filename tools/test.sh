@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The test command (README): installs dependencies, then
+#   1. ASan+UBSan build (-O1, all persistence flavours incl. the crash-simulator tracing
+#      flavour): runs the `unit` and `crash` labels, crash suites sized for CI;
+#   2. TSan build: runs the `stress` label, time-boxed;
+#   3. clang libFuzzer build: fuzzes pool open + recovery briefly.
+# `tools/test.sh --long` runs the exhaustive `long` label instead (release build): >= 10,000
+# crash images per index and mode, hundreds of kill cycles. Run it during development.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+tools/install-deps.sh
+
+# Crash suites explore new images on every commit: the seed comes from the commit hash.
+rev=$(git rev-parse --short=8 HEAD 2>/dev/null || echo 00c0ffee)
+export PMINDEX_CRASH_SEED=${PMINDEX_CRASH_SEED:-$((16#$rev))}
+export PMINDEX_STRESS_SECONDS=${PMINDEX_STRESS_SECONDS:-3}
+jobs=$(nproc)
+
+# g++ 12's TSan cannot cope with the high mmap ASLR entropy of recent kernels ("unexpected
+# memory mapping"); run sanitized binaries with ASLR off where setarch allows it.
+norand=""
+if setarch "$(uname -m)" -R true 2>/dev/null; then norand="setarch $(uname -m) -R"; fi
+
+if [ "${1:-}" = "--long" ]; then
+  export PMINDEX_CRASH_IMAGES=${PMINDEX_CRASH_IMAGES:-10000}
+  export PMINDEX_KILL_CYCLES=${PMINDEX_KILL_CYCLES:-300}
+  cmake --preset release && cmake --build --preset release -j "$jobs"
+  ctest --test-dir build/release -L long --output-on-failure -j "$jobs"
+  exit 0
+fi
+
+export PMINDEX_CRASH_IMAGES=${PMINDEX_CRASH_IMAGES:-1000}
+export PMINDEX_KILL_CYCLES=${PMINDEX_KILL_CYCLES:-30}
+echo "== crash seed $PMINDEX_CRASH_SEED, $PMINDEX_CRASH_IMAGES images per index and mode"
+
+echo "== ASan+UBSan: unit and crash"
+cmake --preset asan >/dev/null && cmake --build --preset asan -j "$jobs"
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  $norand ctest --test-dir build/asan -L 'unit|crash' -LE long --output-on-failure -j "$jobs"
+
+echo "== TSan: stress"
+cmake --preset tsan >/dev/null && cmake --build --preset tsan -j "$jobs"
+TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/tools/tsan.supp" \
+  $norand ctest --test-dir build/tsan -L stress -LE long --output-on-failure -j 1
+
+echo "== libFuzzer: pool open + recovery"
+cmake --preset fuzz >/dev/null && cmake --build --preset fuzz -j "$jobs"
+mkdir -p build/fuzz/corpus
+$norand build/fuzz/tests/fuzz/fuzz_pool_open -max_total_time="${PMINDEX_FUZZ_SECONDS:-60}" \
+  -print_final_stats=1 build/fuzz/corpus 2>&1 | tail -n 5
+echo "fuzz: no crash in ${PMINDEX_FUZZ_SECONDS:-60} s"
