@@ -1,11 +1,32 @@
 #!/usr/bin/env bash
-# The main job (README): installs dependencies, builds the release preset and runs the
-# benchmark comparison, ending with the report's path.
-# Until pmbench lands (issue 4) this runs the substrate micro-benchmark.
+# The main job (README): installs dependencies, builds the release preset, runs the default
+# pmbench experiment (every built-in index and DRAM comparator, a few workloads, under a second
+# each; under ~5 minutes on 2 cores), draws the figures and writes the report. Prints the
+# report's path last.
+#
+#   bash tools/run-main-job.sh [EXPERIMENT.toml] [RESULTS_DIR]
+#
+# Environment: JOBS (build jobs, default nproc), PYTHON (default Debian's /usr/bin/python3,
+# which has python3-matplotlib; a pyenv python3 on PATH usually has not).
 set -euo pipefail
-cd "$(dirname "$0")/.."
-tools/install-deps.sh
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+experiment=${1:-$root/bench/experiments/default.toml}
+stamp=$(date -u +%Y%m%dT%H%M%SZ)
+out=${2:-$root/out/$(basename "$experiment" .toml)-$stamp}   # out/ is git-ignored
+if [ -z "${PYTHON:-}" ]; then
+  if [ -x /usr/bin/python3 ]; then PYTHON=/usr/bin/python3; else PYTHON=python3; fi
+fi
+
+tools/install-deps.sh >&2
 cmake --preset release >/dev/null
-cmake --build --preset release -j "$(nproc)" --target pm_microbench
-mkdir -p out
-build/release/src/tools/pm_microbench --records "${PMINDEX_RECORDS:-200000}" --output out/microbench.md
+cmake --build --preset release -j "${JOBS:-$(nproc)}" --target pmbench pmbench-counting >&2
+
+echo "== running $experiment -> $out" >&2
+status=0
+"$PYTHON" bench/experiment.py "$experiment" --pmbench build/release/bench/pmbench --out "$out" >/dev/null || status=$?
+if [ "$status" -ne 0 ]; then echo "== some runs failed (see $out/manifest.json); the report lists them" >&2; fi
+
+echo "== plotting" >&2
+"$PYTHON" bench/plot.py "$out"
+exit "$status"

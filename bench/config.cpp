@@ -1,0 +1,200 @@
+#include "config.h"
+
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+namespace pmbench {
+
+const char* op_name(OpType t) {
+  switch (t) {
+    case OpType::read: return "read";
+    case OpType::insert: return "insert";
+    case OpType::update: return "update";
+    case OpType::remove: return "remove";
+    case OpType::scan: return "scan";
+  }
+  return "?";
+}
+
+KeyKind Config::key_kind() const {
+  if (key_type == "double") return KeyKind::f64;
+  if (key_type == "bytes") return KeyKind::bytes;
+  return KeyKind::u64;
+}
+
+std::vector<std::pair<std::string, std::string>> Config::as_pairs() const {
+  auto num = [](auto v) {
+    std::ostringstream s;
+    s.precision(17);
+    s << v;
+    return s.str();
+  };
+  return {
+      {"index", target}, {"records", num(records)}, {"operations", num(operations)},
+      {"threads", num(threads)}, {"key_prefix", key_prefix}, {"key_size", num(key_size)},
+      {"value_size", num(value_size)}, {"read_ratio", num(ratio[0])},
+      {"insert_ratio", num(ratio[1])}, {"update_ratio", num(ratio[2])},
+      {"remove_ratio", num(ratio[3])}, {"scan_ratio", num(ratio[4])},
+      {"scan_size", num(scan_size)}, {"sampling_ms", num(sampling_ms)},
+      {"distribution", to_string(distribution)}, {"skew", num(skew)}, {"seed", num(seed)},
+      {"pool_path", pool_path}, {"pool_size", num(pool_size)},
+      {"skip_load", skip_load ? "true" : "false"}, {"latency_sampling", num(latency_sampling)},
+      {"mode", mode == RunMode::time ? "time" : "operation"}, {"seconds", num(seconds)},
+      {"persistence", persistence}, {"verify", verify ? "true" : "false"},
+      {"dataset", dataset}, {"workload", workload}, {"repeat", num(repeat)},
+      {"warmup", warmup ? "true" : "false"}, {"key_type", key_type},
+      {"node_size", num(node_size)}, {"bulk_load", bulk_load ? "true" : "false"},
+      {"fill", num(fill)}, {"value_bits", num(value_bits)}, {"recovery", recovery},
+  };
+}
+
+namespace {
+
+// Thrown for a value CLI11's validators cannot express (ratios, skew by distribution).
+struct Invalid {
+  std::string message;
+};
+
+void apply_workload(Config& c) {
+  if (c.workload.empty()) return;
+  // YCSB core workloads over PiBench's operations. D's "latest" and F's read-modify-write have
+  // no PiBench operation: D uses zipfian over existing records, F counts RMW as update.
+  struct W { const char* name; double r, i, u, d, s; };
+  static const W kW[] = {{"ycsb-a", .5, 0, .5, 0, 0},   {"ycsb-b", .95, 0, .05, 0, 0},
+                         {"ycsb-c", 1, 0, 0, 0, 0},      {"ycsb-d", .95, .05, 0, 0, 0},
+                         {"ycsb-e", 0, .05, 0, 0, .95},  {"ycsb-f", .5, 0, .5, 0, 0}};
+  for (const W& w : kW) {
+    if (c.workload == w.name) {
+      const double r[kOpTypes] = {w.r, w.i, w.u, w.d, w.s};
+      std::copy(r, r + kOpTypes, c.ratio);
+      c.distribution = DistKind::zipfian;
+      if (!c.skew_given) c.skew = 0.99;
+      return;
+    }
+  }
+  throw Invalid{"--workload must be one of ycsb-a .. ycsb-f, got '" + c.workload + "'"};
+}
+
+void validate(Config& c) {
+  if (c.list) return;
+  if (c.target.empty()) throw Invalid{"missing the index: a built-in name (see --list) or a path to a tree_api library"};
+  apply_workload(c);
+  double sum = 0;
+  for (double r : c.ratio) {
+    if (!(r >= 0 && r <= 1)) throw Invalid{"operation ratios (-r -i -u -d -s) must be in [0, 1]"};
+    sum += r;
+  }
+  if (std::fabs(sum - 1.0) > 1e-9) {
+    std::ostringstream m;
+    m.precision(17);
+    m << "operation ratios (-r -i -u -d -s) must sum to 1 (within 1e-9), got " << sum;
+    throw Invalid{m.str()};
+  }
+  if (c.distribution == DistKind::selfsimilar && !(c.skew > 0 && c.skew <= 0.5))
+    throw Invalid{"--skew for SELFSIMILAR must be in (0, 0.5]"};
+  if (c.distribution == DistKind::zipfian && !(c.skew >= 0 && c.skew < 1))
+    throw Invalid{"--skew for ZIPFIAN must be in [0, 1)"};
+  if (c.key_size < 8) throw Invalid{"--key_size must be at least 8"};
+  if (c.key_prefix.size() + 8 > c.key_size && !c.key_prefix.empty())
+    throw Invalid{"--key_prefix is too long: prefix + 8 hash bytes must fit in --key_size"};
+  if (c.key_type != "bytes" && c.key_size != 8)
+    throw Invalid{"--key_size other than 8 needs --key_type bytes"};
+  if (c.value_size == 0) throw Invalid{"--value_size must be at least 1"};
+  if (c.mode == RunMode::time && !(c.seconds > 0)) throw Invalid{"--seconds must be > 0"};
+  if (c.bulk_load && c.skip_load) throw Invalid{"--bulk_load and --skip_load exclude each other"};
+  if (!c.dataset.empty() && c.key_size != 8)
+    throw Invalid{"--dataset takes SOSD files of 8-byte keys: --key_size must be 8"};
+}
+
+}  // namespace
+
+int parse_command_line(int argc, const char* const* argv, Config* out, std::ostream& out_stream,
+                       std::ostream& err) {
+  Config& c = *out;
+  CLI::App app{"pmbench: a PiBench-compatible benchmark for persistent-memory range indexes"};
+  app.add_option("index", c.target, "built-in index name (see --list) or path to a tree_api library");
+  app.add_option("-n,--records", c.records, "records to load")->capture_default_str();
+  app.add_option("-p,--operations", c.operations, "operations to run (operation mode)")
+      ->capture_default_str();
+  app.add_option("-t,--threads", c.threads, "worker threads")
+      ->check(CLI::Range(1u, 1024u))->capture_default_str();
+  app.add_option("-f,--key_prefix", c.key_prefix, "key prefix (key_size > 8)");
+  app.add_option("-k,--key_size", c.key_size, "key bytes")->capture_default_str();
+  app.add_option("-v,--value_size", c.value_size, "value bytes")->capture_default_str();
+  app.add_option("-r,--read_ratio", c.ratio[0], "read ratio")->capture_default_str();
+  app.add_option("-i,--insert_ratio", c.ratio[1], "insert ratio")->capture_default_str();
+  app.add_option("-u,--update_ratio", c.ratio[2], "update ratio")->capture_default_str();
+  app.add_option("-d,--remove_ratio", c.ratio[3], "remove ratio")->capture_default_str();
+  app.add_option("-s,--scan_ratio", c.ratio[4], "scan ratio")->capture_default_str();
+  app.add_option("--scan_size", c.scan_size, "records per scan")
+      ->check(CLI::Range(1, 1000))->capture_default_str();
+  app.add_option("--sampling_ms", c.sampling_ms, "throughput sampling period (ms)")
+      ->check(CLI::Range(1u, 3'600'000u))->capture_default_str();
+  std::string distribution = "UNIFORM";
+  app.add_option("--distribution", distribution, "UNIFORM|SELFSIMILAR|ZIPFIAN (any case)")
+      ->capture_default_str();
+  app.add_option("--skew", c.skew, "selfsimilar (0,0.5]; zipfian [0,1)")->capture_default_str();
+  app.add_option("--seed", c.seed, "random seed")->capture_default_str();
+  app.add_option("--pool_path", c.pool_path, "pool file (default: a temporary file under /dev/shm/pmindex)");
+  app.add_option("--pool_size", c.pool_size, "pool bytes (0: the index's default)")->capture_default_str();
+  app.add_flag("--skip_load", c.skip_load, "open the existing pool at --pool_path instead of loading");
+  app.add_option("--latency_sampling", c.latency_sampling, "fraction of operations timed")
+      ->check(CLI::Range(0.0, 1.0))->capture_default_str();
+  std::string mode = "operation";
+  app.add_option("-m,--mode", mode, "operation|time")->capture_default_str();
+  app.add_option("--seconds", c.seconds, "run length in time mode")->capture_default_str();
+  app.add_option("--persistence", c.persistence, "adr|eadr|dram")
+      ->check(CLI::IsMember({"adr", "eadr", "dram"}))->capture_default_str();
+  app.add_option("--json", c.json_path, "write results as JSON to FILE");
+  app.add_option("--csv", c.csv_path, "write results as CSV to FILE");
+  app.add_flag("--list", c.list, "print the built-in index names and exit");
+  app.add_flag("--verify", c.verify, "conformance mode: check every result, stop at the first mismatch");
+  app.add_option("--dataset", c.dataset, "keys from a SOSD binary file (uint64 count, then 8-byte keys)");
+  app.add_option("--workload", c.workload, "ycsb-a .. ycsb-f (sets the ratios, zipfian 0.99)");
+  app.add_option("--repeat", c.repeat, "repeat load+run N times")
+      ->check(CLI::Range(1u, 1000u))->capture_default_str();
+  app.add_flag("--warmup", c.warmup, "an untimed read pass over loaded keys before the run");
+  app.add_option("--key_type", c.key_type, "u64|double|bytes (built-in indexes)")
+      ->check(CLI::IsMember({"u64", "double", "bytes"}))->capture_default_str();
+  app.add_option("--node_size", c.node_size, "node bytes (built-in indexes; 0: default)");
+  app.add_flag("--bulk_load", c.bulk_load, "load sorted records through the native bulk loader");
+  app.add_option("--fill", c.fill, "bulk-load fill factor (0,1]")
+      ->check(CLI::Range(0.000001, 1.0))->capture_default_str();
+  app.add_option("--value_bits", c.value_bits, "value bits used (48 like a pointer, 64 all)")
+      ->check(CLI::Range(1u, 64u))->capture_default_str();
+  app.add_flag("!--no_progress", c.progress, "no progress bar");
+  app.add_flag("-q,--quiet", c.quiet, "no human summary on stdout");
+  app.add_option("--recovery", c.recovery, "measure recovery after the run: clean|crash")
+      ->check(CLI::IsMember({"clean", "crash"}));
+  try {
+    app.parse(argc, argv);
+    c.skew_given = app.count("--skew") > 0;
+    // Conformance runs use all 64 value bits unless told otherwise, so an index that steals
+    // value bits is caught.
+    if (c.verify && app.count("--value_bits") == 0) c.value_bits = 64;
+    if (!parse_distribution(distribution, &c.distribution))
+      throw Invalid{"--distribution must be UNIFORM, SELFSIMILAR or ZIPFIAN, got '" + distribution + "'"};
+    if (mode == "operation") c.mode = RunMode::operation;
+    else if (mode == "time") c.mode = RunMode::time;
+    else throw Invalid{"--mode must be operation or time, got '" + mode + "'"};
+    validate(c);
+  } catch (const CLI::CallForHelp&) {
+    out_stream << app.help();
+    return 0;
+  } catch (const CLI::CallForAllHelp&) {
+    out_stream << app.help();
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    err << "pmbench: " << e.what() << " (see --help)\n";
+    return 2;
+  } catch (const Invalid& e) {
+    err << "pmbench: " << e.message << "\n";
+    return 2;
+  }
+  return -1;
+}
+
+}  // namespace pmbench

@@ -1,0 +1,79 @@
+// pmbench's command line: PiBench's flags and defaults plus pmbench's extensions
+// (docs/pmbench.md lists them all). parse_command_line() validates every value; an invalid
+// one gets a one-line message naming the flag and exit code 2.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "distribution.h"
+#include "keys.h"
+
+namespace pmbench {
+
+enum class OpType : std::uint8_t { read, insert, update, remove, scan };
+inline constexpr int kOpTypes = 5;
+const char* op_name(OpType t);
+inline const char* op_name(int t) { return op_name(static_cast<OpType>(t)); }
+
+enum class RunMode : std::uint8_t { operation, time };
+
+struct Config {
+  std::string target;               // positional: built-in name or path to a tree_api library
+  std::uint64_t records = 1'000'000;
+  std::uint64_t operations = 1'000'000;
+  unsigned threads = 1;
+  std::string key_prefix;
+  std::size_t key_size = 8;
+  std::size_t value_size = 8;
+  double ratio[kOpTypes] = {1, 0, 0, 0, 0};  // read, insert, update, remove, scan
+  int scan_size = 100;
+  unsigned sampling_ms = 1000;
+  DistKind distribution = DistKind::uniform;
+  double skew = 0.2;                // PiBench's default for selfsimilar; zipfian default 0.99
+  bool skew_given = false;
+  std::uint64_t seed = 1729;
+  std::string pool_path;
+  std::size_t pool_size = 0;
+  bool skip_load = false;
+  double latency_sampling = 0.0;
+  RunMode mode = RunMode::operation;
+  double seconds = 20;
+  // extensions
+  std::string persistence = "adr";
+  std::string json_path;
+  std::string csv_path;
+  bool list = false;
+  bool verify = false;
+  std::string dataset;
+  std::string workload;             // ycsb-a .. ycsb-f
+  unsigned repeat = 1;
+  bool warmup = false;
+  std::string key_type = "u64";     // u64 | double | bytes
+  std::uint32_t node_size = 0;
+  bool bulk_load = false;
+  double fill = 1.0;
+  unsigned value_bits = 48;
+  bool progress = true;             // a progress bar when stdout is a terminal
+  bool quiet = false;
+  // Recovery measurement: after the run, close cleanly ("clean") or kill -9 a child that holds
+  // the index ("crash"), reopen, time until the index answers and until throughput recovers.
+  std::string recovery;             // "", "clean" or "crash"
+
+  bool has_removes() const { return ratio[static_cast<int>(OpType::remove)] > 0; }
+  // Each thread operates only on ids it owns (needed with removes and in conformance mode).
+  bool owned_ids() const { return has_removes() || verify; }
+  KeyKind key_kind() const;
+  // Every flag and its value, for the JSON "config" block.
+  std::vector<std::pair<std::string, std::string>> as_pairs() const;
+};
+
+// Parses argv into *out. Returns -1 to go on, or the exit code to exit with (0 for --help,
+// 2 for an invalid value; the message has been written to `err`, help text to `out_stream`).
+int parse_command_line(int argc, const char* const* argv, Config* out, std::ostream& out_stream,
+                       std::ostream& err);
+
+}  // namespace pmbench

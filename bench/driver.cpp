@@ -1,0 +1,691 @@
+#include "driver.h"
+
+#include <malloc.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include "dataset.h"
+#include "pmindex/index.h"
+
+namespace pmbench {
+
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+std::string hex(std::string_view bytes) {
+  static const char* d = "0123456789abcdef";
+  std::string s;
+  for (unsigned char ch : bytes) { s += d[ch >> 4]; s += d[ch & 15]; }
+  return s;
+}
+
+PmTotals read_pm_counters() {
+  const auto& c = pmindex::pm::Runtime::counters();
+  PmTotals t;
+  t.flushes = c.flushes;
+  t.fences = c.fences;
+  t.lines_written = c.lines_written;
+  t.media_bytes_read = c.media_bytes_read;
+  t.media_bytes_written = c.media_bytes_written;
+  return t;
+}
+PmTotals operator-(PmTotals a, const PmTotals& b) {
+  a.flushes -= b.flushes; a.fences -= b.fences; a.lines_written -= b.lines_written;
+  a.media_bytes_read -= b.media_bytes_read; a.media_bytes_written -= b.media_bytes_written;
+  return a;
+}
+
+// The cost of one steady_clock::now() pair, subtracted from every latency sample.
+double clock_overhead_ns() {
+  std::vector<std::int64_t> d(2001);
+  for (auto& x : d) {
+    const auto a = Clock::now();
+    const auto b = Clock::now();
+    x = std::chrono::duration_cast<std::chrono::nanoseconds>(b - a).count();
+  }
+  std::nth_element(d.begin(), d.begin() + d.size() / 2, d.end());
+  return static_cast<double>(d[d.size() / 2]);
+}
+
+// Terminal progress bar (only when stdout is a terminal and --no_progress is absent).
+struct Progress {
+  bool on;
+  const char* what;
+  void show(double fraction) const {
+    if (!on) return;
+    const int width = 40;
+    const int fill = static_cast<int>(std::clamp(fraction, 0.0, 1.0) * width);
+    std::fprintf(stdout, "\r%-6s [%s%s] %5.1f%%", what, std::string(fill, '#').c_str(),
+                 std::string(width - fill, ' ').c_str(), 100.0 * std::clamp(fraction, 0.0, 1.0));
+    std::fflush(stdout);
+  }
+  void done() const {
+    if (!on) return;
+    std::fprintf(stdout, "\r%80s\r", "");
+    std::fflush(stdout);
+  }
+};
+
+struct alignas(64) Counter {
+  std::atomic<std::uint64_t> done{0};
+};
+
+// --- load -------------------------------------------------------------------------------
+
+bool load(const Config& c, const WorkloadSpec& spec, Target& target, RunResult* r,
+          std::string* error) {
+  // Pre-generate every record (untimed).
+  std::vector<std::vector<std::uint64_t>> ids(c.threads);
+  std::vector<std::vector<char>> keys(c.threads), values(c.threads);
+  const std::size_t ks = spec.keys.key_size(), vs = spec.values.value_size();
+  for (unsigned t = 0; t < c.threads; ++t) {
+    ids[t] = load_ids(c.records, c.threads, t);
+    keys[t].resize(ids[t].size() * ks);
+    values[t].resize(ids[t].size() * vs);
+    for (std::size_t i = 0; i < ids[t].size(); ++i) {
+      spec.keys.write(ids[t][i], keys[t].data() + i * ks);
+      spec.values.write(ids[t][i], 0, values[t].data() + i * vs);
+    }
+  }
+  const Progress bar{c.progress && !c.quiet && ::isatty(1) != 0, "load"};
+  if (c.bulk_load) {
+    if (!target.can_bulk_load()) {
+      *error = "--bulk_load needs a built-in index (tree_api has no bulk load)";
+      return false;
+    }
+    std::vector<std::pair<std::uint64_t, std::pair<unsigned, std::size_t>>> order;
+    order.reserve(c.records);
+    for (unsigned t = 0; t < c.threads; ++t)
+      for (std::size_t i = 0; i < ids[t].size(); ++i)
+        order.push_back({spec.keys.order_word(ids[t][i]), {t, i}});
+    std::sort(order.begin(), order.end());
+    std::vector<pmindex::KeyValue> sorted;
+    sorted.reserve(order.size());
+    for (const auto& [w, ti] : order)
+      sorted.push_back({std::string_view(keys[ti.first].data() + ti.second * ks, ks),
+                        std::string_view(values[ti.first].data() + ti.second * vs, vs)});
+    const auto t0 = Clock::now();
+    if (!target.bulk_load(sorted, c.fill, error)) return false;
+    r->load_seconds = seconds_since(t0);
+    r->loaded = sorted.size();
+    return true;
+  }
+  std::vector<Counter> done(c.threads);
+  std::atomic<bool> failed{false};
+  std::string first_error;
+  std::mutex error_mutex;
+  std::vector<std::thread> workers;
+  const auto t0 = Clock::now();
+  for (unsigned t = 0; t < c.threads; ++t) {
+    workers.emplace_back([&, t] {
+      auto s = target.session();
+      for (std::size_t i = 0; i < ids[t].size(); ++i) {
+        if (!s->insert(std::string_view(keys[t].data() + i * ks, ks),
+                       std::string_view(values[t].data() + i * vs, vs))) {
+          std::lock_guard lock(error_mutex);
+          if (!failed.exchange(true))
+            first_error = "load: insert of id " + std::to_string(ids[t][i]) + " (key " +
+                          hex(std::string_view(keys[t].data() + i * ks, ks)) + ") failed: " +
+                          std::string(pmindex::to_string(s->last_code()));
+          return;
+        }
+        if ((i & 1023) == 0) done[t].done.store(i, std::memory_order_relaxed);
+        if (failed.load(std::memory_order_relaxed)) return;
+      }
+      done[t].done.store(ids[t].size(), std::memory_order_relaxed);
+    });
+  }
+  if (bar.on) {
+    for (;;) {
+      std::uint64_t sum = 0;
+      for (auto& d : done) sum += d.done.load(std::memory_order_relaxed);
+      bar.show(c.records ? static_cast<double>(sum) / c.records : 1.0);
+      if (sum >= c.records || failed.load()) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    bar.done();
+  }
+  for (auto& w : workers) w.join();
+  r->load_seconds = seconds_since(t0);
+  if (failed) {
+    *error = first_error;
+    return false;
+  }
+  r->loaded = c.records;
+  return true;
+}
+
+// After load: every loaded key answers with its value, and a full ordered scan returns
+// exactly the loaded keys in ascending order.
+std::string validate_load(const Config& c, const WorkloadSpec& spec, Target& target) {
+  auto s = target.session();
+  std::string_view got;
+  for (std::uint64_t id = 0; id < c.records; ++id) {
+    const std::string k = spec.keys.make(id);
+    if (!s->find(k, &got)) return "loaded key of id " + std::to_string(id) + " (" + hex(k) + ") not found";
+    if (got != spec.values.make(id, 0))
+      return "loaded key of id " + std::to_string(id) + " has value " + hex(got) + ", expected " +
+             hex(spec.values.make(id, 0));
+  }
+  std::string start(spec.keys.key_size(), '\0');
+  if (spec.keys.key_size() > 8) std::memcpy(start.data(), c.key_prefix.data(), c.key_prefix.size());
+  std::string prev;
+  std::uint64_t seen = 0;
+  ScanResult res;
+  for (;;) {
+    const std::size_t n = s->scan(start, 1000, &res);
+    if (n != res.records.size()) return "scan returned a count different from its records";
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::string_view k = res.records[i].first;
+      if (seen > 0 && !(std::string_view(prev) < k))
+        return "full scan out of order at record " + std::to_string(seen) + ": " + hex(prev) +
+               " then " + hex(k);
+      prev.assign(k);
+      ++seen;
+    }
+    if (n < 1000) break;
+    // Continue just after the last key: the key + 1 in big-endian arithmetic.
+    start = prev;
+    int i = static_cast<int>(start.size()) - 1;
+    while (i >= 0 && static_cast<unsigned char>(start[i]) == 0xff) start[i--] = '\0';
+    if (i < 0) break;
+    start[i] = static_cast<char>(static_cast<unsigned char>(start[i]) + 1);
+  }
+  if (seen != c.records)
+    return "full scan returned " + std::to_string(seen) + " records, " + std::to_string(c.records) + " loaded";
+  return "";
+}
+
+// --- conformance --------------------------------------------------------------------------
+
+// The ids thread t owns and their current value versions, ordered by key.
+class Model {
+ public:
+  Model(const WorkloadSpec& s, unsigned t) : s_(s), t_(t) {
+    for (std::uint64_t id : load_ids(s.records, s.threads, t)) map_[s.keys.order_word(id)] = {id, 0};
+  }
+  bool owns(std::uint64_t id) const {
+    return id < s_.records ? id % s_.threads == t_ : (id - s_.records) % s_.threads == t_;
+  }
+  // Checks the result of schedule op i and applies it. Returns "" or the mismatch.
+  std::string check(const Schedule& sc, std::size_t i, bool ok, std::string_view value,
+                    const ScanResult& scan) {
+    const OpType type = sc.types[i];
+    const std::uint64_t id = sc.ids[i];
+    const std::uint64_t w = s_.keys.order_word(id);
+    auto it = map_.find(w);
+    const bool present = it != map_.end();
+    auto fail = [&](const std::string& what) {
+      return std::string(op_name(type)) + " of id " + std::to_string(id) + " (key " +
+             hex(std::string_view(sc.key(i), sc.key_size)) + "): " + what;
+    };
+    switch (type) {
+      case OpType::read:
+        if (ok != present) return fail(present ? "not found, but it is present" : "found, but it is absent");
+        if (ok) {
+          const std::string want = s_.values.make(id, it->second.second);
+          if (value != want) return fail("value " + hex(value) + ", expected " + hex(want));
+        }
+        return "";
+      case OpType::insert:
+        if (ok == present) return fail(present ? "succeeded on a present key" : "failed on an absent key");
+        map_[w] = {id, sc.versions[i]};
+        return "";
+      case OpType::update:
+        if (ok != present) return fail(present ? "failed on a present key" : "succeeded on an absent key");
+        if (ok) it->second.second = sc.versions[i];
+        return "";
+      case OpType::remove:
+        if (ok != present) return fail(present ? "failed on a present key" : "succeeded on an absent key");
+        if (ok) map_.erase(it);
+        return "";
+      case OpType::scan:
+        return check_scan(sc, i, scan, fail);
+    }
+    return "";
+  }
+
+ private:
+  template <class Fail>
+  std::string check_scan(const Schedule& sc, std::size_t i, const ScanResult& scan, Fail fail) {
+    const std::string_view start(sc.key(i), sc.key_size);
+    if (scan.records.size() > static_cast<std::size_t>(s_.scan_size))
+      return fail("returned " + std::to_string(scan.records.size()) + " records, asked for " +
+                  std::to_string(s_.scan_size));
+    for (std::size_t j = 0; j < scan.records.size(); ++j) {
+      const auto& [k, v] = scan.records[j];
+      if (k < start) return fail("record " + std::to_string(j) + " key " + hex(k) + " is below the start key");
+      if (j > 0 && !(scan.records[j - 1].first < k))
+        return fail("records " + std::to_string(j - 1) + ".." + std::to_string(j) + " out of order");
+      std::uint64_t rid = 0;
+      if (!s_.keys.id_of(k, &rid)) return fail("record " + std::to_string(j) + " key " + hex(k) + " was never inserted");
+      if (owns(rid)) {
+        auto it = map_.find(s_.keys.order_word(rid));
+        if (it == map_.end()) return fail("returned key " + hex(k) + " which is absent");
+        const std::string want = s_.values.make(rid, it->second.second);
+        if (v != want) return fail("record key " + hex(k) + " value " + hex(v) + ", expected " + hex(want));
+      }
+    }
+    // Completeness over the keys this thread owns: every one in [start, last returned] (or
+    // every one >= start when fewer than scan_size came back) must have been returned.
+    const std::uint64_t lo = load_be64(start.data() + start.size() - 8);
+    const bool full = scan.records.size() == static_cast<std::size_t>(s_.scan_size);
+    const std::uint64_t hi = scan.records.empty() ? 0
+        : load_be64(scan.records.back().first.data() + scan.records.back().first.size() - 8);
+    std::size_t j = 0;
+    for (auto it = map_.lower_bound(lo); it != map_.end(); ++it) {
+      if (full && it->first > hi) break;
+      const std::string want = s_.keys.make(it->second.first);
+      while (j < scan.records.size() && scan.records[j].first < want) ++j;
+      if (j == scan.records.size() || scan.records[j].first != want)
+        return fail("missed present key " + hex(want) + " (" + std::to_string(scan.records.size()) +
+                    " records returned)");
+    }
+    return "";
+  }
+
+  const WorkloadSpec& s_;
+  unsigned t_;
+  std::map<std::uint64_t, std::pair<std::uint64_t, std::uint32_t>> map_;  // order word -> id, version
+};
+
+// --- run ----------------------------------------------------------------------------------
+
+struct ThreadOutcome {
+  std::array<OpResult, kOpTypes> ops;
+  PmTotals pm_total;
+  std::uint64_t executed = 0;
+  bool exhausted = false;
+  std::string verify_error;
+  std::uint64_t checked = 0;
+};
+
+void run_thread(const Config& c, const WorkloadSpec& spec, const Schedule& sc, unsigned t,
+                Target& target, std::atomic<int>& ready, std::atomic<bool>& go,
+                std::atomic<bool>& stop, Counter& progress, double overhead_ns,
+                ThreadOutcome* out) {
+  auto s = target.session();
+  std::unique_ptr<Model> model;
+  if (c.verify) model = std::make_unique<Model>(spec, t);
+  ScanResult scan;
+  ScanResult* scan_out = c.verify ? &scan : nullptr;
+  std::string_view value;
+  const std::size_t ks = sc.key_size, vs = sc.value_size;
+  const bool time_mode = c.mode == RunMode::time;
+  const auto overhead = static_cast<std::int64_t>(overhead_ns);
+
+  ready.fetch_add(1, std::memory_order_acq_rel);
+  while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
+
+  TimedSection::enter();
+  const PmTotals pm_start = read_pm_counters();
+  std::size_t i = 0;
+  const std::size_t n = sc.size();
+  for (; i < n; ++i) {
+    if ((time_mode || c.verify) && stop.load(std::memory_order_relaxed)) break;
+    const OpType type = sc.types[i];
+    const std::string_view key(sc.key(i), ks);
+    PmTotals before;
+    if constexpr (pmindex::pm::kCounting) before = read_pm_counters();
+    const bool timed = sc.timed[i] != 0;
+    Clock::time_point t0;
+    if (timed) t0 = Clock::now();
+    bool ok = false;
+    switch (type) {
+      case OpType::read: ok = s->find(key, &value); break;
+      case OpType::insert: ok = s->insert(key, std::string_view(sc.value(i), vs)); break;
+      case OpType::update: ok = s->update(key, std::string_view(sc.value(i), vs)); break;
+      case OpType::remove: ok = s->remove(key); break;
+      case OpType::scan: ok = s->scan(key, c.scan_size, scan_out) > 0; break;
+    }
+    OpResult& r = out->ops[static_cast<int>(type)];
+    if (timed) {
+      const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
+      r.latency.record(static_cast<std::uint64_t>(std::max<std::int64_t>(0, ns - overhead)));
+    }
+    if constexpr (pmindex::pm::kCounting) {
+      pmindex::pm::Runtime::end_operation();
+      r.pm += read_pm_counters() - before;
+    }
+    ++r.completed;
+    r.succeeded += ok ? 1 : 0;
+    progress.done.store(i + 1, std::memory_order_relaxed);
+    if (model) {
+      TimedSection::leave();  // checking is not generation, but keep the books honest
+      std::string e = model->check(sc, i, ok, value, scan);
+      TimedSection::enter();
+      ++out->checked;
+      if (!e.empty()) {
+        out->verify_error = "thread " + std::to_string(t) + ", operation " + std::to_string(i) + ": " + e;
+        stop.store(true, std::memory_order_relaxed);
+        ++i;
+        break;
+      }
+    }
+  }
+  out->pm_total = read_pm_counters() - pm_start;
+  TimedSection::leave();
+  out->executed = i;
+  out->exhausted = time_mode && i == n && !stop.load();
+}
+
+// Time mode: a short calibration run of reads on loaded keys sizes the pre-generated buffer.
+std::uint64_t calibrate_operations(const Config& c, const WorkloadSpec& spec, Target& target) {
+  const std::uint64_t probe = std::min<std::uint64_t>(20000, std::max<std::uint64_t>(c.records, 1));
+  std::vector<std::string> keys;
+  Xoshiro256ss rng(c.seed, 0xca11b);
+  for (std::uint64_t i = 0; i < probe; ++i) keys.push_back(spec.keys.make(c.records ? rng.below(c.records) : i));
+  auto s = target.session();
+  std::string_view v;
+  const auto t0 = Clock::now();
+  std::uint64_t done = 0;
+  while (seconds_since(t0) < 0.1) {
+    for (const auto& k : keys) s->find(k, &v);
+    done += keys.size();
+  }
+  const double rate = done / seconds_since(t0);  // one thread, reads: an upper bound for writes
+  const double want = rate * c.seconds * 1.5 * c.threads;
+  const double cap = static_cast<double>(std::uint64_t{1} << 27);
+  return static_cast<std::uint64_t>(std::clamp(want, 10000.0 * c.threads, cap));
+}
+
+void warmup(const Config& c, const WorkloadSpec& spec, Target& target) {
+  auto s = target.session();
+  std::string_view v;
+  Xoshiro256ss rng(c.seed, 0x3a53);
+  const std::uint64_t n = std::min<std::uint64_t>(c.records, 100000);
+  std::vector<std::string> keys;
+  for (std::uint64_t i = 0; i < n; ++i) keys.push_back(spec.keys.make(rng.below(c.records)));
+  for (const auto& k : keys) s->find(k, &v);
+}
+
+// --- recovery -----------------------------------------------------------------------------
+
+// Read throughput in windows of 10 ms over pre-generated loaded keys.
+struct ReadProbe {
+  std::vector<std::string> keys;
+  std::size_t next = 0;
+  double window(Session& s) {
+    std::string_view v;
+    const auto t0 = Clock::now();
+    std::uint64_t n = 0;
+    while (seconds_since(t0) < 0.01) {
+      for (int j = 0; j < 64; ++j, ++n) s.find(keys[next++ % keys.size()], &v);
+    }
+    return n / seconds_since(t0);
+  }
+};
+
+bool measure_recovery(const Config& c, const WorkloadSpec& spec, std::unique_ptr<Target>& target,
+                      const std::string& pool_path, RecoveryResult* r) {
+  r->kind = c.recovery;
+  if (target->native() == nullptr || pool_path.empty()) {
+    r->error = "recovery needs a built-in index with a pool file";
+    return false;
+  }
+  ReadProbe probe;
+  Xoshiro256ss rng(c.seed, 0x4ec0);
+  for (int i = 0; i < 4096; ++i) probe.keys.push_back(spec.keys.make(rng.below(std::max<std::uint64_t>(1, c.records))));
+  {
+    auto s = target->session();
+    // The median of 21 windows: robust to a noisy shared machine (a max would rarely be met
+    // again, so "back to normal" would wait for luck).
+    std::vector<double> windows;
+    for (int w = 0; w < 21; ++w) windows.push_back(probe.window(*s));
+    std::nth_element(windows.begin(), windows.begin() + 10, windows.end());
+    r->baseline_ops_per_second = windows[10];
+  }
+  const std::string closed = target->close();
+  target.reset();
+  if (!closed.empty()) {
+    r->error = "close: " + closed;
+    return false;
+  }
+  if (c.recovery == "crash") {
+    // A child reopens the pool and inserts fresh ids until it is killed with SIGKILL.
+    int pipefd[2];
+    if (::pipe(pipefd) != 0) { r->error = "pipe failed"; return false; }
+    const pid_t child = ::fork();
+    if (child == 0) {
+      ::close(pipefd[0]);
+      std::string err;
+      auto t = make_native_target(c, pool_path, /*fresh=*/false, &err);
+      if (!t) ::_exit(3);
+      auto s = t->session();
+      const std::uint64_t base = c.records + c.operations * 4 + 1'000'000'000ull;
+      for (std::uint64_t j = 0;; ++j) {
+        (void)s->insert(spec.keys.make(base + j), spec.values.make(base + j, 0));
+        if (j == 1000) { char x = 1; (void)!::write(pipefd[1], &x, 1); }
+      }
+    }
+    ::close(pipefd[1]);
+    char x = 0;
+    const bool started = ::read(pipefd[0], &x, 1) == 1;
+    ::close(pipefd[0]);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    ::kill(child, SIGKILL);
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    if (!started) { r->error = "the crash child could not open the pool"; return false; }
+  }
+  const auto t0 = Clock::now();
+  std::string err;
+  target = make_native_target(c, pool_path, /*fresh=*/false, &err);
+  r->reopen_seconds = seconds_since(t0);
+  if (!target) { r->error = "reopen: " + err; return false; }
+  auto s = target->session();
+  std::string_view v;
+  (void)s->find(probe.keys[0], &v);
+  r->answer_seconds = seconds_since(t0);
+  const auto rs = target->native()->recovery_stats();
+  r->records_found = rs.records;
+  r->clean_shutdown = rs.clean_shutdown;
+  while (seconds_since(t0) < 5.0) {
+    if (probe.window(*s) >= 0.9 * r->baseline_ops_per_second) {
+      r->normal_seconds = seconds_since(t0);
+      break;
+    }
+  }
+  const std::string bad = target->verify();
+  if (!bad.empty()) { r->error = "verify after recovery: " + bad; return false; }
+  return true;
+}
+
+}  // namespace
+
+bool is_builtin(const std::string& name) { return pmindex::IndexRegistry::find(name) != nullptr; }
+
+std::string default_pool_path(const Config& c, bool* temporary) {
+  if (!c.pool_path.empty()) {
+    *temporary = false;
+    return c.pool_path;
+  }
+  *temporary = true;
+  return std::string(pmindex::pm::kDefaultPoolDir) + "/pmbench-" + std::to_string(::getpid()) + ".pool";
+}
+
+bool run_once(const Config& c, unsigned repeat, RunResult* r, std::string* error) {
+  (void)repeat;
+  bool temporary = false;
+  std::unique_ptr<Target> target;
+  std::string pool_path;
+  const std::size_t malloc_before = ::mallinfo2().uordblks;
+  if (auto dram = make_dram_target(c.target)) {
+    target = std::move(dram);
+  } else if (is_builtin(c.target)) {
+    pool_path = default_pool_path(c, &temporary);
+    std::error_code ec;
+    std::filesystem::create_directories(std::filesystem::path(pool_path).parent_path(), ec);
+    target = make_native_target(c, pool_path, /*fresh=*/!c.skip_load, error);
+  } else if (c.target.find('/') != std::string::npos || c.target.ends_with(".so")) {
+    pool_path = c.pool_path;
+    target = make_tree_api_target(c, pool_path, error);
+  } else {
+    std::string names;
+    for (const auto& n : pmindex::IndexRegistry::names()) names += " " + n;
+    for (const auto& n : dram_comparator_names()) names += " " + n;
+    *error = "unknown index '" + c.target + "' (built-in:" + names +
+             "; a tree_api library is given by path)";
+    return false;
+  }
+  struct RemovePool {
+    bool on; std::string path;
+    ~RemovePool() { if (on) { std::error_code ec; std::filesystem::remove(path, ec); } }
+  } remove_pool{temporary, pool_path};
+  if (!target) return false;
+  const TargetInfo& info = target->info();
+  r->target_kind = info.kind;
+  r->load_method = c.skip_load ? "skip" : info.load_method;
+  r->backing = info.backing;
+  r->durability = info.durability;
+  r->emulated_pm = info.emulated_pm;
+
+  std::shared_ptr<const Dataset> dataset;
+  if (!c.dataset.empty()) {
+    dataset = load_sosd(c.dataset, c.seed, error);
+    if (!dataset) return false;
+    if (dataset->keys.size() < c.records) {
+      *error = c.dataset + ": " + std::to_string(dataset->keys.size()) + " distinct keys, fewer than --records " +
+               std::to_string(c.records);
+      return false;
+    }
+  }
+  const WorkloadSpec base = WorkloadSpec::from(c, c.operations, dataset);
+  if (!c.skip_load) {
+    if (!load(c, base, *target, r, error)) return false;
+  } else {
+    r->loaded = c.records;
+  }
+  const auto [dram, pm] = target->footprint();
+  r->dram_bytes = dram;
+  r->pm_bytes = pm;
+  r->malloc_delta_bytes = static_cast<std::int64_t>(::mallinfo2().uordblks) -
+                          static_cast<std::int64_t>(malloc_before);
+  {
+    const auto t0 = Clock::now();
+    r->validate_error = validate_load(c, base, *target);
+    r->validate_seconds = seconds_since(t0);
+    if (!r->validate_error.empty()) {
+      *error = "post-load validation failed: " + r->validate_error;
+      return false;
+    }
+  }
+
+  std::uint64_t ops = c.mode == RunMode::time ? calibrate_operations(c, base, *target) : c.operations;
+  const double insert_ratio = c.ratio[static_cast<int>(OpType::insert)];
+  if (dataset && insert_ratio > 0 && c.mode == RunMode::time) {
+    // Inserts take fresh dataset keys: keep the time-mode buffer within the dataset.
+    const double spare = static_cast<double>(dataset->keys.size() - c.records) - c.threads;
+    ops = std::min<std::uint64_t>(ops, static_cast<std::uint64_t>(std::max(0.0, spare / insert_ratio)));
+  }
+  const WorkloadSpec spec = WorkloadSpec::from(c, ops, dataset);
+  const std::vector<Schedule> schedules = build_schedules(spec);
+  if (dataset) {
+    for (const auto& s : schedules)
+      for (std::size_t i = 0; i < s.size(); ++i)
+        if (s.types[i] == OpType::insert && s.ids[i] >= dataset->keys.size()) {
+          *error = c.dataset + ": the run inserts more keys than the dataset holds beyond --records (" +
+                   std::to_string(dataset->keys.size()) + " distinct keys)";
+          return false;
+        }
+  }
+  for (const auto& s : schedules) {
+    r->scheduled += s.size();
+    r->expected_misses += s.expected_misses;
+  }
+  if (c.warmup) warmup(c, spec, *target);
+  r->clock_overhead_ns = clock_overhead_ns();
+
+  std::vector<ThreadOutcome> outcomes(c.threads);
+  std::vector<Counter> progress(c.threads);
+  std::atomic<int> ready{0};
+  std::atomic<bool> go{false}, stop{false};
+  std::atomic<int> finished{0};
+  std::vector<std::thread> workers;
+  for (unsigned t = 0; t < c.threads; ++t)
+    workers.emplace_back([&, t] {
+      run_thread(c, spec, schedules[t], t, *target, ready, go, stop, progress[t],
+                 r->clock_overhead_ns, &outcomes[t]);
+      finished.fetch_add(1, std::memory_order_acq_rel);
+    });
+  while (ready.load(std::memory_order_acquire) < static_cast<int>(c.threads)) std::this_thread::yield();
+  const Progress bar{c.progress && !c.quiet && ::isatty(1) != 0, "run"};
+  const auto t0 = Clock::now();
+  go.store(true, std::memory_order_release);
+  // The sampler: throughput every --sampling_ms, the time-mode deadline, the progress bar.
+  const auto period = std::chrono::milliseconds(c.sampling_ms);
+  std::uint64_t last = 0;
+  auto next = t0 + period;
+  while (finished.load(std::memory_order_acquire) < static_cast<int>(c.threads)) {
+    const auto now = Clock::now();
+    if (c.mode == RunMode::time && now - t0 >= std::chrono::duration<double>(c.seconds))
+      stop.store(true, std::memory_order_relaxed);
+    if (now >= next) {
+      std::uint64_t sum = 0;
+      for (auto& p : progress) sum += p.done.load(std::memory_order_relaxed);
+      r->throughput_series.push_back((sum - last) / std::chrono::duration<double>(period).count());
+      last = sum;
+      next += period;
+      bar.show(c.mode == RunMode::time ? seconds_since(t0) / c.seconds
+                                       : static_cast<double>(sum) / std::max<std::uint64_t>(1, r->scheduled));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::min<unsigned>(c.sampling_ms, 5)));
+  }
+  for (auto& w : workers) w.join();
+  r->run_seconds = seconds_since(t0);
+  bar.done();
+
+  for (const auto& o : outcomes) {
+    for (int k = 0; k < kOpTypes; ++k) {
+      r->ops[k].completed += o.ops[k].completed;
+      r->ops[k].succeeded += o.ops[k].succeeded;
+      r->ops[k].latency.merge(o.ops[k].latency);
+      r->ops[k].pm += o.ops[k].pm;
+      r->latency_all.merge(o.ops[k].latency);
+    }
+    r->pm_total += o.pm_total;
+    r->schedule_exhausted = r->schedule_exhausted || o.exhausted;
+    r->checked += o.checked;
+    if (r->verify_error.empty() && !o.verify_error.empty()) r->verify_error = o.verify_error;
+  }
+  for (const auto& op : r->ops) {
+    r->completed += op.completed;
+    r->succeeded += op.succeeded;
+  }
+  r->verified = c.verify;
+  r->structure_error = target->verify();
+  if (c.verify && r->verify_error.empty() && !r->structure_error.empty())
+    r->verify_error = "index verify() after the run: " + r->structure_error;
+
+  if (!c.recovery.empty()) {
+    r->has_recovery = true;
+    if (!measure_recovery(c, spec, target, pool_path, &r->recovery)) {
+      *error = "recovery: " + r->recovery.error;
+      return false;
+    }
+  }
+  if (!temporary && target && target->native() != nullptr) {
+    // A named pool is left cleanly closed so --skip_load can reopen it.
+    const std::string e = target->close();
+    if (!e.empty()) { *error = "close: " + e; return false; }
+  }
+  return true;
+}
+
+}  // namespace pmbench

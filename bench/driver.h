@@ -1,0 +1,88 @@
+// The benchmark proper: load, post-load validation, the timed run (operation or time mode),
+// conformance checking (--verify) and the recovery measurement.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "config.h"
+#include "histogram.h"
+#include "target.h"
+#include "workload.h"
+
+namespace pmbench {
+
+// Persistence work from pmindex's substrate counters (pm::Runtime::counters()).
+struct PmTotals {
+  std::uint64_t flushes = 0, fences = 0, lines_written = 0, media_bytes_read = 0,
+                media_bytes_written = 0;
+  PmTotals& operator+=(const PmTotals& o) {
+    flushes += o.flushes; fences += o.fences; lines_written += o.lines_written;
+    media_bytes_read += o.media_bytes_read; media_bytes_written += o.media_bytes_written;
+    return *this;
+  }
+};
+
+struct OpResult {
+  std::uint64_t completed = 0, succeeded = 0;
+  Histogram latency;
+  PmTotals pm;  // counting binary only (per-op attribution needs end_operation())
+};
+
+struct RecoveryResult {
+  std::string kind;                 // "clean" or "crash"
+  double reopen_seconds = 0;        // open() returned
+  double answer_seconds = 0;        // open() + first find answered
+  double normal_seconds = -1;       // until a 10 ms read window reaches 90% of the baseline
+  double baseline_ops_per_second = 0;
+  std::uint64_t records_found = 0;
+  bool clean_shutdown = false;
+  std::string error;
+};
+
+struct RunResult {
+  std::string target_kind, load_method, backing, durability;
+  bool emulated_pm = false;
+  // load
+  std::uint64_t loaded = 0;
+  double load_seconds = 0;
+  double validate_seconds = 0;
+  std::string validate_error;
+  // run
+  double run_seconds = 0;
+  std::uint64_t completed = 0, succeeded = 0;
+  std::array<OpResult, kOpTypes> ops;
+  Histogram latency_all;
+  std::vector<double> throughput_series;   // ops/s per --sampling_ms interval
+  double clock_overhead_ns = 0;
+  bool schedule_exhausted = false;         // time mode: a thread ran out of pre-generated ops
+  std::uint64_t scheduled = 0;
+  std::uint64_t expected_misses = 0;       // ops scheduled on a thread with no live id
+
+  // persistence work in the run phase (all operations)
+  PmTotals pm_total;
+  // memory after load
+  std::int64_t dram_bytes = -1, pm_bytes = -1, malloc_delta_bytes = 0;
+  // conformance
+  bool verified = false;
+  std::string verify_error;                // empty: every result matched
+  std::uint64_t checked = 0;
+  std::string structure_error;             // the index's own verify() after the run
+  RecoveryResult recovery;
+  bool has_recovery = false;
+
+  double throughput() const { return run_seconds > 0 ? completed / run_seconds : 0; }
+};
+
+// Runs one repeat: make the target, load, validate, run, (recovery). Returns false with
+// `error` set when the target cannot be opened or a check failed fatally.
+bool run_once(const Config& c, unsigned repeat, RunResult* out, std::string* error);
+
+// The pool file a run uses and whether pmbench made it up (then it is removed at the end).
+std::string default_pool_path(const Config& c, bool* temporary);
+
+bool is_builtin(const std::string& name);
+
+}  // namespace pmbench

@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""pmbench experiment runner.
+
+Reads an experiment file (TOML: indexes x workloads x threads x modes x repeats), runs pmbench
+once per combination and writes everything into one results directory:
+
+  <out>/manifest.json        the experiment, the environment and one entry per run
+  <out>/runs/<id>.json       pmbench --json output of each run
+  <out>/runs/<id>.csv        pmbench --csv output
+  <out>/runs/<id>.log        pmbench's stdout/stderr
+
+Usage: bench/experiment.py EXPERIMENT.toml --pmbench BUILD/bench/pmbench [--out DIR]
+Progress goes to stderr, one line per run. Exit code 1 if any run failed (the others still run).
+"""
+import argparse
+import datetime
+import json
+import os
+import subprocess
+import sys
+import time
+import tomllib
+
+
+def list_indexes(pmbench):
+    out = subprocess.run([pmbench, "--list"], check=True, capture_output=True, text=True).stdout
+    rows = [line.split("\t") for line in out.splitlines() if line.strip()]
+    return [(r[0], "dram" if len(r) > 1 and "DRAM" in r[1] else "builtin") for r in rows]
+
+
+def expand_indexes(spec, pmbench):
+    known = list_indexes(pmbench)
+    kinds = dict(known)
+    names = []
+    for name in spec:
+        if name == "@all":
+            names += [n for n, _ in known]
+        elif name == "@builtin":
+            names += [n for n, k in known if k == "builtin"]
+        elif name == "@dram":
+            names += [n for n, k in known if k == "dram"]
+        else:
+            names.append(name)
+    seen = set()
+    ordered = [n for n in names if not (n in seen or seen.add(n))]
+    return ordered, kinds
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("experiment")
+    ap.add_argument("--pmbench", required=True, help="path to the pmbench binary")
+    ap.add_argument("--pmbench-counting", help="path to pmbench-counting (default: beside pmbench)")
+    ap.add_argument("--out", help="results directory (default: results/<name>-<UTC time>)")
+    args = ap.parse_args()
+
+    with open(args.experiment, "rb") as f:
+        exp = tomllib.load(f)
+    pmbench = os.path.abspath(args.pmbench)
+    counting = os.path.abspath(args.pmbench_counting or os.path.join(os.path.dirname(pmbench), "pmbench-counting"))
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    out = os.path.abspath(args.out or os.path.join("results", f"{exp.get('name', 'experiment')}-{stamp}"))
+    os.makedirs(os.path.join(out, "runs"), exist_ok=True)
+
+    indexes, kinds = expand_indexes(exp.get("indexes", ["@all"]), pmbench)
+    plan = []
+    for w in exp["workloads"]:
+        for index in indexes:
+            if w.get("builtin_only") and kinds.get(index) != "builtin":
+                continue
+            for threads in w.get("threads", [1]):
+                for rep in range(int(w.get("repeats", exp.get("repeats", 1)))):
+                    plan.append((w, index, threads, rep))
+
+    manifest = {"experiment": exp, "experiment_file": os.path.abspath(args.experiment),
+                "started_utc": stamp, "pmbench": pmbench, "runs": []}
+    failures = 0
+    t_start = time.time()
+    for n, (w, index, threads, rep) in enumerate(plan, 1):
+        mode = w.get("mode", exp.get("mode", "time"))
+        run_id = f"{index}__{w['name']}__t{threads}__{mode}__r{rep}"
+        binary = counting if w.get("binary") == "counting" else pmbench
+        cmd = [binary, index, "-n", str(exp.get("records", 100000)), "-t", str(threads),
+               "-m", mode, "--sampling_ms", str(exp.get("sampling_ms", 1000)),
+               "--seed", str(int(exp.get("seed", 1729)) + rep),
+               "--json", os.path.join(out, "runs", run_id + ".json"),
+               "--csv", os.path.join(out, "runs", run_id + ".csv"), "--no_progress"]
+        if mode == "time":
+            cmd += ["--seconds", str(w.get("seconds", exp.get("seconds", 1.0)))]
+        cmd += [str(a) for a in w.get("args", [])]
+        t0 = time.time()
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        elapsed = time.time() - t0
+        with open(os.path.join(out, "runs", run_id + ".log"), "w") as f:
+            f.write("$ " + " ".join(cmd) + "\n" + proc.stdout + proc.stderr)
+        entry = {"id": run_id, "index": index, "index_kind": kinds.get(index, "tree_api"),
+                 "workload": w["name"], "figure": w.get("figure", ""), "threads": threads,
+                 "mode": mode, "repeat": rep, "binary": w.get("binary", "production"),
+                 "exit_code": proc.returncode, "json": f"runs/{run_id}.json",
+                 "csv": f"runs/{run_id}.csv", "wall_seconds": round(elapsed, 3)}
+        manifest["runs"].append(entry)
+        status = "ok"
+        if proc.returncode != 0:
+            failures += 1
+            status = f"FAILED (exit {proc.returncode}; see runs/{run_id}.log)"
+        else:
+            try:
+                with open(os.path.join(out, entry["json"])) as f:
+                    tp = json.load(f)["run"]["throughput"]
+                status = f"{tp / 1e6:.3f} Mops/s"
+            except (OSError, KeyError, ValueError):
+                status = "ok (no JSON)"
+        eta = (time.time() - t_start) / n * (len(plan) - n)
+        print(f"[{n}/{len(plan)}] {index} {w['name']} t={threads} {mode} r{rep}: {status} "
+              f"({elapsed:.1f}s, ~{eta:.0f}s left)", file=sys.stderr, flush=True)
+        with open(os.path.join(out, "manifest.json"), "w") as f:
+            json.dump(manifest, f, indent=2)
+    manifest["finished_utc"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    manifest["failures"] = failures
+    with open(os.path.join(out, "manifest.json"), "w") as f:
+        json.dump(manifest, f, indent=2)
+    print(out)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,51 @@
+// pmbench: a PiBench-compatible benchmark for persistent-memory range indexes.
+// Usage: pmbench <built-in name | path/to/tree_api.so> [PiBench flags] [extensions]
+// Exit codes: 0 success, 1 a run failed (open error, validation or conformance mismatch),
+// 2 invalid command line.
+#include <fstream>
+#include <iostream>
+
+#include "config.h"
+#include "driver.h"
+#include "report.h"
+#include "target.h"
+
+int main(int argc, char** argv) {
+  pmbench::Config c;
+  const int code = pmbench::parse_command_line(argc, argv, &c, std::cout, std::cerr);
+  if (code >= 0) return code;
+  if (c.list) {
+    for (const auto& n : pmindex::IndexRegistry::names()) std::cout << n << "\tbuilt-in PM index\n";
+    for (const auto& n : pmbench::dram_comparator_names()) std::cout << n << "\tDRAM comparator\n";
+    return 0;
+  }
+  std::vector<pmbench::RunResult> runs;
+  int status = 0;
+  for (unsigned rep = 0; rep < c.repeat; ++rep) {
+    pmbench::RunResult r;
+    std::string error;
+    if (!pmbench::run_once(c, rep, &r, &error)) {
+      std::cerr << "pmbench: " << error << "\n";
+      return 1;
+    }
+    runs.push_back(std::move(r));
+    if (!runs.back().verify_error.empty()) {
+      status = 1;
+      break;  // conformance stops at the first mismatch
+    }
+  }
+  const auto doc = pmbench::document(c, runs);
+  if (!c.quiet) pmbench::write_human(std::cout, c, runs, doc["environment"]);
+  if (!c.json_path.empty()) {
+    std::ofstream f(c.json_path);
+    f << doc.dump(2) << "\n";
+    if (!f) { std::cerr << "pmbench: cannot write " << c.json_path << "\n"; return 1; }
+  }
+  if (!c.csv_path.empty()) {
+    std::ofstream f(c.csv_path);
+    pmbench::write_csv(f, c, runs);
+    if (!f) { std::cerr << "pmbench: cannot write " << c.csv_path << "\n"; return 1; }
+  }
+  if (status != 0) std::cerr << "pmbench: conformance FAILED: " << runs.back().verify_error << "\n";
+  return status;
+}

@@ -1,0 +1,293 @@
+#!/usr/bin/env python3
+"""Figures and a Markdown report from a pmbench results directory (bench/experiment.py).
+
+Reads only manifest.json and the runs' JSON files (never pmbench's human output) and writes
+<results>/figures/*.png and <results>/report.md. The figures follow the survey's (He et al.,
+PVLDB 15(11), §6): throughput vs threads per operation under uniform (Fig. 4a-d) and
+self-similar (Fig. 4e-g) access, mixed read/insert workloads (Fig. 5), tail latency (Fig. 6),
+the DRAM/PM footprint table (Table 3), PM work per operation (Fig. 9) and recovery time.
+
+Usage: bench/plot.py RESULTS_DIR
+"""
+import json
+import os
+import sys
+from collections import defaultdict
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+PERCENTILES = [("p50", "50%"), ("p90", "90%"), ("p99", "99%"), ("p999", "99.9%"), ("p9999", "99.99%")]
+OP_OF_WORKLOAD = {"lookup": "read", "insert": "insert", "update": "update", "scan": "scan"}
+
+
+def load(results):
+    with open(os.path.join(results, "manifest.json")) as f:
+        manifest = json.load(f)
+    runs = []
+    for entry in manifest["runs"]:
+        if entry["exit_code"] != 0:
+            continue
+        try:
+            with open(os.path.join(results, entry["json"])) as f:
+                entry = dict(entry, data=json.load(f))
+        except (OSError, ValueError):
+            continue
+        runs.append(entry)
+    return manifest, runs
+
+
+def mean_throughput(rs):
+    return sum(r["data"]["run"]["throughput"] for r in rs) / len(rs)
+
+
+def group(runs, *keys):
+    g = defaultdict(list)
+    for r in runs:
+        g[tuple(r[k] for k in keys)].append(r)
+    return g
+
+
+def throughput_vs_threads(runs, figure, path, title):
+    rs = [r for r in runs if r["figure"] == figure]
+    if not rs:
+        return None
+    workloads = sorted({r["workload"] for r in rs})
+    fig, axes = plt.subplots(1, len(workloads), figsize=(4 * len(workloads), 3.4), squeeze=False)
+    for ax, w in zip(axes[0], workloads):
+        for index, by_index in sorted(group([r for r in rs if r["workload"] == w], "index").items()):
+            pts = sorted((t, mean_throughput(g)) for (t,), g in group(by_index, "threads").items())
+            ax.plot([p[0] for p in pts], [p[1] / 1e6 for p in pts], marker="o", label=index[0])
+        ax.set_title(w)
+        ax.set_xlabel("threads")
+        ax.set_ylabel("Mops/s")
+        ax.set_xticks(sorted({r["threads"] for r in rs}))
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def mixed(runs, path):
+    rs = [r for r in runs if r["figure"] == "mixed"]
+    if not rs:
+        return None
+    workloads = sorted({r["workload"] for r in rs}, key=lambda w: -int(w.split("-")[-2]) if w.split("-")[-2].isdigit() else 0)
+    indexes = sorted({r["index"] for r in rs})
+    fig, ax = plt.subplots(figsize=(max(5, 1.6 * len(workloads) * len(indexes) / 3), 3.4))
+    width = 0.8 / max(1, len(indexes))
+    for i, index in enumerate(indexes):
+        ys = []
+        for w in workloads:
+            sel = [r for r in rs if r["index"] == index and r["workload"] == w]
+            top = max((r["threads"] for r in sel), default=None)
+            sel = [r for r in sel if r["threads"] == top]
+            ys.append(mean_throughput(sel) / 1e6 if sel else 0)
+        ax.bar([x + i * width for x in range(len(workloads))], ys, width, label=index)
+    ax.set_xticks([x + width * (len(indexes) - 1) / 2 for x in range(len(workloads))])
+    ax.set_xticklabels(workloads, fontsize=8)
+    ax.set_ylabel("Mops/s (most threads run)")
+    ax.set_title("Mixed lookup/insert workloads (uniform)")
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def tail_latency(runs, path):
+    rs = [r for r in runs if r["figure"] == "throughput-uniform"
+          and r["data"]["latency_ns"].get(OP_OF_WORKLOAD.get(r["workload"].split("-")[0], "read"), {}).get("samples", 0) > 0]
+    if not rs:
+        return None
+    workloads = sorted({r["workload"] for r in rs})
+    threads = sorted({r["threads"] for r in rs})
+    fig, axes = plt.subplots(len(threads), len(workloads), figsize=(4 * len(workloads), 3 * len(threads)), squeeze=False)
+    for ti, t in enumerate(threads):
+        for wi, w in enumerate(workloads):
+            ax = axes[ti][wi]
+            op = OP_OF_WORKLOAD.get(w.split("-")[0], "read")
+            for r in sorted([r for r in rs if r["workload"] == w and r["threads"] == t and r["repeat"] == 0], key=lambda r: r["index"]):
+                lat = r["data"]["latency_ns"][op]
+                ax.plot([p[1] for p in PERCENTILES], [max(1, lat[p[0]]) for p in PERCENTILES], marker="o", label=r["index"])
+            ax.set_yscale("log")
+            ax.set_title(f"{w}, {t} thread(s)", fontsize=9)
+            ax.set_ylabel("latency (ns)")
+            ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle("Tail latency (sampled, clock overhead excluded)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def footprint_rows(runs, records):
+    rows = {}
+    for r in sorted(runs, key=lambda r: (r["threads"], r["workload"])):
+        if r["index"] in rows or r["figure"] not in ("throughput-uniform", "throughput-selfsimilar"):
+            continue
+        m = r["data"]["memory"]
+        rows[r["index"]] = (r["index_kind"], m.get("dram_bytes"), m.get("pm_bytes"), m.get("malloc_delta_bytes"),
+                            r["data"]["load"]["records"])
+    return rows
+
+
+def pm_per_op(runs, path):
+    rs = [r for r in runs if r["figure"] == "pm-per-op"]
+    if not rs:
+        return None, []
+    metrics = ["flushes", "fences", "lines_written", "media_bytes_written"]
+    workloads = sorted({r["workload"] for r in rs})
+    indexes = sorted({r["index"] for r in rs})
+    fig, axes = plt.subplots(1, len(metrics), figsize=(4 * len(metrics), 3.4), squeeze=False)
+    table = []
+    for mi, metric in enumerate(metrics):
+        ax = axes[0][mi]
+        width = 0.8 / max(1, len(indexes))
+        for i, index in enumerate(indexes):
+            ys = []
+            for w in workloads:
+                sel = [r for r in rs if r["index"] == index and r["workload"] == w]
+                v = sel[0]["data"]["pm"]["all"].get(metric) if sel else None
+                ys.append(v or 0)
+            ax.bar([x + i * width for x in range(len(workloads))], ys, width, label=index)
+        ax.set_xticks([x + width * (len(indexes) - 1) / 2 for x in range(len(workloads))])
+        ax.set_xticklabels(workloads, fontsize=8)
+        ax.set_title(metric + " per op", fontsize=9)
+        ax.grid(alpha=0.3, axis="y")
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle("PM work per operation (pmbench-counting; media bytes from the XPBuffer model)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    for r in sorted(rs, key=lambda r: (r["workload"], r["index"])):
+        pm = r["data"]["pm"]["all"]
+        table.append((r["workload"], r["index"], *[pm.get(m) for m in metrics], pm.get("media_bytes_read")))
+    return path, table
+
+
+def recovery(runs, path):
+    rs = [r for r in runs if r["figure"] == "recovery" and "recovery" in r["data"]]
+    if not rs:
+        return None, []
+    labels, answer, normal, table = [], [], [], []
+    for r in sorted(rs, key=lambda r: (r["index"], r["workload"])):
+        rc = r["data"]["recovery"]
+        labels.append(f"{r['index']}\n{rc['kind']}")
+        answer.append(rc["answer_seconds"] * 1e3)
+        normal.append((rc["normal_throughput_seconds"] or 0) * 1e3)
+        table.append((r["index"], rc["kind"], rc["answer_seconds"], rc["normal_throughput_seconds"], rc["records_found"]))
+    fig, ax = plt.subplots(figsize=(max(5, 1.2 * len(labels)), 3.4))
+    xs = range(len(labels))
+    ax.bar([x - 0.2 for x in xs], answer, 0.4, label="until the index answers")
+    ax.bar([x + 0.2 for x in xs], normal, 0.4, label="until 90% of normal read throughput")
+    ax.set_xticks(list(xs))
+    ax.set_xticklabels(labels, fontsize=8)
+    ax.set_ylabel("ms after reopen")
+    ax.set_title("Recovery time")
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path, table
+
+
+def fmt(v, digits=3):
+    if v is None:
+        return "n/a"
+    if isinstance(v, float):
+        return f"{v:.{digits}f}"
+    return str(v)
+
+
+def main():
+    if len(sys.argv) != 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    results = os.path.abspath(sys.argv[1])
+    manifest, runs = load(results)
+    figdir = os.path.join(results, "figures")
+    os.makedirs(figdir, exist_ok=True)
+    figs = []
+
+    def add(title, p):
+        if p:
+            figs.append((title, os.path.relpath(p, results)))
+
+    add("Throughput vs threads, uniform (survey Fig. 4a-d)",
+        throughput_vs_threads(runs, "throughput-uniform", os.path.join(figdir, "throughput-uniform.png"),
+                              "Throughput, uniform access"))
+    add("Throughput vs threads, self-similar 80/20 (survey Fig. 4e-g)",
+        throughput_vs_threads(runs, "throughput-selfsimilar", os.path.join(figdir, "throughput-selfsimilar.png"),
+                              "Throughput, self-similar (80% of accesses on 20% of keys)"))
+    add("Mixed workloads (survey Fig. 5)", mixed(runs, os.path.join(figdir, "mixed.png")))
+    add("Tail latency (survey Fig. 6)", tail_latency(runs, os.path.join(figdir, "tail-latency.png")))
+    pm_path, pm_table = pm_per_op(runs, os.path.join(figdir, "pm-per-op.png"))
+    add("PM work per operation (survey Fig. 9)", pm_path)
+    rec_path, rec_table = recovery(runs, os.path.join(figdir, "recovery.png"))
+    add("Recovery time", rec_path)
+
+    builtin = [r for r in runs if r["index_kind"] == "builtin"] or runs
+    env = builtin[0]["data"]["environment"] if builtin else {}
+    emulated = any(r["data"].get("target", {}).get("emulated_pm") for r in runs)
+    lines = [f"# pmbench report: {manifest['experiment'].get('name', 'experiment')}", ""]
+    lines += [f"Results directory: `{results}`  ", f"Started (UTC): {manifest.get('started_utc')}; "
+              f"runs: {len(manifest['runs'])}, failed: {sum(1 for r in manifest['runs'] if r['exit_code'] != 0)}", ""]
+    if emulated:
+        lines += ["> **PM is emulated.** Built-in indexes ran on a pool in DRAM-backed tmpfs (or anonymous memory); "
+                  "numbers show software costs (flushes, fences, layout) but not Optane's latency or bandwidth. "
+                  "On a shared 2-core machine throughput is noisy; compare shapes, not absolute values.", ""]
+    lines += ["## Environment", "", "| | |", "|---|---|"]
+    lines += [f"| {k} | {v} |" for k, v in env.items()]
+    lines += ["", "## Figures", ""]
+    for title, rel in figs:
+        lines += [f"### {title}", "", f"![{title}]({rel})", ""]
+
+    lines += ["## Throughput (Mops/s, mean over repeats)", "",
+              "| workload | threads | " + " | ".join(sorted({r['index'] for r in runs})) + " |",
+              "|---|---|" + "---|" * len({r['index'] for r in runs})]
+    indexes = sorted({r["index"] for r in runs})
+    for (w, t), g in sorted(group([r for r in runs if r["figure"] not in ("recovery", "pm-per-op")],
+                                  "workload", "threads").items()):
+        cells = []
+        for index in indexes:
+            sel = [r for r in g if r["index"] == index]
+            cells.append(f"{mean_throughput(sel) / 1e6:.3f}" if sel else "")
+        lines.append(f"| {w} | {t} | " + " | ".join(cells) + " |")
+
+    lines += ["", "## Footprint after load (survey Table 3)", "",
+              "`dram_bytes`/`pm_bytes` come from `Index::footprint()` (built-in indexes); `malloc delta` is glibc's "
+              "in-use heap growth over the load, for every target.", "",
+              "| index | kind | records | DRAM bytes | PM bytes | malloc delta bytes |", "|---|---|---|---|---|---|"]
+    for index, (kind, dram, pm, mal, recs) in sorted(footprint_rows(runs, manifest["experiment"].get("records")).items()):
+        lines.append(f"| {index} | {kind} | {recs} | {fmt(dram)} | {fmt(pm)} | {fmt(mal)} |")
+    if pm_table:
+        lines += ["", "## PM work per operation (pmbench-counting)", "",
+                  "| workload | index | flushes | fences | lines written | media bytes written | media bytes read |",
+                  "|---|---|---|---|---|---|---|"]
+        lines += ["| " + " | ".join(fmt(c, 2) for c in row) + " |" for row in pm_table]
+    if rec_table:
+        lines += ["", "## Recovery", "", "| index | kind | answers after (s) | normal throughput after (s) | records found |",
+                  "|---|---|---|---|---|"]
+        lines += ["| " + " | ".join(fmt(c, 4) for c in row) + " |" for row in rec_table]
+    failed = [r for r in manifest["runs"] if r["exit_code"] != 0]
+    if failed:
+        lines += ["", "## Failed runs", ""] + [f"- `{r['id']}` exit {r['exit_code']} (log: `runs/{r['id']}.log`)" for r in failed]
+    lines += ["", f"Experiment file: `{manifest.get('experiment_file')}`; pmbench: `{manifest.get('pmbench')}`", ""]
+    report = os.path.join(results, "report.md")
+    with open(report, "w") as f:
+        f.write("\n".join(lines))
+    print(report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

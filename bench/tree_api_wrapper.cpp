@@ -1,0 +1,166 @@
+// One generic tree_api wrapper over pmindex::Index, compiled once per built-in kind
+// (PMINDEX_TREE_KIND, set by bench/CMakeLists.txt) into libpmindex_<kind>_tree.so, so the
+// original PiBench (and pmbench, by path) can load every built-in index.
+//
+//   pool          tree_options_t::pool_path if not empty: opened if it holds a pool of this
+//                 layout (recovering it), created otherwise; a pool of another layout is
+//                 refused (create_tree returns nullptr and prints why).
+//                 Empty: /dev/shm/pmindex/<kind>-tree-<pid>.pool, removed when the tree is
+//                 destroyed or the process exits.
+//   pool size     tree_options_t::pool_size; 0: the index's default for
+//                 $PMINDEX_EXPECTED_RECORDS records (default 10,000,000)
+//   persistence   $PMINDEX_PERSISTENCE = adr | eadr | dram (default adr)
+//   keys          key_size 8: KeyType::u64 (PiBench's keys, compared by memcmp); larger:
+//                 KeyType::bytes with max_key_size = key_size
+//   scan buffer   per thread, valid until the same thread's next scan (on any tree)
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <algorithm>
+#include <filesystem>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "pmindex/index.h"
+#include "tree_api.h"
+
+#ifndef PMINDEX_TREE_KIND
+#error "PMINDEX_TREE_KIND must name the built-in index (set by CMake)"
+#endif
+
+namespace {
+
+std::vector<std::string>& temporary_pools() {
+  static std::vector<std::string> pools;
+  return pools;
+}
+std::mutex temporary_mutex;
+
+void remove_temporary_pools() {
+  std::lock_guard lock(temporary_mutex);
+  for (const auto& p : temporary_pools()) {
+    std::error_code ec;
+    std::filesystem::remove(p, ec);
+  }
+  temporary_pools().clear();
+}
+
+class PmindexTree final : public tree_api {
+ public:
+  PmindexTree(std::unique_ptr<pmindex::Index> index, std::string temp_pool, std::size_t value_size)
+      : index_(std::move(index)), temp_pool_(std::move(temp_pool)), value_size_(value_size) {}
+  ~PmindexTree() override {
+    // Worker threads have exited (PiBench joins them); detach the destroying thread here so its
+    // thread-local scope never outlives the index.
+    if (tls().tree == this) {
+      tls().scope = pmindex::Index::ThreadScope();
+      tls().tree = nullptr;
+    }
+    if (index_) (void)index_->close();
+    index_.reset();
+    if (!temp_pool_.empty()) {
+      std::error_code ec;
+      std::filesystem::remove(temp_pool_, ec);
+    }
+  }
+  bool find(const char* key, size_t sz, char* value_out) override {
+    attach();
+    std::string& v = tls().value;
+    if (index_->find({key, sz}, &v) != pmindex::Code::ok) return false;
+    std::memcpy(value_out, v.data(), std::min(v.size(), value_size_));
+    return true;
+  }
+  bool insert(const char* key, size_t key_sz, const char* value, size_t value_sz) override {
+    attach();
+    return index_->insert({key, key_sz}, {value, value_sz}) == pmindex::Code::ok;
+  }
+  bool update(const char* key, size_t key_sz, const char* value, size_t value_sz) override {
+    attach();
+    return index_->update({key, key_sz}, {value, value_sz}) == pmindex::Code::ok;
+  }
+  bool remove(const char* key, size_t key_sz) override {
+    attach();
+    return index_->remove({key, key_sz}) == pmindex::Code::ok;
+  }
+  int scan(const char* key, size_t key_sz, int scan_sz, char*& values_out) override {
+    attach();
+    Tls& t = tls();
+    const std::size_t n = index_->scan({key, key_sz}, scan_sz < 0 ? 0 : scan_sz, t.scan);
+    t.out.clear();
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto k = t.scan.key(i), v = t.scan.value(i);
+      t.out.insert(t.out.end(), k.begin(), k.end());
+      t.out.insert(t.out.end(), v.begin(), v.end());
+    }
+    values_out = t.out.data();
+    return static_cast<int>(n);
+  }
+
+ private:
+  struct Tls {
+    const PmindexTree* tree = nullptr;
+    pmindex::Index::ThreadScope scope;
+    pmindex::ScanBuffer scan;
+    std::vector<char> out;
+    std::string value;
+  };
+  static Tls& tls() {
+    thread_local Tls t;
+    return t;
+  }
+  void attach() {
+    Tls& t = tls();
+    if (t.tree != this) {
+      t.scope = pmindex::Index::ThreadScope();  // detach from a previous tree first
+      t.scope = index_->attach_thread();
+      t.tree = this;
+    }
+  }
+  std::unique_ptr<pmindex::Index> index_;
+  std::string temp_pool_;
+  std::size_t value_size_;
+};
+
+}  // namespace
+
+extern "C" __attribute__((visibility("default"))) tree_api* create_tree(const tree_options_t& opt) {
+  pmindex::Options o;
+  o.kind = PMINDEX_TREE_KIND;
+  o.pool_size = opt.pool_size;
+  const char* records = std::getenv("PMINDEX_EXPECTED_RECORDS");
+  o.expected_records = records != nullptr ? std::strtoull(records, nullptr, 10) : 10'000'000;
+  const char* mode = std::getenv("PMINDEX_PERSISTENCE");
+  if (mode != nullptr && !pmindex::pm::parse_mode(mode, &o.persistence)) {
+    std::fprintf(stderr, "pmindex tree_api: PMINDEX_PERSISTENCE must be adr, eadr or dram, got '%s'\n", mode);
+    return nullptr;
+  }
+  o.key_type = opt.key_size == 8 ? pmindex::KeyType::u64 : pmindex::KeyType::bytes;
+  o.max_key_size = static_cast<std::uint32_t>(opt.key_size);
+  o.max_value_size = static_cast<std::uint32_t>(opt.value_size);
+  std::string temp;
+  if (opt.pool_path.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(std::string(pmindex::pm::kDefaultPoolDir), ec);
+    temp = std::string(pmindex::pm::kDefaultPoolDir) + "/" + PMINDEX_TREE_KIND + "-tree-" +
+           std::to_string(::getpid()) + ".pool";
+    o.path = temp;
+    o.open_mode = pmindex::OpenMode::create;
+    o.overwrite = true;
+    std::lock_guard lock(temporary_mutex);
+    if (temporary_pools().empty()) std::atexit(remove_temporary_pools);
+    temporary_pools().push_back(temp);
+  } else {
+    o.path = opt.pool_path;
+    o.open_mode = pmindex::OpenMode::open_or_create;
+  }
+  auto index = pmindex::Index::open(o);
+  if (!index.ok()) {
+    std::fprintf(stderr, "pmindex tree_api (%s): %s\n", PMINDEX_TREE_KIND,
+                 index.status().to_string().c_str());
+    return nullptr;
+  }
+  return new PmindexTree(std::move(index).value(), temp, opt.value_size);
+}

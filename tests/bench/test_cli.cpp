@@ -1,0 +1,101 @@
+// pmbench's command line: PiBench's defaults, and every invalid value refused with exit code 2.
+#include <gtest/gtest.h>
+
+#include <sstream>
+#include <vector>
+
+#include "config.h"
+
+namespace pmbench {
+namespace {
+
+int parse(std::vector<const char*> args, Config* c, std::string* err = nullptr) {
+  args.insert(args.begin(), "pmbench");
+  std::ostringstream out, e;
+  const int rc = parse_command_line(static_cast<int>(args.size()), args.data(), c, out, e);
+  if (err != nullptr) *err = e.str();
+  return rc;
+}
+
+TEST(Cli, PiBenchDefaults) {
+  Config c;
+  ASSERT_EQ(parse({"reflist"}, &c), -1);
+  EXPECT_EQ(c.records, 1000000u);
+  EXPECT_EQ(c.operations, 1000000u);
+  EXPECT_EQ(c.threads, 1u);
+  EXPECT_EQ(c.key_size, 8u);
+  EXPECT_EQ(c.value_size, 8u);
+  EXPECT_EQ(c.ratio[0], 1.0);
+  EXPECT_EQ(c.scan_size, 100);
+  EXPECT_EQ(c.sampling_ms, 1000u);
+  EXPECT_EQ(c.seed, 1729u);
+  EXPECT_EQ(c.mode, RunMode::operation);
+  EXPECT_EQ(c.distribution, DistKind::uniform);
+  EXPECT_EQ(c.value_bits, 48u);
+}
+
+TEST(Cli, ShortFlagsAndCaseInsensitiveDistribution) {
+  Config c;
+  ASSERT_EQ(parse({"x.so", "-n", "5", "-p", "7", "-t", "2", "-r", "0.5", "-i", "0.5",
+                   "--distribution", "zipfian", "--skew", "0.9", "-m", "time", "--seconds", "3"},
+                  &c), -1);
+  EXPECT_EQ(c.records, 5u);
+  EXPECT_EQ(c.threads, 2u);
+  EXPECT_EQ(c.distribution, DistKind::zipfian);
+  EXPECT_EQ(c.mode, RunMode::time);
+}
+
+TEST(Cli, VerifyDefaultsToAll64ValueBits) {
+  Config c;
+  ASSERT_EQ(parse({"reflist", "--verify"}, &c), -1);
+  EXPECT_EQ(c.value_bits, 64u);
+}
+
+TEST(Cli, InvalidValuesExitWith2AndSayWhy) {
+  struct Case { std::vector<const char*> args; const char* words; };
+  const std::vector<Case> cases = {
+      {{"reflist", "-r", "0.5"}, "sum to 1"},
+      {{"reflist", "-r", "0.5", "-i", "0.5000001"}, "sum to 1"},
+      {{"reflist", "--scan_size", "0"}, "scan_size"},
+      {{"reflist", "--scan_size", "1001"}, "scan_size"},
+      {{"reflist", "--distribution", "normal"}, "UNIFORM"},
+      {{"reflist", "--distribution", "selfsimilar", "--skew", "0.6"}, "(0, 0.5]"},
+      {{"reflist", "--distribution", "zipfian", "--skew", "1"}, "[0, 1)"},
+      {{"reflist", "--latency_sampling", "1.5"}, "latency_sampling"},
+      {{"reflist", "-m", "forever"}, "operation or time"},
+      {{"reflist", "--persistence", "nvme"}, "persistence"},
+      {{"reflist", "-t", "0"}, "threads"},
+      {{"reflist", "-n", "abc"}, "records"},
+      {{"reflist", "--workload", "ycsb-z"}, "ycsb"},
+      {{}, "missing the index"},
+      {{"reflist", "--bogus"}, "bogus"},
+  };
+  for (const auto& k : cases) {
+    Config c;
+    std::string err;
+    EXPECT_EQ(parse(k.args, &c, &err), 2) << k.words;
+    EXPECT_NE(err.find(k.words), std::string::npos) << "message '" << err << "' lacks '" << k.words << "'";
+  }
+}
+
+TEST(Cli, RatiosWithinTolerance) {
+  Config c;
+  EXPECT_EQ(parse({"reflist", "-r", "0.1", "-i", "0.2", "-u", "0.7"}, &c), -1);
+}
+
+TEST(Cli, HelpExitsZero) {
+  Config c;
+  EXPECT_EQ(parse({"--help"}, &c), 0);
+}
+
+TEST(Cli, YcsbWorkloadSetsRatios) {
+  Config c;
+  ASSERT_EQ(parse({"reflist", "--workload", "ycsb-b"}, &c), -1);
+  EXPECT_DOUBLE_EQ(c.ratio[0], 0.95);
+  EXPECT_DOUBLE_EQ(c.ratio[2], 0.05);
+  EXPECT_EQ(c.distribution, DistKind::zipfian);
+  EXPECT_DOUBLE_EQ(c.skew, 0.99);
+}
+
+}  // namespace
+}  // namespace pmbench

@@ -1,0 +1,93 @@
+// The generic tree_api wrapper over pmindex::Index (libpmindex_<kind>_tree.so), loaded the way
+// PiBench loads it: dlopen + create_tree.
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <memory>
+
+#include "support/temp_dir.h"
+#include "tree_api.h"
+
+namespace {
+
+using Create = tree_api* (*)(const tree_options_t&);
+
+Create load_create() {
+  void* h = ::dlopen(PMINDEX_REFLIST_TREE, RTLD_NOW | RTLD_LOCAL);
+  if (h == nullptr) return nullptr;
+  return reinterpret_cast<Create>(::dlsym(h, "create_tree"));
+}
+
+std::string key(std::uint64_t v) {
+  const std::uint64_t be = __builtin_bswap64(v);
+  return std::string(reinterpret_cast<const char*>(&be), 8);
+}
+
+TEST(TreeApiWrapper, OpensRecoversAndRefusesOtherLayouts) {
+  Create create = load_create();
+  ASSERT_NE(create, nullptr) << ::dlerror();
+  pmindex::testing::TempDir dir;
+  tree_options_t o;
+  o.pool_path = dir.file("r.pool");
+  o.pool_size = 1 << 22;
+  {
+    std::unique_ptr<tree_api> t(create(o));
+    ASSERT_NE(t, nullptr);
+    for (std::uint64_t i = 0; i < 100; ++i) ASSERT_TRUE(t->insert(key(i).data(), 8, key(i * 3).data(), 8));
+    EXPECT_FALSE(t->insert(key(5).data(), 8, key(0).data(), 8));   // present
+    EXPECT_FALSE(t->update(key(500).data(), 8, key(0).data(), 8)); // absent
+    EXPECT_TRUE(t->update(key(7).data(), 8, key(70).data(), 8));
+    EXPECT_TRUE(t->remove(key(8).data(), 8));
+    EXPECT_FALSE(t->remove(key(8).data(), 8));
+    char* out = nullptr;
+    ASSERT_EQ(t->scan(key(6).data(), 8, 3, out), 3);
+    EXPECT_EQ(std::string(out, 8), key(6));
+    EXPECT_EQ(std::string(out + 16, 8), key(7));
+    EXPECT_EQ(std::string(out + 24, 8), key(70));
+    EXPECT_EQ(std::string(out + 32, 8), key(9));  // 8 was removed
+  }
+  {  // reopened: the records are back
+    std::unique_ptr<tree_api> t(create(o));
+    ASSERT_NE(t, nullptr);
+    char v[8];
+    ASSERT_TRUE(t->find(key(7).data(), 8, v));
+    EXPECT_EQ(std::string(v, 8), key(70));
+    EXPECT_FALSE(t->find(key(8).data(), 8, v));
+  }
+  tree_options_t other = o;
+  other.key_size = 16;  // bytes keys: another layout
+  EXPECT_EQ(create(other), nullptr);
+}
+
+TEST(TreeApiWrapper, DefaultPoolIsRemovedWithTheTree) {
+  Create create = load_create();
+  ASSERT_NE(create, nullptr);
+  const std::string path = "/dev/shm/pmindex/reflist-tree-" + std::to_string(::getpid()) + ".pool";
+  tree_options_t o;
+  o.pool_size = 1 << 22;
+  {
+    std::unique_ptr<tree_api> t(create(o));
+    ASSERT_NE(t, nullptr);
+    EXPECT_TRUE(std::filesystem::exists(path));
+  }
+  EXPECT_FALSE(std::filesystem::exists(path));
+}
+
+TEST(TreeApiWrapper, PersistenceModeFromEnvironment) {
+  Create create = load_create();
+  ASSERT_NE(create, nullptr);
+  ::setenv("PMINDEX_PERSISTENCE", "bogus", 1);
+  tree_options_t o;
+  o.pool_size = 1 << 22;
+  EXPECT_EQ(create(o), nullptr);
+  ::setenv("PMINDEX_PERSISTENCE", "eadr", 1);
+  std::unique_ptr<tree_api> t(create(o));
+  EXPECT_NE(t, nullptr);
+  ::unsetenv("PMINDEX_PERSISTENCE");
+}
+
+}  // namespace
