@@ -343,5 +343,69 @@ TEST_P(Interleave, SlowUpdaterCrossesTwoSmos) {
 
 INSTANTIATE_TEST_SUITE_P(Modes, Interleave, ::testing::Values(pm::Mode::adr, pm::Mode::eadr));
 
+// Regression (stress failures "scan order" / "update result"): S13 used to replace the old
+// leaf's child pointer by the left new leaf in one inner-node write and insert the split key
+// with the right leaf in a second one. A reader descending between the two reached the left
+// leaf for a key >= split: an insert put the key in a leaf whose range excludes it (later
+// updates and finds, which descend to the right leaf, missed it) and a scan set its cursor
+// back to the left leaf's high + 1, below its start key. The hook runs after every inner-node
+// write (structure mutex held, on the SMO's thread) and checks what any concurrent reader
+// would see at that instant: every key descends to a leaf whose range covers it.
+class CoverCheck final : public nbtree::Hooks {
+ public:
+  explicit CoverCheck(nbtree::NBTree* nb) : nb_(nb) {}
+  void at(HookPoint p, const nbtree::Leaf*) override {
+    if (p != HookPoint::inner_node_written) return;
+    ++writes;
+    for (std::uint64_t k = 1; k <= kMax + 10; ++k) {
+      const nbtree::Leaf* l = nb_->leaf_for_testing(k);
+      if (k < l->low || k > l->high) {
+        ++uncovered;
+        if (first.empty()) {
+          first = "key " + std::to_string(k) + " reached leaf [" + std::to_string(l->low) +
+                  ", " + std::to_string(l->high) + "]";
+        }
+      }
+    }
+  }
+  static constexpr std::uint64_t kMax = 200;
+  int writes = 0;
+  int uncovered = 0;
+  std::string first;
+
+ private:
+  nbtree::NBTree* nb_;
+};
+
+TEST(NBTreeInnerInstall, EveryInnerWriteLeavesEveryKeyCovered) {
+  for (const pm::Mode mode : {pm::Mode::adr, pm::Mode::eadr}) {
+    Options o;
+    o.kind = "nbtree";
+    o.pool_size = 16 << 20;
+    o.node_size = 128;  // leaf capacity 7, inner fanout 8: leaf and inner splits both happen
+    o.persistence = mode;
+    auto r = Index::open(o);
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    std::unique_ptr<Index> idx = std::move(r).value();
+    auto* nb = dynamic_cast<nbtree::NBTree*>(idx.get());
+    CoverCheck check(nb);
+    nb->set_hooks(&check);
+    // Ascending and descending halves: splits at both ends of leaves and inner nodes.
+    for (std::uint64_t k = 2; k <= CoverCheck::kMax; k += 2) {
+      ASSERT_EQ(idx->insert(K(k), V(k)), Code::ok);
+    }
+    for (std::uint64_t k = CoverCheck::kMax - 1; k >= 1 && k < CoverCheck::kMax; k -= 2) {
+      ASSERT_EQ(idx->insert(K(k), V(k)), Code::ok);
+    }
+    nb->set_hooks(nullptr);
+    EXPECT_GT(check.writes, 20);  // leaf splits and inner splits happened
+    EXPECT_EQ(check.uncovered, 0) << check.first;
+    Status s = idx->verify();
+    EXPECT_TRUE(s.ok()) << s.to_string();
+    ScanBuffer buf;
+    EXPECT_EQ(idx->scan(K(1), 1000, buf), CoverCheck::kMax);
+  }
+}
+
 }  // namespace
 }  // namespace pmindex

@@ -23,6 +23,7 @@ std::string_view to_string(HookPoint p) {
     case HookPoint::smo_link_before_pm: return "smo_link_before_pm";
     case HookPoint::smo_link_after_list: return "smo_link_after_list";
     case HookPoint::smo_done: return "smo_done";
+    case HookPoint::inner_node_written: return "inner_node_written";
   }
   return "?";
 }

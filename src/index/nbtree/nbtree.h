@@ -173,11 +173,13 @@ enum class HookPoint : int {
   smo_link_before_pm,        // link phase, structure mutex held, S11 next
   smo_link_after_list,       // link phase, lists switched, parent not yet installed (S13)
   smo_done,                  // S14
+  inner_node_written,        // N1: an inner-node write finished (structure mutex held; leaf null)
 };
 std::string_view to_string(HookPoint p);
 
 // Called at each point when installed. Zero cost when unset (one acquire load and a branch).
-// smo_link_before_pm and smo_link_after_list run with the structure mutex held.
+// smo_link_before_pm, smo_link_after_list and inner_node_written run with the structure mutex
+// held.
 class Hooks {
  public:
   virtual ~Hooks() = default;
@@ -273,8 +275,10 @@ class NBTree final : public Index {
 
   // inner nodes
   void install_in_parent(Leaf* old_leaf, SmoDesc* d);
+  // Inserts separator `key` -> `child` into path[level_index]; if `replace_from` is set, the
+  // same node write also swaps that child pointer for `replace_to` (S13: one atomic change).
   void insert_into_inner(std::vector<Inner*>& path, int level_index, std::uint64_t key,
-                         void* child);
+                         void* child, void* replace_from = nullptr, void* replace_to = nullptr);
   std::vector<Inner*> path_to(std::uint64_t key) const;  // structure_mu_ held
   void build_inner_from_leaves(const std::vector<Leaf*>& leaves);
   void free_dram();

@@ -302,6 +302,12 @@ std::vector<Inner*> NBTree::path_to(std::uint64_t key) const {
   }
 }
 
+// S13: the old leaf's child pointer is replaced by the left new leaf and the split key with
+// the right new leaf is inserted in ONE node write (one InnerWrite, or one split whose left half
+// is rewritten in one InnerWrite). Done as two writes, a reader between them would follow the
+// old pointer's slot to the left leaf for a key >= split, outside the left leaf's range: an
+// insert would put the key in the wrong leaf (later updates/finds miss it) and a scan would set
+// its cursor back to `split` (keys below the start key, not ascending).
 void NBTree::install_in_parent(Leaf* old_leaf, SmoDesc* d) {
   std::vector<Inner*> path = path_to(old_leaf->low);
   Inner* p = path.back();
@@ -311,34 +317,48 @@ void NBTree::install_in_parent(Leaf* old_leaf, SmoDesc* d) {
     if (p->children[i].load(std::memory_order_relaxed) == old_leaf) pos = i;
   }
   if (pos < 0) std::abort();  // invariant (3): the leaf being linked is in its parent
+  if (d->count == 2) {
+    insert_into_inner(path, static_cast<int>(path.size()) - 1, d->split, d->leaves[1], old_leaf,
+                      d->leaves[0]);
+    return;
+  }
   {
     InnerWrite w(p);  // N1: replacing one child pointer
     p->children[pos].store(d->leaves[0], std::memory_order_relaxed);
   }
-  if (d->count == 2) {
-    insert_into_inner(path, static_cast<int>(path.size()) - 1, d->split, d->leaves[1]);
-  }
+  hook(HookPoint::inner_node_written, nullptr);
 }
 
 // Inserts separator `key` with right child `child` into path[idx]; splits it when full (the
-// new right sibling is complete before the node's high key and sibling change, N1/N3).
+// new right sibling is complete before the node's high key and sibling change, N1/N3). A
+// `replace_from` child of the node becomes `replace_to` in the same node write (S13).
 void NBTree::insert_into_inner(std::vector<Inner*>& path, int idx, std::uint64_t key,
-                               void* child) {
+                               void* child, void* replace_from, void* replace_to) {
   Inner* node = path[idx];
   const int n = node->count.load(std::memory_order_relaxed);
   if (n < fanout_) {
-    InnerWrite w(node);
-    int pos = n;
-    while (pos > 1 && node->keys[pos - 1].load(std::memory_order_relaxed) > key) {
-      node->keys[pos].store(node->keys[pos - 1].load(std::memory_order_relaxed),
-                            std::memory_order_relaxed);
-      node->children[pos].store(node->children[pos - 1].load(std::memory_order_relaxed),
-                                std::memory_order_relaxed);
-      --pos;
+    {
+      InnerWrite w(node);
+      if (replace_from != nullptr) {
+        for (int i = 0; i < n; ++i) {
+          if (node->children[i].load(std::memory_order_relaxed) == replace_from) {
+            node->children[i].store(replace_to, std::memory_order_relaxed);
+          }
+        }
+      }
+      int pos = n;
+      while (pos > 1 && node->keys[pos - 1].load(std::memory_order_relaxed) > key) {
+        node->keys[pos].store(node->keys[pos - 1].load(std::memory_order_relaxed),
+                              std::memory_order_relaxed);
+        node->children[pos].store(node->children[pos - 1].load(std::memory_order_relaxed),
+                                  std::memory_order_relaxed);
+        --pos;
+      }
+      node->keys[pos].store(key, std::memory_order_relaxed);
+      node->children[pos].store(child, std::memory_order_relaxed);
+      node->count.store(n + 1, std::memory_order_relaxed);
     }
-    node->keys[pos].store(key, std::memory_order_relaxed);
-    node->children[pos].store(child, std::memory_order_relaxed);
-    node->count.store(n + 1, std::memory_order_relaxed);
+    hook(HookPoint::inner_node_written, nullptr);
     return;
   }
   // Split: gather n + 1 entries, left keeps the first half.
@@ -347,6 +367,11 @@ void NBTree::insert_into_inner(std::vector<Inner*>& path, int idx, std::uint64_t
   for (int i = 0; i < n; ++i) {
     all.emplace_back(node->keys[i].load(std::memory_order_relaxed),
                      node->children[i].load(std::memory_order_relaxed));
+  }
+  if (replace_from != nullptr) {
+    for (auto& e : all) {
+      if (e.second == replace_from) e.second = replace_to;
+    }
   }
   all.insert(std::upper_bound(all.begin() + 1, all.end(), key,
                               [](std::uint64_t k, const auto& e) { return k < e.first; }),
@@ -373,6 +398,7 @@ void NBTree::insert_into_inner(std::vector<Inner*>& path, int idx, std::uint64_t
     node->high.store(sep - 1, std::memory_order_relaxed);
     node->sibling.store(right, std::memory_order_release);  // N3: right is complete
   }
+  hook(HookPoint::inner_node_written, nullptr);
   if (idx > 0) {
     insert_into_inner(path, idx - 1, sep, right);
     return;
@@ -386,6 +412,7 @@ void NBTree::insert_into_inner(std::vector<Inner*>& path, int idx, std::uint64_t
   root->children[1].store(right, std::memory_order_relaxed);
   root->count.store(2, std::memory_order_relaxed);
   root_node_.store(root, std::memory_order_release);
+  hook(HookPoint::inner_node_written, nullptr);
 }
 
 // Bulk-builds the inner levels over a leaf chain (recovery and bulk load; no readers yet).
