@@ -3,7 +3,8 @@
 #   1. ASan+UBSan build (-O1, all persistence flavours incl. the crash-simulator tracing
 #      flavour): runs the `unit` and `crash` labels, crash suites sized for CI;
 #   2. TSan build: runs the `stress` label, time-boxed;
-#   3. clang libFuzzer build: fuzzes pool open + recovery briefly.
+#   3. clang libFuzzer build: replays known crashers, then fuzzes pool open + recovery briefly
+#      (seeded from the commit, a fixed number of runs).
 # `tools/test.sh --long` runs the exhaustive `long` label instead (release build): >= 10,000
 # crash images per index and mode, hundreds of kill cycles. Run it during development.
 set -euo pipefail
@@ -48,7 +49,19 @@ TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/tools/tsan.supp" \
 
 echo "== libFuzzer: pool open + recovery"
 cmake --preset fuzz >/dev/null && cmake --build --preset fuzz -j "$jobs"
-mkdir -p build/fuzz/corpus
-$norand build/fuzz/tests/fuzz/fuzz_pool_open -max_total_time="${PMINDEX_FUZZ_SECONDS:-60}" \
-  -print_final_stats=1 build/fuzz/corpus 2>&1 | tail -n 5
-echo "fuzz: no crash in ${PMINDEX_FUZZ_SECONDS:-60} s"
+fuzz=build/fuzz/tests/fuzz/fuzz_pool_open
+# Known crashers first (each was a real bug), then a run seeded like the crash suites, so a
+# commit's CI run is reproducible: same seed, same number of runs, same result.
+$norand $fuzz tests/fuzz/regressions/* >build/fuzz/regressions.log 2>&1 ||
+  { cat build/fuzz/regressions.log; exit 1; }
+rm -rf build/fuzz/corpus && mkdir -p build/fuzz/corpus
+runs=${PMINDEX_FUZZ_RUNS:-300000}
+if ! $norand $fuzz -seed=$((PMINDEX_CRASH_SEED % 2147483647)) -runs="$runs" \
+    -artifact_prefix=build/fuzz/ -print_final_stats=1 build/fuzz/corpus tests/fuzz/regressions \
+    >build/fuzz/fuzz.log 2>&1; then
+  tail -n 60 build/fuzz/fuzz.log
+  echo "fuzz: FAILED; the crashing input is in build/fuzz/ (add it to tests/fuzz/regressions/)"
+  exit 1
+fi
+grep -E "stat::number_of_executed_units|Done" build/fuzz/fuzz.log
+echo "fuzz: no crash in $runs runs (seed $((PMINDEX_CRASH_SEED % 2147483647)))"

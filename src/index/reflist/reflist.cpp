@@ -66,7 +66,11 @@ Result<std::unique_ptr<Index>> RefList::recover(std::unique_ptr<pm::Pool> pool,
     Root* r = p.checked<Root>(root_off);
     if (r == nullptr || r->magic != kRootMagic)
       return p.error(Code::corrupted, "reflist root object is missing or has a wrong magic");
-    if (r->max_key_size > kMaxKeySize || r->max_value_size > kMaxValueSize)
+    // Fixed-size key modes store exactly 8-byte keys; a root claiming otherwise is corrupted
+    // (found by the fuzzer: a zeroed limit let recovery succeed and the next insert break it).
+    const bool fixed_keys = idx->key_mode_ != KeyType::bytes;
+    if (r->max_key_size > kMaxKeySize || r->max_value_size > kMaxValueSize ||
+        (fixed_keys && r->max_key_size != 8))
       return p.error(Code::corrupted, "reflist root holds impossible size limits");
     idx->root_ = r;
     if (p.allocator().mark_reachable(root_off, sizeof(Root)) != Code::ok) {
