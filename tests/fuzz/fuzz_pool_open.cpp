@@ -7,6 +7,7 @@
 //   byte 0        flags: bit 0 = recompute the header checksum after patching
 //   then repeated [offset: 3 bytes][length: 1 byte][bytes...]
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -66,6 +67,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   (void)(*idx)->remove(pmindex::encode_u64(9));
   pmindex::ScanBuffer buf;
   (*idx)->scan(pmindex::encode_u64(0), 10, buf);
-  if (!(*idx)->verify().ok()) __builtin_trap();
+  if (pmindex::Status s = (*idx)->verify(); !s.ok()) {
+    std::fprintf(stderr, "recovered index broke after operations: %s\n", s.to_string().c_str());
+    __builtin_trap();
+  }
   return 0;
 }

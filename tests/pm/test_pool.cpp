@@ -184,6 +184,15 @@ TEST(Pool, CorruptedRootOffset) {
   expect_refused(path, Code::corrupted, "root offset out of bounds");
 }
 
+TEST(Pool, MisalignedHighWaterMark) {
+  TempDir dir;
+  const std::string path = dir.file("h.pool");
+  auto bytes = make_pool(path);
+  reinterpret_cast<PoolHeader*>(bytes.data())->heap_high_water = 4096 + 256 + 20;
+  write_file(path, bytes);
+  expect_refused(path, Code::corrupted, "heap high-water mark out of bounds or misaligned");
+}
+
 TEST(Pool, UnwritablePath) {
   auto p = Pool::create(opts("/proc/pmindex-cannot-be-here.pool"));
   ASSERT_FALSE(p.ok());
