@@ -76,3 +76,10 @@ function(pmindex_add_test name)
   endif()
   set_tests_properties(${name} PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT})
 endfunction()
+
+# pmindex_add_long_variant(TEST ENV TIMEOUT): TEST_long reruns TEST's executable at the full sweep
+# size given by ENV ("PMINDEX_CRASH_IMAGES=10000", "PMINDEX_KILL_CYCLES=300"), label `long`.
+function(pmindex_add_long_variant test env timeout)
+  add_test(NAME ${test}_long COMMAND ${test})
+  set_tests_properties(${test}_long PROPERTIES LABELS long TIMEOUT ${timeout} ENVIRONMENT "${env}")
+endfunction()
