@@ -2,7 +2,9 @@
 """pmbench experiment runner.
 
 Reads an experiment file (TOML: indexes x workloads x threads x modes x repeats), runs pmbench
-once per combination and writes everything into one results directory:
+once per combination and writes everything into one results directory. A workload may
+override the experiment's `records`, `seconds`, `mode` and `repeats`, and list its own
+`indexes` (same syntax as the experiment's).
 
   <out>/manifest.json        the experiment, the environment and one entry per run
   <out>/runs/<id>.json       pmbench --json output of each run
@@ -65,7 +67,8 @@ def main():
     indexes, kinds = expand_indexes(exp.get("indexes", ["@all"]), pmbench)
     plan = []
     for w in exp["workloads"]:
-        for index in indexes:
+        w_indexes = expand_indexes(w["indexes"], pmbench)[0] if "indexes" in w else indexes
+        for index in w_indexes:
             if w.get("builtin_only") and kinds.get(index) != "builtin":
                 continue
             for threads in w.get("threads", [1]):
@@ -80,7 +83,8 @@ def main():
         mode = w.get("mode", exp.get("mode", "time"))
         run_id = f"{index}__{w['name']}__t{threads}__{mode}__r{rep}"
         binary = counting if w.get("binary") == "counting" else pmbench
-        cmd = [binary, index, "-n", str(exp.get("records", 100000)), "-t", str(threads),
+        records = w.get("records", exp.get("records", 100000))
+        cmd = [binary, index, "-n", str(records), "-t", str(threads),
                "-m", mode, "--sampling_ms", str(exp.get("sampling_ms", 1000)),
                "--seed", str(int(exp.get("seed", 1729)) + rep),
                "--json", os.path.join(out, "runs", run_id + ".json"),
@@ -95,6 +99,7 @@ def main():
             f.write("$ " + " ".join(cmd) + "\n" + proc.stdout + proc.stderr)
         entry = {"id": run_id, "index": index, "index_kind": kinds.get(index, "tree_api"),
                  "workload": w["name"], "figure": w.get("figure", ""), "threads": threads,
+                 "records": records,
                  "mode": mode, "repeat": rep, "binary": w.get("binary", "production"),
                  "exit_code": proc.returncode, "json": f"runs/{run_id}.json",
                  "csv": f"runs/{run_id}.csv", "wall_seconds": round(elapsed, 3)}
