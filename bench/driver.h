@@ -72,6 +72,9 @@ struct RunResult {
   std::string structure_error;             // the index's own verify() after the run
   RecoveryResult recovery;
   bool has_recovery = false;
+  // The run could not start because of the options (an index that does not support the key
+  // type, a dataset that contradicts --key_type): main exits with 2, as for a bad flag.
+  bool usage_error = false;
 
   double throughput() const { return run_seconds > 0 ? completed / run_seconds : 0; }
 };
