@@ -584,6 +584,8 @@ bool run_once(const Config& config, unsigned repeat, RunResult* r, std::string* 
       c.variable_keys = true;
     }
   }
+  r->max_key_size = c.key_size;
+  r->variable_keys = c.variable_keys;
   bool temporary = false;
   std::unique_ptr<Target> target;
   std::string pool_path;

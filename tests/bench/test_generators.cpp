@@ -371,7 +371,9 @@ TEST(Synthetic, LonglatIsAlexCompoundKeyOfDoubles) {
   for (std::size_t i = 0; i < k.size(); ++i) {
     const double v = std::bit_cast<double>(k[i]);
     ASSERT_TRUE(std::isfinite(v));
-    if (i > 0) ASSERT_LT(std::bit_cast<double>(k[i - 1]), v);  // sorted, distinct as doubles
+    if (i > 0) {
+      ASSERT_LT(std::bit_cast<double>(k[i - 1]), v);  // sorted, distinct as doubles
+    }
     // 180 * floor(lon) + lat with lon in [-180, 180), lat in [-90, 90]
     ASSERT_GE(v, -180.0 * 180 - 90);
     ASSERT_LE(v, 179.0 * 180 + 90);
