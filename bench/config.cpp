@@ -2,6 +2,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "dataset.h"
+
 #include <algorithm>
 #include <cmath>
 #include <sstream>
@@ -15,6 +17,7 @@ const char* op_name(OpType t) {
     case OpType::update: return "update";
     case OpType::remove: return "remove";
     case OpType::scan: return "scan";
+    case OpType::rmw: return "rmw";
   }
   return "?";
 }
@@ -38,13 +41,14 @@ std::vector<std::pair<std::string, std::string>> Config::as_pairs() const {
       {"value_size", num(value_size)}, {"read_ratio", num(ratio[0])},
       {"insert_ratio", num(ratio[1])}, {"update_ratio", num(ratio[2])},
       {"remove_ratio", num(ratio[3])}, {"scan_ratio", num(ratio[4])},
+      {"rmw_ratio", num(ratio[5])},
       {"scan_size", num(scan_size)}, {"sampling_ms", num(sampling_ms)},
       {"distribution", to_string(distribution)}, {"skew", num(skew)}, {"seed", num(seed)},
       {"pool_path", pool_path}, {"pool_size", num(pool_size)},
       {"skip_load", skip_load ? "true" : "false"}, {"latency_sampling", num(latency_sampling)},
       {"mode", mode == RunMode::time ? "time" : "operation"}, {"seconds", num(seconds)},
       {"persistence", persistence}, {"verify", verify ? "true" : "false"},
-      {"dataset", dataset}, {"workload", workload}, {"repeat", num(repeat)},
+      {"dataset", dataset}, {"dataset_format", dataset_format}, {"workload", workload}, {"repeat", num(repeat)},
       {"warmup", warmup ? "true" : "false"}, {"key_type", key_type},
       {"node_size", num(node_size)}, {"bulk_load", bulk_load ? "true" : "false"},
       {"fill", num(fill)}, {"value_bits", num(value_bits)}, {"recovery", recovery},
@@ -60,17 +64,21 @@ struct Invalid {
 
 void apply_workload(Config& c) {
   if (c.workload.empty()) return;
-  // YCSB core workloads over PiBench's operations. D's "latest" and F's read-modify-write have
-  // no PiBench operation: D uses zipfian over existing records, F counts RMW as update.
-  struct W { const char* name; double r, i, u, d, s; };
-  static const W kW[] = {{"ycsb-a", .5, 0, .5, 0, 0},   {"ycsb-b", .95, 0, .05, 0, 0},
-                         {"ycsb-c", 1, 0, 0, 0, 0},      {"ycsb-d", .95, .05, 0, 0, 0},
-                         {"ycsb-e", 0, .05, 0, 0, .95},  {"ycsb-f", .5, 0, .5, 0, 0}};
+  // YCSB core workloads (Cooper et al., SoCC 2010): A-C, E and F with zipfian 0.99 requests;
+  // D with "latest" (reads favour the most recently inserted ids); F's read-modify-write is
+  // its own operation (rmw: a find then an update of the same key).
+  struct W { const char* name; double r, i, u, d, s, rmw; DistKind dist; };
+  static const W kW[] = {{"ycsb-a", .5, 0, .5, 0, 0, 0, DistKind::zipfian},
+                         {"ycsb-b", .95, 0, .05, 0, 0, 0, DistKind::zipfian},
+                         {"ycsb-c", 1, 0, 0, 0, 0, 0, DistKind::zipfian},
+                         {"ycsb-d", .95, .05, 0, 0, 0, 0, DistKind::latest},
+                         {"ycsb-e", 0, .05, 0, 0, .95, 0, DistKind::zipfian},
+                         {"ycsb-f", .5, 0, 0, 0, 0, .5, DistKind::zipfian}};
   for (const W& w : kW) {
     if (c.workload == w.name) {
-      const double r[kOpTypes] = {w.r, w.i, w.u, w.d, w.s};
+      const double r[kOpTypes] = {w.r, w.i, w.u, w.d, w.s, w.rmw};
       std::copy(r, r + kOpTypes, c.ratio);
-      c.distribution = DistKind::zipfian;
+      c.distribution = w.dist;
       if (!c.skew_given) c.skew = 0.99;
       return;
     }
@@ -84,19 +92,19 @@ void validate(Config& c) {
   apply_workload(c);
   double sum = 0;
   for (double r : c.ratio) {
-    if (!(r >= 0 && r <= 1)) throw Invalid{"operation ratios (-r -i -u -d -s) must be in [0, 1]"};
+    if (!(r >= 0 && r <= 1)) throw Invalid{"operation ratios (-r -i -u -d -s --rmw_ratio) must be in [0, 1]"};
     sum += r;
   }
   if (std::fabs(sum - 1.0) > 1e-9) {
     std::ostringstream m;
     m.precision(17);
-    m << "operation ratios (-r -i -u -d -s) must sum to 1 (within 1e-9), got " << sum;
+    m << "operation ratios (-r -i -u -d -s --rmw_ratio) must sum to 1 (within 1e-9), got " << sum;
     throw Invalid{m.str()};
   }
   if (c.distribution == DistKind::selfsimilar && !(c.skew > 0 && c.skew <= 0.5))
     throw Invalid{"--skew for SELFSIMILAR must be in (0, 0.5]"};
-  if (c.distribution == DistKind::zipfian && !(c.skew >= 0 && c.skew < 1))
-    throw Invalid{"--skew for ZIPFIAN must be in [0, 1)"};
+  if (zipf_like(c.distribution) && !(c.skew >= 0 && c.skew < 1))
+    throw Invalid{"--skew for ZIPFIAN and LATEST must be in [0, 1)"};
   if (c.key_size < 8) throw Invalid{"--key_size must be at least 8"};
   if (c.key_prefix.size() + 8 > c.key_size && !c.key_prefix.empty())
     throw Invalid{"--key_prefix is too long: prefix + 8 hash bytes must fit in --key_size"};
@@ -106,7 +114,21 @@ void validate(Config& c) {
   if (c.mode == RunMode::time && !(c.seconds > 0)) throw Invalid{"--seconds must be > 0"};
   if (c.bulk_load && c.skip_load) throw Invalid{"--bulk_load and --skip_load exclude each other"};
   if (!c.dataset.empty() && c.key_size != 8)
-    throw Invalid{"--dataset takes SOSD files of 8-byte keys: --key_size must be 8"};
+    throw Invalid{"--key_size does not apply to --dataset (SOSD and generated keys are 8 bytes; "
+                  "text keys keep their own lengths)"};
+  if (!c.dataset.empty()) {
+    DatasetFormat f{};
+    if (!resolve_dataset_format(c.dataset_format, c.dataset, &f))
+      throw Invalid{"--dataset_format must be auto, sosd or text, got '" + c.dataset_format + "'"};
+    if (f == DatasetFormat::text && c.key_type != "bytes")
+      throw Invalid{"a text dataset has variable-length keys: it needs --key_type bytes"};
+    if (c.dataset == "gen:longlat" && c.key_type != "double")
+      throw Invalid{"gen:longlat makes double keys: it needs --key_type double"};
+    if (c.dataset == "gen:lognormal" && c.key_type == "double")
+      throw Invalid{"gen:lognormal makes uint64 keys: --key_type u64 or bytes"};
+    if (f == DatasetFormat::generated && c.dataset != "gen:longlat" && c.dataset != "gen:lognormal")
+      throw Invalid{"--dataset " + c.dataset + ": unknown generator (gen:lognormal, gen:longlat)"};
+  }
 }
 
 }  // namespace
@@ -129,12 +151,14 @@ int parse_command_line(int argc, const char* const* argv, Config* out, std::ostr
   app.add_option("-u,--update_ratio", c.ratio[2], "update ratio")->capture_default_str();
   app.add_option("-d,--remove_ratio", c.ratio[3], "remove ratio")->capture_default_str();
   app.add_option("-s,--scan_ratio", c.ratio[4], "scan ratio")->capture_default_str();
+  app.add_option("--rmw_ratio", c.ratio[5], "read-modify-write ratio (find + update, YCSB-F)")
+      ->capture_default_str();
   app.add_option("--scan_size", c.scan_size, "records per scan")
       ->check(CLI::Range(1, 1000))->capture_default_str();
   app.add_option("--sampling_ms", c.sampling_ms, "throughput sampling period (ms)")
       ->check(CLI::Range(1u, 3'600'000u))->capture_default_str();
   std::string distribution = "UNIFORM";
-  app.add_option("--distribution", distribution, "UNIFORM|SELFSIMILAR|ZIPFIAN (any case)")
+  app.add_option("--distribution", distribution, "UNIFORM|SELFSIMILAR|ZIPFIAN|LATEST (any case)")
       ->capture_default_str();
   app.add_option("--skew", c.skew, "selfsimilar (0,0.5]; zipfian [0,1)")->capture_default_str();
   app.add_option("--seed", c.seed, "random seed")->capture_default_str();
@@ -152,8 +176,13 @@ int parse_command_line(int argc, const char* const* argv, Config* out, std::ostr
   app.add_option("--csv", c.csv_path, "write results as CSV to FILE");
   app.add_flag("--list", c.list, "print the built-in index names and exit");
   app.add_flag("--verify", c.verify, "conformance mode: check every result, stop at the first mismatch");
-  app.add_option("--dataset", c.dataset, "keys from a SOSD binary file (uint64 count, then 8-byte keys)");
-  app.add_option("--workload", c.workload, "ycsb-a .. ycsb-f (sets the ratios, zipfian 0.99)");
+  app.add_option("--dataset", c.dataset,
+                 "keys from a file (SOSD binary, or text with one key per line) or a generator "
+                 "(gen:lognormal, gen:longlat)");
+  app.add_option("--dataset_format", c.dataset_format,
+                 "auto (gen:* generated, *.txt text, else SOSD) | sosd | text")
+      ->capture_default_str();
+  app.add_option("--workload", c.workload, "ycsb-a .. ycsb-f (sets the ratios; zipfian 0.99, D latest 0.99)");
   app.add_option("--repeat", c.repeat, "repeat load+run N times")
       ->check(CLI::Range(1u, 1000u))->capture_default_str();
   app.add_flag("--warmup", c.warmup, "an untimed read pass over loaded keys before the run");
@@ -176,7 +205,15 @@ int parse_command_line(int argc, const char* const* argv, Config* out, std::ostr
     // value bits is caught.
     if (c.verify && app.count("--value_bits") == 0) c.value_bits = 64;
     if (!parse_distribution(distribution, &c.distribution))
-      throw Invalid{"--distribution must be UNIFORM, SELFSIMILAR or ZIPFIAN, got '" + distribution + "'"};
+      throw Invalid{"--distribution must be UNIFORM, SELFSIMILAR, ZIPFIAN or LATEST, got '" + distribution + "'"};
+    // A dataset's keys decide the key type unless --key_type says otherwise (a contradiction
+    // is refused in validate()).
+    if (app.count("--key_type") == 0 && !c.dataset.empty()) {
+      DatasetFormat f{};
+      if (resolve_dataset_format(c.dataset_format, c.dataset, &f) && f == DatasetFormat::text)
+        c.key_type = "bytes";
+      if (c.dataset == "gen:longlat") c.key_type = "double";
+    }
     if (mode == "operation") c.mode = RunMode::operation;
     else if (mode == "time") c.mode = RunMode::time;
     else throw Invalid{"--mode must be operation or time, got '" + mode + "'"};

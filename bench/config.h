@@ -14,8 +14,10 @@
 
 namespace pmbench {
 
-enum class OpType : std::uint8_t { read, insert, update, remove, scan };
-inline constexpr int kOpTypes = 5;
+// rmw: YCSB-F's read-modify-write, one operation made of a find and an update of the same key
+// (it succeeds when both do). PiBench has no such operation; pmbench counts it on its own.
+enum class OpType : std::uint8_t { read, insert, update, remove, scan, rmw };
+inline constexpr int kOpTypes = 6;
 const char* op_name(OpType t);
 inline const char* op_name(int t) { return op_name(static_cast<OpType>(t)); }
 
@@ -29,7 +31,7 @@ struct Config {
   std::string key_prefix;
   std::size_t key_size = 8;
   std::size_t value_size = 8;
-  double ratio[kOpTypes] = {1, 0, 0, 0, 0};  // read, insert, update, remove, scan
+  double ratio[kOpTypes] = {1, 0, 0, 0, 0, 0};  // read, insert, update, remove, scan, rmw
   int scan_size = 100;
   unsigned sampling_ms = 1000;
   DistKind distribution = DistKind::uniform;
@@ -48,7 +50,11 @@ struct Config {
   std::string csv_path;
   bool list = false;
   bool verify = false;
-  std::string dataset;
+  std::string dataset;               // a file, or gen:lognormal / gen:longlat
+  std::string dataset_format = "auto";  // auto | sosd | text (bench/dataset.h)
+  // Set by the driver, not a flag: the dataset's keys are variable-length (text), and
+  // key_size then holds the longest key.
+  bool variable_keys = false;
   std::string workload;             // ycsb-a .. ycsb-f
   unsigned repeat = 1;
   bool warmup = false;

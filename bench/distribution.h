@@ -7,6 +7,9 @@
 //   selfsimilar  Gray et al. 1994: rank = N * u^(ln h / ln(1-h)); skew h in (0, 0.5]
 //                (h = 0.2: 80% of accesses on 20% of ranks)
 //   zipfian      Gray et al. 1994 with zeta(N, theta) kept incrementally; theta in [0, 1)
+//   latest       YCSB's "latest" (workload D): the zipfian draw over ranks ordered by recency,
+//                rank 0 = the most recently inserted id (the caller maps ranks to ids
+//                newest-first; here it draws exactly as zipfian)
 #pragma once
 
 #include <cstdint>
@@ -16,7 +19,9 @@
 
 namespace pmbench {
 
-enum class DistKind : std::uint8_t { uniform, selfsimilar, zipfian };
+enum class DistKind : std::uint8_t { uniform, selfsimilar, zipfian, latest };
+// zipfian and latest share the zipfian draw (and its incrementally kept zeta).
+inline bool zipf_like(DistKind k) { return k == DistKind::zipfian || k == DistKind::latest; }
 std::string to_string(DistKind kind);
 bool parse_distribution(std::string text, DistKind* out);  // case-insensitive
 

@@ -91,35 +91,39 @@ struct alignas(64) Counter {
 bool load(const Config& c, const WorkloadSpec& spec, Target& target, RunResult* r,
           std::string* error) {
   // Pre-generate every record (untimed).
-  std::vector<std::vector<std::uint64_t>> ids(c.threads);
+  // Keys back to back (fixed or variable length): key i of thread t is
+  // keys[t][offsets[t][i], offsets[t][i+1]).
+  std::vector<std::vector<std::uint64_t>> ids(c.threads), offsets(c.threads);
   std::vector<std::vector<char>> keys(c.threads), values(c.threads);
-  const std::size_t ks = spec.keys.key_size(), vs = spec.values.value_size();
+  const std::size_t vs = spec.values.value_size();
   for (unsigned t = 0; t < c.threads; ++t) {
     ids[t] = load_ids(c.records, c.threads, t);
-    keys[t].resize(ids[t].size() * ks);
+    offsets[t].assign(1, 0);
+    for (std::uint64_t id : ids[t]) offsets[t].push_back(offsets[t].back() + spec.keys.length(id));
+    keys[t].resize(offsets[t].back());
     values[t].resize(ids[t].size() * vs);
     for (std::size_t i = 0; i < ids[t].size(); ++i) {
-      spec.keys.write(ids[t][i], keys[t].data() + i * ks);
+      spec.keys.write(ids[t][i], keys[t].data() + offsets[t][i]);
       spec.values.write(ids[t][i], 0, values[t].data() + i * vs);
     }
   }
+  auto key_of = [&](unsigned t, std::size_t i) {
+    return std::string_view(keys[t].data() + offsets[t][i], offsets[t][i + 1] - offsets[t][i]);
+  };
   const Progress bar{c.progress && !c.quiet && ::isatty(1) != 0, "load"};
   if (c.bulk_load) {
     if (!target.can_bulk_load()) {
       *error = "--bulk_load needs a built-in index (tree_api has no bulk load)";
       return false;
     }
-    std::vector<std::pair<std::uint64_t, std::pair<unsigned, std::size_t>>> order;
-    order.reserve(c.records);
+    std::vector<pmindex::KeyValue> sorted;
+    sorted.reserve(c.records);
     for (unsigned t = 0; t < c.threads; ++t)
       for (std::size_t i = 0; i < ids[t].size(); ++i)
-        order.push_back({spec.keys.order_word(ids[t][i]), {t, i}});
-    std::sort(order.begin(), order.end());
-    std::vector<pmindex::KeyValue> sorted;
-    sorted.reserve(order.size());
-    for (const auto& [w, ti] : order)
-      sorted.push_back({std::string_view(keys[ti.first].data() + ti.second * ks, ks),
-                        std::string_view(values[ti.first].data() + ti.second * vs, vs)});
+        sorted.push_back({key_of(t, i), std::string_view(values[t].data() + i * vs, vs)});
+    // memcmp order (string_view compares bytes as unsigned char)
+    std::sort(sorted.begin(), sorted.end(),
+              [](const pmindex::KeyValue& a, const pmindex::KeyValue& b) { return a.key < b.key; });
     const auto t0 = Clock::now();
     if (!target.bulk_load(sorted, c.fill, error)) return false;
     r->load_seconds = seconds_since(t0);
@@ -136,12 +140,11 @@ bool load(const Config& c, const WorkloadSpec& spec, Target& target, RunResult* 
     workers.emplace_back([&, t] {
       auto s = target.session();
       for (std::size_t i = 0; i < ids[t].size(); ++i) {
-        if (!s->insert(std::string_view(keys[t].data() + i * ks, ks),
-                       std::string_view(values[t].data() + i * vs, vs))) {
+        if (!s->insert(key_of(t, i), std::string_view(values[t].data() + i * vs, vs))) {
           std::lock_guard lock(error_mutex);
           if (!failed.exchange(true))
             first_error = "load: insert of id " + std::to_string(ids[t][i]) + " (key " +
-                          hex(std::string_view(keys[t].data() + i * ks, ks)) + ") failed: " +
+                          hex(key_of(t, i)) + ") failed: " +
                           std::string(pmindex::to_string(s->last_code()));
           return;
         }
@@ -183,29 +186,44 @@ std::string validate_load(const Config& c, const WorkloadSpec& spec, Target& tar
       return "loaded key of id " + std::to_string(id) + " has value " + hex(got) + ", expected " +
              hex(spec.values.make(id, 0));
   }
-  std::string start(spec.keys.key_size(), '\0');
-  if (spec.keys.key_size() > 8) std::memcpy(start.data(), c.key_prefix.data(), c.key_prefix.size());
+  // Start at the smallest possible key of the format (fixed keys), or at the smallest loaded
+  // key (variable-length keys: not every index accepts the empty key).
+  std::string start;
+  if (spec.keys.variable()) {
+    for (std::uint64_t id = 0; id < c.records; ++id) {
+      const std::string k = spec.keys.make(id);
+      if (id == 0 || k < start) start = k;
+    }
+  } else {
+    start.assign(spec.keys.key_size(), '\0');
+    if (spec.keys.key_size() > 8) std::memcpy(start.data(), c.key_prefix.data(), c.key_prefix.size());
+  }
   std::string prev;
   std::uint64_t seen = 0;
   ScanResult res;
-  for (;;) {
-    const std::size_t n = s->scan(start, 1000, &res);
+  // Each chunk restarts AT the last key seen and skips it (a successor key would need one
+  // more byte, or big-endian +1 arithmetic that only fixed-size keys have).
+  constexpr std::size_t kChunk = 1000;
+  for (bool first = true;; first = false) {
+    const std::size_t n = s->scan(start, static_cast<int>(kChunk + (first ? 0 : 1)), &res);
     if (n != res.records.size()) return "scan returned a count different from its records";
+    std::size_t fresh = 0;
     for (std::size_t i = 0; i < n; ++i) {
       const std::string_view k = res.records[i].first;
+      if (!first && i == 0) {
+        if (k != std::string_view(prev))
+          return "full scan: a scan from the last key seen " + hex(prev) + " started at " + hex(k);
+        continue;
+      }
       if (seen > 0 && !(std::string_view(prev) < k))
         return "full scan out of order at record " + std::to_string(seen) + ": " + hex(prev) +
                " then " + hex(k);
       prev.assign(k);
       ++seen;
+      ++fresh;
     }
-    if (n < 1000) break;
-    // Continue just after the last key: the key + 1 in big-endian arithmetic.
+    if (fresh < kChunk) break;
     start = prev;
-    int i = static_cast<int>(start.size()) - 1;
-    while (i >= 0 && static_cast<unsigned char>(start[i]) == 0xff) start[i--] = '\0';
-    if (i < 0) break;
-    start[i] = static_cast<char>(static_cast<unsigned char>(start[i]) + 1);
   }
   if (seen != c.records)
     return "full scan returned " + std::to_string(seen) + " records, " + std::to_string(c.records) + " loaded";
@@ -218,22 +236,23 @@ std::string validate_load(const Config& c, const WorkloadSpec& spec, Target& tar
 class Model {
  public:
   Model(const WorkloadSpec& s, unsigned t) : s_(s), t_(t) {
-    for (std::uint64_t id : load_ids(s.records, s.threads, t)) map_[s.keys.order_word(id)] = {id, 0};
+    for (std::uint64_t id : load_ids(s.records, s.threads, t)) map_[s.keys.make(id)] = {id, 0};
   }
   bool owns(std::uint64_t id) const {
     return id < s_.records ? id % s_.threads == t_ : (id - s_.records) % s_.threads == t_;
   }
   // Checks the result of schedule op i and applies it. Returns "" or the mismatch.
+  // rmw: `value` is what its find returned.
   std::string check(const Schedule& sc, std::size_t i, bool ok, std::string_view value,
                     const ScanResult& scan) {
     const OpType type = sc.types[i];
     const std::uint64_t id = sc.ids[i];
-    const std::uint64_t w = s_.keys.order_word(id);
+    const std::string w(sc.key(i));
     auto it = map_.find(w);
     const bool present = it != map_.end();
     auto fail = [&](const std::string& what) {
       return std::string(op_name(type)) + " of id " + std::to_string(id) + " (key " +
-             hex(std::string_view(sc.key(i), sc.key_size)) + "): " + what;
+             hex(sc.key(i)) + "): " + what;
     };
     switch (type) {
       case OpType::read:
@@ -257,6 +276,14 @@ class Model {
         return "";
       case OpType::scan:
         return check_scan(sc, i, scan, fail);
+      case OpType::rmw:
+        if (ok != present) return fail(present ? "failed on a present key" : "succeeded on an absent key");
+        if (ok) {
+          const std::string want = s_.values.make(id, it->second.second);
+          if (value != want) return fail("read value " + hex(value) + ", expected " + hex(want));
+          it->second.second = sc.versions[i];
+        }
+        return "";
     }
     return "";
   }
@@ -264,7 +291,7 @@ class Model {
  private:
   template <class Fail>
   std::string check_scan(const Schedule& sc, std::size_t i, const ScanResult& scan, Fail fail) {
-    const std::string_view start(sc.key(i), sc.key_size);
+    const std::string_view start = sc.key(i);
     if (scan.records.size() > static_cast<std::size_t>(s_.scan_size))
       return fail("returned " + std::to_string(scan.records.size()) + " records, asked for " +
                   std::to_string(s_.scan_size));
@@ -276,7 +303,7 @@ class Model {
       std::uint64_t rid = 0;
       if (!s_.keys.id_of(k, &rid)) return fail("record " + std::to_string(j) + " key " + hex(k) + " was never inserted");
       if (owns(rid)) {
-        auto it = map_.find(s_.keys.order_word(rid));
+        auto it = map_.find(std::string(k));
         if (it == map_.end()) return fail("returned key " + hex(k) + " which is absent");
         const std::string want = s_.values.make(rid, it->second.second);
         if (v != want) return fail("record key " + hex(k) + " value " + hex(v) + ", expected " + hex(want));
@@ -284,14 +311,12 @@ class Model {
     }
     // Completeness over the keys this thread owns: every one in [start, last returned] (or
     // every one >= start when fewer than scan_size came back) must have been returned.
-    const std::uint64_t lo = load_be64(start.data() + start.size() - 8);
     const bool full = scan.records.size() == static_cast<std::size_t>(s_.scan_size);
-    const std::uint64_t hi = scan.records.empty() ? 0
-        : load_be64(scan.records.back().first.data() + scan.records.back().first.size() - 8);
+    const std::string_view hi = scan.records.empty() ? std::string_view() : scan.records.back().first;
     std::size_t j = 0;
-    for (auto it = map_.lower_bound(lo); it != map_.end(); ++it) {
-      if (full && it->first > hi) break;
-      const std::string want = s_.keys.make(it->second.first);
+    for (auto it = map_.lower_bound(std::string(start)); it != map_.end(); ++it) {
+      if (full && std::string_view(it->first) > hi) break;
+      const std::string& want = it->first;
       while (j < scan.records.size() && scan.records[j].first < want) ++j;
       if (j == scan.records.size() || scan.records[j].first != want)
         return fail("missed present key " + hex(want) + " (" + std::to_string(scan.records.size()) +
@@ -302,7 +327,7 @@ class Model {
 
   const WorkloadSpec& s_;
   unsigned t_;
-  std::map<std::uint64_t, std::pair<std::uint64_t, std::uint32_t>> map_;  // order word -> id, version
+  std::map<std::string, std::pair<std::uint64_t, std::uint32_t>> map_;  // key -> id, version (memcmp order)
 };
 
 // --- run ----------------------------------------------------------------------------------
@@ -326,7 +351,8 @@ void run_thread(const Config& c, const WorkloadSpec& spec, const Schedule& sc, u
   ScanResult scan;
   ScanResult* scan_out = c.verify ? &scan : nullptr;
   std::string_view value;
-  const std::size_t ks = sc.key_size, vs = sc.value_size;
+  const std::size_t vs = sc.value_size;
+  std::string rmw_read;  // conformance: what an rmw's find returned
   const bool time_mode = c.mode == RunMode::time;
   const auto overhead = static_cast<std::int64_t>(overhead_ns);
 
@@ -340,7 +366,7 @@ void run_thread(const Config& c, const WorkloadSpec& spec, const Schedule& sc, u
   for (; i < n; ++i) {
     if ((time_mode || c.verify) && stop.load(std::memory_order_relaxed)) break;
     const OpType type = sc.types[i];
-    const std::string_view key(sc.key(i), ks);
+    const std::string_view key = sc.key(i);
     PmTotals before;
     if constexpr (pmindex::pm::kCounting) before = read_pm_counters();
     const bool timed = sc.timed[i] != 0;
@@ -353,6 +379,15 @@ void run_thread(const Config& c, const WorkloadSpec& spec, const Schedule& sc, u
       case OpType::update: ok = s->update(key, std::string_view(sc.value(i), vs)); break;
       case OpType::remove: ok = s->remove(key); break;
       case OpType::scan: ok = s->scan(key, c.scan_size, scan_out) > 0; break;
+      case OpType::rmw:
+        // YCSB-F: read the record, then write a new value back (one operation, one latency).
+        ok = s->find(key, &value);
+        if (ok && model) {
+          rmw_read.assign(value);
+          value = rmw_read;
+        }
+        ok = ok && s->update(key, std::string_view(sc.value(i), vs));
+        break;
     }
     OpResult& r = out->ops[static_cast<int>(type)];
     if (timed) {
@@ -520,8 +555,37 @@ std::string default_pool_path(const Config& c, bool* temporary) {
   return std::string(pmindex::pm::kDefaultPoolDir) + "/pmbench-" + std::to_string(::getpid()) + ".pool";
 }
 
-bool run_once(const Config& c, unsigned repeat, RunResult* r, std::string* error) {
+bool run_once(const Config& config, unsigned repeat, RunResult* r, std::string* error) {
   (void)repeat;
+  // The dataset first: a text dataset's longest key sizes the index (max_key_size).
+  std::shared_ptr<const Dataset> dataset;
+  Config c = config;
+  if (!c.dataset.empty()) {
+    DatasetFormat format{};
+    if (!resolve_dataset_format(c.dataset_format, c.dataset, &format)) {
+      *error = "--dataset_format must be auto, sosd or text";
+      r->usage_error = true;
+      return false;
+    }
+    dataset = load_dataset(c.dataset, format, c.records + c.operations, c.seed, error);
+    if (!dataset) return false;
+    if (dataset->size() < c.records) {
+      *error = c.dataset + ": " + std::to_string(dataset->size()) + " distinct keys, fewer than --records " +
+               std::to_string(c.records);
+      return false;
+    }
+    if (dataset->variable_length()) {
+      if (c.key_type != "bytes") {
+        *error = c.dataset + " is a text dataset (variable-length keys): it needs --key_type bytes";
+        r->usage_error = true;
+        return false;
+      }
+      c.key_size = std::max<std::size_t>(dataset->max_length, 1);
+      c.variable_keys = true;
+    }
+  }
+  r->max_key_size = c.key_size;
+  r->variable_keys = c.variable_keys;
   bool temporary = false;
   std::unique_ptr<Target> target;
   std::string pool_path;
@@ -532,10 +596,10 @@ bool run_once(const Config& c, unsigned repeat, RunResult* r, std::string* error
     pool_path = default_pool_path(c, &temporary);
     std::error_code ec;
     std::filesystem::create_directories(std::filesystem::path(pool_path).parent_path(), ec);
-    target = make_native_target(c, pool_path, /*fresh=*/!c.skip_load, error);
+    target = make_native_target(c, pool_path, /*fresh=*/!c.skip_load, error, &r->usage_error);
   } else if (c.target.find('/') != std::string::npos || c.target.ends_with(".so")) {
     pool_path = c.pool_path;
-    target = make_tree_api_target(c, pool_path, error);
+    target = make_tree_api_target(c, pool_path, error, &r->usage_error);
   } else {
     std::string names;
     for (const auto& n : pmindex::IndexRegistry::names()) names += " " + n;
@@ -556,16 +620,6 @@ bool run_once(const Config& c, unsigned repeat, RunResult* r, std::string* error
   r->durability = info.durability;
   r->emulated_pm = info.emulated_pm;
 
-  std::shared_ptr<const Dataset> dataset;
-  if (!c.dataset.empty()) {
-    dataset = load_sosd(c.dataset, c.seed, error);
-    if (!dataset) return false;
-    if (dataset->keys.size() < c.records) {
-      *error = c.dataset + ": " + std::to_string(dataset->keys.size()) + " distinct keys, fewer than --records " +
-               std::to_string(c.records);
-      return false;
-    }
-  }
   const WorkloadSpec base = WorkloadSpec::from(c, c.operations, dataset);
   if (!c.skip_load) {
     if (!load(c, base, *target, r, error)) return false;
@@ -591,7 +645,7 @@ bool run_once(const Config& c, unsigned repeat, RunResult* r, std::string* error
   const double insert_ratio = c.ratio[static_cast<int>(OpType::insert)];
   if (dataset && insert_ratio > 0 && c.mode == RunMode::time) {
     // Inserts take fresh dataset keys: keep the time-mode buffer within the dataset.
-    const double spare = static_cast<double>(dataset->keys.size() - c.records) - c.threads;
+    const double spare = static_cast<double>(dataset->size() - c.records) - c.threads;
     ops = std::min<std::uint64_t>(ops, static_cast<std::uint64_t>(std::max(0.0, spare / insert_ratio)));
   }
   const WorkloadSpec spec = WorkloadSpec::from(c, ops, dataset);
@@ -599,9 +653,9 @@ bool run_once(const Config& c, unsigned repeat, RunResult* r, std::string* error
   if (dataset) {
     for (const auto& s : schedules)
       for (std::size_t i = 0; i < s.size(); ++i)
-        if (s.types[i] == OpType::insert && s.ids[i] >= dataset->keys.size()) {
+        if (s.types[i] == OpType::insert && s.ids[i] >= dataset->size()) {
           *error = c.dataset + ": the run inserts more keys than the dataset holds beyond --records (" +
-                   std::to_string(dataset->keys.size()) + " distinct keys)";
+                   std::to_string(dataset->size()) + " distinct keys)";
           return false;
         }
   }

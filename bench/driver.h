@@ -72,6 +72,12 @@ struct RunResult {
   std::string structure_error;             // the index's own verify() after the run
   RecoveryResult recovery;
   bool has_recovery = false;
+  // The run could not start because of the options (an index that does not support the key
+  // type, a dataset that contradicts --key_type): main exits with 2, as for a bad flag.
+  bool usage_error = false;
+  // The keys the run used: fixed key_size, or variable-length up to max_key_size (text).
+  std::size_t max_key_size = 8;
+  bool variable_keys = false;
 
   double throughput() const { return run_seconds > 0 ? completed / run_seconds : 0; }
 };

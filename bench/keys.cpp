@@ -11,6 +11,7 @@ std::uint64_t f64_ordered_bits(double v) {
 }
 
 bool KeyFormat::id_of(std::string_view key, std::uint64_t* id) const {
+  if (variable()) return dataset_->find_text_id(key, id);
   if (key.size() != key_size_) return false;
   if (key_size_ > 8) {
     if (key.compare(0, prefix_.size(), prefix_) != 0) return false;

@@ -7,6 +7,9 @@
 // --key_type double the key is the order-preserving encoding of the double (h mod 2^53), also
 // a bijection for ids below 2^53. With --dataset the 8 ordering bytes are the dataset's key
 // number id (an integer, or an IEEE double with --key_type double) instead of the hash.
+// With a text dataset keys are variable-length: key id i is the dataset's i-th key as it is
+// (length() varies; ids beyond the dataset, which only absent_id() produces, become "\n" + 8
+// bytes, which no text key can be since text keys never hold a newline).
 //
 // The value of id i at version v (0 = loaded, >0 = the v-th update) is a mix of (h, v): by
 // default below 2^48, like the record pointers indexes usually store; --value_bits 64 uses all
@@ -62,7 +65,13 @@ class KeyFormat {
       : key_size_(key_size), prefix_(std::move(prefix)), kind_(kind), dataset_(std::move(dataset)) {}
   const Dataset* dataset() const { return dataset_.get(); }
 
-  std::size_t key_size() const { return key_size_; }
+  // The fixed key size; with variable-length keys, the longest key.
+  std::size_t key_size() const { return variable() ? dataset_->max_length : key_size_; }
+  bool variable() const { return dataset_ && dataset_->variable_length(); }
+  std::size_t length(std::uint64_t id) const {
+    if (!variable()) return key_size_;
+    return id < dataset_->size() ? dataset_->text(id).size() : 9;
+  }
   KeyKind kind() const { return kind_; }
   const std::string& prefix() const { return prefix_; }
 
@@ -77,8 +86,18 @@ class KeyFormat {
       return f64_ordered_bits(static_cast<double>(h & ((std::uint64_t{1} << 53) - 1)));
     return h;
   }
-  // Writes key_size() bytes.
+  // Writes length(id) bytes.
   void write(std::uint64_t id, char* out) const {
+    if (variable()) {
+      if (id < dataset_->size()) {
+        const std::string_view t = dataset_->text(id);
+        std::memcpy(out, t.data(), t.size());
+      } else {
+        out[0] = '\n';
+        store_be64(out + 1, id);
+      }
+      return;
+    }
     if (key_size_ > 8) {
       std::memset(out, 0, key_size_ - 8);
       std::memcpy(out, prefix_.data(), prefix_.size());
@@ -86,11 +105,11 @@ class KeyFormat {
     store_be64(out + key_size_ - 8, order_word(id));
   }
   std::string make(std::uint64_t id) const {
-    std::string k(key_size_, '\0');
+    std::string k(length(id), '\0');
     write(id, k.data());
     return k;
   }
-  // Inverse of write() for u64/bytes keys: the id, or false if the bytes are no key of ours.
+  // Inverse of write() (for doubles, only for dataset keys): the id, or false if the bytes are no key of ours.
   bool id_of(std::string_view key, std::uint64_t* id) const;
 
  private:

@@ -26,7 +26,7 @@ int main(int argc, char** argv) {
     std::string error;
     if (!pmbench::run_once(c, rep, &r, &error)) {
       std::cerr << "pmbench: " << error << "\n";
-      return 1;
+      return r.usage_error ? 2 : 1;
     }
     runs.push_back(std::move(r));
     if (!runs.back().verify_error.empty()) {

@@ -78,7 +78,7 @@ class NativeTarget final : public Target {
 }  // namespace
 
 std::unique_ptr<Target> make_native_target(const Config& c, const std::string& pool_path,
-                                           bool fresh, std::string* error) {
+                                           bool fresh, std::string* error, bool* usage_error) {
   pmindex::Options o;
   o.kind = c.target;
   o.path = pool_path;
@@ -99,6 +99,15 @@ std::unique_ptr<Target> make_native_target(const Config& c, const std::string& p
   auto index = pmindex::Index::open(o);
   if (!index.ok()) {
     *error = index.status().to_string();
+    const pmindex::Code code = index.status().code();
+    if (usage_error != nullptr &&
+        (code == pmindex::Code::unsupported || code == pmindex::Code::invalid_argument ||
+         code == pmindex::Code::key_too_large || code == pmindex::Code::value_too_large)) {
+      *usage_error = true;
+      *error = c.target + " refuses these options (--key_type " + c.key_type +
+               (c.variable_keys ? ", variable-length keys up to " + std::to_string(c.key_size) + " B" : "") +
+               "): " + *error;
+    }
     return nullptr;
   }
   TargetInfo info;

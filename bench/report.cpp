@@ -102,7 +102,8 @@ ordered_json to_json(const Config& c, const RunResult& r) {
   const bool counting = pmindex::pm::kCounting;
   ordered_json j;
   j["target"] = {{"name", c.target}, {"kind", r.target_kind}, {"load_method", r.load_method},
-                 {"emulated_pm", r.emulated_pm}};
+                 {"emulated_pm", r.emulated_pm}, {"variable_keys", r.variable_keys},
+                 {"max_key_size", r.max_key_size}};
   j["load"] = {{"records", r.loaded}, {"seconds", r.load_seconds},
                {"throughput", r.load_seconds > 0 ? r.loaded / r.load_seconds : 0.0},
                {"validate_seconds", r.validate_seconds}};

@@ -78,10 +78,15 @@ std::vector<std::string> dram_comparator_names();
 std::unique_ptr<Target> make_dram_target(const std::string& name);
 
 // A built-in index by name. `fresh`: create (overwriting) instead of opening.
+// `usage_error` (optional) is set when the index refuses the options themselves (a key type
+// it does not support, a bad node size), as opposed to a pool it cannot open.
 std::unique_ptr<Target> make_native_target(const Config& c, const std::string& pool_path,
-                                           bool fresh, std::string* error);
+                                           bool fresh, std::string* error,
+                                           bool* usage_error = nullptr);
 // A tree_api library by path.
+// Variable-length keys (Config::variable_keys) set PMINDEX_TREE_VARIABLE_KEYS=1 for the
+// library (see tree_api.h); a library that then refuses to create the tree is a usage error.
 std::unique_ptr<Target> make_tree_api_target(const Config& c, const std::string& pool_path,
-                                             std::string* error);
+                                             std::string* error, bool* usage_error = nullptr);
 
 }  // namespace pmbench

@@ -9,6 +9,11 @@
 //   - scan sets values_out to wrapper-owned memory holding up to scan_sz <key><value> pairs
 //     (key_size + value_size bytes each) with key >= the start key, in ascending key order,
 //     and returns their count; the memory stays valid until the same thread's next scan;
+//   - variable-length keys (a pmbench extension; PiBench's keys are all key_size bytes): when
+//     the environment has PMINDEX_TREE_VARIABLE_KEYS=1 at create_tree, keys are 1..key_size
+//     bytes (key_sz per call) and each scan record is <u32 key length, little-endian><key>
+//     <value>. pmbench sets it when it drives a text dataset through a library; pmindex's
+//     wrappers support it (a library that cannot should return nullptr from create_tree);
 //   - create_tree opens the pool at pool_path if one of the matching layout exists
 //     (recovering it), creates it otherwise, and refuses a pool of another layout
 //     (returns nullptr).

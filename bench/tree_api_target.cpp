@@ -1,6 +1,8 @@
 // TreeApiTarget: a PiBench tree_api wrapper loaded by path.
 #include <dlfcn.h>
 
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -14,8 +16,8 @@ namespace {
 
 class TreeApiSession final : public Session {
  public:
-  TreeApiSession(tree_api& tree, std::size_t key_size, std::size_t value_size)
-      : tree_(tree), key_size_(key_size), value_(value_size, '\0') {}
+  TreeApiSession(tree_api& tree, std::size_t key_size, std::size_t value_size, bool variable)
+      : tree_(tree), key_size_(key_size), variable_(variable), value_(value_size, '\0') {}
   bool find(std::string_view key, std::string_view* value) override {
     const bool ok = tree_.find(key.data(), key.size(), value_.data());
     if (value != nullptr) *value = value_;
@@ -33,10 +35,20 @@ class TreeApiSession final : public Session {
     const int n = tree_.scan(start.data(), start.size(), count, records);
     if (out != nullptr) {
       out->records.clear();
-      const std::size_t rec = key_size_ + value_.size();
-      for (int i = 0; i < n && records != nullptr; ++i)
-        out->records.emplace_back(std::string_view(records + i * rec, key_size_),
-                                  std::string_view(records + i * rec + key_size_, value_.size()));
+      const std::size_t vs = value_.size();
+      std::size_t off = 0;
+      for (int i = 0; i < n && records != nullptr; ++i) {
+        std::size_t klen = key_size_;
+        if (variable_) {  // <u32 key length, little-endian><key><value> (tree_api.h)
+          klen = 0;
+          for (int b = 0; b < 4; ++b)
+            klen |= std::size_t{static_cast<unsigned char>(records[off + b])} << (8 * b);
+          off += 4;
+        }
+        out->records.emplace_back(std::string_view(records + off, klen),
+                                  std::string_view(records + off + klen, vs));
+        off += klen + vs;
+      }
     }
     return n < 0 ? 0 : static_cast<std::size_t>(n);
   }
@@ -44,22 +56,23 @@ class TreeApiSession final : public Session {
  private:
   tree_api& tree_;
   std::size_t key_size_;
+  bool variable_;
   std::string value_;
 };
 
 class TreeApiTarget final : public Target {
  public:
   TreeApiTarget(void* handle, tree_api* tree, std::size_t key_size, std::size_t value_size,
-                TargetInfo info)
+                bool variable, TargetInfo info)
       : handle_(handle), tree_(tree), key_size_(key_size), value_size_(value_size),
-        info_(std::move(info)) {}
+        variable_(variable), info_(std::move(info)) {}
   ~TreeApiTarget() override {
     delete tree_;
     // The library is not dlclose()d: a wrapper may still have thread-local destructors queued.
     (void)handle_;
   }
   std::unique_ptr<Session> session() override {
-    return std::make_unique<TreeApiSession>(*tree_, key_size_, value_size_);
+    return std::make_unique<TreeApiSession>(*tree_, key_size_, value_size_, variable_);
   }
   const TargetInfo& info() const override { return info_; }
 
@@ -67,13 +80,14 @@ class TreeApiTarget final : public Target {
   void* handle_;
   tree_api* tree_;
   std::size_t key_size_, value_size_;
+  bool variable_;
   TargetInfo info_;
 };
 
 }  // namespace
 
 std::unique_ptr<Target> make_tree_api_target(const Config& c, const std::string& pool_path,
-                                             std::string* error) {
+                                             std::string* error, bool* usage_error) {
   void* handle = ::dlopen(c.target.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
     *error = std::string("cannot load tree_api library: ") + ::dlerror();
@@ -91,9 +105,19 @@ std::unique_ptr<Target> make_tree_api_target(const Config& c, const std::string&
   opt.pool_path = pool_path;
   opt.pool_size = c.pool_size;
   opt.num_threads = c.threads;
+  // Variable-length keys: ask the library for length-prefixed scan records. The variable is
+  // read by create_tree only, so it is set just around the call.
+  if (c.variable_keys) ::setenv("PMINDEX_TREE_VARIABLE_KEYS", "1", 1);
   tree_api* tree = create(opt);
+  if (c.variable_keys) ::unsetenv("PMINDEX_TREE_VARIABLE_KEYS");
   if (tree == nullptr) {
     *error = c.target + ": create_tree returned null";
+    if (c.variable_keys || c.key_size != 8) {
+      *error += " for key_size " + std::to_string(c.key_size) +
+                (c.variable_keys ? " with variable-length keys" : "") +
+                " (the library's message above says why; it may not support such keys)";
+      if (usage_error != nullptr) *usage_error = true;
+    }
     return nullptr;
   }
   TargetInfo info;
@@ -103,7 +127,8 @@ std::unique_ptr<Target> make_tree_api_target(const Config& c, const std::string&
   info.pool_path = pool_path;
   info.emulated_pm = true;  // pmbench cannot see the wrapper's pool; no DAX claim is made
   info.backing = "unknown (external wrapper)";
-  return std::make_unique<TreeApiTarget>(handle, tree, c.key_size, c.value_size, std::move(info));
+  return std::make_unique<TreeApiTarget>(handle, tree, c.key_size, c.value_size, c.variable_keys,
+                                         std::move(info));
 }
 
 }  // namespace pmbench

@@ -11,7 +11,9 @@
 //                 $PMINDEX_EXPECTED_RECORDS records (default 10,000,000)
 //   persistence   $PMINDEX_PERSISTENCE = adr | eadr | dram (default adr)
 //   keys          key_size 8: KeyType::u64 (PiBench's keys, compared by memcmp); larger:
-//                 KeyType::bytes with max_key_size = key_size
+//                 KeyType::bytes with max_key_size = key_size.
+//                 $PMINDEX_TREE_VARIABLE_KEYS=1: KeyType::bytes whatever key_size, keys of
+//                 1..key_size bytes, scan records <u32 key length LE><key><value> (tree_api.h)
 //   scan buffer   per thread, valid until the same thread's next scan (on any tree)
 #include <unistd.h>
 
@@ -50,8 +52,10 @@ void remove_temporary_pools() {
 
 class PmindexTree final : public tree_api {
  public:
-  PmindexTree(std::unique_ptr<pmindex::Index> index, std::string temp_pool, std::size_t value_size)
-      : index_(std::move(index)), temp_pool_(std::move(temp_pool)), value_size_(value_size) {}
+  PmindexTree(std::unique_ptr<pmindex::Index> index, std::string temp_pool, std::size_t value_size,
+              bool variable_keys)
+      : index_(std::move(index)), temp_pool_(std::move(temp_pool)), value_size_(value_size),
+        variable_keys_(variable_keys) {}
   ~PmindexTree() override {
     // Worker threads have exited (PiBench joins them); detach the destroying thread here so its
     // thread-local scope never outlives the index.
@@ -92,6 +96,10 @@ class PmindexTree final : public tree_api {
     t.out.clear();
     for (std::size_t i = 0; i < n; ++i) {
       const auto k = t.scan.key(i), v = t.scan.value(i);
+      if (variable_keys_) {
+        const auto len = static_cast<std::uint32_t>(k.size());
+        for (int b = 0; b < 4; ++b) t.out.push_back(static_cast<char>((len >> (8 * b)) & 0xff));
+      }
       t.out.insert(t.out.end(), k.begin(), k.end());
       t.out.insert(t.out.end(), v.begin(), v.end());
     }
@@ -122,6 +130,7 @@ class PmindexTree final : public tree_api {
   std::unique_ptr<pmindex::Index> index_;
   std::string temp_pool_;
   std::size_t value_size_;
+  bool variable_keys_;
 };
 
 }  // namespace
@@ -137,7 +146,9 @@ extern "C" __attribute__((visibility("default"))) tree_api* create_tree(const tr
     std::fprintf(stderr, "pmindex tree_api: PMINDEX_PERSISTENCE must be adr, eadr or dram, got '%s'\n", mode);
     return nullptr;
   }
-  o.key_type = opt.key_size == 8 ? pmindex::KeyType::u64 : pmindex::KeyType::bytes;
+  const char* variable = std::getenv("PMINDEX_TREE_VARIABLE_KEYS");
+  const bool variable_keys = variable != nullptr && std::strcmp(variable, "1") == 0;
+  o.key_type = opt.key_size == 8 && !variable_keys ? pmindex::KeyType::u64 : pmindex::KeyType::bytes;
   o.max_key_size = static_cast<std::uint32_t>(opt.key_size);
   o.max_value_size = static_cast<std::uint32_t>(opt.value_size);
   std::string temp;
@@ -162,5 +173,5 @@ extern "C" __attribute__((visibility("default"))) tree_api* create_tree(const tr
                  index.status().to_string().c_str());
     return nullptr;
   }
-  return new PmindexTree(std::move(index).value(), temp, opt.value_size);
+  return new PmindexTree(std::move(index).value(), temp, opt.value_size, variable_keys);
 }

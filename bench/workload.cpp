@@ -80,7 +80,6 @@ Schedule build_one(const WorkloadSpec& s, unsigned t, const std::array<std::uint
                    double base_zeta, std::uint64_t base_n) {
   TimedSection::note_generation();
   Schedule out;
-  out.key_size = s.keys.key_size();
   out.value_size = s.values.value_size();
   out.counts = mine;
   const std::uint64_t n = std::accumulate(mine.begin(), mine.end(), std::uint64_t{0});
@@ -97,11 +96,12 @@ Schedule build_one(const WorkloadSpec& s, unsigned t, const std::array<std::uint
   if (s.owned) owned = load_ids(s.records, s.threads, t);
   const std::uint64_t start_n = s.owned ? owned.size() : shared_n;
   Distribution dist(s.distribution, s.skew, start_n,
-                    (s.distribution == DistKind::zipfian && start_n >= base_n)
+                    (zipf_like(s.distribution) && start_n >= base_n)
                         ? zeta_extend(base_zeta, base_n, start_n, s.skew) : -1);
   out.ids.resize(n);
   out.versions.assign(n, 0);
   std::uint32_t next_version = 1;
+  const bool latest = s.distribution == DistKind::latest;
   for (std::uint64_t i = 0; i < n; ++i) {
     const OpType type = out.types[i];
     std::uint64_t id;
@@ -114,7 +114,10 @@ Schedule build_one(const WorkloadSpec& s, unsigned t, const std::array<std::uint
         id = absent_id(t);
         ++out.expected_misses;
       } else {
-        const std::uint64_t pos = dist.next(rng);
+        // latest: rank 0 is the newest owned id (owned ids are kept in load-then-insert
+        // order; a remove moves the last one into the hole, which perturbs recency slightly).
+        const std::uint64_t rank = dist.next(rng);
+        const std::uint64_t pos = latest ? owned.size() - 1 - rank : rank;
         id = owned[pos];
         if (type == OpType::remove) {
           owned[pos] = owned.back();
@@ -122,7 +125,7 @@ Schedule build_one(const WorkloadSpec& s, unsigned t, const std::array<std::uint
           // The population shrank: a fresh distribution over the smaller set (uniform and
           // selfsimilar are stateless; zipfian's zeta is shrunk by subtracting the last term).
           dist = Distribution(s.distribution, s.skew, owned.size(),
-                              s.distribution == DistKind::zipfian
+                              zipf_like(s.distribution)
                                   ? dist.zeta() - std::pow(static_cast<double>(owned.size() + 1), -s.skew)
                                   : -1);
         }
@@ -132,18 +135,29 @@ Schedule build_one(const WorkloadSpec& s, unsigned t, const std::array<std::uint
       ++out.expected_misses;
     } else {
       const std::uint64_t r = dist.next(rng);
-      id = r < shared_n ? r : insert_id(s.records, s.threads, t, r - shared_n);
+      if (!latest) {
+        id = r < shared_n ? r : insert_id(s.records, s.threads, t, r - shared_n);
+      } else {
+        // Newest first: this thread's inserts (latest first), then the loaded ids from the
+        // highest down (YCSB loads ids in increasing order, so the last loaded is the newest).
+        id = r < inserted ? insert_id(s.records, s.threads, t, inserted - 1 - r)
+                          : shared_n - 1 - (r - inserted);
+      }
     }
     out.ids[i] = id;
-    if (type == OpType::update) out.versions[i] = next_version++;
+    if (type == OpType::update || type == OpType::rmw) out.versions[i] = next_version++;
   }
 
   // Key and value bytes.
-  out.keys.resize(n * out.key_size);
+  out.key_offsets.resize(n + 1);
+  out.key_offsets[0] = 0;
+  for (std::uint64_t i = 0; i < n; ++i) out.key_offsets[i + 1] = out.key_offsets[i] + s.keys.length(out.ids[i]);
+  out.keys.resize(out.key_offsets[n]);
   out.values.resize(n * out.value_size);
   for (std::uint64_t i = 0; i < n; ++i) {
-    s.keys.write(out.ids[i], out.keys.data() + i * out.key_size);
-    if (out.types[i] == OpType::insert || out.types[i] == OpType::update)
+    s.keys.write(out.ids[i], out.keys.data() + out.key_offsets[i]);
+    if (out.types[i] == OpType::insert || out.types[i] == OpType::update ||
+        out.types[i] == OpType::rmw)
       s.values.write(out.ids[i], out.versions[i], out.values.data() + i * out.value_size);
   }
 
@@ -163,7 +177,7 @@ std::vector<Schedule> build_schedules(const WorkloadSpec& s) {
   // zipfian: the O(n) start of zeta once, shared by every thread (each extends it).
   const std::uint64_t base_n = s.owned ? s.records / s.threads : s.records;
   const double base_zeta =
-      s.distribution == DistKind::zipfian ? zeta_extend(0, 0, base_n, s.skew) : 0;
+      zipf_like(s.distribution) ? zeta_extend(0, 0, base_n, s.skew) : 0;
   std::vector<Schedule> out(s.threads);
   std::vector<std::thread> builders;
   for (unsigned t = 0; t < s.threads; ++t)

@@ -16,8 +16,9 @@
 
 #include <array>
 #include <atomic>
-#include <memory>
 #include <cstdint>
+#include <memory>
+#include <string_view>
 #include <vector>
 
 #include "config.h"
@@ -55,16 +56,19 @@ inline std::uint64_t absent_id(unsigned t) { return ~std::uint64_t{0} - t; }
 struct Schedule {
   std::vector<OpType> types;
   std::vector<std::uint64_t> ids;
-  std::vector<std::uint32_t> versions;  // value version written (insert: 0, update: > 0)
+  std::vector<std::uint32_t> versions;  // value version written (insert: 0, update/rmw: > 0)
   std::vector<std::uint8_t> timed;      // 1: measure this operation's latency
-  std::vector<char> keys;               // size() * key_size bytes
-  std::vector<char> values;             // size() * value_size bytes (insert/update)
+  std::vector<char> keys;               // the keys back to back (fixed or variable length)
+  std::vector<std::uint64_t> key_offsets;  // key i is keys[key_offsets[i], key_offsets[i+1])
+  std::vector<char> values;             // size() * value_size bytes (insert/update/rmw)
   std::array<std::uint64_t, kOpTypes> counts{};
   std::uint64_t expected_misses = 0;    // ops on a thread with no ids left (owned mode)
-  std::size_t key_size = 8, value_size = 8;
+  std::size_t value_size = 8;
 
   std::size_t size() const { return types.size(); }
-  const char* key(std::size_t i) const { return keys.data() + i * key_size; }
+  std::string_view key(std::size_t i) const {
+    return {keys.data() + key_offsets[i], key_offsets[i + 1] - key_offsets[i]};
+  }
   const char* value(std::size_t i) const { return values.data() + i * value_size; }
 };
 

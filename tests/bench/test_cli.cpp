@@ -69,6 +69,14 @@ TEST(Cli, InvalidValuesExitWith2AndSayWhy) {
       {{"reflist", "--workload", "ycsb-z"}, "ycsb"},
       {{}, "missing the index"},
       {{"reflist", "--bogus"}, "bogus"},
+      {{"reflist", "--rmw_ratio", "0.5"}, "sum to 1"},
+      {{"reflist", "--distribution", "latest", "--skew", "1"}, "[0, 1)"},
+      {{"reflist", "--dataset", "keys.txt", "--key_type", "u64"}, "--key_type bytes"},
+      {{"reflist", "--dataset", "gen:longlat", "--key_type", "u64"}, "--key_type double"},
+      {{"reflist", "--dataset", "gen:lognormal", "--key_type", "double"}, "uint64"},
+      {{"reflist", "--dataset", "gen:zipf"}, "unknown generator"},
+      {{"reflist", "--dataset", "k.bin", "--dataset_format", "csv"}, "dataset_format"},
+      {{"reflist", "--dataset", "k.bin", "-k", "16", "--key_type", "bytes"}, "key_size"},
   };
   for (const auto& k : cases) {
     Config c;
@@ -95,6 +103,48 @@ TEST(Cli, YcsbWorkloadSetsRatios) {
   EXPECT_DOUBLE_EQ(c.ratio[2], 0.05);
   EXPECT_EQ(c.distribution, DistKind::zipfian);
   EXPECT_DOUBLE_EQ(c.skew, 0.99);
+}
+
+// YCSB-D reads the newest records ("latest"), not the zipfian-hot oldest ones.
+TEST(Cli, YcsbDUsesLatestDistribution) {
+  Config c;
+  ASSERT_EQ(parse({"reflist", "--workload", "ycsb-d"}, &c), -1);
+  EXPECT_EQ(c.distribution, DistKind::latest);
+  EXPECT_DOUBLE_EQ(c.ratio[static_cast<int>(OpType::read)], 0.95);
+  EXPECT_DOUBLE_EQ(c.ratio[static_cast<int>(OpType::insert)], 0.05);
+  EXPECT_DOUBLE_EQ(c.skew, 0.99);
+  Config l;
+  ASSERT_EQ(parse({"reflist", "--distribution", "Latest"}, &l), -1);
+  EXPECT_EQ(l.distribution, DistKind::latest);
+}
+
+// YCSB-F's read-modify-write is its own operation, not an update.
+TEST(Cli, YcsbFUsesReadModifyWrite) {
+  Config c;
+  ASSERT_EQ(parse({"reflist", "--workload", "ycsb-f"}, &c), -1);
+  EXPECT_DOUBLE_EQ(c.ratio[static_cast<int>(OpType::read)], 0.5);
+  EXPECT_DOUBLE_EQ(c.ratio[static_cast<int>(OpType::rmw)], 0.5);
+  EXPECT_DOUBLE_EQ(c.ratio[static_cast<int>(OpType::update)], 0);
+  EXPECT_STREQ(op_name(OpType::rmw), "rmw");
+  Config r;
+  ASSERT_EQ(parse({"reflist", "-r", "0.25", "--rmw_ratio", "0.75"}, &r), -1);
+  EXPECT_DOUBLE_EQ(r.ratio[static_cast<int>(OpType::rmw)], 0.75);
+}
+
+// A dataset decides the key type when --key_type is not given.
+TEST(Cli, DatasetKindPicksTheKeyType) {
+  Config t;
+  ASSERT_EQ(parse({"reflist", "--dataset", "names.txt"}, &t), -1);
+  EXPECT_EQ(t.key_type, "bytes");
+  Config f;
+  ASSERT_EQ(parse({"reflist", "--dataset", "names.bin", "--dataset_format", "text"}, &f), -1);
+  EXPECT_EQ(f.key_type, "bytes");
+  Config g;
+  ASSERT_EQ(parse({"apex", "--dataset", "gen:longlat"}, &g), -1);
+  EXPECT_EQ(g.key_type, "double");
+  Config s;
+  ASSERT_EQ(parse({"reflist", "--dataset", "books_200M_uint64"}, &s), -1);
+  EXPECT_EQ(s.key_type, "u64");
 }
 
 }  // namespace

@@ -138,6 +138,10 @@ TEST(Driver, TimeModeRunsAndBulkLoad) {
 
 #include <bit>
 #include <fstream>
+#include <sstream>
+
+#include "report.h"
+#include "rng.h"
 
 namespace pmbench {
 namespace {
@@ -175,6 +179,176 @@ TEST(Driver, SosdDatasetConformance) {
     EXPECT_NE(error.find("more keys than the dataset"), std::string::npos) << error;
     ::unlink(path.c_str());
   }
+}
+
+// Doubles through --dataset on EVERY built-in index: APEX receives IEEE values through the
+// native API (KeyType::f64), the others the order-preserving 8-byte encoding. Generated
+// longlat keys here; SOSD files of doubles run on every built-in in the ctest
+// pmbench_dataset_longlat_f64_<kind> (and on reflist in SosdDatasetConformance).
+TEST(Driver, DoubleKeysFromDatasetsOnEveryBuiltin) {
+  for (const std::string& t : pmindex::IndexRegistry::names()) {
+    for (const std::string& dataset : {std::string("gen:longlat")}) {
+      Config c = small(t);
+      c.operations = 5000;
+      c.dataset = dataset;
+      c.key_type = "double";
+      c.verify = true;
+      c.value_bits = 64;
+      const double mix[kOpTypes] = {0.3, 0.2, 0.2, 0.1, 0.2};
+      std::copy(mix, mix + kOpTypes, c.ratio);
+      RunResult r;
+      std::string error;
+      ASSERT_TRUE(run_once(c, 0, &r, &error)) << t << " " << dataset << ": " << error;
+      EXPECT_TRUE(r.verify_error.empty()) << t << " " << dataset << ": " << r.verify_error;
+      EXPECT_EQ(r.checked, c.operations);
+    }
+  }
+}
+
+TEST(Driver, LognormalGeneratorBulkLoads) {
+  for (const std::string& t : pmindex::IndexRegistry::names()) {
+    Config c = small(t);
+    c.operations = 5000;
+    c.dataset = "gen:lognormal";
+    c.bulk_load = true;
+    c.verify = true;
+    c.value_bits = 64;
+    const double mix[kOpTypes] = {0.5, 0.2, 0.1, 0, 0.1, 0.1};
+    std::copy(mix, mix + kOpTypes, c.ratio);
+    RunResult r;
+    std::string error;
+    ASSERT_TRUE(run_once(c, 0, &r, &error)) << t << ": " << error;
+    EXPECT_TRUE(r.verify_error.empty()) << t << ": " << r.verify_error;
+  }
+}
+
+// A text dataset: keys of 1..40 bytes with shared prefixes, NUL, 0xff and '\r' bytes.
+std::string text_file(int n) {
+  const std::string path = "/tmp/pmbench-driver-" + std::to_string(::getpid()) + ".txt";
+  std::ofstream f(path, std::ios::binary);
+  Xoshiro256ss rng(99, 0);
+  for (int i = 0; i < n; ++i) {
+    std::string k = i % 3 == 0 ? "common/prefix/" : (i % 3 == 1 ? "c" : "");
+    const std::uint64_t len = 1 + rng.below(26);
+    for (std::uint64_t j = 0; j < len; ++j) {
+      const std::uint64_t b = rng.below(40);
+      k += b == 0 ? '\0' : b == 1 ? '\xff' : b == 2 ? '\r' : static_cast<char>('a' + b % 26);
+    }
+    f << k << '\n';
+  }
+  return path;
+}
+
+// Variable-length keys end to end: every index that takes bytes keys passes conformance with
+// all operation types, one and two threads, insert and bulk load; the others refuse the key
+// type cleanly (usage error, exit code 2 in main).
+TEST(Driver, TextDatasetVariableLengthKeysOnEveryBuiltinAndComparator) {
+  const std::string path = text_file(8000);
+  std::vector<std::string> targets = pmindex::IndexRegistry::names();
+  for (const auto& n : dram_comparator_names()) targets.push_back(n);
+  int ran = 0;
+  for (const std::string& t : targets) {
+    for (unsigned threads : {1u, 2u}) {
+      Config c = small(t);
+      c.operations = 5000;
+      c.dataset = path;
+      c.key_type = "bytes";
+      c.verify = true;
+      c.value_bits = 64;
+      c.threads = threads;
+      c.bulk_load = threads == 1 && is_builtin(t);
+      const double mix[kOpTypes] = {0.3, 0.15, 0.1, 0.1, 0.2, 0.15};
+      std::copy(mix, mix + kOpTypes, c.ratio);
+      RunResult r;
+      std::string error;
+      if (!run_once(c, 0, &r, &error)) {
+        // Only a refusal of the key type is acceptable, and it must say so.
+        EXPECT_TRUE(r.usage_error) << t << ": " << error;
+        EXPECT_NE(error.find("refuses"), std::string::npos) << t << ": " << error;
+        break;
+      }
+      ++ran;
+      EXPECT_TRUE(r.variable_keys);
+      EXPECT_GT(r.max_key_size, 8u);
+      EXPECT_TRUE(r.verify_error.empty()) << t << " t" << threads << ": " << r.verify_error;
+      EXPECT_EQ(r.checked, c.operations) << t;
+      EXPECT_GT(r.ops[static_cast<int>(OpType::scan)].succeeded, 0u) << t;
+      EXPECT_EQ(r.ops[static_cast<int>(OpType::rmw)].succeeded,
+                r.ops[static_cast<int>(OpType::rmw)].completed) << t;
+    }
+  }
+  // reflist, lbtree, fptree and the three comparators at least, with 1 and 2 threads.
+  EXPECT_GE(ran, 12);
+  ::unlink(path.c_str());
+}
+
+TEST(Driver, IndexWithoutBytesKeysIsAUsageError) {
+  const std::string path = text_file(3000);
+  for (const char* t : {"nbtree", "apex"}) {
+    if (!is_builtin(t)) continue;
+    Config c = small(t);
+    c.dataset = path;
+    c.key_type = "bytes";
+    RunResult r;
+    std::string error;
+    EXPECT_FALSE(run_once(c, 0, &r, &error)) << t;
+    EXPECT_TRUE(r.usage_error) << t << ": " << error;
+    EXPECT_NE(error.find("refuses"), std::string::npos) << error;
+  }
+  // A text dataset with a fixed key type is refused before any index is made.
+  Config c = small("reflist");
+  c.dataset = path;
+  c.key_type = "u64";
+  RunResult r;
+  std::string error;
+  EXPECT_FALSE(run_once(c, 0, &r, &error));
+  EXPECT_TRUE(r.usage_error);
+  EXPECT_NE(error.find("--key_type bytes"), std::string::npos) << error;
+  ::unlink(path.c_str());
+}
+
+// YCSB-F: read-modify-write runs as a find + update of one key and is counted as rmw (in the
+// result and in the JSON and CSV), never as an update.
+TEST(Driver, RmwCountedAsItsOwnOperationInResultJsonAndCsv) {
+  Config c = small("reflist");
+  c.ratio[static_cast<int>(OpType::read)] = 0.5;
+  c.ratio[static_cast<int>(OpType::rmw)] = 0.5;
+  c.verify = true;
+  c.value_bits = 64;
+  RunResult r;
+  std::string error;
+  ASSERT_TRUE(run_once(c, 0, &r, &error)) << error;
+  EXPECT_TRUE(r.verify_error.empty()) << r.verify_error;
+  const OpResult& rmw = r.ops[static_cast<int>(OpType::rmw)];
+  EXPECT_EQ(rmw.completed, 10000u);
+  EXPECT_EQ(rmw.succeeded, 10000u);
+  EXPECT_EQ(r.ops[static_cast<int>(OpType::update)].completed, 0u);
+  const std::vector<RunResult> runs{r};
+  const auto doc = document(c, runs);
+  EXPECT_EQ(doc["ops"]["rmw"]["completed"].get<std::uint64_t>(), 10000u);
+  EXPECT_EQ(doc["ops"]["update"]["completed"].get<std::uint64_t>(), 0u);
+  EXPECT_TRUE(doc["latency_ns"].contains("rmw"));
+  EXPECT_EQ(doc["config"]["rmw_ratio"].get<std::string>(), "0.5");
+  std::ostringstream csv;
+  write_csv(csv, c, runs);
+  EXPECT_NE(csv.str().find(",rmw,10000,10000,"), std::string::npos) << csv.str();
+}
+
+// A lost update is caught by the read half of a later read-modify-write.
+TEST(Driver, ConformanceCatchesLostUpdateThroughRmw) {
+  ::setenv("PMBENCH_BROKEN_AFTER", "2000", 1);
+  ::setenv("PMBENCH_BROKEN", "update", 1);
+  Config c = small(PMBENCH_BROKEN_TREE);
+  c.verify = true;
+  const double mix[kOpTypes] = {0, 0, 0, 0, 0, 1};
+  std::copy(mix, mix + kOpTypes, c.ratio);
+  c.records = 50;  // few keys, so an rmw soon re-reads a key a previous rmw lost
+  RunResult r;
+  std::string error;
+  ASSERT_TRUE(run_once(c, 0, &r, &error)) << error;
+  EXPECT_NE(r.verify_error.find("rmw"), std::string::npos) << r.verify_error;
+  ::unsetenv("PMBENCH_BROKEN");
+  ::unsetenv("PMBENCH_BROKEN_AFTER");
 }
 
 }  // namespace

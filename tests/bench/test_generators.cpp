@@ -221,6 +221,8 @@ TEST(PiBenchBug6, PerThreadSequencesSeededAndReproducible) {
 #include <fstream>
 
 #include "dataset.h"
+#include "synthetic.h"
+#include <bit>
 
 namespace pmbench {
 namespace {
@@ -278,6 +280,166 @@ TEST(Dataset, TextKeysOnePerLineAnyBytes) {
   EXPECT_EQ(keys[2], "");
   EXPECT_EQ(keys[3], "last");
   ::unlink(p.c_str());
+}
+
+TEST(Dataset, TextDatasetVariableLengthKeysMapBack) {
+  // Keys of different lengths, a shared prefix, a NUL and a 0xff byte, a duplicate and an
+  // empty line (skipped).
+  const std::string p = write_file("var.txt", std::string("ab\na\nabc\nb\0z\n\xff\nab\n\nzzzzzzzzzzzz\n", 31));
+  std::string err;
+  auto d = load_text(p, 1729, &err);
+  ASSERT_TRUE(d) << err;
+  EXPECT_TRUE(d->variable_length());
+  EXPECT_EQ(d->raw_count, 8u);
+  ASSERT_EQ(d->size(), 6u);
+  EXPECT_EQ(d->max_length, 12u);
+  KeyFormat f(8, "", KeyKind::bytes, d);
+  EXPECT_TRUE(f.variable());
+  std::set<std::string> seen;
+  for (std::uint64_t id = 0; id < d->size(); ++id) {
+    const std::string k = f.make(id);
+    EXPECT_EQ(k.size(), f.length(id));
+    seen.insert(k);
+    std::uint64_t back = 99;
+    ASSERT_TRUE(f.id_of(k, &back)) << k;
+    EXPECT_EQ(back, id);
+  }
+  EXPECT_EQ(seen, (std::set<std::string>{"a", "ab", "abc", std::string("b\0z", 3), "\xff", "zzzzzzzzzzzz"}));
+  std::uint64_t id = 0;
+  EXPECT_FALSE(f.id_of("abcd", &id));
+  // Ids beyond the dataset (absent_id) are keys no text line can be.
+  const std::string absent = f.make(absent_id(0));
+  EXPECT_EQ(absent[0], '\n');
+  EXPECT_FALSE(f.id_of(absent, &id));
+  ::unlink(p.c_str());
+}
+
+TEST(Dataset, FormatResolvesByName) {
+  DatasetFormat f{};
+  ASSERT_TRUE(resolve_dataset_format("auto", "x/names.txt", &f));
+  EXPECT_EQ(f, DatasetFormat::text);
+  ASSERT_TRUE(resolve_dataset_format("auto", "gen:lognormal", &f));
+  EXPECT_EQ(f, DatasetFormat::generated);
+  ASSERT_TRUE(resolve_dataset_format("auto", "books_200M_uint64", &f));
+  EXPECT_EQ(f, DatasetFormat::sosd);
+  ASSERT_TRUE(resolve_dataset_format("text", "a.bin", &f));
+  EXPECT_EQ(f, DatasetFormat::text);
+  EXPECT_FALSE(resolve_dataset_format("csv", "a.bin", &f));
+}
+
+// Variable-length keys reach the schedule with their own lengths.
+TEST(Dataset, ScheduleKeepsVariableLengthKeys) {
+  std::string text;
+  for (int i = 0; i < 500; ++i) text += std::string(1 + i % 37, static_cast<char>('a' + i % 26)) + std::to_string(i) + "\n";
+  const std::string p = write_file("sched.txt", text);
+  std::string err;
+  auto d = load_text(p, 7, &err);
+  ASSERT_TRUE(d) << err;
+  WorkloadSpec s = spec_for(200, 2000, 2, {0.3, 0.1, 0.2, 0.1, 0.2, 0.1});
+  s.keys = KeyFormat(8, "", KeyKind::bytes, d);
+  s.owned = true;
+  const auto scheds = build_schedules(s);
+  std::set<std::size_t> lengths;
+  for (const auto& sc : scheds)
+    for (std::size_t i = 0; i < sc.size(); ++i) {
+      ASSERT_EQ(sc.key(i), s.keys.make(sc.ids[i]));
+      lengths.insert(sc.key(i).size());
+    }
+  EXPECT_GT(lengths.size(), 10u);
+  ::unlink(p.c_str());
+}
+
+// --- synthetic generators (ALEX/APEX) ----------------------------------------------------------
+
+TEST(Synthetic, LognormalIsDistinctSortedAndScaledLikeAlex) {
+  const auto k = lognormal_keys(20000, 1729);
+  ASSERT_EQ(k.size(), 20000u);
+  EXPECT_TRUE(std::is_sorted(k.begin(), k.end()));
+  EXPECT_EQ(std::adjacent_find(k.begin(), k.end()), k.end());
+  // lognormal(0, 2) * 1e9: the median is e^0 * 1e9; 84% lie below e^2 * 1e9.
+  EXPECT_NEAR(static_cast<double>(k[k.size() / 2]), 1e9, 0.1e9);
+  const auto below = std::lower_bound(k.begin(), k.end(), static_cast<std::uint64_t>(std::exp(2.0) * 1e9)) - k.begin();
+  EXPECT_NEAR(static_cast<double>(below) / k.size(), 0.8413, 0.02);
+  EXPECT_EQ(lognormal_keys(20000, 1729), k);  // reproducible
+  EXPECT_NE(lognormal_keys(20000, 1730), k);
+}
+
+TEST(Synthetic, LonglatIsAlexCompoundKeyOfDoubles) {
+  const auto k = longlat_keys(20000, 1729);
+  ASSERT_EQ(k.size(), 20000u);
+  std::set<std::int64_t> cells;
+  for (std::size_t i = 0; i < k.size(); ++i) {
+    const double v = std::bit_cast<double>(k[i]);
+    ASSERT_TRUE(std::isfinite(v));
+    if (i > 0) {
+      ASSERT_LT(std::bit_cast<double>(k[i - 1]), v);  // sorted, distinct as doubles
+    }
+    // 180 * floor(lon) + lat with lon in [-180, 180), lat in [-90, 90]
+    ASSERT_GE(v, -180.0 * 180 - 90);
+    ASSERT_LE(v, 179.0 * 180 + 90);
+    cells.insert(static_cast<std::int64_t>(std::floor((v + 90) / 180)));
+  }
+  EXPECT_GT(cells.size(), 300u);  // many longitude cells are occupied
+  std::vector<std::uint64_t> raw;
+  bool doubles = false;
+  ASSERT_TRUE(synthetic_keys("longlat", 100, 3, &raw, &doubles));
+  EXPECT_TRUE(doubles);
+  ASSERT_TRUE(synthetic_keys("lognormal", 100, 3, &raw, &doubles));
+  EXPECT_FALSE(doubles);
+  EXPECT_FALSE(synthetic_keys("zipf", 100, 3, &raw, &doubles));
+}
+
+// --- YCSB ---------------------------------------------------------------------------------------
+
+// YCSB-D's "latest": reads favour the most recently inserted ids. Zipfian (what ycsb-d used
+// before) favours ids 0, 1, 2... - the OLDEST records - and fails this test.
+TEST(Ycsb, LatestReadsFavourRecentlyInsertedIds) {
+  auto share_of_newest = [](DistKind kind) {
+    WorkloadSpec s = spec_for(10000, 20000, 1, {0.95, 0.05, 0, 0, 0, 0});
+    s.distribution = kind;
+    s.skew = 0.99;
+    const Schedule sc = build_schedules(s)[0];
+    // Walk the schedule keeping the population in insertion order; a read is "recent" when
+    // its id is among the 100 newest ids existing at that moment.
+    std::uint64_t inserted = 0, recent = 0, reads = 0;
+    for (std::size_t i = 0; i < sc.size(); ++i) {
+      if (sc.types[i] == OpType::insert) {
+        EXPECT_EQ(sc.ids[i], s.records + inserted);
+        ++inserted;
+        continue;
+      }
+      ++reads;
+      const std::uint64_t id = sc.ids[i];
+      const std::uint64_t age = id >= s.records ? inserted - 1 - (id - s.records)
+                                                : inserted + (s.records - 1 - id);
+      recent += age < 100 ? 1 : 0;
+    }
+    return static_cast<double>(recent) / static_cast<double>(reads);
+  };
+  const double latest = share_of_newest(DistKind::latest);
+  const double zipf = share_of_newest(DistKind::zipfian);
+  EXPECT_GT(latest, 0.4);  // zipfian(0.99) over ~10k ranks: ~half of all draws hit the top 100
+  EXPECT_LT(zipf, 0.05);   // zipfian's hot ids are the oldest
+}
+
+// YCSB-F: rmw is its own operation with its own count, a new value version, and key bytes.
+TEST(Ycsb, RmwIsItsOwnOperationWithANewVersion) {
+  const auto s = spec_for(1000, 10000, 2, {0.5, 0, 0, 0, 0, 0.5});
+  const auto scheds = build_schedules(s);
+  std::uint64_t rmw = 0, updates = 0;
+  for (const auto& sc : scheds) {
+    for (std::size_t i = 0; i < sc.size(); ++i) {
+      if (sc.types[i] == OpType::rmw) {
+        ++rmw;
+        EXPECT_GT(sc.versions[i], 0u);
+        EXPECT_EQ(std::string(sc.value(i), 8), s.values.make(sc.ids[i], sc.versions[i]));
+      }
+      updates += sc.types[i] == OpType::update ? 1 : 0;
+    }
+    EXPECT_EQ(sc.counts[static_cast<int>(OpType::rmw)], sc.size() / 2);
+  }
+  EXPECT_EQ(rmw, 5000u);
+  EXPECT_EQ(updates, 0u);
 }
 
 }  // namespace
