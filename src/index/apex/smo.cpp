@@ -20,14 +20,13 @@ bool by_key(const Record& a, const Record& b) { return a.key < b.key; }
 }  // namespace
 
 SmoLog* Apex::my_log() const {
-  // One line per thread slot. SMOs hold the tree lock exclusively today, so at most one is in
-  // flight; with concurrent SMOs each thread keeps its own line.
+  // One line per thread slot: concurrent SMOs of different threads use different lines.
   return pool_->at<SmoLog>(root_->logs) + (pm::this_thread_slot() % kMaxLogs);
 }
 
 void Apex::log_begin(SmoLog* log, SmoKind kind, std::uint64_t old_node, std::uint64_t parent,
                      std::uint64_t key, std::uint32_t s, std::uint32_t e, std::uint32_t m) {
-  current_kind_ = kind;
+  current_kind_.store(kind, std::memory_order_relaxed);
   SmoLog init{0, old_node, 0, 0, parent, key, s, e, m, 0};
   pm::copy(&log->old_node, &init.old_node, sizeof(SmoLog) - 8);   // A12: log fields ...
   pm::publish(&log->stage_kind, stage_word(SmoStage::undo, kind)); // ... stage UNDO last
@@ -56,13 +55,17 @@ void Apex::slot_range(std::uint64_t parent, std::uint64_t child, std::uint32_t s
   const InnerNode* in = inner(parent);
   const std::uint64_t* ch = in->children();
   std::uint32_t a = slot, b = slot;
-  while (a > 0 && ch[a - 1] == child) --a;
-  while (b + 1 < in->fanout && ch[b + 1] == child) ++b;
+  // acquire: SMOs of sibling children publish their own slots concurrently (shared parent
+  // lock); a sibling's slot never holds `child`, whichever value we read.
+  while (a > 0 && pm::load_acquire(&ch[a - 1]) == child) --a;
+  while (b + 1 < in->fanout && pm::load_acquire(&ch[b + 1]) == child) ++b;
   *s = a;
   *e = b;
 }
 
-Code Apex::smo(std::uint64_t off, const std::vector<PathStep>& path, std::uint64_t key) {
+Code Apex::smo(std::uint64_t off, const std::vector<PathStep>& path, std::uint64_t key,
+               bool parent_exclusive, bool* parent_replaced) {
+  *parent_replaced = false;
   DataMeta& m = meta_for(off);
   const std::uint64_t parent = path.back().inner;
   std::uint32_t s = 0, e = 0;
@@ -132,15 +135,26 @@ Code Apex::smo(std::uint64_t off, const std::vector<PathStep>& path, std::uint64
       return predict_slot(mm, x_of(recs.front().key, p->lo), fanout) !=
              predict_slot(mm, x_of(recs.back().key, p->lo), fanout);
     };
-    if (std::isfinite(scaled.slope) && std::isfinite(scaled.intercept) && separates(scaled))
+    // Replacing the parent needs its lock exclusively: ask the caller to retry so.
+    if (std::isfinite(scaled.slope) && std::isfinite(scaled.intercept) && separates(scaled)) {
+      if (!parent_exclusive) return Code::busy;
+      *parent_replaced = true;
       return expand_inner(parent, grand, gs, ge, key, InnerExpansion::doubling);
-    if (last_child && separates(pm_model))
+    }
+    if (last_child && separates(pm_model)) {
+      if (!parent_exclusive) return Code::busy;
+      *parent_replaced = true;
       return expand_inner(parent, grand, gs, ge, key, InnerExpansion::extend_right);
+    }
     const LinearModel shifted{pm_model.slope,
                               pm_model.intercept + static_cast<double>(f - p->fanout)};
     if (s == 0 && std::isfinite(shifted.intercept) && separates(shifted)) {
+      if (!parent_exclusive) return Code::busy;
       const Code c = expand_inner(parent, grand, gs, ge, key, InnerExpansion::extend_left);
-      if (c != Code::unsupported) return c;
+      if (c != Code::unsupported) {
+        *parent_replaced = c == Code::ok;
+        return c;
+      }
     }
   }
   if (Code c = split_downward(off, parent, s, e, key); c != Code::unsupported) return c;
@@ -175,8 +189,8 @@ Code Apex::expand_data(std::uint64_t off, std::uint64_t parent, std::uint32_t s,
   step("switched");
   log_stage(log, SmoStage::none, SmoKind::none);                         // A17
   step("done");
-  free_node(off);                                                        // A18
-  ++counters_.expansions;
+  // A18: the caller retires the old node (smo_locked) once its locks are obsolete.
+  counters_.expansions.fetch_add(1, std::memory_order_relaxed);
   return Code::ok;
 }
 
@@ -220,8 +234,8 @@ Code Apex::split_sideways(std::uint64_t off, std::uint64_t parent, std::uint32_t
   step("switched");
   log_stage(log, SmoStage::none, SmoKind::none);                         // A17
   step("done");
-  free_node(off);                                                        // A18
-  ++counters_.sideways;
+  // A18: the caller retires the old node (smo_locked) once its locks are obsolete.
+  counters_.sideways.fetch_add(1, std::memory_order_relaxed);
   return Code::ok;
 }
 
@@ -307,8 +321,8 @@ Code Apex::split_downward(std::uint64_t off, std::uint64_t parent, std::uint32_t
   step("switched");
   log_stage(log, SmoStage::none, SmoKind::none);                         // A17
   step("done");
-  free_node(off);                                                        // A18
-  ++counters_.downward;
+  // A18: the caller retires the old node (smo_locked) once its locks are obsolete.
+  counters_.downward.fetch_add(1, std::memory_order_relaxed);
   return Code::ok;
 }
 
@@ -385,8 +399,8 @@ Code Apex::expand_inner(std::uint64_t off, std::uint64_t parent, std::uint32_t s
   step("switched");
   log_stage(log, SmoStage::none, SmoKind::none);                         // A17
   step("done");
-  free_block(off, inner_bytes(old->fanout));                             // A18
-  ++counters_.inner_expansions;
+  retire_node(off);                                                      // A18 (epochs)
+  counters_.inner_expansions.fetch_add(1, std::memory_order_relaxed);
   return Code::ok;
 }
 
