@@ -102,10 +102,7 @@ Code Apex::insert(std::string_view key, std::string_view value) {
         unlock_window(m, span);
         return Code::already_present;
       }
-      const double capacity = static_cast<double>(dn->pa_slots + dn->sa_slots);
-      const bool full = static_cast<double>(m.keys() + 1) > kDensityUpper * capacity &&
-                        m.keys() + 1 >= m.smo_retry_at.load(std::memory_order_relaxed);
-      if (!full) {
+      if (!too_dense(dn, m)) {
         const Code c = insert_into(off, m, k, payload);
         unlock_window(m, span);
         return c;
@@ -113,12 +110,26 @@ Code Apex::insert(std::string_view key, std::string_view value) {
       unlock_window(m, span);
     }
     // The node is too dense: an SMO (holding no lock now; it locks top-down).
-    const Code c = smo_locked(k);
+    const Code c = smo_locked(k, /*contract=*/false);
     if (c != Code::ok) return c;
   }
 }
 
-Code Apex::smo_locked(std::uint64_t k) {
+bool Apex::too_dense(const DataNode* dn, const DataMeta& m) const {
+  const double capacity = static_cast<double>(dn->pa_slots + dn->sa_slots);
+  return static_cast<double>(m.keys() + 1) > kDensityUpper * capacity &&
+         m.keys() + 1 >= m.smo_retry_at.load(std::memory_order_relaxed);
+}
+
+bool Apex::too_sparse(const DataNode* dn, const DataMeta& m) const {
+  // Below the lower density bound (and below the key count of the last failed attempt, so a
+  // node that can neither merge nor shrink is not retried at every delete).
+  const std::uint64_t capacity = std::uint64_t{dn->pa_slots} + dn->sa_slots;
+  return static_cast<double>(m.keys()) < kDensityLower * static_cast<double>(capacity) &&
+         m.keys() < m.contract_below.load(std::memory_order_relaxed);
+}
+
+Code Apex::smo_locked(std::uint64_t k, bool contract) {
   std::shared_lock<std::shared_mutex> global(smo_mu_);
   const auto guard = epochs_.pin();
   bool parent_exclusive = false;
@@ -153,14 +164,17 @@ Code Apex::smo_locked(std::uint64_t k) {
     std::unique_lock<std::mutex> node_smo(m.smo_mu);
     if (m.retired || !lock_all(m)) continue;
     const DataNode* dn = data(off);
-    const double capacity = static_cast<double>(dn->pa_slots + dn->sa_slots);
-    if (!(static_cast<double>(m.keys() + 1) > kDensityUpper * capacity &&
-          m.keys() + 1 >= m.smo_retry_at.load(std::memory_order_relaxed))) {
+    if (contract ? !too_sparse(dn, m) : !too_dense(dn, m)) {
       unlock_window(m, {0, m.num_locks - 1});
-      return Code::ok;  // another thread already made room
+      return Code::ok;  // another thread already did it
     }
     bool parent_replaced = false;
-    const Code c = smo(off, path, k, parent_exclusive, &parent_replaced);
+    Code c = Code::ok;
+    if (contract) {
+      c = contract_locked(off, m, parent, path.back().slot, k);
+    } else {
+      c = smo(off, path, k, parent_exclusive, &parent_replaced);
+    }
     const bool node_replaced = c == Code::ok && !parent_replaced;
     if (node_replaced) {
       // The data node is unlinked: everyone who reaches it from now on restarts.
@@ -171,6 +185,7 @@ Code Apex::smo_locked(std::uint64_t k) {
       return Code::ok;
     }
     unlock_window(m, {0, m.num_locks - 1});
+    if (contract) return Code::ok;  // nothing to merge or shrink (or no space): fine
     if (c == Code::ok) {  // inner expansion: the parent was replaced
       pmeta.obsolete = true;
       return Code::ok;
@@ -261,7 +276,11 @@ Code Apex::remove(std::string_view key) {
     const Location loc = locate(off, m, k, true);
     if (loc.rec != nullptr) erase_at(off, m, loc, k);
     unlock_window(m, span);
-    return loc.rec != nullptr ? Code::ok : Code::not_found;
+    if (loc.rec == nullptr) return Code::not_found;
+    // Below the lower density bound: contract the node (an expand_data SMO to a smaller size,
+    // same hybrid-logged protocol). Its failure (pool full) does not undo the delete.
+    if (too_sparse(data(off), m)) (void)smo_locked(k, /*contract=*/true);
+    return Code::ok;
   }
 }
 

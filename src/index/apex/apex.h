@@ -103,6 +103,8 @@ struct DataMeta {
   // An SMO failed: retry only once num_keys reaches it (relaxed: a heuristic threshold).
   std::atomic<std::uint64_t> smo_retry_at{0};
   std::mutex smo_mu;                      // per-data-node SMO lock (paper §5)
+  // Contraction/merge after deletes: try again only below this many keys (relaxed heuristic).
+  std::atomic<std::uint64_t> contract_below{~std::uint64_t{0}};
   bool retired = false;                   // guarded by smo_mu: replaced by an SMO
   ~DataMeta();
   // acquire: a reader that finds a bucket sees its entries as the writer published them.
@@ -168,7 +170,8 @@ class Apex final : public Index {
     double avg_depth = 0, avg_stash_ratio = 0, overflow_ratio = 0;
     std::uint64_t depth_sum = 0;
     double stash_ratio_sum = 0;
-    std::uint64_t expansions = 0, sideways_splits = 0, downward_splits = 0, inner_expansions = 0;
+    std::uint64_t expansions = 0, sideways_splits = 0, downward_splits = 0, inner_expansions = 0,
+                  contractions = 0, merges = 0;
   };
   Stats stats() const;
   // Test hook: a raw pointer to the PM record of `key` (nullptr if absent), so a test can
@@ -193,7 +196,8 @@ class Apex final : public Index {
     std::uint32_t index = 0;  // PA/SA slot, or ext block index * 15 + record
   };
   struct Counters {  // relaxed: statistics
-    std::atomic<std::uint64_t> expansions{0}, sideways{0}, downward{0}, inner_expansions{0};
+    std::atomic<std::uint64_t> expansions{0}, sideways{0}, downward{0}, inner_expansions{0},
+        contractions{0}, merges{0};
   };
 
   explicit Apex(std::unique_ptr<pm::Pool> pool);
@@ -233,7 +237,10 @@ class Apex final : public Index {
   double search_cost(const DataMeta& m) const;
   InnerMeta& inner_meta_for(std::uint64_t off) const;
   // Runs an SMO for the insert of `key` (re-traversing and locking top-down first).
-  Code smo_locked(std::uint64_t key);
+  // `contract`: shrink a node below the lower density bound instead (after a delete).
+  Code smo_locked(std::uint64_t key, bool contract);
+  bool too_dense(const DataNode* dn, const DataMeta& m) const;
+  bool too_sparse(const DataNode* dn, const DataMeta& m) const;
   // Takes every record lock of `m` left to right; false (none held) if the node is obsolete.
   bool lock_all(DataMeta& m) const;
   // Retires a replaced node: its blocks and DRAM state are freed once no pinned operation can
@@ -247,6 +254,9 @@ class Apex final : public Index {
   // Builds and persists a data node holding `recs` (sorted, inside [lo, hi]); not published.
   std::uint64_t build_data(const std::vector<Record>& recs, std::uint64_t lo, std::uint64_t hi,
                            double stash_ratio, std::uint64_t total_slots, Code* code);
+  static std::uint64_t slots_for(std::uint64_t n) {  // slots holding n+1 keys at density 0.6
+    return static_cast<std::uint64_t>(std::ceil(static_cast<double>(n + 1) / kDensityInit));
+  }
   std::uint64_t max_data_slots() const { return (data_max_ - sizeof(DataNode)) / 16; }
   // Smallest key k in [lo, hi] with route(k) >= slot, or hi+1 (as `none`) if there is none.
   // `base` is the model's base key (the inner node's lo); returns false if no key in [lo, hi]
@@ -270,6 +280,13 @@ class Apex final : public Index {
                       std::uint32_t m, std::uint64_t key);
   Code split_downward(std::uint64_t off, std::uint64_t parent, std::uint32_t s, std::uint32_t e,
                       std::uint64_t key);
+  // Merges the data node `off` (parent slots [s, e]) with its neighbour `other` (slots
+  // [os, oe], adjacent) into one node over both ranges; both old nodes stay for the caller.
+  Code merge_data(std::uint64_t off, std::uint64_t other, std::uint64_t parent, std::uint32_t s,
+                  std::uint32_t e, std::uint32_t os, std::uint32_t oe, std::uint64_t key);
+  // Under the locks smo_locked took on `off`: merge it with a sparse neighbour, or contract it.
+  Code contract_locked(std::uint64_t off, DataMeta& m, std::uint64_t parent, std::uint32_t slot,
+                       std::uint64_t key);
   enum class InnerExpansion : std::uint8_t { doubling, extend_right, extend_left };
   Code expand_inner(std::uint64_t off, std::uint64_t parent, std::uint32_t s, std::uint32_t e,
                     std::uint64_t key, InnerExpansion how);
@@ -332,7 +349,7 @@ class Apex final : public Index {
   std::atomic<SmoKind> current_kind_{SmoKind::none};  // relaxed: for the test hook only
   void step(std::string_view name) {
     static constexpr std::string_view kNames[] = {"none", "expand_data", "split_sideways",
-                                                  "split_downward", "expand_inner"};
+                                                  "split_downward", "expand_inner", "merge"};
     if (smo_hook_) {
       smo_hook_(std::string(kNames[static_cast<int>(current_kind_.load(std::memory_order_relaxed))]) +
                 ":" + std::string(name));

@@ -42,7 +42,8 @@ inline constexpr double kStashCoefficient = 1.5;
 // the rest of the line is persisted too (x86 keeps stores to one line in order).
 enum class SmoStage : std::uint8_t { none = 0, undo = 1, redo = 2 };
 enum class SmoKind : std::uint8_t {
-  none = 0, expand_data = 1, split_sideways = 2, split_downward = 3, expand_inner = 4
+  none = 0, expand_data = 1, split_sideways = 2, split_downward = 3, expand_inner = 4,
+  merge = 5  // two sparse neighbouring data nodes -> one over slots [slot_begin, slot_end]
 };
 struct SmoLog {
   std::uint64_t stage_kind;

@@ -13,9 +13,6 @@
 namespace pmindex::apex {
 
 namespace {
-std::uint64_t slots_for(std::uint64_t n) {
-  return static_cast<std::uint64_t>(std::ceil(static_cast<double>(n + 1) / kDensityInit));
-}
 bool by_key(const Record& a, const Record& b) { return a.key < b.key; }
 }  // namespace
 
@@ -190,8 +187,95 @@ Code Apex::expand_data(std::uint64_t off, std::uint64_t parent, std::uint32_t s,
   log_stage(log, SmoStage::none, SmoKind::none);                         // A17
   step("done");
   // A18: the caller retires the old node (smo_locked) once its locks are obsolete.
-  counters_.expansions.fetch_add(1, std::memory_order_relaxed);
+  if (data(fresh)->bytes >= old->bytes) {
+    counters_.expansions.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    counters_.contractions.fetch_add(1, std::memory_order_relaxed);
+  }
   return Code::ok;
+}
+
+Code Apex::contract_locked(std::uint64_t off, DataMeta& m, std::uint64_t parent,
+                           std::uint32_t slot, std::uint64_t key) {
+  // Held: the parent's lock (shared), m.smo_mu and every record lock of `off`. Returns ok when
+  // `off` was replaced (the caller releases its locks obsolete and retires it), unsupported
+  // when nothing was done.
+  const DataNode* dn = data(off);
+  const InnerNode* p = inner(parent);
+  std::uint32_t s = 0, e = 0;
+  slot_range(parent, off, slot, &s, &e);
+  const std::uint64_t n = m.keys();
+  // 1. Merge with a neighbour in the same parent: the right one (lock order: left to right),
+  //    else the left one if its SMO lock is free right now (try_lock: we hold the right one).
+  for (const bool right : {true, false}) {
+    if (right ? e + 1 >= p->fanout : s == 0) continue;
+    const std::uint64_t other = pm::load_acquire(&p->children()[right ? e + 1 : s - 1]);
+    if (type_of(other) != NodeType::data) continue;
+    const DataNode* on = data(other);
+    if ((right ? dn->lo : on->lo) == 0 && (right ? on->hi : dn->hi) == ~std::uint64_t{0})
+      continue;  // the smallest and largest keys must stay in different nodes (invariant 2)
+    DataMeta& om = meta_for(other);
+    std::unique_lock<std::mutex> other_smo(om.smo_mu, std::defer_lock);
+    if (right) other_smo.lock(); else if (!other_smo.try_lock()) continue;
+    if (om.retired || !lock_all(om)) continue;
+    const std::uint64_t total = n + om.keys();
+    if (2 * slots_for(total) > max_data_slots()) {  // merged node would not sit well below max
+      unlock_window(om, {0, om.num_locks - 1});
+      continue;
+    }
+    std::uint32_t os = 0, oe = 0;
+    slot_range(parent, other, right ? e + 1 : s - 1, &os, &oe);
+    const Code c = merge_data(off, other, parent, s, e, os, oe, key);
+    if (c != Code::ok) {
+      unlock_window(om, {0, om.num_locks - 1});
+      return c;
+    }
+    om.retired = true;
+    for (std::uint32_t i = 0; i < om.num_locks; ++i) om.locks[i].writeUnlockObsolete();
+    other_smo.unlock();
+    retire_node(other);  // A18
+    return Code::ok;
+  }
+  // 2. Contract: rebuild at density 0.6 if that at least halves the node.
+  const std::uint64_t capacity = std::uint64_t{dn->pa_slots} + dn->sa_slots;
+  if (2 * std::max<std::uint64_t>(slots_for(n), 2 * kGroup) <= capacity)
+    return expand_data(off, parent, s, e, key);
+  // 3. Neither: retry only after another quarter of the keys is gone.
+  m.contract_below.store(n - n / 4, std::memory_order_relaxed);
+  return Code::unsupported;
+}
+
+Code Apex::merge_data(std::uint64_t off, std::uint64_t other, std::uint64_t parent,
+                      std::uint32_t s, std::uint32_t e, std::uint32_t os, std::uint32_t oe,
+                      std::uint64_t key) {
+  const DataNode* a = data(off);
+  const DataNode* b = data(other);
+  const std::uint64_t lo = std::min(a->lo, b->lo), hi = std::max(a->hi, b->hi);
+  const std::uint32_t first = std::min(s, os), last = std::max(e, oe);
+  std::vector<Record> recs;
+  collect(off, recs);
+  collect(other, recs);
+  std::sort(recs.begin(), recs.end(), by_key);
+  SmoLog* log = my_log();
+  log_begin(log, SmoKind::merge, off, parent, key, first, last, 0);      // A12
+  step("undo");
+  Code code = Code::ok;
+  const std::uint64_t fresh = build_data(recs, lo, hi, kStashMin, slots_for(recs.size()), &code);
+  if (fresh == 0) {
+    log_stage(log, SmoStage::none, SmoKind::none);
+    return code;
+  }
+  pm::publish(&log->new_a, fresh);                                       // A14
+  pm::persist(&log->new_a, 8);
+  step("built");
+  log_stage(log, SmoStage::redo, SmoKind::merge);                        // A15
+  step("redo");
+  switch_children(parent, first, last, fresh);                           // A16
+  step("switched");
+  log_stage(log, SmoStage::none, SmoKind::none);                         // A17
+  step("done");
+  counters_.merges.fetch_add(1, std::memory_order_relaxed);
+  return Code::ok;  // A18: the caller retires both old nodes
 }
 
 Code Apex::split_sideways(std::uint64_t off, std::uint64_t parent, std::uint32_t s,

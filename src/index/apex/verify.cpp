@@ -215,6 +215,8 @@ Apex::Stats Apex::stats() const {
   s.sideways_splits = counters_.sideways.load(std::memory_order_relaxed);
   s.downward_splits = counters_.downward.load(std::memory_order_relaxed);
   s.inner_expansions = counters_.inner_expansions.load(std::memory_order_relaxed);
+  s.contractions = counters_.contractions.load(std::memory_order_relaxed);
+  s.merges = counters_.merges.load(std::memory_order_relaxed);
   return s;
 }
 
