@@ -98,12 +98,12 @@ Code Apex::insert(std::string_view key, std::string_view value) {
       const DataNode* dn = data(off);
       const LockSpan span = lock_span(dn, k);
       if (!lock_window(m, span)) continue;  // replaced by an SMO: restart from the root
-      if (locate(off, m, k, /*use_pa_fp=*/true).rec != nullptr) {
+      if (locate(off, m, k, /*use_pa_fp=*/true, span.p).rec != nullptr) {
         unlock_window(m, span);
         return Code::already_present;
       }
       if (!too_dense(dn, m)) {
-        const Code c = insert_into(off, m, k, payload);
+        const Code c = insert_into(off, m, k, payload, span.p);
         unlock_window(m, span);
         return c;
       }
@@ -216,7 +216,7 @@ Code Apex::update(std::string_view key, std::string_view value) {
     DataMeta& m = meta_for(off);
     const LockSpan span = lock_span(data(off), k);
     if (!lock_window(m, span)) continue;
-    const Location loc = locate(off, m, k, true);
+    const Location loc = locate(off, m, k, true, span.p);
     Code c = Code::not_found;
     if (loc.rec != nullptr) {
       pm::publish(&loc.rec->payload, payload);                // A10: payload in place
@@ -252,7 +252,7 @@ Code Apex::find(std::string_view key, std::string* value) const {
         span.last != span.first ? m.locks[span.last].readLockOrRestart(restart) : v1;
     if (restart) continue;  // obsolete: the node was replaced, restart from the root
     // Lookups do not consult PA fingerprints (paper §4.2): the key is usually in PA.
-    const Location loc = locate(off, m, k, /*use_pa_fp=*/false);
+    const Location loc = locate(off, m, k, /*use_pa_fp=*/false, span.p);
     const std::uint64_t payload = loc.rec != nullptr ? sync::optimistic_read(loc.rec->payload) : 0;
     m.locks[span.first].checkOrRestart(v1, restart);
     if (span.last != span.first) m.locks[span.last].checkOrRestart(v2, restart);
@@ -273,7 +273,7 @@ Code Apex::remove(std::string_view key) {
     DataMeta& m = meta_for(off);
     const LockSpan span = lock_span(data(off), k);
     if (!lock_window(m, span)) continue;
-    const Location loc = locate(off, m, k, true);
+    const Location loc = locate(off, m, k, true, span.p);
     if (loc.rec != nullptr) erase_at(off, m, loc, k);
     unlock_window(m, span);
     if (loc.rec == nullptr) return Code::not_found;

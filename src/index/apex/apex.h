@@ -77,13 +77,18 @@ struct ExtInfo {
 };
 
 // All DRAM state of one data node, rebuilt from PM on first access in a generation.
-struct DataMeta {
+// Record locks per data node: a node holds at most 256 KiB / 16 B PA records.
+inline constexpr std::uint32_t kMaxRecordLocks = (kDefaultDataMax / 16 + 255) / 256;
+
+struct alignas(64) DataMeta {
   // One optimistic lock per 256 PA records (paper §5). A writer locks the one or two locks
   // covering its probe window [p, p+16), left to right (no deadlock: everyone goes right);
   // readers validate the same locks. The window's accelerator groups and the overflow bucket
   // of group p/16 lie inside those locks' 256-record blocks. An SMO takes smo_mu, then every
   // lock, and releases them obsolete if it replaced the node (`retired` set under smo_mu).
-  std::unique_ptr<sync::OptimisticLock[]> locks;
+  // Inline (not a separate array): a lookup reads lock 0..7 from the DataMeta's first line,
+  // one cache miss instead of two.
+  sync::OptimisticLock locks[kMaxRecordLocks];
   std::uint32_t num_locks = 0;
   std::vector<Accelerator> accel;
   // Bit per SA slot, 1 = used. Writers under different locks claim SA slots by CAS on the
@@ -220,16 +225,21 @@ class Apex final : public Index {
   // The locks covering the probe window of `key`: [first, last] (last = first or first + 1).
   struct LockSpan {
     std::uint32_t first, last;
+    std::uint32_t p = kNoPrediction;  // the key's predicted PA slot (computed once per op)
   };
+  static constexpr std::uint32_t kNoPrediction = ~std::uint32_t{0};
   LockSpan lock_span(const DataNode* dn, std::uint64_t key) const;
   // Locks the span left to right; false (nothing held) if the node is obsolete.
   bool lock_window(DataMeta& m, LockSpan span) const;
   void unlock_window(DataMeta& m, LockSpan span) const;
   DataMeta& meta_for(std::uint64_t off) const;
   std::unique_ptr<DataMeta> rebuild_meta(std::uint64_t off) const;
-  Location locate(std::uint64_t off, const DataMeta& m, std::uint64_t key, bool use_pa_fp) const;
+  // `p`: the key's prediction if the caller has it (kNoPrediction: computed here).
+  Location locate(std::uint64_t off, const DataMeta& m, std::uint64_t key, bool use_pa_fp,
+                  std::uint32_t p = kNoPrediction) const;
   // ok, already_present, or pool_full; `needs_smo` set when the node is too dense.
-  Code insert_into(std::uint64_t off, DataMeta& m, std::uint64_t key, std::uint64_t payload);
+  Code insert_into(std::uint64_t off, DataMeta& m, std::uint64_t key, std::uint64_t payload,
+                   std::uint32_t p = kNoPrediction);
   void erase_at(std::uint64_t off, DataMeta& m, const Location& loc, std::uint64_t key);
   void bucket_add(DataMeta& m, std::uint32_t group, std::uint64_t key, std::uint64_t rec_off);
   void bucket_remove(DataMeta& m, std::uint32_t group, std::uint64_t rec_off);

@@ -65,7 +65,6 @@ std::unique_ptr<DataMeta> Apex::rebuild_meta(std::uint64_t off) const {
   auto m = std::make_unique<DataMeta>();
   const std::uint64_t inv = dn->invalid_key;
   m->num_locks = (dn->pa_slots + 255) / 256;
-  m->locks = std::make_unique<sync::OptimisticLock[]>(m->num_locks);
   m->accel.assign(dn->pa_slots / kGroup, Accelerator{});
   for (std::uint32_t i = 0; i < dn->pa_slots; ++i) {
     Accelerator& a = m->accel[i / kGroup];
@@ -116,7 +115,7 @@ double Apex::search_cost(const DataMeta& m) const {
 Apex::LockSpan Apex::lock_span(const DataNode* dn, std::uint64_t key) const {
   const std::uint32_t p = predict(dn, key);
   const std::uint32_t end = std::min(p + kProbeDistance, dn->pa_slots) - 1;
-  return {p / 256, end / 256};
+  return {p / 256, end / 256, p};
 }
 
 bool Apex::lock_window(DataMeta& m, LockSpan span) const {
@@ -179,9 +178,9 @@ void Apex::bucket_remove(DataMeta& m, std::uint32_t group, std::uint64_t rec_off
 // chain of p's group. Inserts, updates and deletes filter PA slots through the fingerprints and
 // free bits first (use_pa_fp); lookups read PA directly (§4.2).
 Apex::Location Apex::locate(std::uint64_t off, const DataMeta& m, std::uint64_t key,
-                            bool use_pa_fp) const {
+                            bool use_pa_fp, std::uint32_t p) const {
   DataNode* dn = data(off);
-  const std::uint32_t p = predict(dn, key);
+  if (p == kNoPrediction) p = predict(dn, key);
   const std::uint32_t end = std::min(p + kProbeDistance, dn->pa_slots);
   const std::uint8_t fp = fingerprint(key);
   for (std::uint32_t i = p; i < end; ++i) {
@@ -210,9 +209,10 @@ Apex::Location Apex::locate(std::uint64_t off, const DataMeta& m, std::uint64_t 
   return {};
 }
 
-Code Apex::insert_into(std::uint64_t off, DataMeta& m, std::uint64_t key, std::uint64_t payload) {
+Code Apex::insert_into(std::uint64_t off, DataMeta& m, std::uint64_t key, std::uint64_t payload,
+                       std::uint32_t p) {
   DataNode* dn = data(off);
-  const std::uint32_t p = predict(dn, key);
+  if (p == kNoPrediction) p = predict(dn, key);
   const std::uint32_t end = std::min(p + kProbeDistance, dn->pa_slots);
   // Release stores (pm::publish): optimistic readers load these words concurrently.
   auto write = [&](Record* r) {

@@ -15,7 +15,9 @@
 
 namespace pmindex::apex {
 
-inline constexpr std::uint64_t kRootMagic = 0x3158455041584d50ull;  // "PMXAPEX1"
+// "PMXAPEX2": format 2 (data node `dram` word in line 0, SmoKind::merge). Format-1 pools
+// (session 1) are refused as not APEX pools rather than misread.
+inline constexpr std::uint64_t kRootMagic = 0x3258455041584d50ull;
 inline constexpr std::size_t kMaxLogs = 64;
 // Recovery and verify refuse deeper trees (a cycle); real trees stay far shallower.
 inline constexpr std::uint32_t kMaxDepth = 2048;       // per-thread SMO log lines
@@ -143,10 +145,11 @@ static_assert(std::is_standard_layout_v<Record> && std::is_trivially_copyable_v<
 //          [24,32) lo               [32,40) hi (inclusive; lo <= hi, never [0, 2^64-1])
 //          [40,44) pa_slots (multiple of 16)        [44,48) sa_slots
 //          [48,56) ext_head: offset of the first extended stash block, 0 if none
-//          [56,64) bytes: size requested from the allocator
+//          [56,64) dram: address of this node's DRAM state (DataMeta), meaningful only when
+//                  the header's L equals the session tag (never flushed; stale after restart).
+//                  In line 0 with the model: a lookup touches one header line.
 //   line 1 [64,72) invalid_key: hi + 1, or lo - 1 when hi == 2^64-1 (outside [lo, hi])
-//          [72,80) dram: address of this node's DRAM state (DataMeta), meaningful only when
-//                  the header's L equals the session tag (never flushed; stale after restart)
+//          [72,80) bytes: size requested from the allocator
 //          [80,128) reserved
 //   [128, 128+16*pa_slots) PA   [.., +16*sa_slots) SA
 struct DataNode {
@@ -158,9 +161,9 @@ struct DataNode {
   std::uint32_t pa_slots;
   std::uint32_t sa_slots;
   std::uint64_t ext_head;
-  std::uint64_t bytes;
-  std::uint64_t invalid_key;
   std::uint64_t dram;
+  std::uint64_t invalid_key;
+  std::uint64_t bytes;
   std::uint64_t reserved[6];
   Record* pa() { return reinterpret_cast<Record*>(this + 1); }
   const Record* pa() const { return reinterpret_cast<const Record*>(this + 1); }
@@ -168,8 +171,8 @@ struct DataNode {
   const Record* sa() const { return pa() + pa_slots; }
 };
 static_assert(sizeof(DataNode) == 128);
-static_assert(offsetof(DataNode, pa_slots) == 40 && offsetof(DataNode, invalid_key) == 64 &&
-              offsetof(DataNode, dram) == 72);
+static_assert(offsetof(DataNode, pa_slots) == 40 && offsetof(DataNode, dram) == 56 &&
+              offsetof(DataNode, invalid_key) == 64 && offsetof(DataNode, bytes) == 72);
 static_assert(std::is_standard_layout_v<DataNode> && std::is_trivially_copyable_v<DataNode>);
 inline std::size_t data_bytes(std::uint32_t pa, std::uint32_t sa) {
   return sizeof(DataNode) + 16ull * (pa + sa);
