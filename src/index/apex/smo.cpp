@@ -1,9 +1,10 @@
 // Structural modification operations with hybrid logging (paper §4.4): data node expansion,
-// sideways split, downward split, inner node expansion. Each SMO:
+// sideways split, downward split, inner node expansion, and after deletes merge and
+// contraction. Each SMO:
 //   UNDO stage: log line written, new node(s) built and persisted (not reachable yet)
 //   REDO stage: parent slots switched to the new node(s) (idempotent, redone at recovery)
-//   none:       log cleared, old node freed
-// Steps A12..A19 in PROTOCOL.md.
+//   none:       log cleared, old node(s) retired (freed through epochs)
+// Steps A12..A18 in PROTOCOL.md; the locks the caller (smo_locked) holds: "Concurrency" there.
 #include <algorithm>
 #include <cmath>
 
