@@ -14,6 +14,7 @@ Apex::Apex(std::unique_ptr<pm::Pool> pool) : pool_(std::move(pool)) {
 
 Apex::~Apex() {
   if (walker_.joinable()) walker_.join();
+  epochs_.drain();  // runs the pending deleters while the pool and the metas still exist
 }
 
 void Apex::note_answer() const {
@@ -44,14 +45,42 @@ std::uint32_t Apex::predict(const DataNode* dn, std::uint64_t key) const {
 
 std::uint64_t Apex::traverse(std::uint64_t key, std::vector<PathStep>* path) const {
   if (path != nullptr) path->clear();
-  std::uint64_t off = root_->root_node;
+  // acquire: child slots and the root word are published (release) after the node they
+  // point at is written, so its header and model are visible here.
+  std::uint64_t off = pm::load_acquire(&root_->root_node);
   while (type_of(off) == NodeType::inner) {
     const InnerNode* in = inner(off);
     const std::uint32_t slot = route(in, key);
     if (path != nullptr) path->push_back({off, slot});
-    off = in->children()[slot];
+    off = pm::load_acquire(&in->children()[slot]);
   }
   return off;
+}
+
+std::uint64_t Apex::descend(std::uint64_t key, std::vector<PathStep>& path) const {
+  // The deepest inner node of the cursor's path whose range holds `key`. The path may be
+  // stale (a node replaced since): the caller checks the data node it reaches (range and
+  // lock obsolescence) and falls back to traverse().
+  while (!path.empty()) {
+    const InnerNode* in = inner(path.back().inner);
+    if (key >= in->lo && key <= in->hi) break;
+    path.pop_back();
+  }
+  if (path.empty()) return traverse(key, &path);
+  std::uint64_t off = path.back().inner;
+  path.pop_back();
+  while (type_of(off) == NodeType::inner) {
+    const InnerNode* in = inner(off);
+    const std::uint32_t slot = route(in, key);
+    path.push_back({off, slot});
+    off = pm::load_acquire(&in->children()[slot]);
+  }
+  return off;
+}
+
+Index::ThreadScope Apex::attach_thread() {
+  auto participant = std::make_shared<sync::EpochManager::Participant>(epochs_.attach());
+  return ThreadScope([participant]() mutable { participant.reset(); });
 }
 
 Code Apex::insert(std::string_view key, std::string_view value) {
@@ -63,49 +92,115 @@ Code Apex::insert(std::string_view key, std::string_view value) {
   const AnswerNote answered{this};  // records the time when this answer is complete
   for (;;) {
     {
-      std::shared_lock<std::shared_mutex> tree(tree_mu_);
+      const auto guard = epochs_.pin();
       const std::uint64_t off = traverse(k, nullptr);
       DataMeta& m = meta_for(off);
       const DataNode* dn = data(off);
       const LockSpan span = lock_span(dn, k);
-      lock_window(m, span);
-      if (locate(off, m, k, /*use_pa_fp=*/true).rec != nullptr) {
+      if (!lock_window(m, span)) continue;  // replaced by an SMO: restart from the root
+      if (locate(off, m, k, /*use_pa_fp=*/true, span.p).rec != nullptr) {
         unlock_window(m, span);
         return Code::already_present;
       }
-      const double capacity = static_cast<double>(dn->pa_slots + dn->sa_slots);
-      const bool full = static_cast<double>(m.keys() + 1) > kDensityUpper * capacity &&
-                        m.keys() + 1 >= m.smo_retry_at;
-      if (!full) {
-        const Code c = insert_into(off, m, k, payload);
+      if (!too_dense(dn, m)) {
+        const Code c = insert_into(off, m, k, payload, span.p);
         unlock_window(m, span);
         return c;
       }
       unlock_window(m, span);
     }
-    // The node is too dense: an SMO, with the tree to ourselves.
-    const Code c = smo_exclusive(k);
+    // The node is too dense: an SMO (holding no lock now; it locks top-down).
+    const Code c = smo_locked(k, /*contract=*/false);
     if (c != Code::ok) return c;
   }
 }
 
-Code Apex::smo_exclusive(std::uint64_t k) {
-  std::unique_lock<std::shared_mutex> tree(tree_mu_);
-  std::vector<PathStep> path;
-  const std::uint64_t off = traverse(k, &path);
-  DataMeta& m = meta_for(off);
-  const DataNode* dn = data(off);
+bool Apex::too_dense(const DataNode* dn, const DataMeta& m) const {
   const double capacity = static_cast<double>(dn->pa_slots + dn->sa_slots);
-  if (!(static_cast<double>(m.keys() + 1) > kDensityUpper * capacity &&
-        m.keys() + 1 >= m.smo_retry_at))
-    return Code::ok;  // another thread already made room
-  const Code c = smo(off, path, k);
-  if (c == Code::unsupported) {
-    // No SMO possible (keys the models cannot separate): stash records for a while.
-    m.smo_retry_at = m.keys() + m.keys() / 4 + 16;
-    return Code::ok;
+  return static_cast<double>(m.keys() + 1) > kDensityUpper * capacity &&
+         m.keys() + 1 >= m.smo_retry_at.load(std::memory_order_relaxed);
+}
+
+bool Apex::too_sparse(const DataNode* dn, const DataMeta& m) const {
+  // Below the lower density bound (and below the key count of the last failed attempt, so a
+  // node that can neither merge nor shrink is not retried at every delete).
+  const std::uint64_t capacity = std::uint64_t{dn->pa_slots} + dn->sa_slots;
+  return static_cast<double>(m.keys()) < kDensityLower * static_cast<double>(capacity) &&
+         m.keys() < m.contract_below.load(std::memory_order_relaxed);
+}
+
+Code Apex::smo_locked(std::uint64_t k, bool contract) {
+  std::shared_lock<std::shared_mutex> global(smo_mu_);
+  const auto guard = epochs_.pin();
+  bool parent_exclusive = false;
+  std::vector<PathStep> path;
+  for (;;) {
+    const std::uint64_t off = traverse(k, &path);
+    const std::uint64_t parent = path.back().inner;
+    // Grandparent (or the root word's lock) shared: its slot of the parent stays put.
+    std::shared_lock<std::shared_mutex> gp_lock;
+    if (path.size() >= 2) {
+      InnerMeta& g = inner_meta_for(path[path.size() - 2].inner);
+      gp_lock = std::shared_lock<std::shared_mutex>(g.mu);
+      if (g.obsolete || pm::load_acquire(&inner(path[path.size() - 2].inner)
+                                              ->children()[path[path.size() - 2].slot]) != parent)
+        continue;
+    } else {
+      gp_lock = std::shared_lock<std::shared_mutex>(root_mu_);
+      if (pm::load_acquire(&root_->root_node) != parent) continue;
+    }
+    // Parent: shared to switch this child's slots, exclusive to replace the parent.
+    InnerMeta& pmeta = inner_meta_for(parent);
+    std::shared_lock<std::shared_mutex> p_shared;
+    std::unique_lock<std::shared_mutex> p_excl;
+    if (parent_exclusive) {
+      p_excl = std::unique_lock<std::shared_mutex>(pmeta.mu);
+    } else {
+      p_shared = std::shared_lock<std::shared_mutex>(pmeta.mu);
+    }
+    if (pmeta.obsolete || pm::load_acquire(&inner(parent)->children()[path.back().slot]) != off)
+      continue;
+    DataMeta& m = meta_for(off);
+    std::unique_lock<std::mutex> node_smo(m.smo_mu);
+    if (m.retired || !lock_all(m)) continue;
+    const DataNode* dn = data(off);
+    if (contract ? !too_sparse(dn, m) : !too_dense(dn, m)) {
+      unlock_window(m, {0, m.num_locks - 1});
+      return Code::ok;  // another thread already did it
+    }
+    bool parent_replaced = false;
+    Code c = Code::ok;
+    if (contract) {
+      c = contract_locked(off, m, parent, path.back().slot, k);
+    } else {
+      c = smo(off, path, k, parent_exclusive, &parent_replaced);
+    }
+    const bool node_replaced = c == Code::ok && !parent_replaced;
+    if (node_replaced) {
+      // The data node is unlinked: everyone who reaches it from now on restarts.
+      m.retired = true;
+      for (std::uint32_t i = 0; i < m.num_locks; ++i) m.locks[i].writeUnlockObsolete();
+      node_smo.unlock();
+      retire_node(off);  // A18
+      return Code::ok;
+    }
+    unlock_window(m, {0, m.num_locks - 1});
+    if (contract) return Code::ok;  // nothing to merge or shrink (or no space): fine
+    if (c == Code::ok) {  // inner expansion: the parent was replaced
+      pmeta.obsolete = true;
+      return Code::ok;
+    }
+    if (c == Code::busy) {  // wants to replace the parent: retry holding it exclusively
+      parent_exclusive = true;
+      continue;
+    }
+    if (c == Code::unsupported) {
+      // No SMO possible (keys the models cannot separate): stash records for a while.
+      m.smo_retry_at.store(m.keys() + m.keys() / 4 + 16, std::memory_order_relaxed);
+      return Code::ok;
+    }
+    return c;
   }
-  return c;
 }
 
 Code Apex::update(std::string_view key, std::string_view value) {
@@ -115,20 +210,22 @@ Code Apex::update(std::string_view key, std::string_view value) {
   std::uint64_t payload = 0;
   std::memcpy(&payload, value.data(), 8);
   const AnswerNote answered{this};  // records the time when this answer is complete
-  std::shared_lock<std::shared_mutex> tree(tree_mu_);
-  const std::uint64_t off = traverse(k, nullptr);
-  DataMeta& m = meta_for(off);
-  const LockSpan span = lock_span(data(off), k);
-  lock_window(m, span);
-  const Location loc = locate(off, m, k, true);
-  Code c = Code::not_found;
-  if (loc.rec != nullptr) {
-    pm::publish(&loc.rec->payload, payload);                // A10: payload in place
-    pm::persist(&loc.rec->payload, sizeof payload);         // A11: one flush + fence
-    c = Code::ok;
+  const auto guard = epochs_.pin();
+  for (;;) {
+    const std::uint64_t off = traverse(k, nullptr);
+    DataMeta& m = meta_for(off);
+    const LockSpan span = lock_span(data(off), k);
+    if (!lock_window(m, span)) continue;
+    const Location loc = locate(off, m, k, true, span.p);
+    Code c = Code::not_found;
+    if (loc.rec != nullptr) {
+      pm::publish(&loc.rec->payload, payload);                // A10: payload in place
+      pm::persist(&loc.rec->payload, sizeof payload);         // A11: one flush + fence
+      c = Code::ok;
+    }
+    unlock_window(m, span);
+    return c;
   }
-  unlock_window(m, span);
-  return c;
 }
 
 Code Apex::upsert(std::string_view key, std::string_view value) {
@@ -144,20 +241,21 @@ Code Apex::find(std::string_view key, std::string* value) const {
   std::uint64_t k = 0;
   if (Code c = check_key(key, &k); c != Code::ok) return c;
   const AnswerNote answered{this};  // records the time when this answer is complete
-  std::shared_lock<std::shared_mutex> tree(tree_mu_);
-  const std::uint64_t off = traverse(k, nullptr);
-  const DataMeta& m = meta_for(off);
-  const LockSpan span = lock_span(data(off), k);
+  const auto guard = epochs_.pin();
   for (;;) {
+    const std::uint64_t off = traverse(k, nullptr);
+    const DataMeta& m = meta_for(off);
+    const LockSpan span = lock_span(data(off), k);
     bool restart = false;
     const std::uint64_t v1 = m.locks[span.first].readLockOrRestart(restart);
-    const std::uint64_t v2 = m.locks[span.last].readLockOrRestart(restart);
-    if (restart) continue;
+    const std::uint64_t v2 =
+        span.last != span.first ? m.locks[span.last].readLockOrRestart(restart) : v1;
+    if (restart) continue;  // obsolete: the node was replaced, restart from the root
     // Lookups do not consult PA fingerprints (paper §4.2): the key is usually in PA.
-    const Location loc = locate(off, m, k, /*use_pa_fp=*/false);
+    const Location loc = locate(off, m, k, /*use_pa_fp=*/false, span.p);
     const std::uint64_t payload = loc.rec != nullptr ? sync::optimistic_read(loc.rec->payload) : 0;
     m.locks[span.first].checkOrRestart(v1, restart);
-    m.locks[span.last].checkOrRestart(v2, restart);
+    if (span.last != span.first) m.locks[span.last].checkOrRestart(v2, restart);
     if (restart) continue;
     if (loc.rec == nullptr) return Code::not_found;
     if (value != nullptr) value->assign(reinterpret_cast<const char*>(&payload), 8);
@@ -169,52 +267,119 @@ Code Apex::remove(std::string_view key) {
   std::uint64_t k = 0;
   if (Code c = check_key(key, &k); c != Code::ok) return c;
   const AnswerNote answered{this};  // records the time when this answer is complete
-  std::shared_lock<std::shared_mutex> tree(tree_mu_);
-  const std::uint64_t off = traverse(k, nullptr);
-  DataMeta& m = meta_for(off);
-  const LockSpan span = lock_span(data(off), k);
-  lock_window(m, span);
-  const Location loc = locate(off, m, k, true);
-  if (loc.rec != nullptr) erase_at(off, m, loc, k);
-  unlock_window(m, span);
-  return loc.rec != nullptr ? Code::ok : Code::not_found;
+  const auto guard = epochs_.pin();
+  for (;;) {
+    const std::uint64_t off = traverse(k, nullptr);
+    DataMeta& m = meta_for(off);
+    const LockSpan span = lock_span(data(off), k);
+    if (!lock_window(m, span)) continue;
+    const Location loc = locate(off, m, k, true, span.p);
+    if (loc.rec != nullptr) erase_at(off, m, loc, k);
+    unlock_window(m, span);
+    if (loc.rec == nullptr) return Code::not_found;
+    // Below the lower density bound: contract the node (an expand_data SMO to a smaller size,
+    // same hybrid-logged protocol). Its failure (pool full) does not undo the delete.
+    if (too_sparse(data(off), m)) (void)smo_locked(k, /*contract=*/true);
+    return Code::ok;
+  }
 }
 
+// Range scan (paper §4.1): in each data node, collect PA[p..j+D-1] where p predicts the scan's
+// current key and PA[p..j] holds enough records, plus the stash records indexed by the overflow
+// buckets of groups p/16..j/16; sort only that. Every key <= the largest key of PA[p..j] is then
+// present (PA records sit at most D-1 slots right of their prediction, stash records are in
+// the bucket of their predicted group, predictions are monotone). The cursor keeps the
+// root-to-leaf path and resumes at the deepest inner node holding the next key (no re-descent
+// from the root; see PROTOCOL.md "Scans").
 std::size_t Apex::scan(std::string_view start, std::size_t max, ScanBuffer& out) const {
   out.clear();
   // Any 8 bytes bound a scan (even a NaN encoding, which sorts outside every double).
   if (start.size() != 8 || max == 0) return 0;
   const std::uint64_t k = decode_u64(start);
   const AnswerNote answered{this};  // records the time when this answer is complete
-  std::shared_lock<std::shared_mutex> tree(tree_mu_);
+  const auto guard = epochs_.pin();
   std::vector<Record> recs;
+  std::vector<std::pair<std::uint32_t, std::uint64_t>> versions;  // (lock, version)
+  std::vector<PathStep> path;
   std::uint64_t cur = k;
+  bool fresh = true;  // path must be rebuilt from the root
   for (;;) {
-    const std::uint64_t off = traverse(cur, nullptr);
+    const std::uint64_t off = fresh ? traverse(cur, &path) : descend(cur, path);
+    fresh = false;
     const DataNode* dn = data(off);
+    if (cur < dn->lo || cur > dn->hi) {  // a stale cursor: not the node holding cur
+      fresh = true;
+      continue;
+    }
     const DataMeta& m = meta_for(off);
     const std::uint64_t inv = dn->invalid_key;
-    auto take = [&](const Record& r) {
-      const std::uint64_t key = sync::optimistic_read(r.key);
-      if (key != inv && key >= cur) recs.push_back({key, sync::optimistic_read(r.payload)});
+    const std::size_t need = max - out.size();
+    bool restart = false, obsolete = false;
+    std::uint64_t cutoff = ~std::uint64_t{0};
+    auto version_of = [&](std::uint32_t slot) {
+      const std::uint32_t l = slot / 256;
+      if (versions.empty() || versions.back().first < l) {
+        for (std::uint32_t x = versions.empty() ? l : versions.back().first + 1; x <= l; ++x) {
+          bool r = false;
+          versions.push_back({x, m.locks[x].readLockOrRestart(r)});
+          if (r) obsolete = true;
+        }
+      }
     };
-    std::vector<std::uint64_t> versions(m.num_locks);
-    for (;;) {
-      // A scan reads the whole node: it validates every lock of the node.
-      bool restart = false;
-      for (std::uint32_t i = 0; i < m.num_locks; ++i)
-        versions[i] = m.locks[i].readLockOrRestart(restart);
-      if (restart) continue;
+    do {
+      restart = false;
+      obsolete = false;
+      versions.clear();
       recs.clear();
-      // Keys >= cur sit at PA slots >= predict(cur) (no key is stored left of its
-      // prediction), plus any stash record; only the collected result is sorted.
-      for (std::uint32_t i = predict(dn, cur); i < dn->pa_slots; ++i) take(dn->pa()[i]);
-      for (std::uint32_t i = 0; i < dn->sa_slots; ++i) take(dn->sa()[i]);
-      for (std::uint64_t b = pm::load_acquire(&dn->ext_head); b != 0;
-           b = pool_->at<ExtStash>(b)->next)
-        for (const Record& r : pool_->at<ExtStash>(b)->rec) take(r);
-      for (std::uint32_t i = 0; i < m.num_locks; ++i) m.locks[i].checkOrRestart(versions[i], restart);
-      if (!restart) break;
+      const std::uint32_t p = predict(dn, cur);
+      std::uint32_t i = p;
+      std::size_t got = 0;
+      std::uint64_t max_key = 0;
+      for (; i < dn->pa_slots && got < need; ++i) {
+        version_of(i);
+        const Record& r = dn->pa()[i];
+        const std::uint64_t key = sync::optimistic_read(r.key);
+        if (key != inv && key >= cur) {
+          recs.push_back({key, sync::optimistic_read(r.payload)});
+          ++got;
+          max_key = std::max(max_key, key);
+        }
+      }
+      // PA[p..j] (j = i-1) holds `need` records: take D-1 more slots, and keys up to the largest.
+      const std::uint32_t j = i == 0 ? 0 : i - 1;
+      if (i < dn->pa_slots) {
+        cutoff = max_key;
+        const std::uint32_t end = std::min(i + kProbeDistance - 1, dn->pa_slots);
+        for (; i < end; ++i) {
+          version_of(i);
+          const Record& r = dn->pa()[i];
+          const std::uint64_t key = sync::optimistic_read(r.key);
+          if (key != inv && key >= cur && key <= cutoff)
+            recs.push_back({key, sync::optimistic_read(r.payload)});
+        }
+      } else {
+        cutoff = ~std::uint64_t{0};
+      }
+      for (std::uint32_t g = p / kGroup; g <= j / kGroup && !obsolete; ++g) {
+        version_of(g * kGroup);
+        std::uint32_t chain = 0;
+        for (const OverflowBucket* b = m.bucket(g); b != nullptr && chain++ < (1u << 20);
+             b = sync::optimistic_read(b->next)) {
+          for (const std::uint64_t& slot : b->entry) {
+            const std::uint64_t e = sync::optimistic_read(slot);
+            if (e == 0) continue;
+            const Record* r = pool_->at<Record>(e & kOffsetMask);
+            const std::uint64_t key = sync::optimistic_read(r->key);
+            if (key != inv && key >= cur && key <= cutoff)
+              recs.push_back({key, sync::optimistic_read(r->payload)});
+          }
+        }
+      }
+      for (const auto& [l, v] : versions) m.locks[l].checkOrRestart(v, restart);
+    } while (restart && !obsolete);
+    if (obsolete) {
+      fresh = true;
+      continue;
     }
     std::sort(recs.begin(), recs.end(),
               [](const Record& a, const Record& b) { return a.key < b.key; });
@@ -223,7 +388,13 @@ std::size_t Apex::scan(std::string_view start, std::size_t max, ScanBuffer& out)
       const std::string kb = encode_u64(r.key);
       out.append(kb, {reinterpret_cast<const char*>(&r.payload), 8});
     }
-    if (out.size() >= max || dn->hi == ~std::uint64_t{0}) break;
+    if (out.size() >= max) break;
+    if (cutoff != ~std::uint64_t{0}) {
+      // Fewer than `need` in range after all (duplicates filtered): continue past the cutoff.
+      cur = cutoff + 1;
+      continue;
+    }
+    if (dn->hi == ~std::uint64_t{0}) break;
     cur = dn->hi + 1;
   }
   return out.size();
@@ -232,13 +403,13 @@ std::size_t Apex::scan(std::string_view start, std::size_t max, ScanBuffer& out)
 Record* Apex::debug_record(std::string_view key) {
   std::uint64_t k = 0;
   if (check_key(key, &k) != Code::ok) return nullptr;
-  std::unique_lock<std::shared_mutex> tree(tree_mu_);
+  std::unique_lock<std::shared_mutex> global(smo_mu_);
   const std::uint64_t off = traverse(k, nullptr);
   return locate(off, meta_for(off), k, false).rec;
 }
 
 RecoveryStats Apex::recovery_stats() const {
-  std::shared_lock<std::shared_mutex> tree(tree_mu_);
+  std::unique_lock<std::shared_mutex> global(smo_mu_);
   RecoveryStats r = recovery_;
   if (first_answer_.load(std::memory_order_relaxed))
     r.seconds = first_answer_seconds_.load(std::memory_order_relaxed);
@@ -247,10 +418,12 @@ RecoveryStats Apex::recovery_stats() const {
 
 Footprint Apex::footprint() const {
   Footprint f;
+  std::unique_lock<std::shared_mutex> global(smo_mu_);
+  epochs_.drain();  // quiescent by contract: retired nodes are freed before counting
   const auto s = pool_->allocator().stats();
   f.pm_bytes = s.bytes_in_use;
   f.pm_reserved = s.bytes_reserved;
-  std::unique_lock<std::shared_mutex> tree(tree_mu_);
+  std::lock_guard<std::mutex> metas(metas_mu_);
   for (const auto& [off, m] : metas_) {
     f.dram_bytes += sizeof(DataMeta) + m->accel.size() * sizeof(Accelerator) +
                     m->stash_used.size() * 8 + m->ext.size() * sizeof(ExtInfo);
@@ -265,7 +438,8 @@ Footprint Apex::footprint() const {
 
 Status Apex::close() {
   wait_recovery_walk();
-  std::unique_lock<std::shared_mutex> tree(tree_mu_);
+  std::unique_lock<std::shared_mutex> global(smo_mu_);
+  epochs_.drain();
   if (!walk_status_.ok()) return walk_status_;
   if (!closed_) {
     pool_->close_clean();

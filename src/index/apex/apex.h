@@ -2,18 +2,24 @@
 // model-addressed hash-like arrays with probe-and-stash; DRAM holds only rebuildable
 // accelerators and metadata. Persistence steps: PROTOCOL.md (cited as // A<n>).
 //
-// Thread safety (a first step towards the paper's §5; see PROTOCOL.md "Concurrency"):
-//   * tree_mu_ (shared_mutex): every operation holds it shared; SMOs, bulk load, verify, stats
-//     and the background recovery walk hold it exclusive. So inner nodes never change and no
-//     node is freed while an operation runs, which is why no epochs are needed yet.
-//   * one OptimisticLock per 256 PA records of a data node (in its DataMeta): inserts, updates
-//     and deletes lock the one or two covering their probe window, left to right; finds and
-//     scans read without locking and validate the versions, restarting on change. Fields
-//     readers read (PM record words, ext_head, accelerator words, overflow bucket entries and
-//     links) are written with release stores (pm::publish / locked_write) and read with
-//     acquire loads (optimistic_read / pm::load_acquire). SA slots are claimed by CAS on the
-//     stash bitmap; extended stash blocks are under DataMeta::ext_mu.
-//   * metas_mu_ guards the table of DRAM node states (lazy rebuild on first access).
+// Thread safety (paper §5; details in PROTOCOL.md "Concurrency"):
+//   * Readers (find, scan) take no lock: they traverse with acquire loads of the child slots,
+//     then validate the versions of the data node's optimistic locks (one per 256 PA records),
+//     restarting from the root when a lock is obsolete (the node was replaced by an SMO).
+//   * Writers (insert, update, remove) lock the one or two record locks covering their probe
+//     window, left to right (everyone goes right: no deadlock). SA slots are claimed by CAS on
+//     the stash bitmap; extended stash blocks are under DataMeta::ext_mu.
+//   * An SMO locks top-down: the grandparent's RW lock (InnerMeta::mu, or root_mu_ for the
+//     root word) shared, the parent's shared (exclusive to replace the parent itself: inner
+//     expansion), the data node's SMO mutex, then every record lock of the data node, left to
+//     to right. It re-checks, under those locks, that the path is still current. A replaced
+//     data node's locks are released obsolete; a replaced inner node's meta is marked obsolete.
+//   * Replaced nodes and their DRAM state are reclaimed through epochs (epochs_): every
+//     operation is pinned while it can hold a node address.
+//   * smo_mu_: SMOs hold it shared; the recovery walk, bulk load, verify, stats and footprint
+//     hold it exclusive. verify/stats/footprint also need writers to be quiescent.
+//   * A node's DRAM state is found through the node header (`dram`, valid when L == tag); a
+//     missing one is built under metas_mu_, which also owns every state (metas_).
 // Invariants (checked by verify()):
 //   (1) the root is an inner node; every inner node's children, in slot order, cover its
 //       [lo, hi] exactly: a child occupying slots [s, e] has [lo, hi] equal to the keys the
@@ -40,6 +46,7 @@
 #include "index/apex/layout.h"
 #include "index/apex/model.h"
 #include "pmindex/index.h"
+#include "pmindex/sync/epoch.h"
 #include "pmindex/sync/optimistic_lock.h"
 
 namespace pmindex::apex {
@@ -70,13 +77,18 @@ struct ExtInfo {
 };
 
 // All DRAM state of one data node, rebuilt from PM on first access in a generation.
-struct DataMeta {
+// Record locks per data node: a node holds at most 256 KiB / 16 B PA records.
+inline constexpr std::uint32_t kMaxRecordLocks = (kDefaultDataMax / 16 + 255) / 256;
+
+struct alignas(64) DataMeta {
   // One optimistic lock per 256 PA records (paper §5). A writer locks the one or two locks
   // covering its probe window [p, p+16), left to right (no deadlock: everyone goes right);
   // readers validate the same locks. The window's accelerator groups and the overflow bucket
-  // of group p/16 lie inside those locks' 256-record blocks. (SMOs hold tree_mu_ exclusively
-  // instead of a per-node SMO lock.)
-  std::unique_ptr<sync::OptimisticLock[]> locks;
+  // of group p/16 lie inside those locks' 256-record blocks. An SMO takes smo_mu, then every
+  // lock, and releases them obsolete if it replaced the node (`retired` set under smo_mu).
+  // Inline (not a separate array): a lookup reads lock 0..7 from the DataMeta's first line,
+  // one cache miss instead of two.
+  sync::OptimisticLock locks[kMaxRecordLocks];
   std::uint32_t num_locks = 0;
   std::vector<Accelerator> accel;
   // Bit per SA slot, 1 = used. Writers under different locks claim SA slots by CAS on the
@@ -93,7 +105,12 @@ struct DataMeta {
   void add_keys(std::int64_t d) { num_keys.fetch_add(static_cast<std::uint64_t>(d), std::memory_order_relaxed); }
   void add_stash(std::int64_t d) { num_stash.fetch_add(static_cast<std::uint64_t>(d), std::memory_order_relaxed); }
   double created_cost = 1.0;              // search cost when built (cost model baseline)
-  std::uint64_t smo_retry_at = 0;         // an SMO failed: retry only once num_keys reaches it
+  // An SMO failed: retry only once num_keys reaches it (relaxed: a heuristic threshold).
+  std::atomic<std::uint64_t> smo_retry_at{0};
+  std::mutex smo_mu;                      // per-data-node SMO lock (paper §5)
+  // Contraction/merge after deletes: try again only below this many keys (relaxed heuristic).
+  std::atomic<std::uint64_t> contract_below{~std::uint64_t{0}};
+  bool retired = false;                   // guarded by smo_mu: replaced by an SMO
   ~DataMeta();
   // acquire: a reader that finds a bucket sees its entries as the writer published them.
   OverflowBucket* bucket(std::uint32_t group) const {
@@ -106,6 +123,15 @@ struct DataMeta {
                                               (reinterpret_cast<std::uint64_t>(b) << kBucketShift));
   }
   void set_word(std::uint32_t group, std::uint64_t w) { sync::locked_write(accel[group].word, w); }
+};
+
+// DRAM state of one inner node: the reader-writer lock SMOs take (paper §5). Shared: an SMO
+// of a child switches that child's slots (disjoint slots per child); exclusive: the node itself
+// is replaced (inner expansion), after which `obsolete` is set and everyone who then locks it
+// restarts from the root.
+struct InnerMeta {
+  std::shared_mutex mu;
+  bool obsolete = false;  // guarded by mu
 };
 
 inline std::uint8_t fingerprint(std::uint64_t key) {
@@ -124,6 +150,7 @@ class Apex final : public Index {
                                                 const Options& options);
 
   ~Apex() override;
+  ThreadScope attach_thread() override;
   std::string_view kind() const override { return "apex"; }
   Code insert(std::string_view key, std::string_view value) override;
   Code update(std::string_view key, std::string_view value) override;
@@ -148,7 +175,8 @@ class Apex final : public Index {
     double avg_depth = 0, avg_stash_ratio = 0, overflow_ratio = 0;
     std::uint64_t depth_sum = 0;
     double stash_ratio_sum = 0;
-    std::uint64_t expansions = 0, sideways_splits = 0, downward_splits = 0, inner_expansions = 0;
+    std::uint64_t expansions = 0, sideways_splits = 0, downward_splits = 0, inner_expansions = 0,
+                  contractions = 0, merges = 0;
   };
   Stats stats() const;
   // Test hook: a raw pointer to the PM record of `key` (nullptr if absent), so a test can
@@ -172,8 +200,9 @@ class Apex final : public Index {
     enum class Where : std::uint8_t { none, pa, sa, ext } where = Where::none;
     std::uint32_t index = 0;  // PA/SA slot, or ext block index * 15 + record
   };
-  struct Counters {
-    std::uint64_t expansions = 0, sideways = 0, downward = 0, inner_expansions = 0;
+  struct Counters {  // relaxed: statistics
+    std::atomic<std::uint64_t> expansions{0}, sideways{0}, downward{0}, inner_expansions{0},
+        contractions{0}, merges{0};
   };
 
   explicit Apex(std::unique_ptr<pm::Pool> pool);
@@ -196,31 +225,48 @@ class Apex final : public Index {
   // The locks covering the probe window of `key`: [first, last] (last = first or first + 1).
   struct LockSpan {
     std::uint32_t first, last;
+    std::uint32_t p = kNoPrediction;  // the key's predicted PA slot (computed once per op)
   };
+  static constexpr std::uint32_t kNoPrediction = ~std::uint32_t{0};
   LockSpan lock_span(const DataNode* dn, std::uint64_t key) const;
-  void lock_window(DataMeta& m, LockSpan span) const;
+  // Locks the span left to right; false (nothing held) if the node is obsolete.
+  bool lock_window(DataMeta& m, LockSpan span) const;
   void unlock_window(DataMeta& m, LockSpan span) const;
   DataMeta& meta_for(std::uint64_t off) const;
   std::unique_ptr<DataMeta> rebuild_meta(std::uint64_t off) const;
-  Location locate(std::uint64_t off, const DataMeta& m, std::uint64_t key, bool use_pa_fp) const;
+  // `p`: the key's prediction if the caller has it (kNoPrediction: computed here).
+  Location locate(std::uint64_t off, const DataMeta& m, std::uint64_t key, bool use_pa_fp,
+                  std::uint32_t p = kNoPrediction) const;
   // ok, already_present, or pool_full; `needs_smo` set when the node is too dense.
-  Code insert_into(std::uint64_t off, DataMeta& m, std::uint64_t key, std::uint64_t payload);
+  Code insert_into(std::uint64_t off, DataMeta& m, std::uint64_t key, std::uint64_t payload,
+                   std::uint32_t p = kNoPrediction);
   void erase_at(std::uint64_t off, DataMeta& m, const Location& loc, std::uint64_t key);
   void bucket_add(DataMeta& m, std::uint32_t group, std::uint64_t key, std::uint64_t rec_off);
   void bucket_remove(DataMeta& m, std::uint32_t group, std::uint64_t rec_off);
   void collect(std::uint64_t off, std::vector<Record>& out) const;  // valid records, unsorted
   double search_cost(const DataMeta& m) const;
-  void forget_meta(std::uint64_t off) const {
-    std::lock_guard<std::mutex> lock(metas_mu_);
-    metas_.erase(off);
-  }
-  // Runs an SMO for the insert of `key` under the exclusive tree lock (re-traversing first).
-  Code smo_exclusive(std::uint64_t key);
+  InnerMeta& inner_meta_for(std::uint64_t off) const;
+  // Runs an SMO for the insert of `key` (re-traversing and locking top-down first).
+  // `contract`: shrink a node below the lower density bound instead (after a delete).
+  Code smo_locked(std::uint64_t key, bool contract);
+  bool too_dense(const DataNode* dn, const DataMeta& m) const;
+  bool too_sparse(const DataNode* dn, const DataMeta& m) const;
+  // Takes every record lock of `m` left to right; false (none held) if the node is obsolete.
+  bool lock_all(DataMeta& m) const;
+  // Retires a replaced node: its blocks and DRAM state are freed once no pinned operation can
+  // hold its address (epochs). A18.
+  void retire_node(std::uint64_t off);
+  // Descends from the deepest node of `path` whose range holds `key` (the whole path is
+  // re-walked from the root if none does); returns the data node.
+  std::uint64_t descend(std::uint64_t key, std::vector<PathStep>& path) const;
 
   // --- building nodes (build.cpp) -------------------------------------------------------------
   // Builds and persists a data node holding `recs` (sorted, inside [lo, hi]); not published.
   std::uint64_t build_data(const std::vector<Record>& recs, std::uint64_t lo, std::uint64_t hi,
                            double stash_ratio, std::uint64_t total_slots, Code* code);
+  static std::uint64_t slots_for(std::uint64_t n) {  // slots holding n+1 keys at density 0.6
+    return static_cast<std::uint64_t>(std::ceil(static_cast<double>(n + 1) / kDensityInit));
+  }
   std::uint64_t max_data_slots() const { return (data_max_ - sizeof(DataNode)) / 16; }
   // Smallest key k in [lo, hi] with route(k) >= slot, or hi+1 (as `none`) if there is none.
   // `base` is the model's base key (the inner node's lo); returns false if no key in [lo, hi]
@@ -233,13 +279,24 @@ class Apex final : public Index {
   // --- SMOs (smo.cpp) -------------------------------------------------------------------------
   // Makes room for an insert into the full data node `off`. Returns ok if an SMO ran (the
   // caller retries from the root), unsupported if none was possible (insert into the stash).
-  Code smo(std::uint64_t off, const std::vector<PathStep>& path, std::uint64_t key);
+  // `parent_exclusive`: the caller holds the parent's lock exclusively, so an inner
+  // expansion may replace it; otherwise smo() returns Code::busy when it wants one.
+  // `parent_replaced`: set when it ran an inner expansion (the data node stays).
+  Code smo(std::uint64_t off, const std::vector<PathStep>& path, std::uint64_t key,
+           bool parent_exclusive, bool* parent_replaced);
   Code expand_data(std::uint64_t off, std::uint64_t parent, std::uint32_t s, std::uint32_t e,
                    std::uint64_t key);
   Code split_sideways(std::uint64_t off, std::uint64_t parent, std::uint32_t s, std::uint32_t e,
                       std::uint32_t m, std::uint64_t key);
   Code split_downward(std::uint64_t off, std::uint64_t parent, std::uint32_t s, std::uint32_t e,
                       std::uint64_t key);
+  // Merges the data node `off` (parent slots [s, e]) with its neighbour `other` (slots
+  // [os, oe], adjacent) into one node over both ranges; both old nodes stay for the caller.
+  Code merge_data(std::uint64_t off, std::uint64_t other, std::uint64_t parent, std::uint32_t s,
+                  std::uint32_t e, std::uint32_t os, std::uint32_t oe, std::uint64_t key);
+  // Under the locks smo_locked took on `off`: merge it with a sparse neighbour, or contract it.
+  Code contract_locked(std::uint64_t off, DataMeta& m, std::uint64_t parent, std::uint32_t slot,
+                       std::uint64_t key);
   enum class InnerExpansion : std::uint8_t { doubling, extend_right, extend_left };
   Code expand_inner(std::uint64_t off, std::uint64_t parent, std::uint32_t s, std::uint32_t e,
                     std::uint64_t key, InnerExpansion how);
@@ -273,15 +330,19 @@ class Apex final : public Index {
   std::uint64_t data_max_ = kDefaultDataMax;
   std::uint64_t inner_max_ = kInnerMaxCap;
   std::uint64_t generation_ = 0;  // G: the pool generation of this session
-  mutable std::shared_mutex tree_mu_;
+  std::uint64_t tag_ = 1;          // L value of DRAM states built in this session: G + 1
+  mutable std::shared_mutex smo_mu_;
+  mutable std::shared_mutex root_mu_;  // the "parent lock" of the root word (root_node)
   mutable std::mutex metas_mu_;
   mutable std::unordered_map<std::uint64_t, std::unique_ptr<DataMeta>> metas_;
+  mutable std::unordered_map<std::uint64_t, std::unique_ptr<InnerMeta>> inner_metas_;
+  mutable sync::EpochManager epochs_;
   Counters counters_;
   RecoveryStats recovery_;
   // Start-now recovery: blocks below recovery_hwm_ that are unlinked before the walk finished
   // are left to finish_recovery (unmarked = free); others are freed normally.
   std::uint64_t recovery_hwm_ = 0;
-  bool walk_pending_ = false;
+  bool walk_pending_ = false;  // written by the walker under smo_mu_ exclusive; read under it
   std::vector<std::pair<std::uint64_t, std::size_t>> deferred_frees_;
   std::thread walker_;
   Status walk_status_;
@@ -295,12 +356,13 @@ class Apex final : public Index {
   };
   bool closed_ = false;
   std::function<void(std::string_view)> smo_hook_;
-  SmoKind current_kind_ = SmoKind::none;
+  std::atomic<SmoKind> current_kind_{SmoKind::none};  // relaxed: for the test hook only
   void step(std::string_view name) {
     static constexpr std::string_view kNames[] = {"none", "expand_data", "split_sideways",
-                                                  "split_downward", "expand_inner"};
+                                                  "split_downward", "expand_inner", "merge"};
     if (smo_hook_) {
-      smo_hook_(std::string(kNames[static_cast<int>(current_kind_)]) + ":" + std::string(name));
+      smo_hook_(std::string(kNames[static_cast<int>(current_kind_.load(std::memory_order_relaxed))]) +
+                ":" + std::string(name));
     }
   }
 };

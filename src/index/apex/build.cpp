@@ -122,8 +122,11 @@ void Apex::free_block(std::uint64_t off, std::size_t bytes) {
 }
 
 void Apex::free_node(std::uint64_t off) {
+  // Only for nodes no other thread can reach (never published, or the index is quiescent).
   if (type_of(off) == NodeType::inner) {
     free_block(off, inner_bytes(inner(off)->fanout));
+    std::lock_guard<std::mutex> lock(metas_mu_);
+    inner_metas_.erase(off);
     return;
   }
   DataNode* dn = data(off);
@@ -133,7 +136,37 @@ void Apex::free_node(std::uint64_t off) {
     b = next;
   }
   free_block(off, dn->bytes);
-  forget_meta(off);
+  std::lock_guard<std::mutex> lock(metas_mu_);
+  metas_.erase(off);
+}
+
+void Apex::retire_node(std::uint64_t off) {
+  // A18. The blocks are listed now (the caller holds smo_mu_, so walk_pending_ is stable and
+  // the node's ext chain no longer changes: the node is unlinked and its locks are obsolete)
+  // and freed, with the node's DRAM state, once every operation pinned before the unlink has
+  // finished. The DRAM state goes first, so a reused offset never finds a stale entry.
+  std::vector<std::pair<std::uint64_t, std::size_t>> blocks;
+  auto add = [&](std::uint64_t o, std::size_t bytes) {
+    if (walk_pending_ && o < recovery_hwm_) return;  // left to finish_recovery (see free_block)
+    blocks.emplace_back(o, bytes);
+  };
+  if (type_of(off) == NodeType::inner) {
+    add(off, inner_bytes(inner(off)->fanout));
+  } else {
+    const DataNode* dn = data(off);
+    for (std::uint64_t b = pm::load_acquire(&dn->ext_head); b != 0;
+         b = pool_->at<ExtStash>(b)->next)
+      add(b, sizeof(ExtStash));
+    add(off, dn->bytes);
+  }
+  epochs_.retire([this, off, blocks = std::move(blocks)] {
+    {
+      std::lock_guard<std::mutex> lock(metas_mu_);
+      metas_.erase(off);
+      inner_metas_.erase(off);
+    }
+    for (const auto& [o, bytes] : blocks) pool_->allocator().deallocate(o, bytes);
+  });
 }
 
 }  // namespace pmindex::apex

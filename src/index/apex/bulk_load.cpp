@@ -65,7 +65,8 @@ Status Apex::bulk_load(std::span<const KeyValue> sorted, double fill) {
     std::memcpy(&v, kv.value.data(), 8);
     recs.push_back({k, v});
   }
-  std::unique_lock<std::shared_mutex> tree(tree_mu_);
+  std::unique_lock<std::shared_mutex> global(smo_mu_);
+  const auto guard = epochs_.pin();
   if (stats_unlocked_records() != 0)
     return Status(Code::invalid_argument, "bulk_load needs an empty apex index");
   Code code = Code::ok;
@@ -229,12 +230,23 @@ std::uint64_t Apex::bulk_build(std::span<const Record> recs, std::uint64_t lo, s
 }
 
 void Apex::free_tree(std::uint64_t off) {
+  // The old tree is unlinked; concurrent readers may still be in it: retire (epochs).
   if (type_of(off) == NodeType::inner) {
     const InnerNode* in = inner(off);
     for (std::uint32_t i = 0; i < in->fanout; ++i)
       if (i == 0 || in->children()[i] != in->children()[i - 1]) free_tree(in->children()[i]);
+    InnerMeta& im = inner_meta_for(off);
+    std::lock_guard<std::shared_mutex> lock(im.mu);
+    im.obsolete = true;
+  } else {
+    DataMeta& m = meta_for(off);
+    std::lock_guard<std::mutex> node_smo(m.smo_mu);
+    if (lock_all(m)) {
+      m.retired = true;
+      for (std::uint32_t i = 0; i < m.num_locks; ++i) m.locks[i].writeUnlockObsolete();
+    }
   }
-  free_node(off);
+  retire_node(off);
 }
 
 std::uint64_t Apex::stats_unlocked_records() const {

@@ -19,14 +19,41 @@ DataMeta::~DataMeta() {
 }
 
 DataMeta& Apex::meta_for(std::uint64_t off) const {
-  // Held while a missing state is rebuilt: a node nobody has a DataMeta for cannot be written
-  // (writers need its lock), so the rebuild reads a quiescent node.
+  DataNode* dn = data(off);
+  // acquire: pairs with the release store of L below, so `dram` (stored before it) is visible.
+  const std::uint64_t tv = pm::load_acquire(&dn->type_version);
+  if ((tv >> kVersionShift) == tag_)
+    return *reinterpret_cast<DataMeta*>(pm::load_acquire(&dn->dram));
+  // First access in this session (L != tag). Built under metas_mu_: a node nobody has a
+  // DataMeta for cannot be written (writers need its locks), so the rebuild reads a quiescent
+  // node; a second thread waits here and then finds the state.
   std::lock_guard<std::mutex> lock(metas_mu_);
-  auto it = metas_.find(off);
-  if (it != metas_.end()) return *it->second;
+  if ((pm::load_acquire(&dn->type_version) >> kVersionShift) == tag_)
+    return *reinterpret_cast<DataMeta*>(pm::load_acquire(&dn->dram));
   auto m = rebuild_meta(off);
   DataMeta& ref = *m;
-  metas_.emplace(off, std::move(m));
+  metas_[off] = std::move(m);
+  // R4: `dram` first, then L := tag (release; never flushed: a stale L means "rebuild").
+  pm::publish(&dn->dram, reinterpret_cast<std::uint64_t>(&ref));
+  pm::publish(&dn->type_version,
+              static_cast<std::uint64_t>(NodeType::data) | (tag_ << kVersionShift));
+  return ref;
+}
+
+InnerMeta& Apex::inner_meta_for(std::uint64_t off) const {
+  InnerNode* in = inner(off);
+  const std::uint64_t tv = pm::load_acquire(&in->type_version);
+  if ((tv >> kVersionShift) == tag_)
+    return *reinterpret_cast<InnerMeta*>(pm::load_acquire(&in->dram));
+  std::lock_guard<std::mutex> lock(metas_mu_);
+  if ((pm::load_acquire(&in->type_version) >> kVersionShift) == tag_)
+    return *reinterpret_cast<InnerMeta*>(pm::load_acquire(&in->dram));
+  auto m = std::make_unique<InnerMeta>();
+  InnerMeta& ref = *m;
+  inner_metas_[off] = std::move(m);
+  pm::publish(&in->dram, reinterpret_cast<std::uint64_t>(&ref));
+  pm::publish(&in->type_version,
+              static_cast<std::uint64_t>(NodeType::inner) | (tag_ << kVersionShift));
   return ref;
 }
 
@@ -38,7 +65,6 @@ std::unique_ptr<DataMeta> Apex::rebuild_meta(std::uint64_t off) const {
   auto m = std::make_unique<DataMeta>();
   const std::uint64_t inv = dn->invalid_key;
   m->num_locks = (dn->pa_slots + 255) / 256;
-  m->locks = std::make_unique<sync::OptimisticLock[]>(m->num_locks);
   m->accel.assign(dn->pa_slots / kGroup, Accelerator{});
   for (std::uint32_t i = 0; i < dn->pa_slots; ++i) {
     Accelerator& a = m->accel[i / kGroup];
@@ -74,10 +100,6 @@ std::unique_ptr<DataMeta> Apex::rebuild_meta(std::uint64_t off) const {
     m->ext.push_back(info);
   }
   m->created_cost = search_cost(*m);
-  // L := G. Only a hint for readers of the image (the DRAM map is the authority in this
-  // session); never flushed, a stale L merely means "rebuild".
-  pm::publish(&dn->type_version,
-              static_cast<std::uint64_t>(NodeType::data) | (generation_ << kVersionShift));
   return m;
 }
 
@@ -93,17 +115,24 @@ double Apex::search_cost(const DataMeta& m) const {
 Apex::LockSpan Apex::lock_span(const DataNode* dn, std::uint64_t key) const {
   const std::uint32_t p = predict(dn, key);
   const std::uint32_t end = std::min(p + kProbeDistance, dn->pa_slots) - 1;
-  return {p / 256, end / 256};
+  return {p / 256, end / 256, p};
 }
 
-void Apex::lock_window(DataMeta& m, LockSpan span) const {
+bool Apex::lock_window(DataMeta& m, LockSpan span) const {
   for (std::uint32_t i = span.first; i <= span.last; ++i) {  // left to right: no deadlock
-    bool restart = true;
-    while (restart) {
-      restart = false;
-      m.locks[i].writeLockOrRestart(restart);
+    bool obsolete = false;
+    m.locks[i].writeLockOrRestart(obsolete);  // waits while locked; fails only if obsolete
+    if (obsolete) {
+      // An SMO replaced the node: release what we hold; the caller restarts from the root.
+      for (std::uint32_t j = i; j-- > span.first;) m.locks[j].writeUnlock();
+      return false;
     }
   }
+  return true;
+}
+
+bool Apex::lock_all(DataMeta& m) const {
+  return lock_window(m, {0, m.num_locks - 1});
 }
 
 void Apex::unlock_window(DataMeta& m, LockSpan span) const {
@@ -149,9 +178,9 @@ void Apex::bucket_remove(DataMeta& m, std::uint32_t group, std::uint64_t rec_off
 // chain of p's group. Inserts, updates and deletes filter PA slots through the fingerprints and
 // free bits first (use_pa_fp); lookups read PA directly (§4.2).
 Apex::Location Apex::locate(std::uint64_t off, const DataMeta& m, std::uint64_t key,
-                            bool use_pa_fp) const {
+                            bool use_pa_fp, std::uint32_t p) const {
   DataNode* dn = data(off);
-  const std::uint32_t p = predict(dn, key);
+  if (p == kNoPrediction) p = predict(dn, key);
   const std::uint32_t end = std::min(p + kProbeDistance, dn->pa_slots);
   const std::uint8_t fp = fingerprint(key);
   for (std::uint32_t i = p; i < end; ++i) {
@@ -180,9 +209,10 @@ Apex::Location Apex::locate(std::uint64_t off, const DataMeta& m, std::uint64_t 
   return {};
 }
 
-Code Apex::insert_into(std::uint64_t off, DataMeta& m, std::uint64_t key, std::uint64_t payload) {
+Code Apex::insert_into(std::uint64_t off, DataMeta& m, std::uint64_t key, std::uint64_t payload,
+                       std::uint32_t p) {
   DataNode* dn = data(off);
-  const std::uint32_t p = predict(dn, key);
+  if (p == kNoPrediction) p = predict(dn, key);
   const std::uint32_t end = std::min(p + kProbeDistance, dn->pa_slots);
   // Release stores (pm::publish): optimistic readers load these words concurrently.
   auto write = [&](Record* r) {

@@ -15,7 +15,9 @@
 
 namespace pmindex::apex {
 
-inline constexpr std::uint64_t kRootMagic = 0x3158455041584d50ull;  // "PMXAPEX1"
+// "PMXAPEX2": format 2 (data node `dram` word in line 0, SmoKind::merge). Format-1 pools
+// (session 1) are refused as not APEX pools rather than misread.
+inline constexpr std::uint64_t kRootMagic = 0x3258455041584d50ull;
 inline constexpr std::size_t kMaxLogs = 64;
 // Recovery and verify refuse deeper trees (a cycle); real trees stay far shallower.
 inline constexpr std::uint32_t kMaxDepth = 2048;       // per-thread SMO log lines
@@ -42,7 +44,8 @@ inline constexpr double kStashCoefficient = 1.5;
 // the rest of the line is persisted too (x86 keeps stores to one line in order).
 enum class SmoStage : std::uint8_t { none = 0, undo = 1, redo = 2 };
 enum class SmoKind : std::uint8_t {
-  none = 0, expand_data = 1, split_sideways = 2, split_downward = 3, expand_inner = 4
+  none = 0, expand_data = 1, split_sideways = 2, split_downward = 3, expand_inner = 4,
+  merge = 5  // two sparse neighbouring data nodes -> one over slots [slot_begin, slot_end]
 };
 struct SmoLog {
   std::uint64_t stage_kind;
@@ -88,8 +91,11 @@ static_assert(sizeof(Root) == 128);
 static_assert(offsetof(Root, root_node) == 8 && offsetof(Root, logs) == 40);
 static_assert(std::is_standard_layout_v<Root> && std::is_trivially_copyable_v<Root>);
 
-// Common node header words. type_version: bits 0-7 NodeType | bits 8-63 local version L (the
-// pool generation at which this node's DRAM state was last rebuilt; only a hint, never flushed).
+// Common node header words. type_version: bits 0-7 NodeType | bits 8-63 local version L: the
+// session tag (pool generation G + 1, so a freshly built node's L = 0 never matches) of the
+// session that built this node's DRAM state, whose address is in the header's `dram` word.
+// Both words are written with release stores under the index's meta mutex, `dram` first, and
+// never flushed: after a restart G has moved on, so L != tag and the state is rebuilt.
 enum class NodeType : std::uint8_t { inner = 1, data = 2 };
 inline constexpr std::uint64_t kTypeMask = 0xff;
 inline constexpr unsigned kVersionShift = 8;
@@ -97,7 +103,10 @@ inline constexpr unsigned kVersionShift = 8;
 // Inner node: 64 B header + fanout child offsets (8 B each). Up to inner_max bytes.
 //   [ 0, 8) type_version       [ 8,16) slope (double)   [16,24) intercept (double)
 //   [24,32) lo (ordered key)   [32,40) hi (inclusive)
-//   [40,44) fanout (power of 2) [44,48) reserved        [48,64) reserved
+//   [40,44) fanout (power of 2) [44,48) reserved
+//   [48,56) dram: address of this node's DRAM state (InnerMeta), meaningful only when the
+//           header's L equals the session tag (never flushed; stale after a restart)
+//   [56,64) reserved
 //   [64, 64+8*fanout) child[i]: offset of an inner or data node; a child covering several
 //                     slots appears in consecutive slots
 // Routing: slot = clamp(floor(slope * x + intercept), 0, fanout-1) with x = model input
@@ -111,12 +120,14 @@ struct InnerNode {
   std::uint64_t hi;
   std::uint32_t fanout;
   std::uint32_t reserved0;
-  std::uint64_t reserved[2];
+  std::uint64_t dram;
+  std::uint64_t reserved;
   std::uint64_t* children() { return reinterpret_cast<std::uint64_t*>(this + 1); }
   const std::uint64_t* children() const { return reinterpret_cast<const std::uint64_t*>(this + 1); }
 };
 static_assert(sizeof(InnerNode) == 64);
-static_assert(offsetof(InnerNode, lo) == 24 && offsetof(InnerNode, fanout) == 40);
+static_assert(offsetof(InnerNode, lo) == 24 && offsetof(InnerNode, fanout) == 40 &&
+              offsetof(InnerNode, dram) == 48);
 static_assert(std::is_standard_layout_v<InnerNode> && std::is_trivially_copyable_v<InnerNode>);
 inline std::size_t inner_bytes(std::uint32_t fanout) { return sizeof(InnerNode) + 8ull * fanout; }
 
@@ -134,9 +145,12 @@ static_assert(std::is_standard_layout_v<Record> && std::is_trivially_copyable_v<
 //          [24,32) lo               [32,40) hi (inclusive; lo <= hi, never [0, 2^64-1])
 //          [40,44) pa_slots (multiple of 16)        [44,48) sa_slots
 //          [48,56) ext_head: offset of the first extended stash block, 0 if none
-//          [56,64) bytes: size requested from the allocator
+//          [56,64) dram: address of this node's DRAM state (DataMeta), meaningful only when
+//                  the header's L equals the session tag (never flushed; stale after restart).
+//                  In line 0 with the model: a lookup touches one header line.
 //   line 1 [64,72) invalid_key: hi + 1, or lo - 1 when hi == 2^64-1 (outside [lo, hi])
-//          [72,128) reserved
+//          [72,80) bytes: size requested from the allocator
+//          [80,128) reserved
 //   [128, 128+16*pa_slots) PA   [.., +16*sa_slots) SA
 struct DataNode {
   std::uint64_t type_version;
@@ -147,16 +161,18 @@ struct DataNode {
   std::uint32_t pa_slots;
   std::uint32_t sa_slots;
   std::uint64_t ext_head;
-  std::uint64_t bytes;
+  std::uint64_t dram;
   std::uint64_t invalid_key;
-  std::uint64_t reserved[7];
+  std::uint64_t bytes;
+  std::uint64_t reserved[6];
   Record* pa() { return reinterpret_cast<Record*>(this + 1); }
   const Record* pa() const { return reinterpret_cast<const Record*>(this + 1); }
   Record* sa() { return pa() + pa_slots; }
   const Record* sa() const { return pa() + pa_slots; }
 };
 static_assert(sizeof(DataNode) == 128);
-static_assert(offsetof(DataNode, pa_slots) == 40 && offsetof(DataNode, invalid_key) == 64);
+static_assert(offsetof(DataNode, pa_slots) == 40 && offsetof(DataNode, dram) == 56 &&
+              offsetof(DataNode, invalid_key) == 64 && offsetof(DataNode, bytes) == 72);
 static_assert(std::is_standard_layout_v<DataNode> && std::is_trivially_copyable_v<DataNode>);
 inline std::size_t data_bytes(std::uint32_t pa, std::uint32_t sa) {
   return sizeof(DataNode) + 16ull * (pa + sa);

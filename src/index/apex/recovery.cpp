@@ -40,6 +40,7 @@ Result<std::unique_ptr<Index>> Apex::create(std::unique_ptr<pm::Pool> pool, cons
                        "apex node_size (maximum data node size) must be in [1 KiB, 256 KiB]");
   std::unique_ptr<Apex> idx(new Apex(std::move(pool)));
   idx->generation_ = idx->pool_->generation();
+  idx->tag_ = idx->generation_ + 1;
   const std::uint64_t inner_max = std::min<std::uint64_t>(kInnerMaxCap, 64 * data_max);
   if (Status s = idx->init_empty(data_max, inner_max, o.key_type); !s.ok()) return s;
   idx->recovery_.created = true;
@@ -108,6 +109,7 @@ Result<std::unique_ptr<Index>> Apex::recover(std::unique_ptr<pm::Pool> pool, con
     if (Status s = p.allocator().finish_recovery(); !s.ok()) return s;
     p.commit_open();
     idx->generation_ = p.generation();
+    idx->tag_ = idx->generation_ + 1;
     const std::uint64_t data_max = data_max_of(o);
     if (Status s = idx->init_empty(data_max, std::min<std::uint64_t>(kInnerMaxCap, 64 * data_max),
                                    o.key_type);
@@ -146,7 +148,7 @@ Result<std::unique_ptr<Index>> Apex::recover(std::unique_ptr<pm::Pool> pool, con
                         (k != SmoKind::split_sideways ||
                          (p.checked<DataNode>(l.new_b, 64, 64) != nullptr &&
                           l.slot_mid > l.slot_begin && l.slot_mid <= l.slot_end));
-    if (k == SmoKind::none || static_cast<int>(k) > static_cast<int>(SmoKind::expand_inner) ||
+    if (k == SmoKind::none || static_cast<int>(k) > static_cast<int>(SmoKind::merge) ||
         !parent_ok || !new_ok)
       return p.error(Code::corrupted, "apex SMO log line " + std::to_string(i) + " is invalid");
   }
@@ -155,6 +157,7 @@ Result<std::unique_ptr<Index>> Apex::recover(std::unique_ptr<pm::Pool> pool, con
   p.allocator().begin_recovery(/*start_now=*/true);
   p.commit_open();
   idx->generation_ = p.generation();
+  idx->tag_ = idx->generation_ + 1;
   idx->walk_pending_ = true;
   // R3: finish in-flight SMOs.
   for (std::size_t i = 0; i < kMaxLogs; ++i) {
@@ -179,7 +182,7 @@ Result<std::unique_ptr<Index>> Apex::recover(std::unique_ptr<pm::Pool> pool, con
 
 void Apex::start_recovery_walk() {
   walker_ = std::thread([this] {
-    std::unique_lock<std::shared_mutex> tree(tree_mu_);
+    std::unique_lock<std::shared_mutex> global(smo_mu_);
     pm::Allocator& al = pool_->allocator();
     Status s = Status::Ok();
     const std::uint64_t root_off = pool_->root();
@@ -235,7 +238,7 @@ Status Apex::walk_and_mark(std::uint64_t off, std::uint32_t depth) {
     return p.error(Code::corrupted, "apex data node at " + std::to_string(off) + " is invalid");
   if (!mark(off, dn->bytes)) return al.finish_recovery();
   std::uint64_t limit = p.size() / sizeof(ExtStash);
-  for (std::uint64_t b = dn->ext_head; b != 0; b = p.at<ExtStash>(b)->next) {
+  for (std::uint64_t b = pm::load_acquire(&dn->ext_head); b != 0; b = p.at<ExtStash>(b)->next) {
     if (limit-- == 0 || p.checked<ExtStash>(b, sizeof(ExtStash), 256) == nullptr)
       return p.error(Code::corrupted, "apex extended stash chain is invalid");
     if (!mark(b, sizeof(ExtStash))) return al.finish_recovery();

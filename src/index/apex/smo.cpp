@@ -1,9 +1,10 @@
 // Structural modification operations with hybrid logging (paper §4.4): data node expansion,
-// sideways split, downward split, inner node expansion. Each SMO:
+// sideways split, downward split, inner node expansion, and after deletes merge and
+// contraction. Each SMO:
 //   UNDO stage: log line written, new node(s) built and persisted (not reachable yet)
 //   REDO stage: parent slots switched to the new node(s) (idempotent, redone at recovery)
-//   none:       log cleared, old node freed
-// Steps A12..A19 in PROTOCOL.md.
+//   none:       log cleared, old node(s) retired (freed through epochs)
+// Steps A12..A18 in PROTOCOL.md; the locks the caller (smo_locked) holds: "Concurrency" there.
 #include <algorithm>
 #include <cmath>
 
@@ -13,21 +14,17 @@
 namespace pmindex::apex {
 
 namespace {
-std::uint64_t slots_for(std::uint64_t n) {
-  return static_cast<std::uint64_t>(std::ceil(static_cast<double>(n + 1) / kDensityInit));
-}
 bool by_key(const Record& a, const Record& b) { return a.key < b.key; }
 }  // namespace
 
 SmoLog* Apex::my_log() const {
-  // One line per thread slot. SMOs hold the tree lock exclusively today, so at most one is in
-  // flight; with concurrent SMOs each thread keeps its own line.
+  // One line per thread slot: concurrent SMOs of different threads use different lines.
   return pool_->at<SmoLog>(root_->logs) + (pm::this_thread_slot() % kMaxLogs);
 }
 
 void Apex::log_begin(SmoLog* log, SmoKind kind, std::uint64_t old_node, std::uint64_t parent,
                      std::uint64_t key, std::uint32_t s, std::uint32_t e, std::uint32_t m) {
-  current_kind_ = kind;
+  current_kind_.store(kind, std::memory_order_relaxed);
   SmoLog init{0, old_node, 0, 0, parent, key, s, e, m, 0};
   pm::copy(&log->old_node, &init.old_node, sizeof(SmoLog) - 8);   // A12: log fields ...
   pm::publish(&log->stage_kind, stage_word(SmoStage::undo, kind)); // ... stage UNDO last
@@ -56,13 +53,17 @@ void Apex::slot_range(std::uint64_t parent, std::uint64_t child, std::uint32_t s
   const InnerNode* in = inner(parent);
   const std::uint64_t* ch = in->children();
   std::uint32_t a = slot, b = slot;
-  while (a > 0 && ch[a - 1] == child) --a;
-  while (b + 1 < in->fanout && ch[b + 1] == child) ++b;
+  // acquire: SMOs of sibling children publish their own slots concurrently (shared parent
+  // lock); a sibling's slot never holds `child`, whichever value we read.
+  while (a > 0 && pm::load_acquire(&ch[a - 1]) == child) --a;
+  while (b + 1 < in->fanout && pm::load_acquire(&ch[b + 1]) == child) ++b;
   *s = a;
   *e = b;
 }
 
-Code Apex::smo(std::uint64_t off, const std::vector<PathStep>& path, std::uint64_t key) {
+Code Apex::smo(std::uint64_t off, const std::vector<PathStep>& path, std::uint64_t key,
+               bool parent_exclusive, bool* parent_replaced) {
+  *parent_replaced = false;
   DataMeta& m = meta_for(off);
   const std::uint64_t parent = path.back().inner;
   std::uint32_t s = 0, e = 0;
@@ -132,15 +133,26 @@ Code Apex::smo(std::uint64_t off, const std::vector<PathStep>& path, std::uint64
       return predict_slot(mm, x_of(recs.front().key, p->lo), fanout) !=
              predict_slot(mm, x_of(recs.back().key, p->lo), fanout);
     };
-    if (std::isfinite(scaled.slope) && std::isfinite(scaled.intercept) && separates(scaled))
+    // Replacing the parent needs its lock exclusively: ask the caller to retry so.
+    if (std::isfinite(scaled.slope) && std::isfinite(scaled.intercept) && separates(scaled)) {
+      if (!parent_exclusive) return Code::busy;
+      *parent_replaced = true;
       return expand_inner(parent, grand, gs, ge, key, InnerExpansion::doubling);
-    if (last_child && separates(pm_model))
+    }
+    if (last_child && separates(pm_model)) {
+      if (!parent_exclusive) return Code::busy;
+      *parent_replaced = true;
       return expand_inner(parent, grand, gs, ge, key, InnerExpansion::extend_right);
+    }
     const LinearModel shifted{pm_model.slope,
                               pm_model.intercept + static_cast<double>(f - p->fanout)};
     if (s == 0 && std::isfinite(shifted.intercept) && separates(shifted)) {
+      if (!parent_exclusive) return Code::busy;
       const Code c = expand_inner(parent, grand, gs, ge, key, InnerExpansion::extend_left);
-      if (c != Code::unsupported) return c;
+      if (c != Code::unsupported) {
+        *parent_replaced = c == Code::ok;
+        return c;
+      }
     }
   }
   if (Code c = split_downward(off, parent, s, e, key); c != Code::unsupported) return c;
@@ -175,9 +187,96 @@ Code Apex::expand_data(std::uint64_t off, std::uint64_t parent, std::uint32_t s,
   step("switched");
   log_stage(log, SmoStage::none, SmoKind::none);                         // A17
   step("done");
-  free_node(off);                                                        // A18
-  ++counters_.expansions;
+  // A18: the caller retires the old node (smo_locked) once its locks are obsolete.
+  if (data(fresh)->bytes >= old->bytes) {
+    counters_.expansions.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    counters_.contractions.fetch_add(1, std::memory_order_relaxed);
+  }
   return Code::ok;
+}
+
+Code Apex::contract_locked(std::uint64_t off, DataMeta& m, std::uint64_t parent,
+                           std::uint32_t slot, std::uint64_t key) {
+  // Held: the parent's lock (shared), m.smo_mu and every record lock of `off`. Returns ok when
+  // `off` was replaced (the caller releases its locks obsolete and retires it), unsupported
+  // when nothing was done.
+  const DataNode* dn = data(off);
+  const InnerNode* p = inner(parent);
+  std::uint32_t s = 0, e = 0;
+  slot_range(parent, off, slot, &s, &e);
+  const std::uint64_t n = m.keys();
+  // 1. Merge with a neighbour in the same parent: the right one (lock order: left to right),
+  //    else the left one if its SMO lock is free right now (try_lock: we hold the right one).
+  for (const bool right : {true, false}) {
+    if (right ? e + 1 >= p->fanout : s == 0) continue;
+    const std::uint64_t other = pm::load_acquire(&p->children()[right ? e + 1 : s - 1]);
+    if (type_of(other) != NodeType::data) continue;
+    const DataNode* on = data(other);
+    if ((right ? dn->lo : on->lo) == 0 && (right ? on->hi : dn->hi) == ~std::uint64_t{0})
+      continue;  // the smallest and largest keys must stay in different nodes (invariant 2)
+    DataMeta& om = meta_for(other);
+    std::unique_lock<std::mutex> other_smo(om.smo_mu, std::defer_lock);
+    if (right) other_smo.lock(); else if (!other_smo.try_lock()) continue;
+    if (om.retired || !lock_all(om)) continue;
+    const std::uint64_t total = n + om.keys();
+    if (2 * slots_for(total) > max_data_slots()) {  // merged node would not sit well below max
+      unlock_window(om, {0, om.num_locks - 1});
+      continue;
+    }
+    std::uint32_t os = 0, oe = 0;
+    slot_range(parent, other, right ? e + 1 : s - 1, &os, &oe);
+    const Code c = merge_data(off, other, parent, s, e, os, oe, key);
+    if (c != Code::ok) {
+      unlock_window(om, {0, om.num_locks - 1});
+      return c;
+    }
+    om.retired = true;
+    for (std::uint32_t i = 0; i < om.num_locks; ++i) om.locks[i].writeUnlockObsolete();
+    other_smo.unlock();
+    retire_node(other);  // A18
+    return Code::ok;
+  }
+  // 2. Contract: rebuild at density 0.6 if that at least halves the node.
+  const std::uint64_t capacity = std::uint64_t{dn->pa_slots} + dn->sa_slots;
+  if (2 * std::max<std::uint64_t>(slots_for(n), 2 * kGroup) <= capacity)
+    return expand_data(off, parent, s, e, key);
+  // 3. Neither: retry only after another quarter of the keys is gone.
+  m.contract_below.store(n - n / 4, std::memory_order_relaxed);
+  return Code::unsupported;
+}
+
+Code Apex::merge_data(std::uint64_t off, std::uint64_t other, std::uint64_t parent,
+                      std::uint32_t s, std::uint32_t e, std::uint32_t os, std::uint32_t oe,
+                      std::uint64_t key) {
+  const DataNode* a = data(off);
+  const DataNode* b = data(other);
+  const std::uint64_t lo = std::min(a->lo, b->lo), hi = std::max(a->hi, b->hi);
+  const std::uint32_t first = std::min(s, os), last = std::max(e, oe);
+  std::vector<Record> recs;
+  collect(off, recs);
+  collect(other, recs);
+  std::sort(recs.begin(), recs.end(), by_key);
+  SmoLog* log = my_log();
+  log_begin(log, SmoKind::merge, off, parent, key, first, last, 0);      // A12
+  step("undo");
+  Code code = Code::ok;
+  const std::uint64_t fresh = build_data(recs, lo, hi, kStashMin, slots_for(recs.size()), &code);
+  if (fresh == 0) {
+    log_stage(log, SmoStage::none, SmoKind::none);
+    return code;
+  }
+  pm::publish(&log->new_a, fresh);                                       // A14
+  pm::persist(&log->new_a, 8);
+  step("built");
+  log_stage(log, SmoStage::redo, SmoKind::merge);                        // A15
+  step("redo");
+  switch_children(parent, first, last, fresh);                           // A16
+  step("switched");
+  log_stage(log, SmoStage::none, SmoKind::none);                         // A17
+  step("done");
+  counters_.merges.fetch_add(1, std::memory_order_relaxed);
+  return Code::ok;  // A18: the caller retires both old nodes
 }
 
 Code Apex::split_sideways(std::uint64_t off, std::uint64_t parent, std::uint32_t s,
@@ -220,8 +319,8 @@ Code Apex::split_sideways(std::uint64_t off, std::uint64_t parent, std::uint32_t
   step("switched");
   log_stage(log, SmoStage::none, SmoKind::none);                         // A17
   step("done");
-  free_node(off);                                                        // A18
-  ++counters_.sideways;
+  // A18: the caller retires the old node (smo_locked) once its locks are obsolete.
+  counters_.sideways.fetch_add(1, std::memory_order_relaxed);
   return Code::ok;
 }
 
@@ -307,8 +406,8 @@ Code Apex::split_downward(std::uint64_t off, std::uint64_t parent, std::uint32_t
   step("switched");
   log_stage(log, SmoStage::none, SmoKind::none);                         // A17
   step("done");
-  free_node(off);                                                        // A18
-  ++counters_.downward;
+  // A18: the caller retires the old node (smo_locked) once its locks are obsolete.
+  counters_.downward.fetch_add(1, std::memory_order_relaxed);
   return Code::ok;
 }
 
@@ -385,8 +484,8 @@ Code Apex::expand_inner(std::uint64_t off, std::uint64_t parent, std::uint32_t s
   step("switched");
   log_stage(log, SmoStage::none, SmoKind::none);                         // A17
   step("done");
-  free_block(off, inner_bytes(old->fanout));                             // A18
-  ++counters_.inner_expansions;
+  retire_node(off);                                                      // A18 (epochs)
+  counters_.inner_expansions.fetch_add(1, std::memory_order_relaxed);
   return Code::ok;
 }
 

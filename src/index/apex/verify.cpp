@@ -8,7 +8,7 @@
 namespace pmindex::apex {
 
 Status Apex::verify() const {
-  std::unique_lock<std::shared_mutex> tree(tree_mu_);
+  std::unique_lock<std::shared_mutex> global(smo_mu_);
   if (!walk_status_.ok()) return walk_status_;
   const SmoLog* logs = pool_->at<SmoLog>(root_->logs);
   for (std::size_t i = 0; i < kMaxLogs; ++i)
@@ -123,8 +123,10 @@ Status Apex::verify_data(std::uint64_t off, std::uint64_t* records) const {
   *records += keys.size();
 
   // DRAM state, if this generation built it.
+  std::unique_lock<std::mutex> metas(metas_mu_);
   auto it = metas_.find(off);
   if (it == metas_.end()) return Status::Ok();
+  metas.unlock();
   const DataMeta& m = *it->second;
   if (m.keys() != keys.size() || m.stashed() != stash.size())
     return fail("DRAM key/stash counts disagree with PM");
@@ -200,7 +202,7 @@ void Apex::stats_node(std::uint64_t off, std::uint32_t depth, Stats* s) const {
 }
 
 Apex::Stats Apex::stats() const {
-  std::unique_lock<std::shared_mutex> tree(tree_mu_);
+  std::unique_lock<std::shared_mutex> global(smo_mu_);
   Stats s;
   stats_node(root_->root_node, 0, &s);
   if (s.data_nodes > 0) {
@@ -209,10 +211,12 @@ Apex::Stats Apex::stats() const {
   }
   if (s.records > 0)
     s.overflow_ratio = static_cast<double>(s.stash_records) / static_cast<double>(s.records);
-  s.expansions = counters_.expansions;
-  s.sideways_splits = counters_.sideways;
-  s.downward_splits = counters_.downward;
-  s.inner_expansions = counters_.inner_expansions;
+  s.expansions = counters_.expansions.load(std::memory_order_relaxed);
+  s.sideways_splits = counters_.sideways.load(std::memory_order_relaxed);
+  s.downward_splits = counters_.downward.load(std::memory_order_relaxed);
+  s.inner_expansions = counters_.inner_expansions.load(std::memory_order_relaxed);
+  s.contractions = counters_.contractions.load(std::memory_order_relaxed);
+  s.merges = counters_.merges.load(std::memory_order_relaxed);
   return s;
 }
 

@@ -10,8 +10,6 @@
 #include <iostream>
 
 #include "pmindex/crash/index_driver.h"
-#include "pmindex/crash/kill_harness.h"
-#include "support/temp_dir.h"
 
 namespace pmindex::crash {
 namespace {
@@ -62,20 +60,6 @@ TEST(CrashApex, DriverCatchesLostRecords) {
   opt.images_budget = 100;
   const ExploreReport r = run_index_crash(cfg, opt);
   ASSERT_FALSE(r.ok());
-}
-
-TEST(KillApex, Adr) {
-  pmindex::testing::TempDir dir;
-  KillConfig cfg = KillConfig::from_env(30);
-  cfg.options.kind = "apex";
-  cfg.options.node_size = 1024;
-  cfg.options.path = dir.file("kill.pool");
-  cfg.options.pool_size = 4 << 20;
-  cfg.key_space = 2000;  // enough records for SMOs between kills
-  const KillReport r = run_kill_cycles(cfg);
-  std::cout << "apex kill seed " << cfg.seed << ": " << r.to_string() << "\n";
-  EXPECT_TRUE(r.ok()) << r.to_string();
-  EXPECT_EQ(r.cycles, cfg.cycles);
 }
 
 }  // namespace

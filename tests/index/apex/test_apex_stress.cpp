@@ -10,6 +10,7 @@
 #include <random>
 #include <thread>
 
+#include "index/apex/apex.h"
 #include "pmindex/index.h"
 
 namespace pmindex {
@@ -96,6 +97,38 @@ TEST_P(ApexStress, TwoThreadsAgainstOracles) {
       ASSERT_EQ(got, v);
     }
   }
+  // Phase 2: both threads delete all their keys (merges and contractions race with each
+  // other and with the other thread's lookups and scans).
+  auto drain = [&](int t) {
+    auto scope = idx->attach_thread();
+    std::string v;
+    ScanBuffer buf;
+    std::size_t i = 0;
+    for (const auto& [k, _] : oracle[t]) {
+      if (idx->remove(k) != Code::ok) failed.store(true, std::memory_order_relaxed);
+      if (idx->find(k, &v) != Code::not_found) failed.store(true, std::memory_order_relaxed);
+      if (++i % 8 == 0) {
+        const std::size_t n = idx->scan(k, 10, buf);
+        for (std::size_t j = 1; j < n; ++j)
+          if (!(buf.key(j - 1) < buf.key(j))) failed.store(true, std::memory_order_relaxed);
+      }
+    }
+  };
+  std::thread c(drain, 0), d(drain, 1);
+  c.join();
+  d.join();
+  ASSERT_FALSE(failed.load());
+  const Status s2 = idx->verify();
+  ASSERT_TRUE(s2.ok()) << s2.to_string();
+  ScanBuffer buf;
+  EXPECT_EQ(idx->scan(encode_u64(0), 10, buf), 0u);
+  const apex::Apex::Stats st = dynamic_cast<apex::Apex&>(*idx).stats();
+  std::cout << "[ info     ] SMOs: " << st.expansions << " expansions, " << st.sideways_splits
+            << " sideways, " << st.downward_splits << " downward, " << st.inner_expansions
+            << " inner expansions, " << st.merges << " merges, " << st.contractions
+            << " contractions\n";
+  EXPECT_GT(st.expansions + st.sideways_splits + st.downward_splits, 0u);
+  EXPECT_GT(st.merges + st.contractions, 0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(NodeSizes, ApexStress, ::testing::Values(2048u, 16384u));
