@@ -80,7 +80,7 @@ Code NBTree::encode_value(std::string_view value, std::uint64_t* word) {
   if (value.size() > max_value_) return Code::value_too_large;
   Code code = Code::ok;
   const std::size_t bytes = sizeof(ValueRecord) + value.size();
-  const std::uint64_t off = pool_->allocator().allocate(bytes, &code);
+  const std::uint64_t off = pm_allocate(bytes, &code);
   if (off == 0) return code;
   auto* rec = pool_->at<ValueRecord>(off);
   pm::store(rec, ValueRecord{static_cast<std::uint32_t>(value.size()), 0});  // V2
@@ -104,7 +104,7 @@ void NBTree::free_value(std::uint64_t word) {
   const std::uint64_t p = payload_of(word);
   if ((p & kOutOfLine) == 0) return;
   const std::uint64_t off = p & ~kOutOfLine;
-  pool_->allocator().deallocate(off, sizeof(ValueRecord) + pool_->at<ValueRecord>(off)->length);
+  pm_free(off, sizeof(ValueRecord) + pool_->at<ValueRecord>(off)->length);
 }
 
 // V4: a replaced record is freed once no pinned reader can still dereference it.
@@ -176,9 +176,16 @@ int NBTree::find_slot(const Leaf* leaf, std::uint64_t key, std::uint64_t bitmap)
   while (bits != 0) {
     const int i = __builtin_ctzll(bits);
     bits &= bits - 1;
-    if (leaf->fps[i].load(std::memory_order_relaxed) == fp &&
-        pm::load_acquire(&e[i].key) == key) {
-      return i;
+    if (leaf->fps[i].load(std::memory_order_relaxed) != fp) continue;
+    const std::uint64_t k = pm::load_acquire(&e[i].key);
+    if (k == key) return i;
+    if (k == 0 && adr() && leaf->pending[i].load(std::memory_order_seq_cst) != 0 &&
+        fault_ != Fault::skip_reader_persist) [[unlikely]] {
+      // R4: a delete of this slot is in flight and may not be durable yet. The caller is
+      // about to report "not found" (or insert the key again): write the line back first, so
+      // no completed operation observes a delete a crash can still undo.
+      pm::persist(&e[i], sizeof(Entry));
+      reader_persists_.fetch_add(1, std::memory_order_relaxed);
     }
   }
   return -1;
@@ -193,7 +200,8 @@ std::uint64_t NBTree::read_word(const Leaf* leaf, int slot, std::uint64_t* key_o
   const std::uint64_t k1 = pm::load_acquire(&e->key);
   const std::uint64_t w = pm::load_acquire(&e->value);
   const std::uint64_t k2 = pm::load_acquire(&e->key);
-  if (adr() && leaf->pending[slot].load(std::memory_order_seq_cst) != 0) {
+  if (adr() && leaf->pending[slot].load(std::memory_order_seq_cst) != 0 &&
+      fault_ != Fault::skip_reader_persist) {
     pm::persist(e, sizeof(Entry));  // R1
     reader_persists_.fetch_add(1, std::memory_order_relaxed);
   }
@@ -290,7 +298,9 @@ Code NBTree::insert_word(std::uint64_t key, std::uint64_t word) {
       if (!written) {
         pm::store(&e->value, word);          // I3: value first
         pm::publish(&e->key, key);           // I4: key = durability point (eADR)
-        pm::persist(e, sizeof(Entry));       // I5: ADR: the one write-back; eADR: fence
+        if (fault_ != Fault::skip_insert_persist) [[likely]] {
+          pm::persist(e, sizeof(Entry));     // I5: ADR: the one write-back; eADR: fence
+        }
         leaf->fps[slot].store(fp, std::memory_order_relaxed);
         written = true;
       }
@@ -399,7 +409,7 @@ Code NBTree::find_word(std::uint64_t key, std::uint64_t* word) const {
 // --- key 0 (side record in the root) -------------------------------------------------------------
 
 Code NBTree::zero_insert(std::uint64_t word) {
-  std::lock_guard<std::mutex> lock(zero_mu_);
+  std::lock_guard<sync::SpinLock> lock(zero_mu_);
   if (root_->zero_present != 0) return Code::already_present;
   pm::publish(&root_->zero_value, word);  // Z1
   pm::persist(&root_->zero_value, 8);
@@ -409,7 +419,7 @@ Code NBTree::zero_insert(std::uint64_t word) {
 }
 
 Code NBTree::zero_update(std::uint64_t word) {
-  std::lock_guard<std::mutex> lock(zero_mu_);
+  std::lock_guard<sync::SpinLock> lock(zero_mu_);
   if (root_->zero_present == 0) return Code::not_found;
   const std::uint64_t old = root_->zero_value;
   pm::publish(&root_->zero_value, word);  // Z3
@@ -419,7 +429,7 @@ Code NBTree::zero_update(std::uint64_t word) {
 }
 
 Code NBTree::zero_remove() {
-  std::lock_guard<std::mutex> lock(zero_mu_);
+  std::lock_guard<sync::SpinLock> lock(zero_mu_);
   if (root_->zero_present == 0) return Code::not_found;
   pm::publish(&root_->zero_present, 0);  // Z4
   pm::persist(&root_->zero_present, 8);
@@ -474,7 +484,7 @@ Code NBTree::find(std::string_view key, std::string* value) const {
   auto guard = epochs_.pin();
   std::uint64_t word = 0;
   if (k == 0) {
-    std::lock_guard<std::mutex> lock(zero_mu_);
+    std::lock_guard<sync::SpinLock> lock(zero_mu_);
     if (zero_find(&word) != Code::ok) return Code::not_found;
     if (value != nullptr) read_value(word, value);
     return Code::ok;
@@ -514,7 +524,7 @@ std::size_t NBTree::scan(std::string_view start, std::size_t max, ScanBuffer& ou
   auto guard = epochs_.pin();
   std::string value;
   if (cursor == 0) {
-    std::lock_guard<std::mutex> lock(zero_mu_);
+    std::lock_guard<sync::SpinLock> lock(zero_mu_);
     std::uint64_t word = 0;
     if (zero_find(&word) == Code::ok) {
       read_value(word, &value);

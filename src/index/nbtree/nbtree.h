@@ -32,6 +32,7 @@
 
 #include "pmindex/index.h"
 #include "pmindex/sync/epoch.h"
+#include "pmindex/sync/spin_lock.h"
 
 namespace pmindex::nbtree {
 
@@ -232,6 +233,14 @@ class NBTree final : public Index {
   bool peek_for_testing(const Leaf* leaf, std::uint64_t key, std::uint64_t* word) const;
   // Breaks an invariant on purpose so a test can check that verify() notices.
   void corrupt_for_testing(int what);
+  // Known-bad variants for the crash tests (a checker must be able to fail). Set on a
+  // quiescent index; `none` in production.
+  enum class Fault : int {
+    none,
+    skip_insert_persist,  // I5 without its write-back: a completed insert can be lost (ADR)
+    skip_reader_persist,  // R1 skipped: a reader can return a value a crash loses (ADR)
+  };
+  void set_fault_for_testing(Fault f) { fault_ = f; }
 
  private:
   NBTree(std::unique_ptr<pm::Pool> pool, std::uint32_t node_size, std::uint32_t max_value);
@@ -282,6 +291,8 @@ class NBTree final : public Index {
   std::vector<Inner*> path_to(std::uint64_t key) const;  // structure_mu_ held
   void build_inner_from_leaves(const std::vector<Leaf*>& leaves);
   void free_dram();
+  std::uint64_t pm_allocate(std::size_t bytes, Code* code);
+  void pm_free(std::uint64_t off, std::size_t bytes);
 
   // key 0 (side record in the root)
   Code zero_insert(std::uint64_t word);
@@ -307,8 +318,17 @@ class NBTree final : public Index {
   std::atomic<Inner*> root_node_{nullptr};
   std::atomic<Leaf*> head_{nullptr};
   std::atomic<Hooks*> hooks_{nullptr};
-  mutable std::mutex structure_mu_;   // link phases and inner-node writers (S9..S14, N1)
-  mutable std::mutex zero_mu_;        // key 0's side record (Z1)
+  // Spin locks (pm::yield_point in the spin loop), not std::mutex: a holder may be parked by
+  // the crash simulator's deterministic scheduler at a traced store inside the section.
+  mutable sync::SpinLock structure_mu_;  // link phases and inner-node writers (S9..S14, N1)
+  mutable sync::SpinLock zero_mu_;       // key 0's side record (Z1)
+  // Serialises this tree's calls into the pool allocator. The allocator's central lock is a
+  // std::mutex held across a traced store (raising the persisted high-water mark); taken
+  // only under this spin lock it is never contended, so a simulated thread parked inside it
+  // cannot block another one (crash simulator). Allocation is off the common path (SMOs and
+  // out-of-line values only).
+  mutable sync::SpinLock alloc_mu_;
+  Fault fault_ = Fault::none;
   std::vector<Inner*> all_inner_;     // every inner node, for freeing (structure_mu_)
   mutable sync::EpochManager epochs_;  // E1: replaced leaves and value records
   mutable std::atomic<std::uint64_t> reader_persists_{0};  // relaxed: a statistic

@@ -280,7 +280,7 @@ Status NBTree::bulk_load(std::span<const KeyValue> sorted, double fill) {
     Leaf* l = new_leaf(leaves.empty() ? 1 : recs[i].first, kMaxKey, &code);
     if (l == nullptr) {
       for (Leaf* x : leaves) {
-        pool_->allocator().deallocate(x->data_off, node_size_);
+        pm_free(x->data_off, node_size_);
         delete x;
       }
       return pool_->error(code, "bulk_load: pool full");
@@ -311,11 +311,11 @@ Status NBTree::bulk_load(std::span<const KeyValue> sorted, double fill) {
   }
   pm::publish(&root_->head, leaves[0]->data_off);  // B3: one switch
   pm::persist(&root_->head, sizeof(std::uint64_t));
-  pool_->allocator().deallocate(head->data_off, node_size_);  // B4
+  pm_free(head->data_off, node_size_);  // B4
   delete head;
   head_.store(leaves[0], std::memory_order_release);
   {
-    std::lock_guard<std::mutex> lock(structure_mu_);
+    std::lock_guard<sync::SpinLock> lock(structure_mu_);
     build_inner_from_leaves(leaves);
   }
   return Status::Ok();
@@ -439,7 +439,7 @@ Footprint NBTree::footprint() const {
   f.pm_reserved = s.bytes_reserved;
   std::size_t inner = 0;
   {
-    std::lock_guard<std::mutex> lock(structure_mu_);  // all_inner_ changes under it
+    std::lock_guard<sync::SpinLock> lock(structure_mu_);  // all_inner_ changes under it
     inner = all_inner_.size();
   }
   f.dram_bytes = leaf_count() * sizeof(Leaf) + inner * sizeof(Inner);

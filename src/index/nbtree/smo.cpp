@@ -28,10 +28,22 @@ class InnerWrite {
 };
 }  // namespace
 
+// --- pool allocation (alloc_mu_, see nbtree.h) ---------------------------------------------------
+
+std::uint64_t NBTree::pm_allocate(std::size_t bytes, Code* code) {
+  std::lock_guard<sync::SpinLock> lock(alloc_mu_);
+  return pool_->allocator().allocate(bytes, code);
+}
+
+void NBTree::pm_free(std::uint64_t off, std::size_t bytes) {
+  std::lock_guard<sync::SpinLock> lock(alloc_mu_);
+  pool_->allocator().deallocate(off, bytes);
+}
+
 // --- new leaves -------------------------------------------------------------------------------------
 
 Leaf* NBTree::new_leaf(std::uint64_t low, std::uint64_t high, Code* code) {
-  const std::uint64_t off = pool_->allocator().allocate(node_size_, code);
+  const std::uint64_t off = pm_allocate(node_size_, code);
   if (off == 0) return nullptr;
   pm::zero(pool_->at<char>(off), node_size_);  // the allocator does not zero (S2)
   auto* leaf = new Leaf;
@@ -43,7 +55,7 @@ Leaf* NBTree::new_leaf(std::uint64_t low, std::uint64_t high, Code* code) {
 
 void NBTree::destroy_unpublished(SmoDesc* d) {
   for (int i = 0; i < d->count; ++i) {
-    pool_->allocator().deallocate(d->leaves[i]->data_off, node_size_);
+    pm_free(d->leaves[i]->data_off, node_size_);
     delete d->leaves[i];
   }
   delete d;
@@ -238,7 +250,7 @@ void NBTree::help_smo(Leaf* leaf) {
 // S9-S14 under structure_mu_ (this CPU has no HTM; the inner nodes need a writer lock anyway).
 void NBTree::link_phase(Leaf* leaf, SmoDesc* d) {
   {
-    std::lock_guard<std::mutex> lock(structure_mu_);
+    std::lock_guard<sync::SpinLock> lock(structure_mu_);
     if ((leaf->flag.load(std::memory_order_acquire) & Leaf::kLinked) != 0) return;
     // S9: the last new leaf continues where the old one did. Leaf `next` words change only
     // under structure_mu_, so this value is current.
@@ -276,7 +288,7 @@ void NBTree::link_phase(Leaf* leaf, SmoDesc* d) {
   const std::uint64_t off = leaf->data_off;
   const std::uint32_t bytes = node_size_;
   epochs_.retire([this, leaf, d, off, bytes] {
-    pool_->allocator().deallocate(off, bytes);
+    pm_free(off, bytes);
     delete leaf;
     delete d;
   });
