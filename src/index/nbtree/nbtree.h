@@ -5,11 +5,12 @@
 // Thread safety: every public operation may be called from any thread concurrently, except
 // bulk_load(), verify(), close() and set_hooks(), which need a quiescent index.
 //   * Leaf operations are lock-free (FAA/CAS on the DRAM metadata, CAS on PM words), except
-//     that two inserts of the SAME key into the same leaf wait for each other (I2) and the
-//     link phase of an SMO runs under the tree's structure mutex (S9..S14, no HTM on this
-//     CPU). Key 0 lives in a side record guarded by its own mutex (Z1..Z4).
+//     that two inserts of the SAME key into the same leaf wait for each other (I2). The link
+//     phase of an SMO is lock-free and cooperative (CAS into both layers' lists, S9..S12);
+//     only its parent install (S13) takes the inner-node writer lock (no HTM on this CPU).
+//     Key 0 lives in a side record guarded by its own spin lock (Z1..Z4).
 //   * Inner nodes are read without locks: each node has a version (odd = being written) that
-//     readers validate (seqlock); writers hold structure_mu_ (N1..N3).
+//     readers validate (seqlock); writers hold inner_mu_ (N1..N3).
 // Invariants (verify() checks them on a quiescent tree):
 //   (1) the DRAM leaf chain and the PM block chain visit the same leaves in the same order, and
 //       leaf ranges [low, high] tile [1, 2^64-1] in that order;
@@ -126,7 +127,16 @@ struct Leaf {
   std::atomic<std::uint32_t> num{0};
   std::atomic<std::uint32_t> flag{0};
   std::atomic<SmoDesc*> copy_ptr{nullptr};
+  // Next leaf in key order; bit 0 (frozen) is set by this leaf's link phase (S9) and never
+  // cleared. Read only by link phases, recovery and verify (untag()).
   std::atomic<Leaf*> next{nullptr};
+  static bool frozen(Leaf* p) { return (reinterpret_cast<std::uintptr_t>(p) & 1) != 0; }
+  static Leaf* untag(Leaf* p) {
+    return reinterpret_cast<Leaf*>(reinterpret_cast<std::uintptr_t>(p) & ~std::uintptr_t{1});
+  }
+  static Leaf* with_frozen(Leaf* p) {
+    return reinterpret_cast<Leaf*>(reinterpret_cast<std::uintptr_t>(p) | 1);
+  }
   std::uint64_t data_off = 0;  // the PM block (immutable)
   std::uint64_t low = 1, high = ~std::uint64_t{0};
   std::atomic<std::uint8_t> fps[kMaxSlots] = {};
@@ -148,7 +158,7 @@ struct SmoDesc {
 };
 
 // Inner node (DRAM). children[i] covers [keys[i], keys[i+1]-1]; keys[0] == low. Readers
-// validate `version` (N2); writers hold structure_mu_ and make it odd while writing (N1).
+// validate `version` (N2); writers hold inner_mu_ and make it odd while writing (N1).
 struct Inner {
   static constexpr int kMaxFanout = 64;
   std::atomic<std::uint64_t> version{0};
@@ -171,16 +181,16 @@ enum class HookPoint : int {
   smo_before_copy_ptr_cas,   // copy phase built, S3 next
   smo_after_copy_ptr,        // copy phase done (S3)
   smo_after_sync,            // sync phase done (S8)
-  smo_link_before_pm,        // link phase, structure mutex held, S11 next
+  smo_link_before_pm,        // link phase, DRAM predecessor switched, S11 (PM) next
   smo_link_after_list,       // link phase, lists switched, parent not yet installed (S13)
-  smo_done,                  // S14
-  inner_node_written,        // N1: an inner-node write finished (structure mutex held; leaf null)
+  smo_done,                  // S14 (only the helper that set the flag)
+  inner_node_written,        // N1: an inner-node write finished (inner_mu_ held; leaf null)
 };
 std::string_view to_string(HookPoint p);
 
 // Called at each point when installed. Zero cost when unset (one acquire load and a branch).
-// smo_link_before_pm, smo_link_after_list and inner_node_written run with the structure mutex
-// held.
+// inner_node_written runs with inner_mu_ held; the link hooks run without locks (every helper
+// of a link phase passes them).
 class Hooks {
  public:
   virtual ~Hooks() = default;
@@ -279,6 +289,7 @@ class NBTree final : public Index {
   SmoDesc* copy_phase(Leaf* leaf);
   void sync_slot(Leaf* old_leaf, int slot, const SmoDesc* d) const;
   void link_phase(Leaf* leaf, SmoDesc* d);
+  void help_link(Leaf* leaf);
   Leaf* new_leaf(std::uint64_t low, std::uint64_t high, Code* code);
   void destroy_unpublished(SmoDesc* d);
 
@@ -288,7 +299,7 @@ class NBTree final : public Index {
   // same node write also swaps that child pointer for `replace_to` (S13: one atomic change).
   void insert_into_inner(std::vector<Inner*>& path, int level_index, std::uint64_t key,
                          void* child, void* replace_from = nullptr, void* replace_to = nullptr);
-  std::vector<Inner*> path_to(std::uint64_t key) const;  // structure_mu_ held
+  std::vector<Inner*> path_to(std::uint64_t key) const;  // inner_mu_ held
   void build_inner_from_leaves(const std::vector<Leaf*>& leaves);
   void free_dram();
   std::uint64_t pm_allocate(std::size_t bytes, Code* code);
@@ -320,7 +331,7 @@ class NBTree final : public Index {
   std::atomic<Hooks*> hooks_{nullptr};
   // Spin locks (pm::yield_point in the spin loop), not std::mutex: a holder may be parked by
   // the crash simulator's deterministic scheduler at a traced store inside the section.
-  mutable sync::SpinLock structure_mu_;  // link phases and inner-node writers (S9..S14, N1)
+  mutable sync::SpinLock inner_mu_;      // inner-node writers (S13, N1, bulk build)
   mutable sync::SpinLock zero_mu_;       // key 0's side record (Z1)
   // Serialises this tree's calls into the pool allocator. The allocator's central lock is a
   // std::mutex held across a traced store (raising the persisted high-water mark); taken
@@ -329,7 +340,7 @@ class NBTree final : public Index {
   // out-of-line values only).
   mutable sync::SpinLock alloc_mu_;
   Fault fault_ = Fault::none;
-  std::vector<Inner*> all_inner_;     // every inner node, for freeing (structure_mu_)
+  std::vector<Inner*> all_inner_;     // every inner node, for freeing (inner_mu_)
   mutable sync::EpochManager epochs_;  // E1: replaced leaves and value records
   mutable std::atomic<std::uint64_t> reader_persists_{0};  // relaxed: a statistic
   RecoveryStats recovery_;

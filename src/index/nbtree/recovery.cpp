@@ -315,7 +315,7 @@ Status NBTree::bulk_load(std::span<const KeyValue> sorted, double fill) {
   delete head;
   head_.store(leaves[0], std::memory_order_release);
   {
-    std::lock_guard<sync::SpinLock> lock(structure_mu_);
+    std::lock_guard<sync::SpinLock> lock(inner_mu_);
     build_inner_from_leaves(leaves);
   }
   return Status::Ok();
@@ -439,7 +439,7 @@ Footprint NBTree::footprint() const {
   f.pm_reserved = s.bytes_reserved;
   std::size_t inner = 0;
   {
-    std::lock_guard<sync::SpinLock> lock(structure_mu_);  // all_inner_ changes under it
+    std::lock_guard<sync::SpinLock> lock(inner_mu_);  // all_inner_ changes under it
     inner = all_inner_.size();
   }
   f.dram_bytes = leaf_count() * sizeof(Leaf) + inner * sizeof(Inner);
