@@ -2,6 +2,7 @@
 // sync-on-read, key 0's side record and out-of-line values. Steps (I*, U*, D*, R*, W*, Z*, V*)
 // are defined in PROTOCOL.md.
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <thread>
@@ -31,6 +32,11 @@ std::string_view to_string(HookPoint p) {
 namespace {
 // The full fence of the Dekker-style handshakes between a writer of an old leaf and the SMO
 // that publishes copy_ptr / sets the smo bit (W1, S3): each side stores, fences, then loads.
+// The little-endian integer of 8 bytes read with memcpy (a no-op on x86).
+inline std::uint64_t le_to_native(std::uint64_t v) {
+  if constexpr (std::endian::native == std::endian::little) return v;
+  return __builtin_bswap64(v);
+}
 inline void full_fence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 inline void spin_pause(const char* tag) {
   pm::yield_point(tag);
@@ -71,9 +77,16 @@ Code NBTree::decode_key(std::string_view key, std::uint64_t* out) const {
 // record that is written and persisted before its offset can be published.
 Code NBTree::encode_value(std::string_view value, std::uint64_t* word) {
   if (value.size() == 8) {
-    const std::uint64_t v = decode_u64(value);
-    if (v < kInlineLimit) {
-      *word = v;
+    const std::uint64_t be = decode_u64(value);
+    if (be < kInlineLimit) {
+      *word = be;
+      return Code::ok;
+    }
+    std::uint64_t le = 0;
+    std::memcpy(&le, value.data(), 8);
+    le = le_to_native(le);
+    if (le < kInlineLimit) {
+      *word = le | kLittleEndian;
       return Code::ok;
     }
   }
@@ -93,7 +106,12 @@ Code NBTree::encode_value(std::string_view value, std::uint64_t* word) {
 void NBTree::read_value(std::uint64_t word, std::string* out) const {
   const std::uint64_t p = payload_of(word);
   if ((p & kOutOfLine) == 0) {
-    *out = encode_u64(p);
+    if ((p & kLittleEndian) == 0) {
+      *out = encode_u64(p);
+    } else {
+      const std::uint64_t le = le_to_native(p & ~kLittleEndian);
+      out->assign(reinterpret_cast<const char*>(&le), 8);
+    }
     return;
   }
   const auto* rec = pool_->at<ValueRecord>(p & ~kOutOfLine);
@@ -150,12 +168,18 @@ Leaf* NBTree::find_leaf(std::uint64_t key) const {
       if (key > node->high.load(std::memory_order_relaxed)) {
         right = node->sibling.load(std::memory_order_relaxed);  // N3: B-link move right
       } else {
-        const int n = node->count.load(std::memory_order_relaxed);
-        int pos = 0;
-        for (int i = 1; i < n && i < Inner::kMaxFanout; ++i) {
-          if (node->keys[i].load(std::memory_order_relaxed) <= key) pos = i; else break;
+        // Binary search for the last i with keys[i] <= key (keys[0] is the node's low). A
+        // torn snapshot may be unsorted; the search still ends, and the version check
+        // below throws its result away.
+        const int n = std::clamp(node->count.load(std::memory_order_relaxed), 1,
+                                 Inner::kMaxFanout);
+        int lo = 1, hi = n;
+        while (lo < hi) {
+          const int mid = (lo + hi) / 2;
+          if (node->keys[mid].load(std::memory_order_relaxed) <= key) lo = mid + 1;
+          else hi = mid;
         }
-        child = node->children[pos].load(std::memory_order_relaxed);
+        child = node->children[lo - 1].load(std::memory_order_relaxed);
       }
       std::atomic_thread_fence(std::memory_order_acquire);
       if (node->version.load(std::memory_order_relaxed) == v1) break;
@@ -169,14 +193,27 @@ Leaf* NBTree::find_leaf(std::uint64_t key) const {
   }
 }
 
+// The committed slot holding `key`, or -1. Fingerprints are compared eight at a time: in
+// x = word ^ (fp repeated), a byte is zero exactly where the fingerprint matches; the exact
+// zero-byte test sets 0x80 in those bytes, and the multiply gathers the eight flags into one
+// byte (bit 8j moves to bit 56 + j; no two partial products meet, so nothing carries).
 int NBTree::find_slot(const Leaf* leaf, std::uint64_t key, std::uint64_t bitmap) const {
-  const std::uint8_t fp = fingerprint(key);
+  const std::uint64_t committed = bitmap & ~Leaf::kSmoBit;
+  if (committed == 0) return -1;
+  constexpr std::uint64_t kLow7 = 0x7f7f7f7f7f7f7f7full;
+  const std::uint64_t pattern = 0x0101010101010101ull * fingerprint(key);
+  const int words = (64 - __builtin_clzll(committed) + 7) / 8;
+  std::uint64_t cand = 0;
+  for (int w = 0; w < words; ++w) {
+    const std::uint64_t x = leaf->fpw[w].load(std::memory_order_relaxed) ^ pattern;
+    const std::uint64_t zero = ~(((x & kLow7) + kLow7) | x | kLow7);  // 0x80 where x's byte is 0
+    cand |= (((zero >> 7) * 0x0102040810204080ull) >> 56) << (8 * w);
+  }
+  cand &= committed;
   const Entry* e = entries(leaf);
-  std::uint64_t bits = bitmap & ~Leaf::kSmoBit;
-  while (bits != 0) {
-    const int i = __builtin_ctzll(bits);
-    bits &= bits - 1;
-    if (leaf->fps[i].load(std::memory_order_relaxed) != fp) continue;
+  while (cand != 0) {
+    const int i = __builtin_ctzll(cand);
+    cand &= cand - 1;
     const std::uint64_t k = pm::load_acquire(&e[i].key);
     if (k == key) return i;
     if (k == 0 && adr() && leaf->pending[i].load(std::memory_order_seq_cst) != 0 &&
@@ -301,7 +338,7 @@ Code NBTree::insert_word(std::uint64_t key, std::uint64_t word) {
         if (fault_ != Fault::skip_insert_persist) [[likely]] {
           pm::persist(e, sizeof(Entry));     // I5: ADR: the one write-back; eADR: fence
         }
-        leaf->fps[slot].store(fp, std::memory_order_relaxed);
+        leaf->set_fp(slot, fp);
         written = true;
       }
       hook(HookPoint::insert_before_commit_cas, leaf);

@@ -40,7 +40,7 @@ namespace pmindex::nbtree {
 // --- persistent layout ------------------------------------------------------------------------
 
 // Root object (64 B, one line).
-//   [ 0, 8) magic "NBTREE01"       [ 8,16) head: offset of the first key-value block
+//   [ 0, 8) magic "BNTREE02" (02: value words with the little_endian bit)       [ 8,16) head: offset of the first key-value block
 //   [16,24) zero_present: 1 if key 0 is live (key 0 lives here, not in a leaf: 0 = empty slot)
 //   [24,32) zero_value: key 0's value word (same encoding as a leaf value)
 //   [32,36) node_size              [36,40) max_value_size
@@ -58,7 +58,7 @@ static_assert(sizeof(Root) == 64);
 static_assert(offsetof(Root, head) == 8 && offsetof(Root, zero_value) == 24 &&
               offsetof(Root, node_size) == 32);
 static_assert(std::is_standard_layout_v<Root> && std::is_trivially_copyable_v<Root>);
-inline constexpr std::uint64_t kRootMagic = 0x3130454552544e42ull;  // "BNTREE01" little-endian
+inline constexpr std::uint64_t kRootMagic = 0x3230454552544e42ull;  // "BNTREE02" little-endian
 
 // Key-value entry (16 B; four per cache line, never straddling one).
 //   [0,8) key: 0 = empty (never written, or deleted)    [8,16) value word (below)
@@ -80,15 +80,19 @@ struct BlockHeader {
 static_assert(sizeof(BlockHeader) == 16);
 static_assert(std::is_standard_layout_v<BlockHeader> && std::is_trivially_copyable_v<BlockHeader>);
 
-// Value word. Bits: 63 copy_bit | 62 sync_bit | 61 out_of_line | 60..0 payload.
-//   inline:      an 8-byte value whose big-endian integer is < 2^61 (the common path)
-//   out_of_line: payload is the offset of a ValueRecord (any length up to max_value_size, and
-//                8-byte values with any of the top three bits set)
+// Value word. Bits: 63 copy_bit | 62 sync_bit | 61 out_of_line | 60 little_endian | 59..0.
+//   inline, big-endian:    an 8-byte value whose big-endian integer is < 2^60 (word = it)
+//   inline, little-endian: otherwise, an 8-byte value whose little-endian integer is < 2^60
+//                          (word = it | little_endian): pmbench's values (48-bit words stored
+//                          little-endian, like a record pointer) take this common path
+//   out_of_line:           payload is the offset of a ValueRecord (any length up to
+//                          max_value_size, and 8-byte values too large both ways)
 inline constexpr std::uint64_t kCopyBit = std::uint64_t{1} << 63;
 inline constexpr std::uint64_t kSyncBit = std::uint64_t{1} << 62;
 inline constexpr std::uint64_t kOutOfLine = std::uint64_t{1} << 61;
+inline constexpr std::uint64_t kLittleEndian = std::uint64_t{1} << 60;
 inline constexpr std::uint64_t kStateBits = kCopyBit | kSyncBit;
-inline constexpr std::uint64_t kInlineLimit = kOutOfLine;
+inline constexpr std::uint64_t kInlineLimit = kLittleEndian;
 inline constexpr std::uint64_t payload_of(std::uint64_t w) { return w & ~kStateBits; }
 
 // Out-of-line value record, 64 B aligned.
@@ -112,7 +116,10 @@ struct SmoDesc;
 
 // Leaf metadata (DRAM). The range [low, high] (inclusive) never changes: an SMO replaces the
 // leaf with one or two new leaves instead of resizing it.
-struct Leaf {
+// Cache layout: one 64 B line for the fields every lookup reads (bitmap, flag, copy_ptr,
+// data_off, range), the next line for the fingerprints, so a lookup touches two adjacent DRAM
+// lines of metadata before its PM entry.
+struct alignas(64) Leaf {
   // commit bitmap: bits 0..62 committed slots | bit 63 smo (set once, never cleared)
   static constexpr std::uint64_t kSmoBit = std::uint64_t{1} << 63;
   // flag bits
@@ -139,7 +146,17 @@ struct Leaf {
   }
   std::uint64_t data_off = 0;  // the PM block (immutable)
   std::uint64_t low = 1, high = ~std::uint64_t{0};
-  std::atomic<std::uint8_t> fps[kMaxSlots] = {};
+  // Fingerprints, eight per word (slot i: byte i % 8 of word i / 8), so a lookup compares
+  // eight at a time (SWAR, find_slot). A slot's byte is written once (fetch_or into a zero
+  // byte: slots are never reused within a leaf), before the slot's commit CAS (I6).
+  alignas(64) std::atomic<std::uint64_t> fpw[8] = {};
+  std::uint8_t fp(int i) const {
+    return static_cast<std::uint8_t>(fpw[i >> 3].load(std::memory_order_relaxed) >>
+                                     ((i & 7) * 8));
+  }
+  void set_fp(int i, std::uint8_t f) {
+    fpw[i >> 3].fetch_or(std::uint64_t{f} << ((i & 7) * 8), std::memory_order_relaxed);
+  }
   std::atomic<std::uint8_t> state[kMaxSlots] = {};
   // ADR only: writers of a committed slot in flight (R1). A reader that sees it non-zero
   // writes the entry's line back itself before returning what it read.
@@ -147,6 +164,8 @@ struct Leaf {
   // The key each claimed slot announced (I2); also lets the sync phase know a deleted key.
   std::atomic<std::uint64_t> keys[kMaxSlots] = {};
 };
+
+static_assert(offsetof(Leaf, fpw) == 64 && offsetof(Leaf, high) + 8 <= 64);
 
 // What an SMO built: copy_ptr points here (S3). Immutable once published.
 struct SmoDesc {

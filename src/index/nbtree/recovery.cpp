@@ -177,7 +177,7 @@ Status NBTree::rebuild() {
       }
       bitmap |= std::uint64_t{1} << i;
       leaf->keys[i].store(k, std::memory_order_relaxed);
-      leaf->fps[i].store(fingerprint(k), std::memory_order_relaxed);
+      leaf->set_fp(i, fingerprint(k));
       mn = std::min(mn, k);
       mx = std::max(mx, k);
       ++live;
@@ -291,7 +291,7 @@ Status NBTree::bulk_load(std::span<const KeyValue> sorted, double fill) {
       const int s = static_cast<int>(j - i);
       pm::store(&e[s], Entry{recs[j].first, recs[j].second});  // B1
       l->keys[s].store(recs[j].first, std::memory_order_relaxed);
-      l->fps[s].store(fingerprint(recs[j].first), std::memory_order_relaxed);
+      l->set_fp(s, fingerprint(recs[j].first));
       l->state[s].store(Leaf::kDone, std::memory_order_relaxed);
       bitmap |= std::uint64_t{1} << s;
     }
@@ -344,7 +344,7 @@ Status NBTree::verify_leaf(const Leaf* leaf, std::uint64_t* live) const {
     if (k == 0) continue;
     if (k < leaf->low || k > leaf->high)
       return p.error(Code::corrupted, "verify: key " + std::to_string(k) + " outside its leaf");
-    if (leaf->fps[i].load(std::memory_order_relaxed) != fingerprint(k))
+    if (leaf->fp(i) != fingerprint(k))
       return p.error(Code::corrupted, "verify: fingerprint does not match key " + std::to_string(k));
     if (leaf->keys[i].load(std::memory_order_relaxed) != k)
       return p.error(Code::corrupted, "verify: announced key differs from the PM key");
@@ -478,7 +478,7 @@ void NBTree::corrupt_for_testing(int what) {
       const std::uint64_t b = l->bitmap.load(std::memory_order_relaxed);
       if (b == 0) return;
       const int i = __builtin_ctzll(b);
-      l->fps[i].store(static_cast<std::uint8_t>(l->fps[i].load() + 1), std::memory_order_relaxed);
+      l->fpw[i >> 3].fetch_xor(std::uint64_t{1} << ((i & 7) * 8), std::memory_order_relaxed);
       break;
     }
     case 1:  // a leaf range that no longer matches its parent

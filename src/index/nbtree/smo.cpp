@@ -114,7 +114,7 @@ SmoDesc* NBTree::copy_phase(Leaf* leaf) {
     for (std::size_t r = begin; r < end; ++r, ++s) {
       pm::store(&ne[s], Entry{recs[r].key, payload_of(recs[r].word) | kCopyBit});
       n->keys[s].store(recs[r].key, std::memory_order_relaxed);
-      n->fps[s].store(fingerprint(recs[r].key), std::memory_order_relaxed);
+      n->set_fp(s, fingerprint(recs[r].key));
       n->state[s].store(Leaf::kDone, std::memory_order_relaxed);
       bitmap |= std::uint64_t{1} << s;
       d->map_leaf[recs[r].slot] = static_cast<std::uint8_t>(li);
