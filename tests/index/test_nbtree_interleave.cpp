@@ -283,9 +283,9 @@ TEST_P(Interleave, CommitCasFailsOnSmoBit) {
   oracle_[85] = 85;
 }
 
-// An SMO stalled in the middle of its link phase (lists switched, parent not yet updated,
-// structure mutex held): reads, updates and deletes of its keys, and inserts into other
-// leaves, proceed; an insert into the stalled leaf completes once the SMO resumes.
+// An SMO stalled in the middle of its link phase (lists switched, parent not yet updated):
+// reads, updates and deletes of its keys, and inserts into other leaves, proceed; an insert
+// into the stalled leaf helps the link phase finish (S9..S14 are lock-free).
 TEST_P(Interleave, SmoStalledMidLink) {
   for (std::uint64_t k = 100; k <= 106; ++k) put(k, k);  // more keys to the right
   // After the splits, find the leaf holding 10 and fill it.
@@ -339,6 +339,34 @@ TEST_P(Interleave, SlowUpdaterCrossesTwoSmos) {
   worker_.join();
   oracle_[20] = 2000;
   EXPECT_EQ(get(20), 2000u);
+}
+
+// The link phase takes no lock: with the SMO of the left leaf stalled after its DRAM switch
+// and before its PM link (S11), an insert into that leaf finishes the link itself, and the
+// right neighbour's SMO (whose predecessor is the stalled leaf, next frozen) helps it and
+// then links into its replacement. The stalled thread's late PM CAS must fail harmlessly.
+TEST_P(Interleave, StalledLinkIsFinishedByHelpers) {
+  put(80, 80);  // split: L = {10,20,30}, R = {40,...,80}
+  nbtree::Leaf* left = nb_->leaf_for_testing(10);
+  nbtree::Leaf* right = nb_->leaf_for_testing(40);
+  ASSERT_NE(left, right);
+  for (std::uint64_t k = 11; left->num.load() < 7; ++k) put(k, k);
+  pauser_.arm(HookPoint::smo_link_before_pm);
+  start_worker([this] { EXPECT_EQ(idx_->insert(K(5), V(5)), Code::ok); });
+  ASSERT_TRUE(pauser_.wait_arrivals(1));
+  // The worker stalls inside L's link phase. An insert into L's range helps and completes.
+  put(6, 6);
+  EXPECT_NE(nb_->leaf_for_testing(10), left);
+  // Fill R and make it split: its link finds L (or L's replacement) as predecessor.
+  for (std::uint64_t k = 81; right->num.load() < 7; ++k) put(k, k);
+  put(95, 95);
+  EXPECT_NE(nb_->leaf_for_testing(40), right);
+  EXPECT_EQ(get(6), 6u);
+  EXPECT_EQ(get(95), 95u);
+  pauser_.release();
+  worker_.join();
+  oracle_[5] = 5;
+  ASSERT_TRUE(idx_->verify().ok()) << idx_->verify().to_string();
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, Interleave, ::testing::Values(pm::Mode::adr, pm::Mode::eadr));

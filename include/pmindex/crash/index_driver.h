@@ -46,6 +46,34 @@ struct IndexCrashConfig {
   std::function<void(std::span<char> image)> tamper_image;
 };
 
+// --- multi-threaded driver (docs/crash-simulator.md, "Multi-threaded index driver") ---------
+//
+// `threads` simulated threads run seeded operations (insert / update / remove / find over keys
+// 1..key_space, values unique per operation) on one live index under the deterministic
+// scheduler (seeded by options.seed), which may switch threads at every traced PM event and
+// pm::yield_point. Every invocation and response is recorded with a logical clock. At each crash
+// point (eADR: after every store; ADR: every image the line-mode rules give) the image is
+// recovered, verified and judged per key for durable linearizability: the value the image
+// holds was written by an operation that was invoked and did not fail; no operation that
+// completed after that write returned was lost (a write, a delete, or a read that observed
+// another state); a key is absent only if some delete could be linearised after every
+// completed write of it and every read that observed it present. Operations in flight may be
+// either way. Then a few operations run on the recovered index.
+struct ConcurrentCrashConfig {
+  Options options;                     // kind, node_size, ...; persistence comes from the mode
+  std::size_t pool_size = 512 * 1024;
+  std::size_t threads = 2;             // 2 or 3
+  std::size_t ops_per_thread = 16;
+  std::uint64_t key_space = 12;
+  std::size_t preload = 6;             // keys 1..preload inserted at setup (no crash points)
+  // Called on the live index right after it is created (before the preload), e.g. to switch
+  // on an index's known-bad test variant.
+  std::function<void(Index&)> prepare;
+};
+
+ExploreReport run_index_crash_concurrent(const ConcurrentCrashConfig& config,
+                                         const ExploreOptions& options);
+
 // Builds the scenario for `config` (ops seeded by options.seed) and explores it.
 ExploreReport run_index_crash(const IndexCrashConfig& config, const ExploreOptions& options);
 

@@ -2,6 +2,7 @@
 // sync-on-read, key 0's side record and out-of-line values. Steps (I*, U*, D*, R*, W*, Z*, V*)
 // are defined in PROTOCOL.md.
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <thread>
@@ -31,6 +32,11 @@ std::string_view to_string(HookPoint p) {
 namespace {
 // The full fence of the Dekker-style handshakes between a writer of an old leaf and the SMO
 // that publishes copy_ptr / sets the smo bit (W1, S3): each side stores, fences, then loads.
+// The little-endian integer of 8 bytes read with memcpy (a no-op on x86).
+inline std::uint64_t le_to_native(std::uint64_t v) {
+  if constexpr (std::endian::native == std::endian::little) return v;
+  return __builtin_bswap64(v);
+}
 inline void full_fence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 inline void spin_pause(const char* tag) {
   pm::yield_point(tag);
@@ -71,16 +77,23 @@ Code NBTree::decode_key(std::string_view key, std::uint64_t* out) const {
 // record that is written and persisted before its offset can be published.
 Code NBTree::encode_value(std::string_view value, std::uint64_t* word) {
   if (value.size() == 8) {
-    const std::uint64_t v = decode_u64(value);
-    if (v < kInlineLimit) {
-      *word = v;
+    const std::uint64_t be = decode_u64(value);
+    if (be < kInlineLimit) {
+      *word = be;
+      return Code::ok;
+    }
+    std::uint64_t le = 0;
+    std::memcpy(&le, value.data(), 8);
+    le = le_to_native(le);
+    if (le < kInlineLimit) {
+      *word = le | kLittleEndian;
       return Code::ok;
     }
   }
   if (value.size() > max_value_) return Code::value_too_large;
   Code code = Code::ok;
   const std::size_t bytes = sizeof(ValueRecord) + value.size();
-  const std::uint64_t off = pool_->allocator().allocate(bytes, &code);
+  const std::uint64_t off = pm_allocate(bytes, &code);
   if (off == 0) return code;
   auto* rec = pool_->at<ValueRecord>(off);
   pm::store(rec, ValueRecord{static_cast<std::uint32_t>(value.size()), 0});  // V2
@@ -93,7 +106,12 @@ Code NBTree::encode_value(std::string_view value, std::uint64_t* word) {
 void NBTree::read_value(std::uint64_t word, std::string* out) const {
   const std::uint64_t p = payload_of(word);
   if ((p & kOutOfLine) == 0) {
-    *out = encode_u64(p);
+    if ((p & kLittleEndian) == 0) {
+      *out = encode_u64(p);
+    } else {
+      const std::uint64_t le = le_to_native(p & ~kLittleEndian);
+      out->assign(reinterpret_cast<const char*>(&le), 8);
+    }
     return;
   }
   const auto* rec = pool_->at<ValueRecord>(p & ~kOutOfLine);
@@ -104,7 +122,7 @@ void NBTree::free_value(std::uint64_t word) {
   const std::uint64_t p = payload_of(word);
   if ((p & kOutOfLine) == 0) return;
   const std::uint64_t off = p & ~kOutOfLine;
-  pool_->allocator().deallocate(off, sizeof(ValueRecord) + pool_->at<ValueRecord>(off)->length);
+  pm_free(off, sizeof(ValueRecord) + pool_->at<ValueRecord>(off)->length);
 }
 
 // V4: a replaced record is freed once no pinned reader can still dereference it.
@@ -150,12 +168,18 @@ Leaf* NBTree::find_leaf(std::uint64_t key) const {
       if (key > node->high.load(std::memory_order_relaxed)) {
         right = node->sibling.load(std::memory_order_relaxed);  // N3: B-link move right
       } else {
-        const int n = node->count.load(std::memory_order_relaxed);
-        int pos = 0;
-        for (int i = 1; i < n && i < Inner::kMaxFanout; ++i) {
-          if (node->keys[i].load(std::memory_order_relaxed) <= key) pos = i; else break;
+        // Binary search for the last i with keys[i] <= key (keys[0] is the node's low). A
+        // torn snapshot may be unsorted; the search still ends, and the version check
+        // below throws its result away.
+        const int n = std::clamp(node->count.load(std::memory_order_relaxed), 1,
+                                 Inner::kMaxFanout);
+        int lo = 1, hi = n;
+        while (lo < hi) {
+          const int mid = (lo + hi) / 2;
+          if (node->keys[mid].load(std::memory_order_relaxed) <= key) lo = mid + 1;
+          else hi = mid;
         }
-        child = node->children[pos].load(std::memory_order_relaxed);
+        child = node->children[lo - 1].load(std::memory_order_relaxed);
       }
       std::atomic_thread_fence(std::memory_order_acquire);
       if (node->version.load(std::memory_order_relaxed) == v1) break;
@@ -169,16 +193,36 @@ Leaf* NBTree::find_leaf(std::uint64_t key) const {
   }
 }
 
+// The committed slot holding `key`, or -1. Fingerprints are compared eight at a time: in
+// x = word ^ (fp repeated), a byte is zero exactly where the fingerprint matches; the exact
+// zero-byte test sets 0x80 in those bytes, and the multiply gathers the eight flags into one
+// byte (bit 8j moves to bit 56 + j; no two partial products meet, so nothing carries).
 int NBTree::find_slot(const Leaf* leaf, std::uint64_t key, std::uint64_t bitmap) const {
-  const std::uint8_t fp = fingerprint(key);
+  const std::uint64_t committed = bitmap & ~Leaf::kSmoBit;
+  if (committed == 0) return -1;
+  constexpr std::uint64_t kLow7 = 0x7f7f7f7f7f7f7f7full;
+  const std::uint64_t pattern = 0x0101010101010101ull * fingerprint(key);
+  const int words = (64 - __builtin_clzll(committed) + 7) / 8;
+  std::uint64_t cand = 0;
+  for (int w = 0; w < words; ++w) {
+    const std::uint64_t x = leaf->fpw[w].load(std::memory_order_relaxed) ^ pattern;
+    const std::uint64_t zero = ~(((x & kLow7) + kLow7) | x | kLow7);  // 0x80 where x's byte is 0
+    cand |= (((zero >> 7) * 0x0102040810204080ull) >> 56) << (8 * w);
+  }
+  cand &= committed;
   const Entry* e = entries(leaf);
-  std::uint64_t bits = bitmap & ~Leaf::kSmoBit;
-  while (bits != 0) {
-    const int i = __builtin_ctzll(bits);
-    bits &= bits - 1;
-    if (leaf->fps[i].load(std::memory_order_relaxed) == fp &&
-        pm::load_acquire(&e[i].key) == key) {
-      return i;
+  while (cand != 0) {
+    const int i = __builtin_ctzll(cand);
+    cand &= cand - 1;
+    const std::uint64_t k = pm::load_acquire(&e[i].key);
+    if (k == key) return i;
+    if (k == 0 && adr() && leaf->pending[i].load(std::memory_order_seq_cst) != 0 &&
+        fault_ != Fault::skip_reader_persist) [[unlikely]] {
+      // R4: a delete of this slot is in flight and may not be durable yet. The caller is
+      // about to report "not found" (or insert the key again): write the line back first, so
+      // no completed operation observes a delete a crash can still undo.
+      pm::persist(&e[i], sizeof(Entry));
+      reader_persists_.fetch_add(1, std::memory_order_relaxed);
     }
   }
   return -1;
@@ -193,7 +237,8 @@ std::uint64_t NBTree::read_word(const Leaf* leaf, int slot, std::uint64_t* key_o
   const std::uint64_t k1 = pm::load_acquire(&e->key);
   const std::uint64_t w = pm::load_acquire(&e->value);
   const std::uint64_t k2 = pm::load_acquire(&e->key);
-  if (adr() && leaf->pending[slot].load(std::memory_order_seq_cst) != 0) {
+  if (adr() && leaf->pending[slot].load(std::memory_order_seq_cst) != 0 &&
+      fault_ != Fault::skip_reader_persist) {
     pm::persist(e, sizeof(Entry));  // R1
     reader_persists_.fetch_add(1, std::memory_order_relaxed);
   }
@@ -290,8 +335,10 @@ Code NBTree::insert_word(std::uint64_t key, std::uint64_t word) {
       if (!written) {
         pm::store(&e->value, word);          // I3: value first
         pm::publish(&e->key, key);           // I4: key = durability point (eADR)
-        pm::persist(e, sizeof(Entry));       // I5: ADR: the one write-back; eADR: fence
-        leaf->fps[slot].store(fp, std::memory_order_relaxed);
+        if (fault_ != Fault::skip_insert_persist) [[likely]] {
+          pm::persist(e, sizeof(Entry));     // I5: ADR: the one write-back; eADR: fence
+        }
+        leaf->set_fp(slot, fp);
         written = true;
       }
       hook(HookPoint::insert_before_commit_cas, leaf);
@@ -399,7 +446,7 @@ Code NBTree::find_word(std::uint64_t key, std::uint64_t* word) const {
 // --- key 0 (side record in the root) -------------------------------------------------------------
 
 Code NBTree::zero_insert(std::uint64_t word) {
-  std::lock_guard<std::mutex> lock(zero_mu_);
+  std::lock_guard<sync::SpinLock> lock(zero_mu_);
   if (root_->zero_present != 0) return Code::already_present;
   pm::publish(&root_->zero_value, word);  // Z1
   pm::persist(&root_->zero_value, 8);
@@ -409,7 +456,7 @@ Code NBTree::zero_insert(std::uint64_t word) {
 }
 
 Code NBTree::zero_update(std::uint64_t word) {
-  std::lock_guard<std::mutex> lock(zero_mu_);
+  std::lock_guard<sync::SpinLock> lock(zero_mu_);
   if (root_->zero_present == 0) return Code::not_found;
   const std::uint64_t old = root_->zero_value;
   pm::publish(&root_->zero_value, word);  // Z3
@@ -419,7 +466,7 @@ Code NBTree::zero_update(std::uint64_t word) {
 }
 
 Code NBTree::zero_remove() {
-  std::lock_guard<std::mutex> lock(zero_mu_);
+  std::lock_guard<sync::SpinLock> lock(zero_mu_);
   if (root_->zero_present == 0) return Code::not_found;
   pm::publish(&root_->zero_present, 0);  // Z4
   pm::persist(&root_->zero_present, 8);
@@ -474,7 +521,7 @@ Code NBTree::find(std::string_view key, std::string* value) const {
   auto guard = epochs_.pin();
   std::uint64_t word = 0;
   if (k == 0) {
-    std::lock_guard<std::mutex> lock(zero_mu_);
+    std::lock_guard<sync::SpinLock> lock(zero_mu_);
     if (zero_find(&word) != Code::ok) return Code::not_found;
     if (value != nullptr) read_value(word, value);
     return Code::ok;
@@ -514,7 +561,7 @@ std::size_t NBTree::scan(std::string_view start, std::size_t max, ScanBuffer& ou
   auto guard = epochs_.pin();
   std::string value;
   if (cursor == 0) {
-    std::lock_guard<std::mutex> lock(zero_mu_);
+    std::lock_guard<sync::SpinLock> lock(zero_mu_);
     std::uint64_t word = 0;
     if (zero_find(&word) == Code::ok) {
       read_value(word, &value);

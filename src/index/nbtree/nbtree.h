@@ -5,11 +5,12 @@
 // Thread safety: every public operation may be called from any thread concurrently, except
 // bulk_load(), verify(), close() and set_hooks(), which need a quiescent index.
 //   * Leaf operations are lock-free (FAA/CAS on the DRAM metadata, CAS on PM words), except
-//     that two inserts of the SAME key into the same leaf wait for each other (I2) and the
-//     link phase of an SMO runs under the tree's structure mutex (S9..S14, no HTM on this
-//     CPU). Key 0 lives in a side record guarded by its own mutex (Z1..Z4).
+//     that two inserts of the SAME key into the same leaf wait for each other (I2). The link
+//     phase of an SMO is lock-free and cooperative (CAS into both layers' lists, S9..S12);
+//     only its parent install (S13) takes the inner-node writer lock (no HTM on this CPU).
+//     Key 0 lives in a side record guarded by its own spin lock (Z1..Z4).
 //   * Inner nodes are read without locks: each node has a version (odd = being written) that
-//     readers validate (seqlock); writers hold structure_mu_ (N1..N3).
+//     readers validate (seqlock); writers hold inner_mu_ (N1..N3).
 // Invariants (verify() checks them on a quiescent tree):
 //   (1) the DRAM leaf chain and the PM block chain visit the same leaves in the same order, and
 //       leaf ranges [low, high] tile [1, 2^64-1] in that order;
@@ -32,13 +33,14 @@
 
 #include "pmindex/index.h"
 #include "pmindex/sync/epoch.h"
+#include "pmindex/sync/spin_lock.h"
 
 namespace pmindex::nbtree {
 
 // --- persistent layout ------------------------------------------------------------------------
 
 // Root object (64 B, one line).
-//   [ 0, 8) magic "NBTREE01"       [ 8,16) head: offset of the first key-value block
+//   [ 0, 8) magic "BNTREE02" (02: value words with the little_endian bit)       [ 8,16) head: offset of the first key-value block
 //   [16,24) zero_present: 1 if key 0 is live (key 0 lives here, not in a leaf: 0 = empty slot)
 //   [24,32) zero_value: key 0's value word (same encoding as a leaf value)
 //   [32,36) node_size              [36,40) max_value_size
@@ -56,7 +58,7 @@ static_assert(sizeof(Root) == 64);
 static_assert(offsetof(Root, head) == 8 && offsetof(Root, zero_value) == 24 &&
               offsetof(Root, node_size) == 32);
 static_assert(std::is_standard_layout_v<Root> && std::is_trivially_copyable_v<Root>);
-inline constexpr std::uint64_t kRootMagic = 0x3130454552544e42ull;  // "BNTREE01" little-endian
+inline constexpr std::uint64_t kRootMagic = 0x3230454552544e42ull;  // "BNTREE02" little-endian
 
 // Key-value entry (16 B; four per cache line, never straddling one).
 //   [0,8) key: 0 = empty (never written, or deleted)    [8,16) value word (below)
@@ -78,15 +80,19 @@ struct BlockHeader {
 static_assert(sizeof(BlockHeader) == 16);
 static_assert(std::is_standard_layout_v<BlockHeader> && std::is_trivially_copyable_v<BlockHeader>);
 
-// Value word. Bits: 63 copy_bit | 62 sync_bit | 61 out_of_line | 60..0 payload.
-//   inline:      an 8-byte value whose big-endian integer is < 2^61 (the common path)
-//   out_of_line: payload is the offset of a ValueRecord (any length up to max_value_size, and
-//                8-byte values with any of the top three bits set)
+// Value word. Bits: 63 copy_bit | 62 sync_bit | 61 out_of_line | 60 little_endian | 59..0.
+//   inline, big-endian:    an 8-byte value whose big-endian integer is < 2^60 (word = it)
+//   inline, little-endian: otherwise, an 8-byte value whose little-endian integer is < 2^60
+//                          (word = it | little_endian): pmbench's values (48-bit words stored
+//                          little-endian, like a record pointer) take this common path
+//   out_of_line:           payload is the offset of a ValueRecord (any length up to
+//                          max_value_size, and 8-byte values too large both ways)
 inline constexpr std::uint64_t kCopyBit = std::uint64_t{1} << 63;
 inline constexpr std::uint64_t kSyncBit = std::uint64_t{1} << 62;
 inline constexpr std::uint64_t kOutOfLine = std::uint64_t{1} << 61;
+inline constexpr std::uint64_t kLittleEndian = std::uint64_t{1} << 60;
 inline constexpr std::uint64_t kStateBits = kCopyBit | kSyncBit;
-inline constexpr std::uint64_t kInlineLimit = kOutOfLine;
+inline constexpr std::uint64_t kInlineLimit = kLittleEndian;
 inline constexpr std::uint64_t payload_of(std::uint64_t w) { return w & ~kStateBits; }
 
 // Out-of-line value record, 64 B aligned.
@@ -110,7 +116,10 @@ struct SmoDesc;
 
 // Leaf metadata (DRAM). The range [low, high] (inclusive) never changes: an SMO replaces the
 // leaf with one or two new leaves instead of resizing it.
-struct Leaf {
+// Cache layout: one 64 B line for the fields every lookup reads (bitmap, flag, copy_ptr,
+// data_off, range), the next line for the fingerprints, so a lookup touches two adjacent DRAM
+// lines of metadata before its PM entry.
+struct alignas(64) Leaf {
   // commit bitmap: bits 0..62 committed slots | bit 63 smo (set once, never cleared)
   static constexpr std::uint64_t kSmoBit = std::uint64_t{1} << 63;
   // flag bits
@@ -125,10 +134,29 @@ struct Leaf {
   std::atomic<std::uint32_t> num{0};
   std::atomic<std::uint32_t> flag{0};
   std::atomic<SmoDesc*> copy_ptr{nullptr};
+  // Next leaf in key order; bit 0 (frozen) is set by this leaf's link phase (S9) and never
+  // cleared. Read only by link phases, recovery and verify (untag()).
   std::atomic<Leaf*> next{nullptr};
+  static bool frozen(Leaf* p) { return (reinterpret_cast<std::uintptr_t>(p) & 1) != 0; }
+  static Leaf* untag(Leaf* p) {
+    return reinterpret_cast<Leaf*>(reinterpret_cast<std::uintptr_t>(p) & ~std::uintptr_t{1});
+  }
+  static Leaf* with_frozen(Leaf* p) {
+    return reinterpret_cast<Leaf*>(reinterpret_cast<std::uintptr_t>(p) | 1);
+  }
   std::uint64_t data_off = 0;  // the PM block (immutable)
   std::uint64_t low = 1, high = ~std::uint64_t{0};
-  std::atomic<std::uint8_t> fps[kMaxSlots] = {};
+  // Fingerprints, eight per word (slot i: byte i % 8 of word i / 8), so a lookup compares
+  // eight at a time (SWAR, find_slot). A slot's byte is written once (fetch_or into a zero
+  // byte: slots are never reused within a leaf), before the slot's commit CAS (I6).
+  alignas(64) std::atomic<std::uint64_t> fpw[8] = {};
+  std::uint8_t fp(int i) const {
+    return static_cast<std::uint8_t>(fpw[i >> 3].load(std::memory_order_relaxed) >>
+                                     ((i & 7) * 8));
+  }
+  void set_fp(int i, std::uint8_t f) {
+    fpw[i >> 3].fetch_or(std::uint64_t{f} << ((i & 7) * 8), std::memory_order_relaxed);
+  }
   std::atomic<std::uint8_t> state[kMaxSlots] = {};
   // ADR only: writers of a committed slot in flight (R1). A reader that sees it non-zero
   // writes the entry's line back itself before returning what it read.
@@ -136,6 +164,8 @@ struct Leaf {
   // The key each claimed slot announced (I2); also lets the sync phase know a deleted key.
   std::atomic<std::uint64_t> keys[kMaxSlots] = {};
 };
+
+static_assert(offsetof(Leaf, fpw) == 64 && offsetof(Leaf, high) + 8 <= 64);
 
 // What an SMO built: copy_ptr points here (S3). Immutable once published.
 struct SmoDesc {
@@ -147,7 +177,7 @@ struct SmoDesc {
 };
 
 // Inner node (DRAM). children[i] covers [keys[i], keys[i+1]-1]; keys[0] == low. Readers
-// validate `version` (N2); writers hold structure_mu_ and make it odd while writing (N1).
+// validate `version` (N2); writers hold inner_mu_ and make it odd while writing (N1).
 struct Inner {
   static constexpr int kMaxFanout = 64;
   std::atomic<std::uint64_t> version{0};
@@ -170,16 +200,16 @@ enum class HookPoint : int {
   smo_before_copy_ptr_cas,   // copy phase built, S3 next
   smo_after_copy_ptr,        // copy phase done (S3)
   smo_after_sync,            // sync phase done (S8)
-  smo_link_before_pm,        // link phase, structure mutex held, S11 next
+  smo_link_before_pm,        // link phase, DRAM predecessor switched, S11 (PM) next
   smo_link_after_list,       // link phase, lists switched, parent not yet installed (S13)
-  smo_done,                  // S14
-  inner_node_written,        // N1: an inner-node write finished (structure mutex held; leaf null)
+  smo_done,                  // S14 (only the helper that set the flag)
+  inner_node_written,        // N1: an inner-node write finished (inner_mu_ held; leaf null)
 };
 std::string_view to_string(HookPoint p);
 
 // Called at each point when installed. Zero cost when unset (one acquire load and a branch).
-// smo_link_before_pm, smo_link_after_list and inner_node_written run with the structure mutex
-// held.
+// inner_node_written runs with inner_mu_ held; the link hooks run without locks (every helper
+// of a link phase passes them).
 class Hooks {
  public:
   virtual ~Hooks() = default;
@@ -232,6 +262,14 @@ class NBTree final : public Index {
   bool peek_for_testing(const Leaf* leaf, std::uint64_t key, std::uint64_t* word) const;
   // Breaks an invariant on purpose so a test can check that verify() notices.
   void corrupt_for_testing(int what);
+  // Known-bad variants for the crash tests (a checker must be able to fail). Set on a
+  // quiescent index; `none` in production.
+  enum class Fault : int {
+    none,
+    skip_insert_persist,  // I5 without its write-back: a completed insert can be lost (ADR)
+    skip_reader_persist,  // R1 skipped: a reader can return a value a crash loses (ADR)
+  };
+  void set_fault_for_testing(Fault f) { fault_ = f; }
 
  private:
   NBTree(std::unique_ptr<pm::Pool> pool, std::uint32_t node_size, std::uint32_t max_value);
@@ -270,6 +308,7 @@ class NBTree final : public Index {
   SmoDesc* copy_phase(Leaf* leaf);
   void sync_slot(Leaf* old_leaf, int slot, const SmoDesc* d) const;
   void link_phase(Leaf* leaf, SmoDesc* d);
+  void help_link(Leaf* leaf);
   Leaf* new_leaf(std::uint64_t low, std::uint64_t high, Code* code);
   void destroy_unpublished(SmoDesc* d);
 
@@ -279,9 +318,11 @@ class NBTree final : public Index {
   // same node write also swaps that child pointer for `replace_to` (S13: one atomic change).
   void insert_into_inner(std::vector<Inner*>& path, int level_index, std::uint64_t key,
                          void* child, void* replace_from = nullptr, void* replace_to = nullptr);
-  std::vector<Inner*> path_to(std::uint64_t key) const;  // structure_mu_ held
+  std::vector<Inner*> path_to(std::uint64_t key) const;  // inner_mu_ held
   void build_inner_from_leaves(const std::vector<Leaf*>& leaves);
   void free_dram();
+  std::uint64_t pm_allocate(std::size_t bytes, Code* code);
+  void pm_free(std::uint64_t off, std::size_t bytes);
 
   // key 0 (side record in the root)
   Code zero_insert(std::uint64_t word);
@@ -307,9 +348,18 @@ class NBTree final : public Index {
   std::atomic<Inner*> root_node_{nullptr};
   std::atomic<Leaf*> head_{nullptr};
   std::atomic<Hooks*> hooks_{nullptr};
-  mutable std::mutex structure_mu_;   // link phases and inner-node writers (S9..S14, N1)
-  mutable std::mutex zero_mu_;        // key 0's side record (Z1)
-  std::vector<Inner*> all_inner_;     // every inner node, for freeing (structure_mu_)
+  // Spin locks (pm::yield_point in the spin loop), not std::mutex: a holder may be parked by
+  // the crash simulator's deterministic scheduler at a traced store inside the section.
+  mutable sync::SpinLock inner_mu_;      // inner-node writers (S13, N1, bulk build)
+  mutable sync::SpinLock zero_mu_;       // key 0's side record (Z1)
+  // Serialises this tree's calls into the pool allocator. The allocator's central lock is a
+  // std::mutex held across a traced store (raising the persisted high-water mark); taken
+  // only under this spin lock it is never contended, so a simulated thread parked inside it
+  // cannot block another one (crash simulator). Allocation is off the common path (SMOs and
+  // out-of-line values only).
+  mutable sync::SpinLock alloc_mu_;
+  Fault fault_ = Fault::none;
+  std::vector<Inner*> all_inner_;     // every inner node, for freeing (inner_mu_)
   mutable sync::EpochManager epochs_;  // E1: replaced leaves and value records
   mutable std::atomic<std::uint64_t> reader_persists_{0};  // relaxed: a statistic
   RecoveryStats recovery_;

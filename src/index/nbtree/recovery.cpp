@@ -177,7 +177,7 @@ Status NBTree::rebuild() {
       }
       bitmap |= std::uint64_t{1} << i;
       leaf->keys[i].store(k, std::memory_order_relaxed);
-      leaf->fps[i].store(fingerprint(k), std::memory_order_relaxed);
+      leaf->set_fp(i, fingerprint(k));
       mn = std::min(mn, k);
       mx = std::max(mx, k);
       ++live;
@@ -280,7 +280,7 @@ Status NBTree::bulk_load(std::span<const KeyValue> sorted, double fill) {
     Leaf* l = new_leaf(leaves.empty() ? 1 : recs[i].first, kMaxKey, &code);
     if (l == nullptr) {
       for (Leaf* x : leaves) {
-        pool_->allocator().deallocate(x->data_off, node_size_);
+        pm_free(x->data_off, node_size_);
         delete x;
       }
       return pool_->error(code, "bulk_load: pool full");
@@ -291,7 +291,7 @@ Status NBTree::bulk_load(std::span<const KeyValue> sorted, double fill) {
       const int s = static_cast<int>(j - i);
       pm::store(&e[s], Entry{recs[j].first, recs[j].second});  // B1
       l->keys[s].store(recs[j].first, std::memory_order_relaxed);
-      l->fps[s].store(fingerprint(recs[j].first), std::memory_order_relaxed);
+      l->set_fp(s, fingerprint(recs[j].first));
       l->state[s].store(Leaf::kDone, std::memory_order_relaxed);
       bitmap |= std::uint64_t{1} << s;
     }
@@ -311,11 +311,11 @@ Status NBTree::bulk_load(std::span<const KeyValue> sorted, double fill) {
   }
   pm::publish(&root_->head, leaves[0]->data_off);  // B3: one switch
   pm::persist(&root_->head, sizeof(std::uint64_t));
-  pool_->allocator().deallocate(head->data_off, node_size_);  // B4
+  pm_free(head->data_off, node_size_);  // B4
   delete head;
   head_.store(leaves[0], std::memory_order_release);
   {
-    std::lock_guard<std::mutex> lock(structure_mu_);
+    std::lock_guard<sync::SpinLock> lock(inner_mu_);
     build_inner_from_leaves(leaves);
   }
   return Status::Ok();
@@ -344,7 +344,7 @@ Status NBTree::verify_leaf(const Leaf* leaf, std::uint64_t* live) const {
     if (k == 0) continue;
     if (k < leaf->low || k > leaf->high)
       return p.error(Code::corrupted, "verify: key " + std::to_string(k) + " outside its leaf");
-    if (leaf->fps[i].load(std::memory_order_relaxed) != fingerprint(k))
+    if (leaf->fp(i) != fingerprint(k))
       return p.error(Code::corrupted, "verify: fingerprint does not match key " + std::to_string(k));
     if (leaf->keys[i].load(std::memory_order_relaxed) != k)
       return p.error(Code::corrupted, "verify: announced key differs from the PM key");
@@ -439,7 +439,7 @@ Footprint NBTree::footprint() const {
   f.pm_reserved = s.bytes_reserved;
   std::size_t inner = 0;
   {
-    std::lock_guard<std::mutex> lock(structure_mu_);  // all_inner_ changes under it
+    std::lock_guard<sync::SpinLock> lock(inner_mu_);  // all_inner_ changes under it
     inner = all_inner_.size();
   }
   f.dram_bytes = leaf_count() * sizeof(Leaf) + inner * sizeof(Inner);
@@ -478,7 +478,7 @@ void NBTree::corrupt_for_testing(int what) {
       const std::uint64_t b = l->bitmap.load(std::memory_order_relaxed);
       if (b == 0) return;
       const int i = __builtin_ctzll(b);
-      l->fps[i].store(static_cast<std::uint8_t>(l->fps[i].load() + 1), std::memory_order_relaxed);
+      l->fpw[i >> 3].fetch_xor(std::uint64_t{1} << ((i & 7) * 8), std::memory_order_relaxed);
       break;
     }
     case 1:  // a leaf range that no longer matches its parent

@@ -11,7 +11,7 @@ namespace pmindex::nbtree {
 namespace {
 inline void full_fence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 
-// N1: seqlock writer side (structure_mu_ held). The version is odd while the node changes.
+// N1: seqlock writer side (inner_mu_ held). The version is odd while the node changes.
 class InnerWrite {
  public:
   explicit InnerWrite(Inner* n) : n_(n), v_(n->version.load(std::memory_order_relaxed)) {
@@ -28,10 +28,22 @@ class InnerWrite {
 };
 }  // namespace
 
+// --- pool allocation (alloc_mu_, see nbtree.h) ---------------------------------------------------
+
+std::uint64_t NBTree::pm_allocate(std::size_t bytes, Code* code) {
+  std::lock_guard<sync::SpinLock> lock(alloc_mu_);
+  return pool_->allocator().allocate(bytes, code);
+}
+
+void NBTree::pm_free(std::uint64_t off, std::size_t bytes) {
+  std::lock_guard<sync::SpinLock> lock(alloc_mu_);
+  pool_->allocator().deallocate(off, bytes);
+}
+
 // --- new leaves -------------------------------------------------------------------------------------
 
 Leaf* NBTree::new_leaf(std::uint64_t low, std::uint64_t high, Code* code) {
-  const std::uint64_t off = pool_->allocator().allocate(node_size_, code);
+  const std::uint64_t off = pm_allocate(node_size_, code);
   if (off == 0) return nullptr;
   pm::zero(pool_->at<char>(off), node_size_);  // the allocator does not zero (S2)
   auto* leaf = new Leaf;
@@ -43,7 +55,7 @@ Leaf* NBTree::new_leaf(std::uint64_t low, std::uint64_t high, Code* code) {
 
 void NBTree::destroy_unpublished(SmoDesc* d) {
   for (int i = 0; i < d->count; ++i) {
-    pool_->allocator().deallocate(d->leaves[i]->data_off, node_size_);
+    pm_free(d->leaves[i]->data_off, node_size_);
     delete d->leaves[i];
   }
   delete d;
@@ -102,7 +114,7 @@ SmoDesc* NBTree::copy_phase(Leaf* leaf) {
     for (std::size_t r = begin; r < end; ++r, ++s) {
       pm::store(&ne[s], Entry{recs[r].key, payload_of(recs[r].word) | kCopyBit});
       n->keys[s].store(recs[r].key, std::memory_order_relaxed);
-      n->fps[s].store(fingerprint(recs[r].key), std::memory_order_relaxed);
+      n->set_fp(s, fingerprint(recs[r].key));
       n->state[s].store(Leaf::kDone, std::memory_order_relaxed);
       bitmap |= std::uint64_t{1} << s;
       d->map_leaf[recs[r].slot] = static_cast<std::uint8_t>(li);
@@ -235,40 +247,77 @@ void NBTree::help_smo(Leaf* leaf) {
   if ((leaf->flag.load(std::memory_order_acquire) & Leaf::kLinked) == 0) link_phase(leaf, d);
 }
 
-// S9-S14 under structure_mu_ (this CPU has no HTM; the inner nodes need a writer lock anyway).
+// S9-S14, lock-free and cooperative: any number of helpers may run it at once; every step is
+// a CAS from the state before it (or idempotent), so a stale helper's late step fails instead
+// of undoing a later SMO's link. Only the parent install (S13) takes the inner-node writer
+// lock, as every inner-node write does (N1).
 void NBTree::link_phase(Leaf* leaf, SmoDesc* d) {
-  {
-    std::lock_guard<std::mutex> lock(structure_mu_);
+  if ((leaf->flag.load(std::memory_order_acquire) & Leaf::kLinked) != 0) return;
+  // S9: freeze the old leaf's next (tag bit), so the link of its right neighbour's SMO cannot
+  // change it any more; that SMO helps this one and then links into our last new leaf.
+  Leaf* n = leaf->next.load(std::memory_order_acquire);
+  while (!Leaf::frozen(n)) {
+    pm::yield_point("nbtree.link.freeze");
+    if (leaf->next.compare_exchange_weak(n, Leaf::with_frozen(n), std::memory_order_acq_rel,
+                                         std::memory_order_acquire)) {
+      break;
+    }
+  }
+  Leaf* const succ = Leaf::untag(n);
+  // S9: the last new leaf continues where the old one did, in both layers. CAS from the
+  // unlinked state (null / 0): once the successor's own SMO has moved it on, a late helper
+  // fails here.
+  Leaf* last = d->leaves[d->count - 1];
+  Leaf* unset = nullptr;
+  pm::yield_point("nbtree.link.last_next");
+  last->next.compare_exchange_strong(unset, succ, std::memory_order_acq_rel,
+                                     std::memory_order_acquire);
+  std::uint64_t zero = 0;
+  pm::cas(&block(last)->next, zero, succ != nullptr ? succ->data_off : 0);
+  pm::persist(&block(last)->next, sizeof(std::uint64_t));
+  // S10-S12: switch the predecessor (the current leaf covering low - 1, or the head) from the
+  // old leaf to the first new leaf: DRAM CAS, then PM CAS (S11, the SMO's durability point) and
+  // its write-back. DRAM `next` words are read only by link phases, so switching DRAM first
+  // exposes nothing; the PM CAS expects the old block, so a late helper cannot undo a later
+  // link of the same word.
+  Leaf* const first = d->leaves[0];
+  for (;;) {
     if ((leaf->flag.load(std::memory_order_acquire) & Leaf::kLinked) != 0) return;
-    // S9: the last new leaf continues where the old one did. Leaf `next` words change only
-    // under structure_mu_, so this value is current.
-    Leaf* last = d->leaves[d->count - 1];
-    Leaf* next = leaf->next.load(std::memory_order_acquire);
-    last->next.store(next, std::memory_order_release);
-    pm::publish(&block(last)->next, next != nullptr ? next->data_off : 0);
-    pm::persist(&block(last)->next, sizeof(std::uint64_t));
-    // S10: the predecessor is the current leaf covering low - 1 (or the head).
-    Leaf* pred = nullptr;
-    if (leaf->low > 1) {
-      const std::vector<Inner*> path = path_to(leaf->low - 1);
-      const Inner* p = path.back();
-      const int n = p->count.load(std::memory_order_relaxed);
-      int pos = 0;
-      for (int i = 1; i < n; ++i) {
-        if (p->keys[i].load(std::memory_order_relaxed) <= leaf->low - 1) pos = i;
+    Leaf* pred = leaf->low > 1 ? find_leaf(leaf->low - 1) : nullptr;
+    std::atomic<Leaf*>& link = pred != nullptr ? pred->next : head_;
+    Leaf* cur = link.load(std::memory_order_acquire);
+    if (cur == leaf) {
+      pm::yield_point("nbtree.link.pred_cas");
+      if (!link.compare_exchange_strong(cur, first, std::memory_order_acq_rel,
+                                        std::memory_order_acquire)) {
+        continue;  // the predecessor froze or changed: look again
       }
-      pred = static_cast<Leaf*>(p->children[pos].load(std::memory_order_relaxed));
+      cur = first;
+    }
+    if (Leaf::untag(cur) == leaf) {
+      // The predecessor is in its own link phase and took our old leaf along: finish its link
+      // (cooperative), then switch its replacement.
+      help_link(pred);
+      continue;
+    }
+    if (Leaf::untag(cur) != first) {
+      // The predecessor already points past our first new leaf: first was installed in the
+      // parent (S13), filled and linked an SMO of its own, so another helper did S11 long ago.
+      break;
     }
     hook(HookPoint::smo_link_before_pm, leaf);
-    std::uint64_t* link = pred != nullptr ? &block(pred)->next : &root_->head;
-    pm::publish(link, d->leaves[0]->data_off);  // S11: the SMO's durability point
-    pm::persist(link, sizeof(std::uint64_t));
-    pm::yield_point("nbtree.smo.link_dram");
-    (pred != nullptr ? pred->next : head_).store(d->leaves[0], std::memory_order_release);  // S12
-    hook(HookPoint::smo_link_after_list, leaf);
-    install_in_parent(leaf, d);                                  // S13
-    pm::yield_point("nbtree.smo.linked");
-    leaf->flag.fetch_or(Leaf::kLinked, std::memory_order_acq_rel);  // S14
+    std::uint64_t* pm_link = pred != nullptr ? &block(pred)->next : &root_->head;
+    std::uint64_t expected = leaf->data_off;
+    pm::cas(pm_link, expected, first->data_off);  // S11: the SMO's durability point
+    pm::persist(pm_link, sizeof(std::uint64_t));
+    break;
+  }
+  hook(HookPoint::smo_link_after_list, leaf);
+  install_in_parent(leaf, d);  // S13 (inner_mu_; idempotent)
+  pm::yield_point("nbtree.smo.linked");
+  // S14: the helper that sets the flag retires the old leaf.
+  if ((leaf->flag.fetch_or(Leaf::kLinked, std::memory_order_acq_rel) & Leaf::kLinked) != 0) {
+    return;
   }
   hook(HookPoint::smo_done, leaf);
   // E1: the old leaf (DRAM metadata and PM block) and the descriptor go once no pinned
@@ -276,13 +325,19 @@ void NBTree::link_phase(Leaf* leaf, SmoDesc* d) {
   const std::uint64_t off = leaf->data_off;
   const std::uint32_t bytes = node_size_;
   epochs_.retire([this, leaf, d, off, bytes] {
-    pool_->allocator().deallocate(off, bytes);
+    pm_free(off, bytes);
     delete leaf;
     delete d;
   });
 }
 
-// --- inner nodes (structure_mu_ held) ---------------------------------------------------------------
+// A leaf whose next is frozen is in its link phase (its sync phase is over): finish it.
+void NBTree::help_link(Leaf* leaf) {
+  SmoDesc* d = leaf->copy_ptr.load(std::memory_order_acquire);
+  link_phase(leaf, d);
+}
+
+// --- inner nodes (inner_mu_ held) ---------------------------------------------------------------
 
 std::vector<Inner*> NBTree::path_to(std::uint64_t key) const {
   std::vector<Inner*> path;
@@ -309,6 +364,7 @@ std::vector<Inner*> NBTree::path_to(std::uint64_t key) const {
 // insert would put the key in the wrong leaf (later updates/finds miss it) and a scan would set
 // its cursor back to `split` (keys below the start key, not ascending).
 void NBTree::install_in_parent(Leaf* old_leaf, SmoDesc* d) {
+  std::lock_guard<sync::SpinLock> lock(inner_mu_);
   std::vector<Inner*> path = path_to(old_leaf->low);
   Inner* p = path.back();
   const int n = p->count.load(std::memory_order_relaxed);
@@ -316,7 +372,7 @@ void NBTree::install_in_parent(Leaf* old_leaf, SmoDesc* d) {
   for (int i = 0; i < n; ++i) {
     if (p->children[i].load(std::memory_order_relaxed) == old_leaf) pos = i;
   }
-  if (pos < 0) std::abort();  // invariant (3): the leaf being linked is in its parent
+  if (pos < 0) return;  // another helper installed it (S13 runs once per SMO, under inner_mu_)
   if (d->count == 2) {
     insert_into_inner(path, static_cast<int>(path.size()) - 1, d->split, d->leaves[1], old_leaf,
                       d->leaves[0]);
