@@ -2,14 +2,16 @@
 // leaf header has no room for a version). Leaves are 256 B aligned, so each leaf owns the slot
 // of its first 256 B block. Rebuilt (all zero) at every open.
 //
-// Thread safety: the array is fixed at construction; each slot is a VersionLock (see there).
+// Thread safety: the array is fixed at construction; each slot is a sync::OptimisticLock used as
+// olc.h describes (recycled leaves restart above every earlier word).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 
-#include "index/common/version_lock.h"
+#include "index/common/olc.h"
 
 namespace pmindex::index_common {
 
@@ -17,13 +19,35 @@ class LeafVersions {
  public:
   static constexpr std::size_t kGranule = 256;
   explicit LeafVersions(std::size_t pool_bytes)
-      : n_(pool_bytes / kGranule + 1), slots_(new VersionLock[n_]) {}
-  VersionLock& at(std::uint64_t leaf_offset) const { return slots_[leaf_offset / kGranule]; }
-  std::uint64_t dram_bytes() const { return n_ * sizeof(VersionLock); }
+      : n_(pool_bytes / kGranule + 1), slots_(new OptimisticLock[n_]) {}
+  OptimisticLock& at(std::uint64_t leaf_offset) const { return slots_[leaf_offset / kGranule]; }
+  // readLockOrRestart on the leaf's version: nullopt if the leaf is obsolete (restart).
+  std::optional<std::uint64_t> read(std::uint64_t leaf_offset) const {
+    bool restart = false;
+    const std::uint64_t v = at(leaf_offset).readLockOrRestart(restart);
+    if (restart) return std::nullopt;
+    return v;
+  }
+  // checkOrRestart: true if no writer ran on the leaf since read() returned `version`.
+  bool unchanged(std::uint64_t leaf_offset, std::uint64_t version) const {
+    bool restart = false;
+    at(leaf_offset).checkOrRestart(version, restart);
+    return !restart;
+  }
+  // upgradeToWriteLockOrRestart from a version read() returned.
+  bool upgrade(std::uint64_t leaf_offset, std::uint64_t version) const {
+    bool restart = false;
+    at(leaf_offset).upgradeToWriteLockOrRestart(version, restart);
+    return !restart;
+  }
+  bool is_locked(std::uint64_t leaf_offset) const {
+    return OptimisticLock::isLocked(at(leaf_offset).peek());
+  }
+  std::uint64_t dram_bytes() const { return n_ * sizeof(OptimisticLock); }
 
  private:
   std::size_t n_;
-  std::unique_ptr<VersionLock[]> slots_;
+  std::unique_ptr<OptimisticLock[]> slots_;
 };
 
 }  // namespace pmindex::index_common

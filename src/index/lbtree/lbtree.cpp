@@ -19,6 +19,12 @@ template <unsigned M>
 LBTree<M>::~LBTree() = default;
 
 template <unsigned M>
+Index::ThreadScope LBTree<M>::attach_thread() {
+  auto participant = std::make_shared<sync::EpochManager::Participant>(epochs_.attach());
+  return ThreadScope([participant]() mutable { participant.reset(); });
+}
+
+template <unsigned M>
 void LBTree<M>::init_dram() {
   head_ = root_->head;
   bytes_keys_ = root_->key_mode == static_cast<std::uint32_t>(KeyType::bytes);
@@ -255,8 +261,8 @@ Status LBTree<M>::verify() const {
   for (std::size_t i = 0; i < leaves.size(); ++i) {
     const std::uint64_t off = leaves[i];
     LeafT* l = leaf_at(off);
-    const std::uint64_t w0 = relaxed_load(&l->block[0].front[0]);
-    if ((w0 & kLockBit) != 0 || versions_->at(off).is_locked())
+    const std::uint64_t w0 = optimistic_read(l->block[0].front[0]);
+    if ((w0 & kLockBit) != 0 || versions_->is_locked(off))
       return bad(off, "left locked");
     const bool alt = (w0 & kAltBit) != 0;
     for (unsigned b = 0; b < M; ++b) {
@@ -265,8 +271,8 @@ Status LBTree<M>::verify() const {
         return bad(off, "block " + std::to_string(b) + " header has lock/alt bits");
       for (std::uint64_t m = d.bitmap(); m != 0; m &= m - 1) {
         const auto sl = static_cast<unsigned>(std::countr_zero(m));
-        const std::uint64_t kw = relaxed_load(&l->block[b].entry[sl][0]);
-        const std::uint64_t vw = relaxed_load(&l->block[b].entry[sl][1]);
+        const std::uint64_t kw = optimistic_read(l->block[b].entry[sl][0]);
+        const std::uint64_t vw = optimistic_read(l->block[b].entry[sl][1]);
         std::string_view rec;
         if (bytes_keys_) {
           if (!index_common::read_record(p, kw, max_key_, &rec))
@@ -335,6 +341,7 @@ Footprint LBTree<M>::footprint() const {
 template <unsigned M>
 Status LBTree<M>::close() {
   if (!closed_) {
+    epochs_.drain();       // retired separator copies (no operation runs concurrently)
     pool_->close_clean();  // every operation persisted its own steps
     closed_ = true;
   }

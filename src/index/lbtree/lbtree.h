@@ -11,6 +11,10 @@
 //     Readers never write; they read leaf words with relaxed atomic loads and validate.
 //   * Lock order: leaf (then its left neighbour, try-lock only) -> InnerTree SMO mutex.
 //     Nobody waits for a leaf lock while holding the SMO mutex.
+//   * Separator copies (bytes keys): operations pin the epoch manager; a separator that an
+//     unlink removes from the inner tree is retired and freed once no pinned reader can hold
+//     it (SeparatorStore). Leaf blocks are freed at once: their DRAM versions only grow, so a
+//     stale reader of a recycled leaf fails validation.
 //   * verify(), bulk_load() and close() expect no concurrent operations.
 // Invariants (checked by verify()):
 //   (1) the leaf chain from root.head is acyclic, in bounds, and its leaves appear in the same
@@ -23,6 +27,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -34,6 +39,7 @@
 #include "index/lbtree/leaf.h"
 #include "pmindex/index.h"
 #include "pmindex/pm/dram_arena.h"
+#include "pmindex/sync/epoch.h"
 
 namespace pmindex::lbtree {
 
@@ -92,6 +98,8 @@ class LBTree final : public Index {
   Footprint footprint() const override;
   Status close() override;
   const pm::Pool& pool() const override { return *pool_; }
+  // Registers the calling thread with the epoch manager (bytes keys pin it per operation).
+  ThreadScope attach_thread() override;
 
   // Experiment hook for the Theorem 3.5 reproduction (tests/index/lbtree/test_lbtree_lines.cpp),
   // not a production mode: the paper's "traditional" design of Fig. 8b - an insert takes the
@@ -162,6 +170,13 @@ class LBTree final : public Index {
   void switch_sibling(LeafT* a, std::uint64_t next);  // U1..U3 / recovery repair
   void release(const Pending& pending);
 
+  // Pins the calling thread while it may compare against separator copies (bytes keys only:
+  // integer separator words point nowhere, so u64/f64 operations pay nothing).
+  std::optional<sync::EpochManager::Guard> pin() const {
+    if (!bytes_keys_) return std::nullopt;
+    return epochs_.pin();
+  }
+
   // recovery
   Status rebuild(unsigned threads);
 
@@ -176,6 +191,9 @@ class LBTree final : public Index {
   index_common::InnerTree inner_;
   std::unique_ptr<index_common::LeafVersions> versions_;
   index_common::SeparatorStore seps_;
+  // Retired separator copies (an unlinked leaf's fence). Declared after seps_: destroyed
+  // first, its pending deleters still find the store (SeparatorStore invariant 3).
+  mutable sync::EpochManager epochs_;
   RecoveryStats recovery_;
   double rebuild_seconds_ = 0;
   bool closed_ = false;

@@ -14,7 +14,7 @@
 
 namespace pmindex::lbtree {
 
-using index_common::relaxed_load;
+using index_common::optimistic_read;
 
 namespace detail {
 // Every PM word of a leaf is written with one 8-byte atomic store (pm::publish), because
@@ -130,24 +130,24 @@ bool LBTree<M>::read_value(std::uint64_t value_word, std::string* out) const {
 
 template <unsigned M>
 DWord LBTree<M>::load_header(const std::uint64_t* h) {
-  return DWord{{relaxed_load(h), relaxed_load(h + 1)}};
+  return DWord{{optimistic_read(h[0]), optimistic_read(h[1])}};
 }
 
 template <unsigned M>
 std::uint64_t LBTree<M>::next_leaf(std::uint64_t off) const {
   LeafT* l = leaf_at(off);
-  const bool alt = (relaxed_load(&l->block[0].front[0]) & kAltBit) != 0;
-  return relaxed_load(&l->block[0].tail[alt ? 1 : 0]);
+  const bool alt = (optimistic_read(l->block[0].front[0]) & kAltBit) != 0;
+  return optimistic_read(l->block[0].tail[alt ? 1 : 0]);
 }
 
 template <unsigned M>
 typename LBTree<M>::SlotRef LBTree<M>::find_slot(LeafT* l, const Probe& p) const {
-  const bool alt = (relaxed_load(&l->block[0].front[0]) & kAltBit) != 0;
+  const bool alt = (optimistic_read(l->block[0].front[0]) & kAltBit) != 0;
   for (unsigned b = 0; b < M; ++b) {
     const DWord d = load_header(active_header(l, b, alt));
     for (std::uint32_t m = detail::match_slots(d, p.fp); m != 0; m &= m - 1) {
       const auto s = static_cast<unsigned>(std::countr_zero(m));
-      if (key_matches(relaxed_load(&l->block[b].entry[s][0]), p))
+      if (key_matches(optimistic_read(l->block[b].entry[s][0]), p))
         return SlotRef{static_cast<int>(b), s, d};
     }
   }
@@ -156,7 +156,7 @@ typename LBTree<M>::SlotRef LBTree<M>::find_slot(LeafT* l, const Probe& p) const
 
 template <unsigned M>
 bool LBTree<M>::leaf_empty(LeafT* l) const {
-  const bool alt = (relaxed_load(&l->block[0].front[0]) & kAltBit) != 0;
+  const bool alt = (optimistic_read(l->block[0].front[0]) & kAltBit) != 0;
   for (unsigned b = 0; b < M; ++b)
     if (load_header(active_header(l, b, alt)).bitmap() != 0) return false;
   return true;
@@ -167,11 +167,7 @@ template <unsigned M>
 std::pair<std::uint64_t, std::uint64_t> LBTree<M>::descend_read(const Probe& p) const {
   return inner_.descend(
       [&](std::uint64_t sep) { return probe_less_sep(p, sep); },
-      [&](std::uint64_t leaf) -> std::optional<std::uint64_t> {
-        std::uint64_t v = 0;
-        if (!versions_->at(leaf).read_begin(&v)) return std::nullopt;
-        return v;
-      });
+      [&](std::uint64_t leaf) { return versions_->read(leaf); });
 }
 
 // Writers: lock the leaf covering p (DRAM version by CAS from the version seen under the
@@ -180,29 +176,30 @@ template <unsigned M>
 std::uint64_t LBTree<M>::lock_leaf_for(const Probe& p) {
   for (;;) {
     const auto [off, v] = descend_read(p);
-    if (versions_->at(off).try_upgrade(v)) {
+    if (versions_->upgrade(off, v)) {
       std::uint64_t* w0 = &leaf_at(off)->block[0].front[0];
-      std::uint64_t expected = relaxed_load(w0) & ~kLockBit;
+      std::uint64_t expected = optimistic_read(*w0) & ~kLockBit;
       while (!pm::cas(w0, expected, expected | kLockBit)) expected &= ~kLockBit;
       return off;
     }
-    index_common::VersionLock::pause();
+    index_common::olc_pause();
   }
 }
 
 template <unsigned M>
 void LBTree<M>::unlock_leaf(std::uint64_t off) {
   std::uint64_t* w0 = &leaf_at(off)->block[0].front[0];
-  std::uint64_t expected = relaxed_load(w0);
+  std::uint64_t expected = optimistic_read(*w0);
   while (!pm::cas(w0, expected, expected & ~kLockBit)) {
   }
-  versions_->at(off).unlock();
+  versions_->at(off).writeUnlock();
 }
 
 // --- search (Alg. 1) ------------------------------------------------------------------------------
 
 template <unsigned M>
 Code LBTree<M>::find(std::string_view key, std::string* value) const {
+  const auto guard = pin();
   if (Code c = check_key(key); c != Code::ok) return c;
   const Probe p = make_probe(key);
   std::string tmp;
@@ -214,8 +211,8 @@ Code LBTree<M>::find(std::string_view key, std::string* value) const {
     const SlotRef r = find_slot(l, p);
     bool ok = true;
     if (r.block >= 0 && value != nullptr)
-      ok = read_value(relaxed_load(&l->block[r.block].entry[r.slot][1]), &tmp);
-    if (!versions_->at(off).validate(v) || !ok) continue;
+      ok = read_value(optimistic_read(l->block[r.block].entry[r.slot][1]), &tmp);
+    if (!versions_->unchanged(off, v) || !ok) continue;
     if (r.block < 0) return Code::not_found;
     if (value != nullptr) value->swap(tmp);
     return Code::ok;
@@ -238,7 +235,7 @@ void LBTree<M>::leaf_insert(LeafT* l, DWord d0, std::uint64_t key_word,
   }
   Block& blk = l->block[b];
   std::uint64_t* hdr = active_header(l, b, alt);
-  const std::uint64_t old_w1 = relaxed_load(hdr + 1);
+  const std::uint64_t old_w1 = optimistic_read(hdr[1]);
   const unsigned hline = header_line(b, alt);
   const std::uint64_t free = ~d.bitmap() & kBitmapMask;
   const std::uint64_t free_in_hline = free & line_slots_mask(hline);
@@ -258,8 +255,8 @@ void LBTree<M>::leaf_insert(LeafT* l, DWord d0, std::uint64_t key_word,
     while (to_free != 0 && from != 0) {
       const auto to = static_cast<unsigned>(std::countr_zero(to_free));
       const auto fr = static_cast<unsigned>(std::countr_zero(from));
-      detail::put(&blk.entry[to][0], relaxed_load(&blk.entry[fr][0]));
-      detail::put(&blk.entry[to][1], relaxed_load(&blk.entry[fr][1]));
+      detail::put(&blk.entry[to][0], optimistic_read(blk.entry[fr][0]));
+      detail::put(&blk.entry[to][1], optimistic_read(blk.entry[fr][1]));
       d.set_fp(to, d.fp(fr));
       d.set_valid(to);
       d.clear_valid(fr);
@@ -277,6 +274,7 @@ void LBTree<M>::leaf_insert(LeafT* l, DWord d0, std::uint64_t key_word,
 
 template <unsigned M>
 Code LBTree<M>::insert(std::string_view key, std::string_view value) {
+  const auto guard = pin();
   if (Code c = check_key(key); c != Code::ok) return c;
   if (Code c = check_value(value); c != Code::ok) return c;
   const Probe p = make_probe(key);
@@ -323,6 +321,7 @@ Code LBTree<M>::insert(std::string_view key, std::string_view value) {
 
 template <unsigned M>
 Code LBTree<M>::update(std::string_view key, std::string_view value) {
+  const auto guard = pin();
   if (Code c = check_key(key); c != Code::ok) return c;
   if (Code c = check_value(value); c != Code::ok) return c;
   const Probe p = make_probe(key);
@@ -342,7 +341,7 @@ Code LBTree<M>::update(std::string_view key, std::string_view value) {
     Code code = Code::ok;
     value_word = index_common::write_record(*pool_, value, &code);  // K1
     if (value_word == 0) { unlock_leaf(off); return code; }
-    old.value_record = relaxed_load(vslot);
+    old.value_record = optimistic_read(*vslot);
   }
   detail::put(vslot, value_word);  // W1: NAW - one 8-byte failure-atomic store of the value
   pm::persist(vslot, 8);           // W2
@@ -353,6 +352,7 @@ Code LBTree<M>::update(std::string_view key, std::string_view value) {
 
 template <unsigned M>
 Code LBTree<M>::remove(std::string_view key) {
+  const auto guard = pin();
   if (Code c = check_key(key); c != Code::ok) return c;
   const Probe p = make_probe(key);
   const std::uint64_t off = lock_leaf_for(p);
@@ -362,11 +362,11 @@ Code LBTree<M>::remove(std::string_view key) {
     unlock_leaf(off);
     return Code::not_found;
   }
-  const bool alt = (relaxed_load(&l->block[0].front[0]) & kAltBit) != 0;
+  const bool alt = (optimistic_read(l->block[0].front[0]) & kAltBit) != 0;
   std::uint64_t* hdr = active_header(l, static_cast<unsigned>(r.block), alt);
   Pending gone;
-  if (bytes_keys_) gone.key_record = relaxed_load(&l->block[r.block].entry[r.slot][0]);
-  if (!inline_values_) gone.value_record = relaxed_load(&l->block[r.block].entry[r.slot][1]);
+  if (bytes_keys_) gone.key_record = optimistic_read(l->block[r.block].entry[r.slot][0]);
+  if (!inline_values_) gone.value_record = optimistic_read(l->block[r.block].entry[r.slot][1]);
   DWord d = load_header(hdr);
   d.clear_valid(r.slot);
   detail::put(hdr, d.w[0]);  // D1: NAW - clear the slot's bitmap bit
@@ -393,6 +393,7 @@ void LBTree<M>::release(const Pending& pending) {
 // was read), then sort and emit. A failed validation re-descends from the last emitted key.
 template <unsigned M>
 std::size_t LBTree<M>::scan(std::string_view start, std::size_t max, ScanBuffer& out) const {
+  const auto guard = pin();
   out.clear();
   if (max == 0) return 0;
   index_common::LeafScan sc(start, max);
@@ -405,28 +406,28 @@ std::size_t LBTree<M>::scan(std::string_view start, std::size_t max, ScanBuffer&
     while (!restart) {
       LeafT* l = leaf_at(off);
       sc.begin_leaf();
-      const std::uint64_t w0 = relaxed_load(&l->block[0].front[0]);
+      const std::uint64_t w0 = optimistic_read(l->block[0].front[0]);
       const bool alt = (w0 & kAltBit) != 0;
       for (unsigned b = 0; b < M; ++b) {
         const DWord d = load_header(active_header(l, b, alt));
         for (std::uint64_t m = d.bitmap(); m != 0; m &= m - 1) {
           const auto s = static_cast<unsigned>(std::countr_zero(m));
-          const std::string k = key_string(relaxed_load(&l->block[b].entry[s][0]));
-          if (!read_value(relaxed_load(&l->block[b].entry[s][1]), &value)) value.clear();
+          const std::string k = key_string(optimistic_read(l->block[b].entry[s][0]));
+          if (!read_value(optimistic_read(l->block[b].entry[s][1]), &value)) value.clear();
           sc.gather(k, value);
         }
       }
-      const std::uint64_t next = relaxed_load(&l->block[0].tail[alt ? 1 : 0]);
-      std::uint64_t nv = 0;
-      if (next != 0 && !versions_->at(next).read_begin(&nv)) restart = true;
-      if (!versions_->at(off).validate(v)) restart = true;
+      const std::uint64_t next = optimistic_read(l->block[0].tail[alt ? 1 : 0]);
+      std::optional<std::uint64_t> nv = 0;
+      if (next != 0 && !(nv = versions_->read(next))) restart = true;
+      if (!versions_->unchanged(off, v)) restart = true;
       if (restart) break;
       sc.emit(out);
       if (sc.full(out) || next == 0) return out.size();
       off = next;
-      v = nv;
+      v = *nv;
     }
-    index_common::VersionLock::pause();
+    index_common::olc_pause();
   }
 }
 
