@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "index/common/inner_tree.h"
+#include "index/common/key_codec.h"
 #include "index/common/leaf_versions.h"
 #include "index/common/scan_assembly.h"
 #include "index/common/separator_store.h"
@@ -112,12 +113,8 @@ class LBTree final : public Index {
   std::uint64_t leaf_count() const;
 
  private:
-  // A search key prepared once per operation.
-  struct Probe {
-    std::uint64_t word = 0;      // u64/f64 modes
-    std::string_view bytes;      // bytes mode (and the original key in every mode)
-    std::uint8_t fp = 0;
-  };
+  // A search key prepared once per operation (key modes: index_common::KeyCodec).
+  using Probe = index_common::KeyCodec::Probe;
   struct SlotRef {
     int block = -1;
     unsigned slot = 0;
@@ -132,17 +129,10 @@ class LBTree final : public Index {
   Status init_root(const Options& o);
   void init_dram();
 
-  // keys and values
-  Code check_key(std::string_view key) const;
-  Code check_value(std::string_view value) const;
-  Probe make_probe(std::string_view key) const;
-  bool probe_less_sep(const Probe& p, std::uint64_t sep) const;
-  bool key_matches(std::uint64_t key_word, const Probe& p) const;
-  std::string key_string(std::uint64_t key_word) const;    // memcmp-ordered key bytes
+  // keys (the rest is keys_) and values
   bool key_word_less(std::uint64_t a, std::uint64_t b) const;
-  std::string sep_string(std::uint64_t sep) const;
   std::uint64_t make_separator(std::uint64_t key_word);
-  std::uint8_t fingerprint_of(std::uint64_t key_word) const;
+  Code check_value(std::string_view value) const;
   bool read_value(std::uint64_t value_word, std::string* out) const;
 
   // leaves
@@ -173,7 +163,7 @@ class LBTree final : public Index {
   // Pins the calling thread while it may compare against separator copies (bytes keys only:
   // integer separator words point nowhere, so u64/f64 operations pay nothing).
   std::optional<sync::EpochManager::Guard> pin() const {
-    if (!bytes_keys_) return std::nullopt;
+    if (!keys_.bytes_mode()) return std::nullopt;
     return epochs_.pin();
   }
 
@@ -183,9 +173,8 @@ class LBTree final : public Index {
   std::unique_ptr<pm::Pool> pool_;
   Root* root_ = nullptr;
   std::uint64_t head_ = 0;
-  bool bytes_keys_ = false;
+  index_common::KeyCodec keys_;
   bool inline_values_ = true;
-  std::uint32_t max_key_ = 8;
   std::uint32_t max_value_ = 8;
   pm::DramArena arena_;
   index_common::InnerTree inner_;

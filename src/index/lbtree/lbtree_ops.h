@@ -18,7 +18,7 @@ using index_common::optimistic_read;
 
 namespace detail {
 // Every PM word of a leaf is written with one 8-byte atomic store (pm::publish), because
-// optimistic readers read the same words with relaxed atomic loads (no data race).
+// optimistic readers read the same words with optimistic_read (no data race; olc.h (1)).
 inline void put(std::uint64_t* p, std::uint64_t v) { pm::publish(p, v); }
 
 // Candidate slots of a block: SIMD compare of the 16 header bytes against the fingerprint;
@@ -39,79 +39,21 @@ inline const char* line_ptr(const Block& b, unsigned line) {
 // --- keys and values -------------------------------------------------------------------------
 
 template <unsigned M>
-Code LBTree<M>::check_key(std::string_view key) const {
-  if (bytes_keys_) return key.size() > max_key_ ? Code::key_too_large : Code::ok;
-  if (key.size() != 8) return Code::invalid_argument;
-  if (root_->key_mode == static_cast<std::uint32_t>(KeyType::f64) &&
-      std::isnan(decode_f64(key)))
-    return Code::invalid_argument;
-  return Code::ok;
-}
-
-template <unsigned M>
 Code LBTree<M>::check_value(std::string_view value) const {
   if (inline_values_) return value.size() == 8 ? Code::ok : Code::invalid_argument;
   return value.size() > max_value_ ? Code::value_too_large : Code::ok;
 }
 
 template <unsigned M>
-typename LBTree<M>::Probe LBTree<M>::make_probe(std::string_view key) const {
-  Probe p;
-  p.bytes = key;
-  if (bytes_keys_) {
-    p.fp = index_common::fingerprint_bytes(key);
-  } else {
-    char buf[8] = {};
-    std::memcpy(buf, key.data(), std::min<std::size_t>(8, key.size()));
-    p.word = decode_u64(std::string_view(buf, 8));
-    p.fp = index_common::fingerprint_word(p.word);
-  }
-  return p;
-}
-
-template <unsigned M>
-bool LBTree<M>::probe_less_sep(const Probe& p, std::uint64_t sep) const {
-  if (!bytes_keys_) return p.word < sep;
-  return p.bytes < index_common::SeparatorStore::view(sep);
-}
-
-template <unsigned M>
-bool LBTree<M>::key_matches(std::uint64_t key_word, const Probe& p) const {
-  if (!bytes_keys_) return key_word == p.word;
-  std::string_view stored;
-  return index_common::read_record(*pool_, key_word, max_key_, &stored) && stored == p.bytes;
-}
-
-template <unsigned M>
-std::string LBTree<M>::key_string(std::uint64_t key_word) const {
-  if (!bytes_keys_) return encode_u64(key_word);
-  std::string_view stored;
-  if (!index_common::read_record(*pool_, key_word, max_key_, &stored)) return {};
-  return std::string(stored);
-}
-
-template <unsigned M>
 bool LBTree<M>::key_word_less(std::uint64_t a, std::uint64_t b) const {
-  if (!bytes_keys_) return a < b;
-  return key_string(a) < key_string(b);
-}
-
-template <unsigned M>
-std::string LBTree<M>::sep_string(std::uint64_t sep) const {
-  if (!bytes_keys_) return encode_u64(sep);
-  return std::string(index_common::SeparatorStore::view(sep));
+  if (!keys_.bytes_mode()) return a < b;
+  return keys_.key_bytes(a) < keys_.key_bytes(b);
 }
 
 template <unsigned M>
 std::uint64_t LBTree<M>::make_separator(std::uint64_t key_word) {
-  if (!bytes_keys_) return key_word;
-  return seps_.make(key_string(key_word));
-}
-
-template <unsigned M>
-std::uint8_t LBTree<M>::fingerprint_of(std::uint64_t key_word) const {
-  if (!bytes_keys_) return index_common::fingerprint_word(key_word);
-  return index_common::fingerprint_bytes(key_string(key_word));
+  if (!keys_.bytes_mode()) return key_word;
+  return keys_.separator_for(keys_.key_bytes(key_word), key_word, seps_);
 }
 
 template <unsigned M>
@@ -147,7 +89,7 @@ typename LBTree<M>::SlotRef LBTree<M>::find_slot(LeafT* l, const Probe& p) const
     const DWord d = load_header(active_header(l, b, alt));
     for (std::uint32_t m = detail::match_slots(d, p.fp); m != 0; m &= m - 1) {
       const auto s = static_cast<unsigned>(std::countr_zero(m));
-      if (key_matches(optimistic_read(l->block[b].entry[s][0]), p))
+      if (keys_.matches(optimistic_read(l->block[b].entry[s][0]), p))
         return SlotRef{static_cast<int>(b), s, d};
     }
   }
@@ -166,7 +108,7 @@ bool LBTree<M>::leaf_empty(LeafT* l) const {
 template <unsigned M>
 std::pair<std::uint64_t, std::uint64_t> LBTree<M>::descend_read(const Probe& p) const {
   return inner_.descend(
-      [&](std::uint64_t sep) { return probe_less_sep(p, sep); },
+      [&](std::uint64_t sep) { return keys_.below(p, sep); },
       [&](std::uint64_t leaf) { return versions_->read(leaf); });
 }
 
@@ -200,8 +142,8 @@ void LBTree<M>::unlock_leaf(std::uint64_t off) {
 template <unsigned M>
 Code LBTree<M>::find(std::string_view key, std::string* value) const {
   const auto guard = pin();
-  if (Code c = check_key(key); c != Code::ok) return c;
-  const Probe p = make_probe(key);
+  if (Code c = keys_.check(key); c != Code::ok) return c;
+  const Probe p = keys_.probe(key);
   std::string tmp;
   for (;;) {
     const auto [off, v] = descend_read(p);
@@ -275,9 +217,9 @@ void LBTree<M>::leaf_insert(LeafT* l, DWord d0, std::uint64_t key_word,
 template <unsigned M>
 Code LBTree<M>::insert(std::string_view key, std::string_view value) {
   const auto guard = pin();
-  if (Code c = check_key(key); c != Code::ok) return c;
+  if (Code c = keys_.check(key); c != Code::ok) return c;
   if (Code c = check_value(value); c != Code::ok) return c;
-  const Probe p = make_probe(key);
+  const Probe p = keys_.probe(key);
   const std::uint64_t off = lock_leaf_for(p);
   LeafT* l = leaf_at(off);
   if (find_slot(l, p).block >= 0) {
@@ -285,18 +227,15 @@ Code LBTree<M>::insert(std::string_view key, std::string_view value) {
     return Code::already_present;
   }
   Code code = Code::ok;
-  std::uint64_t key_word = p.word;
+  const std::uint64_t key_word = keys_.make_key_word(*pool_, p, &code);  // K1 (bytes keys)
+  if (code != Code::ok) { unlock_leaf(off); return code; }
   std::uint64_t value_word = 0;
-  if (bytes_keys_) {
-    key_word = index_common::write_record(*pool_, key, &code);  // K1
-    if (key_word == 0) { unlock_leaf(off); return code; }
-  }
   if (inline_values_) {
     std::memcpy(&value_word, value.data(), 8);
   } else {
     value_word = index_common::write_record(*pool_, value, &code);  // K1
     if (value_word == 0) {
-      if (bytes_keys_) index_common::free_record(*pool_, key_word);
+      if (keys_.bytes_mode()) index_common::free_record(*pool_, key_word);
       unlock_leaf(off);
       return code;
     }
@@ -310,7 +249,7 @@ Code LBTree<M>::insert(std::string_view key, std::string_view value) {
     code = Code::ok;
   } else {
     code = split_insert(off, key_word, value_word, p.fp);
-    if (code != Code::ok) release(Pending{bytes_keys_ ? key_word : 0,
+    if (code != Code::ok) release(Pending{keys_.bytes_mode() ? key_word : 0,
                                           inline_values_ ? 0 : value_word});
   }
   unlock_leaf(off);
@@ -322,9 +261,9 @@ Code LBTree<M>::insert(std::string_view key, std::string_view value) {
 template <unsigned M>
 Code LBTree<M>::update(std::string_view key, std::string_view value) {
   const auto guard = pin();
-  if (Code c = check_key(key); c != Code::ok) return c;
+  if (Code c = keys_.check(key); c != Code::ok) return c;
   if (Code c = check_value(value); c != Code::ok) return c;
-  const Probe p = make_probe(key);
+  const Probe p = keys_.probe(key);
   const std::uint64_t off = lock_leaf_for(p);
   LeafT* l = leaf_at(off);
   const SlotRef r = find_slot(l, p);
@@ -353,8 +292,8 @@ Code LBTree<M>::update(std::string_view key, std::string_view value) {
 template <unsigned M>
 Code LBTree<M>::remove(std::string_view key) {
   const auto guard = pin();
-  if (Code c = check_key(key); c != Code::ok) return c;
-  const Probe p = make_probe(key);
+  if (Code c = keys_.check(key); c != Code::ok) return c;
+  const Probe p = keys_.probe(key);
   const std::uint64_t off = lock_leaf_for(p);
   LeafT* l = leaf_at(off);
   SlotRef r = find_slot(l, p);
@@ -365,7 +304,7 @@ Code LBTree<M>::remove(std::string_view key) {
   const bool alt = (optimistic_read(l->block[0].front[0]) & kAltBit) != 0;
   std::uint64_t* hdr = active_header(l, static_cast<unsigned>(r.block), alt);
   Pending gone;
-  if (bytes_keys_) gone.key_record = optimistic_read(l->block[r.block].entry[r.slot][0]);
+  if (keys_.bytes_mode()) gone.key_record = optimistic_read(l->block[r.block].entry[r.slot][0]);
   if (!inline_values_) gone.value_record = optimistic_read(l->block[r.block].entry[r.slot][1]);
   DWord d = load_header(hdr);
   d.clear_valid(r.slot);
@@ -400,7 +339,7 @@ std::size_t LBTree<M>::scan(std::string_view start, std::size_t max, ScanBuffer&
   std::string value;
   for (;;) {
     const std::string resume = sc.have_last() ? sc.last() : std::string(start);
-    const Probe p = make_probe(resume);
+    const Probe p = keys_.probe(resume);
     auto [off, v] = descend_read(p);
     bool restart = false;
     while (!restart) {
@@ -412,7 +351,7 @@ std::size_t LBTree<M>::scan(std::string_view start, std::size_t max, ScanBuffer&
         const DWord d = load_header(active_header(l, b, alt));
         for (std::uint64_t m = d.bitmap(); m != 0; m &= m - 1) {
           const auto s = static_cast<unsigned>(std::countr_zero(m));
-          const std::string k = key_string(optimistic_read(l->block[b].entry[s][0]));
+          const std::string k = keys_.key_bytes(optimistic_read(l->block[b].entry[s][0]));
           if (!read_value(optimistic_read(l->block[b].entry[s][1]), &value)) value.clear();
           sc.gather(k, value);
         }

@@ -3,20 +3,13 @@
 #pragma once
 
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
 #include <vector>
 
+#include "index/common/hybrid_checks.h"
 #include "index/lbtree/lbtree_ops.h"
 
 namespace pmindex::lbtree {
 
-namespace detail {
-[[noreturn]] inline void fatal(const char* what) {
-  std::fprintf(stderr, "pmindex lbtree: internal invariant broken: %s\n", what);
-  std::abort();
-}
-}  // namespace detail
 
 // Splits the locked, full leaf `off` and inserts the new entry. The new leaf stays locked
 // (DRAM version) until the inner tree holds its separator, so no reader can miss a moved key.
@@ -37,9 +30,9 @@ Code LBTree<M>::split_insert(std::uint64_t off, std::uint64_t key_word,
       items.push_back({b, s, optimistic_read(l->block[b].entry[s][0])});
     }
   }
-  if (bytes_keys_) {
+  if (keys_.bytes_mode()) {
     std::vector<std::pair<std::string, unsigned>> keyed;
-    for (unsigned i = 0; i < items.size(); ++i) keyed.emplace_back(key_string(items[i].key), i);
+    for (unsigned i = 0; i < items.size(); ++i) keyed.emplace_back(keys_.key_bytes(items[i].key), i);
     std::sort(keyed.begin(), keyed.end());
     std::vector<Item> sorted;
     for (auto& k : keyed) sorted.push_back(items[k.second]);
@@ -121,11 +114,12 @@ Code LBTree<M>::split_insert(std::uint64_t off, std::uint64_t key_word,
   {
     auto smo = inner_.smo_lock();
     index_common::InnerTree::Path path;
-    const std::string sep_bytes = key_string(sep_key);
-    const Probe sp = make_probe(sep_bytes);
-    inner_.path_to([&](std::uint64_t s) { return probe_less_sep(sp, s); }, &path);
+    const std::string sep_bytes = keys_.key_bytes(sep_key);
+    const Probe sp = keys_.probe(sep_bytes);
+    inner_.path_to([&](std::uint64_t s) { return keys_.below(sp, s); }, &path);
     if (!inner_.insert_separator(path, off, sep, new_off))
-      detail::fatal("split: the separator's path does not end at the split leaf");
+      index_common::fatal("lbtree",
+                          "split: the separator's path does not end at the split leaf");
   }
   versions_->at(new_off).writeUnlock();
   return Code::ok;
@@ -160,7 +154,7 @@ template <unsigned M>
 void LBTree<M>::try_unlink(std::uint64_t off, const Probe& p) {
   auto smo = inner_.smo_lock();
   index_common::InnerTree::Path path;
-  inner_.path_to([&](std::uint64_t s) { return probe_less_sep(p, s); }, &path);
+  inner_.path_to([&](std::uint64_t s) { return keys_.below(p, s); }, &path);
   const std::uint64_t a_off = inner_.left_neighbour(path);
   if (a_off == 0 || !index_common::try_write_lock(versions_->at(a_off))) {
     smo.unlock();
@@ -171,14 +165,15 @@ void LBTree<M>::try_unlink(std::uint64_t off, const Probe& p) {
   LeafT* l = leaf_at(off);
   const bool a_alt = (optimistic_read(a->block[0].front[0]) & kAltBit) != 0;
   if (optimistic_read(a->block[0].tail[a_alt ? 1 : 0]) != off)
-    detail::fatal("unlink: the inner tree's left neighbour is not the chain predecessor");
+    index_common::fatal("lbtree",
+                        "unlink: the inner tree's left neighbour is not the chain predecessor");
   const bool l_alt = (optimistic_read(l->block[0].front[0]) & kAltBit) != 0;
   switch_sibling(a, optimistic_read(l->block[0].tail[l_alt ? 1 : 0]));  // U1..U3
   std::uint64_t dropped = 0;
   if (!inner_.remove_leaf(path, off, &dropped))
-    detail::fatal("unlink: leaf not in the inner tree");
+    index_common::fatal("lbtree", "unlink: leaf not in the inner tree");
   smo.unlock();
-  if (bytes_keys_) seps_.retire(dropped, epochs_);  // freed once no pinned reader holds it
+  if (keys_.bytes_mode()) seps_.retire(dropped, epochs_);  // freed once no pinned reader holds it
   versions_->at(a_off).writeUnlock();
   versions_->at(off).writeUnlockObsolete();
   pool_->allocator().deallocate(off, LeafT::kBytes);  // U4: unreachable in PM and DRAM
@@ -196,7 +191,7 @@ Status LBTree<M>::bulk_load(std::span<const KeyValue> sorted, double fill) {
   if (!leaf_empty(head) || leaf_count() != 1)
     return Status(Code::invalid_argument, "bulk_load needs an empty index");
   for (std::size_t i = 0; i < sorted.size(); ++i) {
-    if (Code c = check_key(sorted[i].key); c != Code::ok)
+    if (Code c = keys_.check(sorted[i].key); c != Code::ok)
       return Status(c, "bulk_load: bad key at record " + std::to_string(i));
     if (Code c = check_value(sorted[i].value); c != Code::ok)
       return Status(c, "bulk_load: bad value at record " + std::to_string(i));
@@ -213,20 +208,20 @@ Status LBTree<M>::bulk_load(std::span<const KeyValue> sorted, double fill) {
     for (std::size_t i = 1; i < upto_leaf; ++i)
       pool_->allocator().deallocate(leaves[i], LeafT::kBytes);
     for (std::size_t i = 0; i < upto_rec; ++i) {
-      if (bytes_keys_) index_common::free_record(*pool_, key_words[i]);
+      if (keys_.bytes_mode()) index_common::free_record(*pool_, key_words[i]);
       if (!inline_values_) index_common::free_record(*pool_, value_words[i]);
     }
     return Status(c, "bulk_load: pool full");
   };
   for (std::size_t i = 0; i < sorted.size(); ++i) {  // B1: records (K1)
     Code c = Code::ok;
-    key_words[i] = make_probe(sorted[i].key).word;
-    if (bytes_keys_ && (key_words[i] = index_common::write_record(*pool_, sorted[i].key, &c)) == 0)
+    key_words[i] = keys_.probe(sorted[i].key).word;
+    if (keys_.bytes_mode() && (key_words[i] = index_common::write_record(*pool_, sorted[i].key, &c)) == 0)
       return undo(0, i, c);
     if (inline_values_) {
       std::memcpy(&value_words[i], sorted[i].value.data(), 8);
     } else if ((value_words[i] = index_common::write_record(*pool_, sorted[i].value, &c)) == 0) {
-      if (bytes_keys_) index_common::free_record(*pool_, key_words[i]);
+      if (keys_.bytes_mode()) index_common::free_record(*pool_, key_words[i]);
       return undo(0, i, c);
     }
   }
@@ -245,7 +240,7 @@ Status LBTree<M>::bulk_load(std::span<const KeyValue> sorted, double fill) {
       const unsigned b = g / kSlotsPerBlock, s = g % kSlotsPerBlock;
       detail::put(&l->block[b].entry[s][0], key_words[first + i]);
       detail::put(&l->block[b].entry[s][1], value_words[first + i]);
-      hd[b].set_fp(s, make_probe(sorted[first + i].key).fp);
+      hd[b].set_fp(s, keys_.probe(sorted[first + i].key).fp);
       hd[b].set_valid(s);
     }
   };
