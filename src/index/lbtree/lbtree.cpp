@@ -237,6 +237,7 @@ std::uint64_t LBTree<M>::leaf_count() const {
 // the inner tree against the chain and reachability are the shared hybrid_checks.h steps.
 template <unsigned M>
 Status LBTree<M>::verify() const {
+  epochs_.drain();  // quiescent: retired records are free before reachability is counted
   const pm::Pool& p = *pool_;
   using index_common::block_bytes;
   using index_common::leaf_error;

@@ -11,10 +11,12 @@
 //     Readers never write; they read leaf words with relaxed atomic loads and validate.
 //   * Lock order: leaf (then its left neighbour, try-lock only) -> InnerTree SMO mutex.
 //     Nobody waits for a leaf lock while holding the SMO mutex.
-//   * Separator copies (bytes keys): operations pin the epoch manager; a separator that an
-//     unlink removes from the inner tree is retired and freed once no pinned reader can hold
-//     it (SeparatorStore). Leaf blocks are freed at once: their DRAM versions only grow, so a
+//   * Separator copies and PM key/value records (bytes keys, out-of-line values): operations
+//     pin the epoch manager; a separator that an unlink removes from the inner tree and a
+//     record whose slot was removed or overwritten are retired and freed once no pinned reader
+//     can hold them (K3). Leaf blocks are freed at once: their DRAM versions only grow, so a
 //     stale reader of a recycled leaf fails validation.
+//   * verify() first frees what is retired (drain), so reachability matches the allocator.
 //   * verify(), bulk_load() and close() expect no concurrent operations.
 // Invariants (checked by verify()):
 //   (1) the leaf chain from root.head is acyclic, in bounds, and its leaves appear in the same
@@ -160,10 +162,11 @@ class LBTree final : public Index {
   void switch_sibling(LeafT* a, std::uint64_t next);  // U1..U3 / recovery repair
   void release(const Pending& pending);
 
-  // Pins the calling thread while it may compare against separator copies (bytes keys only:
-  // integer separator words point nowhere, so u64/f64 operations pay nothing).
+  // Pins the calling thread while it may read separator copies or PM key/value records (bytes
+  // keys, out-of-line values). Integer keys with inline values point nowhere, so those
+  // operations pay nothing.
   std::optional<sync::EpochManager::Guard> pin() const {
-    if (!keys_.bytes_mode()) return std::nullopt;
+    if (!keys_.bytes_mode() && inline_values_) return std::nullopt;
     return epochs_.pin();
   }
 
@@ -180,8 +183,8 @@ class LBTree final : public Index {
   index_common::InnerTree inner_;
   std::unique_ptr<index_common::LeafVersions> versions_;
   index_common::SeparatorStore seps_;
-  // Retired separator copies (an unlinked leaf's fence). Declared after seps_: destroyed
-  // first, its pending deleters still find the store (SeparatorStore invariant 3).
+  // Retired separator copies and PM records. Declared after pool_ and seps_: destroyed first,
+  // its pending deleters still find them (SeparatorStore invariant 3).
   mutable sync::EpochManager epochs_;
   RecoveryStats recovery_;
   double rebuild_seconds_ = 0;

@@ -109,7 +109,13 @@ template <unsigned M>
 std::pair<std::uint64_t, std::uint64_t> LBTree<M>::descend_read(const Probe& p) const {
   return inner_.descend(
       [&](std::uint64_t sep) { return keys_.below(p, sep); },
-      [&](std::uint64_t leaf) { return versions_->read(leaf); });
+      [&](std::uint64_t leaf) {
+        // Alg. 1: prefetch the leaf's lines as soon as the parent names it, so the fetch
+        // overlaps the version read and the parent's validation.
+        const char* base = reinterpret_cast<const char*>(leaf_at(leaf));
+        for (unsigned i = 0; i < LeafT::kBytes / 64; ++i) __builtin_prefetch(base + 64 * i);
+        return versions_->read(leaf);
+      });
 }
 
 // Writers: lock the leaf covering p (DRAM version by CAS from the version seen under the
@@ -147,9 +153,7 @@ Code LBTree<M>::find(std::string_view key, std::string* value) const {
   std::string tmp;
   for (;;) {
     const auto [off, v] = descend_read(p);
-    LeafT* l = leaf_at(off);
-    for (unsigned i = 0; i < LeafT::kBytes / 64; ++i)
-      __builtin_prefetch(reinterpret_cast<const char*>(l) + 64 * i);
+    LeafT* l = leaf_at(off);  // its lines were prefetched by descend_read
     const SlotRef r = find_slot(l, p);
     bool ok = true;
     if (r.block >= 0 && value != nullptr)
@@ -319,10 +323,23 @@ Code LBTree<M>::remove(std::string_view key) {
   return Code::ok;
 }
 
+// K3 in concurrent code: a removed record may still be read by an optimistic reader that found
+// its offset in a slot before the removal (it would fail validation, but it reads the bytes),
+// so the block is freed through the epoch manager once no pinned reader can hold it. A crash
+// before then only leaks it to the next recovery, whose reachability pass reclaims it.
 template <unsigned M>
 void LBTree<M>::release(const Pending& pending) {
-  if (pending.key_record != 0) index_common::free_record(*pool_, pending.key_record);
-  if (pending.value_record != 0) index_common::free_record(*pool_, pending.value_record);
+  auto free_later = [&](std::uint64_t off) {
+    if (off == 0) return;
+    epochs_.retire(
+        pool_.get(),
+        [](void* pool, std::uint64_t rec) {
+          index_common::free_record(*static_cast<pm::Pool*>(pool), rec);
+        },
+        off);
+  };
+  free_later(pending.key_record);
+  free_later(pending.value_record);
 }
 
 // --- scan ---------------------------------------------------------------------------------------
