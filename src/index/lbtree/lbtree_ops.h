@@ -107,15 +107,17 @@ bool LBTree<M>::leaf_empty(LeafT* l) const {
 // Optimistic descent to the leaf covering p; returns (leaf, leaf version).
 template <unsigned M>
 std::pair<std::uint64_t, std::uint64_t> LBTree<M>::descend_read(const Probe& p) const {
-  return inner_.descend(
-      [&](std::uint64_t sep) { return keys_.below(p, sep); },
-      [&](std::uint64_t leaf) {
-        // Alg. 1: prefetch the leaf's lines as soon as the parent names it, so the fetch
-        // overlaps the version read and the parent's validation.
-        const char* base = reinterpret_cast<const char*>(leaf_at(leaf));
-        for (unsigned i = 0; i < LeafT::kBytes / 64; ++i) __builtin_prefetch(base + 64 * i);
-        return versions_->read(leaf);
-      });
+  const auto on_leaf = [&](std::uint64_t leaf) {
+    // Alg. 1: prefetch the leaf's lines as soon as the parent names it, so the fetch overlaps
+    // the version read and the parent's validation.
+    const char* base = reinterpret_cast<const char*>(leaf_at(leaf));
+    for (unsigned i = 0; i < LeafT::kBytes / 64; ++i) __builtin_prefetch(base + 64 * i);
+    return versions_->read(leaf);
+  };
+  // Integer keys compare words directly (no key-mode test per separator).
+  if (!keys_.bytes_mode())
+    return inner_.descend([w = p.word](std::uint64_t sep) { return w < sep; }, on_leaf);
+  return inner_.descend([&](std::uint64_t sep) { return keys_.below(p, sep); }, on_leaf);
 }
 
 // Writers: lock the leaf covering p (DRAM version by CAS from the version seen under the
