@@ -12,6 +12,17 @@
 namespace pmindex::index_common {
 
 namespace {
+// Write-locks a node reached under the SMO mutex: such a node is live (only SMOs make nodes
+// obsolete, and they are serialised), so the lock cannot ask for a restart.
+void lock_live(InnerTree::Node* n) {
+  bool restart = false;
+  n->lock.writeLockOrRestart(restart);
+  if (restart) {
+    std::fputs("pmindex: inner tree: an SMO reached an obsolete node\n", stderr);
+    std::abort();
+  }
+}
+
 std::size_t bytes_for(unsigned max_keys) {
   const std::size_t raw = sizeof(InnerTree::Node) + 8 * std::size_t{max_keys} +
                           8 * (std::size_t{max_keys} + 1);
@@ -38,14 +49,14 @@ InnerTree::Node* InnerTree::new_node(std::uint32_t lvl) {
     }
     n = new (p) Node{};
   }
-  n->lock.reset_locked();
+  recycle_locked(n->lock);
   set_level(n, lvl);
   set_count(n, 0);
   return n;
 }
 
 void InnerTree::retire_node(Node* n) {
-  n->lock.unlock_obsolete();
+  n->lock.writeUnlockObsolete();
   free_nodes_.push_back(n);
 }
 
@@ -60,13 +71,13 @@ void InnerTree::init_single(std::uint64_t leaf) {
       if (level(n) > 1)
         for (unsigned i = 0; i <= count(n); ++i)
           stack.push_back(reinterpret_cast<Node*>(children(n)[i]));
-      n->lock.lock();
+      lock_live(n);
       retire_node(n);
     }
   }
   Node* r = new_node(1);
-  relaxed_store(&children(r)[0], leaf);
-  r->lock.unlock();
+  locked_write(children(r)[0], leaf);
+  r->lock.writeUnlock();
   root_.store(r, std::memory_order_release);
 }
 
@@ -76,7 +87,7 @@ void InnerTree::bulk_build(std::span<const std::pair<std::uint64_t, std::uint64_
   init_single(items[0].second);  // recycles any old tree
   auto guard = smo_lock();
   Node* single = root_.load(std::memory_order_relaxed);
-  single->lock.lock();
+  lock_live(single);
   retire_node(single);
 
   const unsigned cap = max_keys_ + 1;
@@ -95,11 +106,11 @@ void InnerTree::bulk_build(std::span<const std::pair<std::uint64_t, std::uint64_
         const std::size_t first = i * per;
         const std::size_t last = std::min(level_items.size(), first + per);
         for (std::size_t j = first; j < last; ++j) {
-          relaxed_store(&children(n)[j - first], level_items[j].second);
-          if (j > first) relaxed_store(&keys(n)[j - first - 1], level_items[j].first);
+          locked_write(children(n)[j - first], level_items[j].second);
+          if (j > first) locked_write(keys(n)[j - first - 1], level_items[j].first);
         }
         set_count(n, static_cast<std::uint32_t>(last - first - 1));
-        n->lock.unlock();
+        n->lock.writeUnlock();
       }
     };
     const unsigned t = (lvl == 1 && n_nodes >= 64) ? std::max(1u, threads) : 1u;
@@ -130,7 +141,7 @@ bool InnerTree::insert_separator(Path& path, std::uint64_t left, std::uint64_t s
                                  std::uint64_t right) {
   if (path.empty()) return false;
   const Step& last = path.back();
-  if (relaxed_load(&children(last.node)[last.index]) != left) return false;
+  if (optimistic_read(children(last.node)[last.index]) != left) return false;
   return insert_at(path, path.size() - 1, sep, right);
 }
 
@@ -142,13 +153,13 @@ bool InnerTree::insert_at(Path& path, std::size_t depth, std::uint64_t sep,
   std::uint64_t* k = keys(n);
   std::uint64_t* c = children(n);
   if (cnt < max_keys_) {
-    n->lock.lock();
-    for (unsigned i = cnt; i > idx; --i) relaxed_store(&k[i], k[i - 1]);
-    for (unsigned i = cnt + 1; i > idx + 1; --i) relaxed_store(&c[i], c[i - 1]);
-    relaxed_store(&k[idx], sep);
-    relaxed_store(&c[idx + 1], right);
+    lock_live(n);
+    for (unsigned i = cnt; i > idx; --i) locked_write(k[i], k[i - 1]);
+    for (unsigned i = cnt + 1; i > idx + 1; --i) locked_write(c[i], c[i - 1]);
+    locked_write(k[idx], sep);
+    locked_write(c[idx + 1], right);
     set_count(n, cnt + 1);
-    n->lock.unlock();
+    n->lock.writeUnlock();
     return true;
   }
   // Split: the node plus the new separator hold cnt + 1 keys; the middle one moves up.
@@ -158,39 +169,42 @@ bool InnerTree::insert_at(Path& path, std::size_t depth, std::uint64_t sep,
   const unsigned total = cnt + 1;
   const unsigned mid = total / 2;
   Node* s = new_node(level(n));  // locked until the parent holds its separator (invariant 2)
-  for (unsigned i = mid + 1; i < total; ++i) relaxed_store(&keys(s)[i - mid - 1], tk[i]);
-  for (unsigned i = mid + 1; i <= total; ++i) relaxed_store(&children(s)[i - mid - 1], tc[i]);
+  for (unsigned i = mid + 1; i < total; ++i) locked_write(keys(s)[i - mid - 1], tk[i]);
+  for (unsigned i = mid + 1; i <= total; ++i) locked_write(children(s)[i - mid - 1], tc[i]);
   set_count(s, total - mid - 1);
-  n->lock.lock();
-  for (unsigned i = 0; i < mid; ++i) relaxed_store(&k[i], tk[i]);
-  for (unsigned i = 0; i <= mid; ++i) relaxed_store(&c[i], tc[i]);
+  lock_live(n);
+  for (unsigned i = 0; i < mid; ++i) locked_write(k[i], tk[i]);
+  for (unsigned i = 0; i <= mid; ++i) locked_write(c[i], tc[i]);
   set_count(n, mid);
   const std::uint64_t up = tk[mid];
   bool ok = true;
   if (depth == 0) {
     Node* r = new_node(level(n) + 1);
-    relaxed_store(&keys(r)[0], up);
-    relaxed_store(&children(r)[0], reinterpret_cast<std::uint64_t>(n));
-    relaxed_store(&children(r)[1], reinterpret_cast<std::uint64_t>(s));
+    locked_write(keys(r)[0], up);
+    locked_write(children(r)[0], reinterpret_cast<std::uint64_t>(n));
+    locked_write(children(r)[1], reinterpret_cast<std::uint64_t>(s));
     set_count(r, 1);
-    r->lock.unlock();
+    r->lock.writeUnlock();
     root_.store(r, std::memory_order_release);  // readers of the old root fail validation
   } else {
     ok = insert_at(path, depth - 1, up, reinterpret_cast<std::uint64_t>(s));
   }
-  s->lock.unlock();
-  n->lock.unlock();
+  s->lock.writeUnlock();
+  n->lock.writeUnlock();
   return ok;
 }
 
-bool InnerTree::remove_leaf(Path& path, std::uint64_t leaf) {
+bool InnerTree::remove_leaf(Path& path, std::uint64_t leaf, std::uint64_t* dropped) {
   if (path.empty()) return false;
   const Step& last = path.back();
-  if (relaxed_load(&children(last.node)[last.index]) != leaf) return false;
-  return remove_at(path, path.size() - 1);
+  if (optimistic_read(children(last.node)[last.index]) != leaf) return false;
+  std::uint64_t sep = 0;
+  if (!remove_at(path, path.size() - 1, &sep)) return false;
+  if (dropped != nullptr) *dropped = sep;
+  return true;
 }
 
-bool InnerTree::remove_at(Path& path, std::size_t depth) {
+bool InnerTree::remove_at(Path& path, std::size_t depth, std::uint64_t* dropped) {
   Node* n = path[depth].node;
   const unsigned idx = path[depth].index;
   const unsigned cnt = count(n);
@@ -200,17 +214,18 @@ bool InnerTree::remove_at(Path& path, std::size_t depth) {
     // Drop the child and one adjacent separator: with idx > 0 the child's range joins its
     // left neighbour (keys[idx-1] goes), with idx == 0 its right neighbour (keys[0] goes).
     const unsigned kdrop = idx > 0 ? idx - 1 : 0;
-    n->lock.lock();
-    for (unsigned i = kdrop; i + 1 < cnt; ++i) relaxed_store(&k[i], k[i + 1]);
-    for (unsigned i = idx; i < cnt; ++i) relaxed_store(&c[i], c[i + 1]);
+    *dropped = k[kdrop];
+    lock_live(n);
+    for (unsigned i = kdrop; i + 1 < cnt; ++i) locked_write(k[i], k[i + 1]);
+    for (unsigned i = idx; i < cnt; ++i) locked_write(c[i], c[i + 1]);
     set_count(n, cnt - 1);
-    n->lock.unlock();
+    n->lock.writeUnlock();
     return true;
   }
   if (depth == 0) return false;  // the only leaf of the tree
-  n->lock.lock();
-  if (!remove_at(path, depth - 1)) {
-    n->lock.unlock();
+  lock_live(n);
+  if (!remove_at(path, depth - 1, dropped)) {
+    n->lock.writeUnlock();
     return false;
   }
   retire_node(n);
@@ -220,10 +235,10 @@ bool InnerTree::remove_at(Path& path, std::size_t depth) {
 std::uint64_t InnerTree::left_neighbour(const Path& path) const {
   for (std::size_t d = path.size(); d-- > 0;) {
     if (path[d].index == 0) continue;
-    std::uint64_t child = relaxed_load(&children(path[d].node)[path[d].index - 1]);
+    std::uint64_t child = optimistic_read(children(path[d].node)[path[d].index - 1]);
     for (std::size_t lvl = level(path[d].node); lvl > 1; --lvl) {
       const Node* n = reinterpret_cast<const Node*>(child);
-      child = relaxed_load(&children(n)[count(n)]);
+      child = optimistic_read(children(n)[count(n)]);
     }
     return child;
   }
@@ -248,7 +263,7 @@ Status InnerTree::verify_node(
   if (level(n) != want_level || want_level == 0)
     return Status(Code::corrupted, "inner node at the wrong level");
   if (cnt > max_keys_) return Status(Code::corrupted, "inner node count exceeds the fanout");
-  if (n->lock.is_locked()) return Status(Code::corrupted, "inner node left locked");
+  if (OptimisticLock::isLocked(n->lock.peek())) return Status(Code::corrupted, "inner node left locked");
   const std::uint64_t* k = keys(n);
   for (unsigned i = 0; i < cnt; ++i) {
     if (i > 0 && !word_less(k[i - 1], k[i]))

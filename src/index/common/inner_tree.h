@@ -10,14 +10,14 @@
 //
 // Node (DRAM, 64 B aligned, from pm::DramArena; node_bytes() = 16 + 8 max_keys + 8 (max_keys+1)
 // rounded up to 64; 256 B for max_keys = 14):
-//   [ 0, 8) VersionLock        [ 8,12) count (keys in use)   [12,16) level (1 = children are leaves)
+//   [ 0, 8) OptimisticLock       [ 8,12) count (keys in use)   [12,16) level (1 = children are leaves)
 //   [16, 16 + 8 max_keys)      keys[max_keys]
 //   [.., + 8 (max_keys+1))     children[max_keys+1]: leaf words (level 1) or Node* (level > 1)
 // Child i holds the keys k with keys[i-1] <= k < keys[i] (missing bounds are the node's fences).
 //
 // Thread safety / Invariants:
-//   (1) Readers (descend) never block: they read nodes with relaxed atomic loads between
-//       read_begin and validate of each node's version, coupling parent and child versions, and
+//   (1) Readers (descend) never write: they read nodes with optimistic_read (olc.h) between
+//       readLockOrRestart and checkOrRestart of each node's version, coupling parent and child versions, and
 //       restart from the root on any change. A leaf's own version is read by the caller's
 //       on_leaf callback *before* the parent is validated, so the leaf was the right one for the
 //       probe at a moment when its version was the one returned.
@@ -26,7 +26,7 @@
 //       within an SMO every node that changes is write-locked while it changes, and a node that
 //       splits stays locked until its parent holds the new separator.
 //   (3) Nodes are never returned to the arena while the tree lives: a removed node goes to a
-//       free list and keeps its version counter (VersionLock invariant 4), so an optimistic
+//       free list and keeps its version counter (olc.h invariant 3), so an optimistic
 //       reader holding a stale pointer reads mapped memory and fails validation.
 //   (4) Fences: every key in a node lies in [lo, hi) given by its parent; keys strictly
 //       increase; all leaves are at the same depth (checked by verify).
@@ -43,7 +43,7 @@
 #include <utility>
 #include <vector>
 
-#include "index/common/version_lock.h"
+#include "index/common/olc.h"
 #include "pmindex/pm/dram_arena.h"
 #include "pmindex/status.h"
 
@@ -52,7 +52,7 @@ namespace pmindex::index_common {
 class InnerTree {
  public:
   struct Node {
-    VersionLock lock;
+    OptimisticLock lock;
     std::uint32_t count;  // accessed through count()/set_count
     std::uint32_t level;
   };
@@ -98,8 +98,11 @@ class InnerTree {
   // child the path ends in (the caller's probe was wrong) or DRAM is exhausted.
   bool insert_separator(Path& path, std::uint64_t left, std::uint64_t sep, std::uint64_t right);
   // With smo_lock held: removes the leaf child the path ends in (its range joins a neighbour).
-  // Returns false (and changes nothing) if it is the only leaf of the tree.
-  bool remove_leaf(Path& path, std::uint64_t leaf);
+  // Returns false (and changes nothing) if it is the only leaf of the tree. On success, if
+  // `dropped` is given, *dropped is the separator word that left the tree (exactly one does);
+  // optimistic readers may still hold it, so the index frees what it points to through its
+  // epoch manager (SeparatorStore::retire).
+  bool remove_leaf(Path& path, std::uint64_t leaf, std::uint64_t* dropped = nullptr);
   // With smo_lock held: the leaf just left of the path's leaf, or 0 if it is the first leaf.
   std::uint64_t left_neighbour(const Path& path) const;
 
@@ -121,27 +124,30 @@ class InnerTree {
   std::uint64_t* children(Node* n) const { return keys(n) + max_keys_; }
   const std::uint64_t* children(const Node* n) const { return keys(n) + max_keys_; }
   static std::uint32_t count(const Node* n) {
-    return std::atomic_ref<std::uint32_t>(const_cast<Node*>(n)->count)
-        .load(std::memory_order_relaxed);
+    return optimistic_read(n->count);
   }
   static void set_count(Node* n, std::uint32_t c) {
-    std::atomic_ref<std::uint32_t>(n->count).store(c, std::memory_order_relaxed);
+    locked_write(n->count, c);
   }
   static std::uint32_t level(const Node* n) {
-    return std::atomic_ref<std::uint32_t>(const_cast<Node*>(n)->level)
-        .load(std::memory_order_relaxed);
+    return optimistic_read(n->level);
   }
   static void set_level(Node* n, std::uint32_t l) {
-    std::atomic_ref<std::uint32_t>(n->level).store(l, std::memory_order_relaxed);
+    locked_write(n->level, l);
   }
   template <class ProbeLess>
   unsigned child_index(const Node* n, unsigned cnt, ProbeLess probe_less) const;
+  // All lines of a node at once: the binary search would otherwise miss on them one by one.
+  void prefetch_node(const Node* n) const {
+    const char* p = reinterpret_cast<const char*>(n);
+    for (std::size_t off = 0; off < node_bytes_; off += 64) __builtin_prefetch(p + off);
+  }
 
   // Allocates a node, locked (invariant 3: a recycled node keeps its counter).
   Node* new_node(std::uint32_t lvl);
   void retire_node(Node* n);  // with n locked: unlock obsolete, onto the free list
   bool insert_at(Path& path, std::size_t depth, std::uint64_t sep, std::uint64_t right);
-  bool remove_at(Path& path, std::size_t depth);
+  bool remove_at(Path& path, std::size_t depth, std::uint64_t* dropped);
   Status verify_node(const Node* n, const std::uint64_t* lo, const std::uint64_t* hi,
                      std::uint32_t want_level,
                      const std::function<bool(std::uint64_t, std::uint64_t)>& word_less,
@@ -160,12 +166,16 @@ class InnerTree {
 
 template <class ProbeLess>
 unsigned InnerTree::child_index(const Node* n, unsigned cnt, ProbeLess probe_less) const {
-  // The number of separators <= probe (binary search; keys strictly increase).
+  // The number of separators <= probe (keys strictly increase). Branch-free binary search:
+  // with random probes every comparison of a branching search is a coin flip, and the
+  // mispredictions cost more than the node's cache misses once it is cached.
   const std::uint64_t* k = keys(n);
-  unsigned lo = 0, hi = cnt;
-  while (lo < hi) {
-    const unsigned mid = (lo + hi) / 2;
-    if (probe_less(relaxed_load(&k[mid]))) hi = mid; else lo = mid + 1;
+  unsigned lo = 0, len = cnt;
+  while (len > 0) {
+    const unsigned half = len / 2;
+    const bool right = !probe_less(optimistic_read(k[lo + half]));
+    lo = right ? lo + half + 1 : lo;
+    len = right ? len - half - 1 : half;
   }
   return lo;
 }
@@ -175,27 +185,31 @@ std::pair<std::uint64_t, std::uint64_t> InnerTree::descend(ProbeLess probe_less,
                                                           OnLeaf on_leaf) const {
   for (;;) {
     const Node* n = root_.load(std::memory_order_acquire);
-    std::uint64_t v = 0;
-    if (!n->lock.read_begin(&v)) { VersionLock::pause(); continue; }
-    for (;;) {
+    bool restart = false;
+    std::uint64_t v = n->lock.readLockOrRestart(restart);
+    while (!restart) {
       const unsigned cnt = count(n);
-      if (cnt > max_keys_) break;  // torn read of a changing node: validate fails anyway
+      if (cnt > max_keys_) break;  // torn read of a changing node: validation fails anyway
       const unsigned idx = child_index(n, cnt, probe_less);
-      const std::uint64_t child = relaxed_load(&children(n)[idx]);
+      const std::uint64_t child = optimistic_read(children(n)[idx]);
       const std::uint32_t lvl = level(n);
-      if (!n->lock.validate(v)) break;  // child and level are consistent
+      n->lock.checkOrRestart(v, restart);  // child and level are consistent
+      if (restart) break;
       if (lvl == 1) {
         const std::optional<std::uint64_t> token = on_leaf(child);
-        if (!token || !n->lock.validate(v)) break;
+        if (!token) break;
+        n->lock.checkOrRestart(v, restart);
+        if (restart) break;
         return {child, *token};
       }
       const Node* c = reinterpret_cast<const Node*>(child);
-      std::uint64_t cv = 0;
-      if (!c->lock.read_begin(&cv) || !n->lock.validate(v)) break;
+      prefetch_node(c);
+      const std::uint64_t cv = c->lock.readLockOrRestart(restart);
+      n->lock.checkOrRestart(v, restart);
       n = c;
       v = cv;
     }
-    VersionLock::pause();
+    olc_pause();
   }
 }
 
@@ -207,7 +221,7 @@ void InnerTree::path_to(ProbeLess probe_less, Path* path) const {
     const unsigned idx = child_index(n, count(n), probe_less);
     path->push_back({n, idx});
     if (level(n) == 1) return;
-    n = reinterpret_cast<Node*>(relaxed_load(&children(n)[idx]));
+    n = reinterpret_cast<Node*>(optimistic_read(children(n)[idx]));
   }
 }
 

@@ -224,7 +224,7 @@ std::uint64_t FPTree<N>::leaf_count() const {
   std::vector<std::uint64_t> leaves;
   const Status s = index_common::walk_leaf_chain(
       *pool_, head_, sizeof(LeafT), 256,
-      [&](std::uint64_t off) { return relaxed_load(&leaf_at(off)->next); }, &leaves);
+      [&](std::uint64_t off) { return optimistic_read(leaf_at(off)->next); }, &leaves);
   return s.ok() ? leaves.size() : 0;
 }
 
@@ -241,7 +241,7 @@ Status FPTree<N>::verify() const {
   index_common::ChainKeys chain;
   if (Status s = index_common::walk_leaf_chain(
           p, head_, sizeof(LeafT), 256,
-          [&](std::uint64_t off) { return relaxed_load(&leaf_at(off)->next); }, &chain.leaves);
+          [&](std::uint64_t off) { return optimistic_read(leaf_at(off)->next); }, &chain.leaves);
       !s.ok())
     return s;
   using index_common::block_bytes;
@@ -251,12 +251,12 @@ Status FPTree<N>::verify() const {
     const LeafT* l = leaf_at(off);
     std::vector<std::string>& ks = chain.keys.emplace_back();
     auto bad = [&](const std::string& what) { return index_common::leaf_error(p, off, what); };
-    if (relaxed_load(&l->lock) != 0 || versions_->at(off).is_locked()) return bad("left locked");
-    const std::uint64_t bm = relaxed_load(&l->bitmap);
+    if (optimistic_read(l->lock) != 0 || versions_->is_locked(off)) return bad("left locked");
+    const std::uint64_t bm = optimistic_read(l->bitmap);
     if ((bm & ~LeafT::kFullMask) != 0) return bad("bitmap bits beyond the slots");
     for (std::uint64_t m = bm; m != 0; m &= m - 1) {
       const auto sl = static_cast<unsigned>(std::countr_zero(m));
-      const std::uint64_t kw = relaxed_load(&l->kv[sl][0]);
+      const std::uint64_t kw = optimistic_read(l->kv[sl][0]);
       std::string_view rec;
       if (keys_.bytes_mode() && !index_common::read_record(p, kw, keys_.max_key(), &rec))
         return bad("slot " + std::to_string(sl) + " has a bad key record");

@@ -12,7 +12,7 @@
 
 namespace pmindex::fptree {
 
-using index_common::relaxed_load;
+using index_common::optimistic_read;
 
 namespace detail {
 // Every PM word that optimistic readers may read is written with one 8-byte atomic store.
@@ -23,12 +23,12 @@ inline std::uint64_t bit(unsigned s) { return std::uint64_t{1} << s; }
 template <unsigned N>
 void FPTree<N>::set_fp(LeafT* l, unsigned s, std::uint8_t fp) {
   std::uint64_t* w = &l->fps[s / 8];
-  detail::put(w, with_fp(relaxed_load(w), s, fp));
+  detail::put(w, with_fp(optimistic_read(*w), s, fp));
 }
 
 template <unsigned N>
 std::uint8_t FPTree<N>::get_fp(const LeafT* l, unsigned s) {
-  return fp_of(relaxed_load(&l->fps[s / 8]), s);
+  return fp_of(optimistic_read(l->fps[s / 8]), s);
 }
 
 template <unsigned N>
@@ -39,9 +39,9 @@ MicroLog* FPTree<N>::my_log() const {
 // Fingerprints first (the paper's point: about one key comparison per successful probe).
 template <unsigned N>
 int FPTree<N>::find_slot(const LeafT* l, const Probe& p) const {
-  for (std::uint64_t m = relaxed_load(&l->bitmap) & LeafT::kFullMask; m != 0; m &= m - 1) {
+  for (std::uint64_t m = optimistic_read(l->bitmap) & LeafT::kFullMask; m != 0; m &= m - 1) {
     const auto s = static_cast<unsigned>(std::countr_zero(m));
-    if (get_fp(l, s) == p.fp && keys_.matches(relaxed_load(&l->kv[s][0]), p))
+    if (get_fp(l, s) == p.fp && keys_.matches(optimistic_read(l->kv[s][0]), p))
       return static_cast<int>(s);
   }
   return kNone;
@@ -50,18 +50,14 @@ int FPTree<N>::find_slot(const LeafT* l, const Probe& p) const {
 template <unsigned N>
 std::pair<std::uint64_t, std::uint64_t> FPTree<N>::descend_read(const Probe& p) const {
   return inner_.descend([&](std::uint64_t sep) { return keys_.below(p, sep); },
-                        [&](std::uint64_t leaf) -> std::optional<std::uint64_t> {
-                          std::uint64_t v = 0;
-                          if (versions_->at(leaf).read_begin(&v)) return v;
-                          return std::nullopt;
-                        });
+                        [&](std::uint64_t leaf) { return versions_->read(leaf); });
 }
 
 // The DRAM version is the lock; the PM lock word mirrors it (volatile meaning, never flushed
 // on purpose: recovery clears whatever a crash left, R4).
 template <unsigned N>
 bool FPTree<N>::try_lock_leaf(std::uint64_t off, std::uint64_t version) {
-  if (!versions_->at(off).try_upgrade(version)) return false;
+  if (!versions_->upgrade(off, version)) return false;
   detail::put(&leaf_at(off)->lock, 1);
   return true;
 }
@@ -71,7 +67,7 @@ std::uint64_t FPTree<N>::lock_leaf_for(const Probe& p) {
   for (;;) {
     const auto [off, v] = descend_read(p);
     if (try_lock_leaf(off, v)) return off;
-    index_common::VersionLock::pause();
+    index_common::olc_pause();
   }
 }
 
@@ -79,9 +75,9 @@ template <unsigned N>
 void FPTree<N>::unlock_leaf(std::uint64_t off, bool obsolete) {
   detail::put(&leaf_at(off)->lock, 0);
   if (obsolete) {
-    versions_->at(off).unlock_obsolete();
+    versions_->at(off).writeUnlockObsolete();
   } else {
-    versions_->at(off).unlock();
+    versions_->at(off).writeUnlock();
   }
 }
 
@@ -107,9 +103,9 @@ Code FPTree<N>::find(std::string_view key, std::string* value) const {
     const auto [off, v] = descend_read(p);
     const LeafT* l = leaf_at(off);
     const int s = find_slot(l, p);
-    const std::uint64_t val = s == kNone ? 0 : relaxed_load(&l->kv[s][1]);
-    if (!versions_->at(off).validate(v)) {
-      index_common::VersionLock::pause();
+    const std::uint64_t val = s == kNone ? 0 : optimistic_read(l->kv[s][1]);
+    if (!versions_->unchanged(off, v)) {
+      index_common::olc_pause();
       continue;
     }
     if (s == kNone) return Code::not_found;
@@ -135,7 +131,7 @@ Code FPTree<N>::write_entry(std::string_view key, std::string_view value, bool r
   const int old = code == Code::ok && replace ? find_slot(l, p) : kNone;  // a split keeps slots
   std::uint64_t key_word = 0;
   if (old != kNone) {
-    key_word = relaxed_load(&l->kv[old][0]);  // shared by both slots until the switch
+    key_word = optimistic_read(l->kv[old][0]);  // shared by both slots until the switch
   } else if (code == Code::ok) {
     key_word = keys_.make_key_word(*pool_, p, &code);  // K1
   }
@@ -145,7 +141,7 @@ Code FPTree<N>::write_entry(std::string_view key, std::string_view value, bool r
   }
   std::uint64_t value_word = 0;
   std::memcpy(&value_word, value.data(), 8);
-  const std::uint64_t bm = relaxed_load(&l->bitmap);
+  const std::uint64_t bm = optimistic_read(l->bitmap);
   const auto s = static_cast<unsigned>(std::countr_zero(~bm & LeafT::kFullMask));
   std::uint64_t bitmap = bm | detail::bit(s);
   if (old != kNone) bitmap &= ~detail::bit(static_cast<unsigned>(old));
@@ -175,8 +171,8 @@ Code FPTree<N>::remove(std::string_view key) {
     unlock_leaf(off);
     return Code::not_found;
   }
-  const std::uint64_t key_word = relaxed_load(&l->kv[s][0]);
-  const std::uint64_t bm = relaxed_load(&l->bitmap) & ~detail::bit(static_cast<unsigned>(s));
+  const std::uint64_t key_word = optimistic_read(l->kv[s][0]);
+  const std::uint64_t bm = optimistic_read(l->bitmap) & ~detail::bit(static_cast<unsigned>(s));
   detail::put(&l->bitmap, bm);  // D1: NAW - clear the slot's bitmap bit
   pm::persist(&l->bitmap, 8);   // D2
   if (bm == 0 && off != head_) {
@@ -201,22 +197,22 @@ std::size_t FPTree<N>::scan(std::string_view start, std::size_t max, ScanBuffer&
     for (;;) {
       const LeafT* l = leaf_at(off);
       sc.begin_leaf();
-      for (std::uint64_t m = relaxed_load(&l->bitmap) & LeafT::kFullMask; m != 0; m &= m - 1) {
+      for (std::uint64_t m = optimistic_read(l->bitmap) & LeafT::kFullMask; m != 0; m &= m - 1) {
         const auto s = static_cast<unsigned>(std::countr_zero(m));
-        const std::uint64_t val = relaxed_load(&l->kv[s][1]);
-        sc.gather(keys_.key_bytes(relaxed_load(&l->kv[s][0])),
+        const std::uint64_t val = optimistic_read(l->kv[s][1]);
+        sc.gather(keys_.key_bytes(optimistic_read(l->kv[s][0])),
                   std::string_view(reinterpret_cast<const char*>(&val), 8));
       }
-      const std::uint64_t next = relaxed_load(&l->next);
-      std::uint64_t next_v = 0;
-      const bool next_ok = next == 0 || versions_->at(next).read_begin(&next_v);
-      if (!next_ok || !versions_->at(off).validate(v)) break;
+      const std::uint64_t next = optimistic_read(l->next);
+      std::optional<std::uint64_t> next_v = 0;
+      const bool next_ok = next == 0 || (next_v = versions_->read(next));
+      if (!next_ok || !versions_->unchanged(off, v)) break;
       sc.emit(out);
       if (sc.full(out) || next == 0) return out.size();
       off = next;
-      v = next_v;
+      v = *next_v;
     }
-    index_common::VersionLock::pause();
+    index_common::olc_pause();
   }
   return 0;
 }

@@ -19,7 +19,7 @@ std::uint64_t FPTree<N>::split(std::uint64_t off, std::uint64_t* sep_word) {
   // The split key: the median of the leaf's keys; slots with keys >= it move.
   std::vector<std::pair<std::string, unsigned>> order;
   order.reserve(N);
-  for (unsigned s = 0; s < N; ++s) order.emplace_back(keys_.key_bytes(relaxed_load(&l->kv[s][0])), s);
+  for (unsigned s = 0; s < N; ++s) order.emplace_back(keys_.key_bytes(optimistic_read(l->kv[s][0])), s);
   std::sort(order.begin(), order.end());
   std::uint64_t upper = 0;
   for (unsigned i = N / 2; i < N; ++i) upper |= detail::bit(order[i].second);
@@ -37,13 +37,13 @@ std::uint64_t FPTree<N>::split(std::uint64_t off, std::uint64_t* sep_word) {
   }
   detail::put(&log->split_new, new_off);  // S2: the new leaf is owned through the log
   pm::persist(&log->split_new, 8);
-  versions_->at(new_off).reset_locked();
+  index_common::recycle_locked(versions_->at(new_off));
   LeafT* nl = leaf_at(new_off);
   // S3: copy the whole leaf (unreachable space), lock word clear.
   const auto* src = reinterpret_cast<const std::uint64_t*>(l);
   auto* dst = reinterpret_cast<std::uint64_t*>(nl);
   for (std::size_t w = 0; w < sizeof(LeafT) / 8; ++w)
-    detail::put(dst + w, w == offsetof(LeafT, lock) / 8 ? 0 : relaxed_load(src + w));
+    detail::put(dst + w, w == offsetof(LeafT, lock) / 8 ? 0 : optimistic_read(src[w]));
   pm::persist(nl, sizeof(LeafT));  // S4
   detail::put(&nl->bitmap, upper);  // S5: the new leaf keeps the upper half
   pm::persist(&nl->bitmap, 8);
@@ -57,7 +57,7 @@ std::uint64_t FPTree<N>::split(std::uint64_t off, std::uint64_t* sep_word) {
 
   // DRAM: the separator joins the inner tree while both leaves are locked.
   const std::string sep_bytes = std::move(order[N / 2].first);
-  *sep_word = keys_.separator_for(sep_bytes, relaxed_load(&nl->kv[median_slot][0]), seps_);
+  *sep_word = keys_.separator_for(sep_bytes, optimistic_read(nl->kv[median_slot][0]), seps_);
   const Probe sp = keys_.probe(sep_bytes);
   auto smo = inner_.smo_lock();
   index_common::InnerTree::Path path;
@@ -69,7 +69,7 @@ std::uint64_t FPTree<N>::split(std::uint64_t off, std::uint64_t* sep_word) {
 
 template <unsigned N>
 Code FPTree<N>::make_room(std::uint64_t* off, const Probe& p) {
-  if ((relaxed_load(&leaf_at(*off)->bitmap) & LeafT::kFullMask) != LeafT::kFullMask)
+  if ((optimistic_read(leaf_at(*off)->bitmap) & LeafT::kFullMask) != LeafT::kFullMask)
     return Code::ok;
   std::uint64_t sep = 0;
   const std::uint64_t new_off = split(*off, &sep);
@@ -92,21 +92,22 @@ void FPTree<N>::try_remove_leaf(std::uint64_t off, const Probe& p) {
   index_common::InnerTree::Path path;
   inner_.path_to([&](std::uint64_t sep) { return keys_.below(p, sep); }, &path);
   const std::uint64_t prev = inner_.left_neighbour(path);
-  std::uint64_t pv = 0;
-  if (prev == 0 || !versions_->at(prev).read_begin(&pv) || !try_lock_leaf(prev, pv)) {
+  const std::uint64_t pv = versions_->at(prev).peek();  // a try-lock: never wait (olc.h (2))
+  if (prev == 0 || index_common::OptimisticLock::isLocked(pv) ||
+      index_common::OptimisticLock::isObsolete(pv) || !try_lock_leaf(prev, pv)) {
     smo.unlock();
     unlock_leaf(off);
     return;
   }
   LeafT* a = leaf_at(prev);
   LeafT* l = leaf_at(off);
-  if (relaxed_load(&a->next) != off)
+  if (optimistic_read(a->next) != off)
     index_common::fatal("fptree", "remove: the inner tree's left neighbour is not the chain predecessor");
   MicroLog* log = my_log();
   detail::put(&log->delete_leaf, off);  // D3: record leaf and predecessor in the delete log
   detail::put(&log->delete_prev, prev);
   pm::persist(&log->delete_leaf, 16);
-  detail::put(&a->next, relaxed_load(&l->next));  // D4: NAW - unlink
+  detail::put(&a->next, optimistic_read(l->next));  // D4: NAW - unlink
   pm::persist(&a->next, 8);
   detail::put(&log->delete_prev, 0);  // D5: clear the log before the block can be reused
   detail::put(&log->delete_leaf, 0);

@@ -5,7 +5,9 @@
 #include <chrono>
 #include <thread>
 
+#include "index/common/hybrid_checks.h"
 #include "index/common/leaf_chain.h"
+#include "index/common/recovery_frame.h"
 #include "index/lbtree/lbtree_ops.h"
 #include "index/lbtree/lbtree_smo.h"
 
@@ -19,10 +21,15 @@ template <unsigned M>
 LBTree<M>::~LBTree() = default;
 
 template <unsigned M>
+Index::ThreadScope LBTree<M>::attach_thread() {
+  auto participant = std::make_shared<sync::EpochManager::Participant>(epochs_.attach());
+  return ThreadScope([participant]() mutable { participant.reset(); });
+}
+
+template <unsigned M>
 void LBTree<M>::init_dram() {
   head_ = root_->head;
-  bytes_keys_ = root_->key_mode == static_cast<std::uint32_t>(KeyType::bytes);
-  max_key_ = root_->max_key_size;
+  keys_.configure(pool_.get(), static_cast<KeyType>(root_->key_mode), root_->max_key_size);
   max_value_ = root_->max_value_size;
   inline_values_ = max_value_ == 8;
   versions_ = std::make_unique<index_common::LeafVersions>(pool_->size());
@@ -71,36 +78,29 @@ Result<std::unique_ptr<Index>> LBTree<M>::create(std::unique_ptr<pm::Pool> pool,
 template <unsigned M>
 Result<std::unique_ptr<Index>> LBTree<M>::recover(std::unique_ptr<pm::Pool> pool,
                                                   const Options& o) {
-  const auto start = std::chrono::steady_clock::now();
   std::unique_ptr<LBTree> idx(new LBTree(std::move(pool)));
-  pm::Pool& p = *idx->pool_;
-  idx->recovery_.clean_shutdown = p.was_clean();
-  p.allocator().begin_recovery(/*start_now=*/false);
-  const std::uint64_t root_off = p.root();
-  if (root_off == 0) {
-    // Crash before P0 published the root: nothing was reachable.
-    if (Status s = p.allocator().finish_recovery(); !s.ok()) return s;
-    p.commit_open();
-    if (Status s = idx->init_root(o); !s.ok()) return s;
-  } else {
-    Root* r = p.checked<Root>(root_off, sizeof(Root), 64);
-    if (r == nullptr || r->magic != kRootMagic)
-      return p.error(Code::corrupted, "lbtree root object is missing or has a wrong magic");
-    if (r->node_size != LeafT::kBytes ||
-        r->key_mode != static_cast<std::uint32_t>(p.info().layout.key_mode) ||
-        r->max_key_size > kMaxKeyBytes || r->max_value_size < 8 ||
-        r->max_value_size > kMaxValueBytes ||
-        p.checked<char>(r->head, LeafT::kBytes, 256) == nullptr)
-      return p.error(Code::corrupted, "lbtree root holds impossible sizes or head offset");
-    idx->root_ = r;
-    idx->init_dram();
-    if (p.allocator().mark_reachable(root_off, sizeof(Root)) != Code::ok)
-      return p.allocator().finish_recovery();
-    if (Status s = idx->rebuild(std::max(1u, o.recovery_threads)); !s.ok()) return s;
-  }
-  idx->recovery_.threads = std::max(1u, o.recovery_threads);
-  idx->recovery_.seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  LBTree& t = *idx;
+  pm::Pool& p = *t.pool_;
+  const Status s = index_common::run_recovery(
+      p, &t.recovery_, [&] { return t.init_root(o); },  // crash before P0: nothing reachable
+      [&](std::uint64_t root_off) -> Status {
+        Root* r = p.checked<Root>(root_off, sizeof(Root), 64);
+        if (r == nullptr || r->magic != kRootMagic)
+          return p.error(Code::corrupted, "lbtree root object is missing or has a wrong magic");
+        if (r->node_size != LeafT::kBytes ||
+            r->key_mode != static_cast<std::uint32_t>(p.info().layout.key_mode) ||
+            r->max_key_size > kMaxKeyBytes || r->max_value_size < 8 ||
+            r->max_value_size > kMaxValueBytes ||
+            p.checked<char>(r->head, LeafT::kBytes, 256) == nullptr)
+          return p.error(Code::corrupted, "lbtree root holds impossible sizes or head offset");
+        t.root_ = r;
+        t.init_dram();
+        if (p.allocator().mark_reachable(root_off, sizeof(Root)) != Code::ok)
+          return p.allocator().finish_recovery();
+        return t.rebuild(std::max(1u, o.recovery_threads));
+      });
+  if (!s.ok()) return s;
+  t.recovery_.threads = std::max(1u, o.recovery_threads);
   return std::unique_ptr<Index>(std::move(idx));
 }
 
@@ -148,7 +148,7 @@ Status LBTree<M>::rebuild(unsigned threads) {
           const auto sl = static_cast<unsigned>(std::countr_zero(m));
           const std::uint64_t kw = l->block[b].entry[sl][0];
           const std::uint64_t vw = l->block[b].entry[sl][1];
-          if (bytes_keys_ && index_common::mark_record(p, kw, max_key_) != Code::ok) {
+          if (keys_.bytes_mode() && index_common::mark_record(p, kw, keys_.max_key()) != Code::ok) {
             in.error = "bad key record";
             break;
           }
@@ -156,7 +156,7 @@ Status LBTree<M>::rebuild(unsigned threads) {
             in.error = "bad value record";
             break;
           }
-          const std::string k = key_string(kw);
+          const std::string k = keys_.key_bytes(kw);
           if (in.empty || k < in.min) { in.min = k; in.min_word = kw; }
           if (in.empty || in.max < k) in.max = k;
           in.empty = false;
@@ -233,108 +233,76 @@ std::uint64_t LBTree<M>::leaf_count() const {
   return s.ok() ? leaves.size() : 0;
 }
 
-// Quiescent check of every invariant in lbtree.h.
+// Quiescent check of every invariant in lbtree.h. The leaf layout part is here; key order,
+// the inner tree against the chain and reachability are the shared hybrid_checks.h steps.
 template <unsigned M>
 Status LBTree<M>::verify() const {
+  epochs_.drain();  // quiescent: retired records are free before reachability is counted
   const pm::Pool& p = *pool_;
-  auto bad = [&](std::uint64_t off, const std::string& what) {
-    return p.error(Code::corrupted, "verify: leaf at offset " + std::to_string(off) + ": " + what);
-  };
-  std::vector<std::uint64_t> leaves;
+  using index_common::block_bytes;
+  using index_common::leaf_error;
+  index_common::ChainKeys chain;
   Status s = index_common::walk_leaf_chain(
       p, head_, LeafT::kBytes, 256,
       [&](std::uint64_t off) { return next_leaf(off); },
-      &leaves);
+      &chain.leaves);
   if (!s.ok()) return s;
-  auto block_bytes = [](std::size_t n) {
-    return pm::Allocator::class_size(pm::Allocator::class_of(n));
-  };
-  std::uint64_t reachable = block_bytes(sizeof(Root)) + leaves.size() * block_bytes(LeafT::kBytes);
-  std::vector<std::vector<std::string>> keys(leaves.size());
-  const std::string* prev_max = nullptr;
-  for (std::size_t i = 0; i < leaves.size(); ++i) {
-    const std::uint64_t off = leaves[i];
+  std::uint64_t reachable =
+      block_bytes(sizeof(Root)) + chain.leaves.size() * block_bytes(LeafT::kBytes);
+  chain.keys.resize(chain.leaves.size());
+  for (std::size_t i = 0; i < chain.leaves.size(); ++i) {
+    const std::uint64_t off = chain.leaves[i];
     LeafT* l = leaf_at(off);
-    const std::uint64_t w0 = relaxed_load(&l->block[0].front[0]);
-    if ((w0 & kLockBit) != 0 || versions_->at(off).is_locked())
-      return bad(off, "left locked");
+    const std::uint64_t w0 = optimistic_read(l->block[0].front[0]);
+    if ((w0 & kLockBit) != 0 || versions_->is_locked(off)) return leaf_error(p, off, "left locked");
     const bool alt = (w0 & kAltBit) != 0;
     for (unsigned b = 0; b < M; ++b) {
       const DWord d = load_header(active_header(l, b, alt));
       if (b > 0 && (d.w[0] & (kLockBit | kAltBit)) != 0)
-        return bad(off, "block " + std::to_string(b) + " header has lock/alt bits");
+        return leaf_error(p, off, "block " + std::to_string(b) + " header has lock/alt bits");
       for (std::uint64_t m = d.bitmap(); m != 0; m &= m - 1) {
         const auto sl = static_cast<unsigned>(std::countr_zero(m));
-        const std::uint64_t kw = relaxed_load(&l->block[b].entry[sl][0]);
-        const std::uint64_t vw = relaxed_load(&l->block[b].entry[sl][1]);
+        const std::uint64_t kw = optimistic_read(l->block[b].entry[sl][0]);
+        const std::uint64_t vw = optimistic_read(l->block[b].entry[sl][1]);
         std::string_view rec;
-        if (bytes_keys_) {
-          if (!index_common::read_record(p, kw, max_key_, &rec))
-            return bad(off, "slot " + std::to_string(sl) + " has a bad key record");
+        if (keys_.bytes_mode()) {
+          if (!index_common::read_record(p, kw, keys_.max_key(), &rec))
+            return leaf_error(p, off, "slot " + std::to_string(sl) + " has a bad key record");
           reachable += block_bytes(index_common::record_bytes(rec.size()));
         }
         if (!inline_values_) {
           if (!index_common::read_record(p, vw, max_value_, &rec))
-            return bad(off, "slot " + std::to_string(sl) + " has a bad value record");
+            return leaf_error(p, off, "slot " + std::to_string(sl) + " has a bad value record");
           reachable += block_bytes(index_common::record_bytes(rec.size()));
         }
-        if (d.fp(sl) != fingerprint_of(kw))
-          return bad(off, "block " + std::to_string(b) + " slot " + std::to_string(sl) +
-                              ": fingerprint does not match the key");
-        keys[i].push_back(key_string(kw));
+        if (d.fp(sl) != keys_.fingerprint(kw))
+          return leaf_error(p, off, "block " + std::to_string(b) + " slot " + std::to_string(sl) +
+                                        ": fingerprint does not match the key");
+        chain.keys[i].push_back(keys_.key_bytes(kw));
       }
     }
-    std::sort(keys[i].begin(), keys[i].end());
-    for (std::size_t k = 1; k < keys[i].size(); ++k)
-      if (!(keys[i][k - 1] < keys[i][k])) return bad(off, "duplicate key");
-    if (keys[i].empty()) continue;
-    if (prev_max != nullptr && !(*prev_max < keys[i].front()))
-      return bad(off, "keys not above the previous leaf's keys");
-    prev_max = &keys[i].back();
   }
-  const std::uint64_t in_use = p.allocator().stats().bytes_in_use;
-  if (in_use != reachable)
-    return p.error(Code::corrupted, "verify: allocator has " + std::to_string(in_use) +
-                                        " bytes in use but " + std::to_string(reachable) +
-                                        " are reachable");
-  std::size_t next = 0;
-  s = inner_.verify(
-      [&](std::uint64_t a, std::uint64_t b) {
-        return bytes_keys_ ? index_common::SeparatorStore::view(a) <
-                                 index_common::SeparatorStore::view(b)
-                           : a < b;
-      },
-      [&](std::uint64_t leaf, const std::uint64_t* lo, const std::uint64_t* hi) -> Status {
-        if (next >= leaves.size() || leaves[next] != leaf)
-          return p.error(Code::corrupted, "verify: inner tree leaf order differs from the chain");
-        const auto& ks = keys[next++];
-        if (!ks.empty() && lo != nullptr && ks.front() < sep_string(*lo))
-          return bad(leaf, "key below the inner-node fence");
-        if (!ks.empty() && hi != nullptr && !(ks.back() < sep_string(*hi)))
-          return bad(leaf, "key not below the inner-node fence");
-        return Status::Ok();
-      });
+  if (s = index_common::check_key_order(p, chain); !s.ok()) return s;
+  if (s = index_common::check_reachable(p, reachable); !s.ok()) return s;
+  s = index_common::check_inner_against_chain(
+      p, inner_, chain,
+      [&](std::uint64_t a, std::uint64_t b) { return keys_.separator_less(a, b); },
+      [&](std::uint64_t sep) { return keys_.separator_bytes(sep); });
   if (!s.ok()) return s.code() == Code::corrupted && s.message().rfind("verify", 0) == 0
                           ? s
                           : p.error(s.code(), "verify: " + s.message());
-  if (next != leaves.size())
-    return p.error(Code::corrupted, "verify: chain has leaves the inner tree lacks");
   return Status::Ok();
 }
 
 template <unsigned M>
 Footprint LBTree<M>::footprint() const {
-  Footprint f;
-  const auto st = pool_->allocator().stats();
-  f.pm_bytes = st.bytes_in_use;
-  f.pm_reserved = st.bytes_reserved;
-  f.dram_bytes = inner_.dram_bytes() + versions_->dram_bytes() + seps_.dram_bytes();
-  return f;
+  return index_common::hybrid_footprint(*pool_, inner_, *versions_, seps_);
 }
 
 template <unsigned M>
 Status LBTree<M>::close() {
   if (!closed_) {
+    epochs_.drain();       // retired separator copies (no operation runs concurrently)
     pool_->close_clean();  // every operation persisted its own steps
     closed_ = true;
   }

@@ -11,6 +11,12 @@
 //     Readers never write; they read leaf words with relaxed atomic loads and validate.
 //   * Lock order: leaf (then its left neighbour, try-lock only) -> InnerTree SMO mutex.
 //     Nobody waits for a leaf lock while holding the SMO mutex.
+//   * Separator copies and PM key/value records (bytes keys, out-of-line values): operations
+//     pin the epoch manager; a separator that an unlink removes from the inner tree and a
+//     record whose slot was removed or overwritten are retired and freed once no pinned reader
+//     can hold them (K3). Leaf blocks are freed at once: their DRAM versions only grow, so a
+//     stale reader of a recycled leaf fails validation.
+//   * verify() first frees what is retired (drain), so reachability matches the allocator.
 //   * verify(), bulk_load() and close() expect no concurrent operations.
 // Invariants (checked by verify()):
 //   (1) the leaf chain from root.head is acyclic, in bounds, and its leaves appear in the same
@@ -23,17 +29,20 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "index/common/inner_tree.h"
+#include "index/common/key_codec.h"
 #include "index/common/leaf_versions.h"
 #include "index/common/scan_assembly.h"
 #include "index/common/separator_store.h"
 #include "index/lbtree/leaf.h"
 #include "pmindex/index.h"
 #include "pmindex/pm/dram_arena.h"
+#include "pmindex/sync/epoch.h"
 
 namespace pmindex::lbtree {
 
@@ -92,6 +101,8 @@ class LBTree final : public Index {
   Footprint footprint() const override;
   Status close() override;
   const pm::Pool& pool() const override { return *pool_; }
+  // Registers the calling thread with the epoch manager (bytes keys pin it per operation).
+  ThreadScope attach_thread() override;
 
   // Experiment hook for the Theorem 3.5 reproduction (tests/index/lbtree/test_lbtree_lines.cpp),
   // not a production mode: the paper's "traditional" design of Fig. 8b - an insert takes the
@@ -104,12 +115,8 @@ class LBTree final : public Index {
   std::uint64_t leaf_count() const;
 
  private:
-  // A search key prepared once per operation.
-  struct Probe {
-    std::uint64_t word = 0;      // u64/f64 modes
-    std::string_view bytes;      // bytes mode (and the original key in every mode)
-    std::uint8_t fp = 0;
-  };
+  // A search key prepared once per operation (key modes: index_common::KeyCodec).
+  using Probe = index_common::KeyCodec::Probe;
   struct SlotRef {
     int block = -1;
     unsigned slot = 0;
@@ -124,17 +131,10 @@ class LBTree final : public Index {
   Status init_root(const Options& o);
   void init_dram();
 
-  // keys and values
-  Code check_key(std::string_view key) const;
-  Code check_value(std::string_view value) const;
-  Probe make_probe(std::string_view key) const;
-  bool probe_less_sep(const Probe& p, std::uint64_t sep) const;
-  bool key_matches(std::uint64_t key_word, const Probe& p) const;
-  std::string key_string(std::uint64_t key_word) const;    // memcmp-ordered key bytes
+  // keys (the rest is keys_) and values
   bool key_word_less(std::uint64_t a, std::uint64_t b) const;
-  std::string sep_string(std::uint64_t sep) const;
   std::uint64_t make_separator(std::uint64_t key_word);
-  std::uint8_t fingerprint_of(std::uint64_t key_word) const;
+  Code check_value(std::string_view value) const;
   bool read_value(std::uint64_t value_word, std::string* out) const;
 
   // leaves
@@ -162,20 +162,30 @@ class LBTree final : public Index {
   void switch_sibling(LeafT* a, std::uint64_t next);  // U1..U3 / recovery repair
   void release(const Pending& pending);
 
+  // Pins the calling thread while it may read separator copies or PM key/value records (bytes
+  // keys, out-of-line values). Integer keys with inline values point nowhere, so those
+  // operations pay nothing.
+  std::optional<sync::EpochManager::Guard> pin() const {
+    if (!keys_.bytes_mode() && inline_values_) return std::nullopt;
+    return epochs_.pin();
+  }
+
   // recovery
   Status rebuild(unsigned threads);
 
   std::unique_ptr<pm::Pool> pool_;
   Root* root_ = nullptr;
   std::uint64_t head_ = 0;
-  bool bytes_keys_ = false;
+  index_common::KeyCodec keys_;
   bool inline_values_ = true;
-  std::uint32_t max_key_ = 8;
   std::uint32_t max_value_ = 8;
   pm::DramArena arena_;
   index_common::InnerTree inner_;
   std::unique_ptr<index_common::LeafVersions> versions_;
   index_common::SeparatorStore seps_;
+  // Retired separator copies and PM records. Declared after pool_ and seps_: destroyed first,
+  // its pending deleters still find them (SeparatorStore invariant 3).
+  mutable sync::EpochManager epochs_;
   RecoveryStats recovery_;
   double rebuild_seconds_ = 0;
   bool closed_ = false;

@@ -14,11 +14,11 @@
 
 namespace pmindex::lbtree {
 
-using index_common::relaxed_load;
+using index_common::optimistic_read;
 
 namespace detail {
 // Every PM word of a leaf is written with one 8-byte atomic store (pm::publish), because
-// optimistic readers read the same words with relaxed atomic loads (no data race).
+// optimistic readers read the same words with optimistic_read (no data race; olc.h (1)).
 inline void put(std::uint64_t* p, std::uint64_t v) { pm::publish(p, v); }
 
 // Candidate slots of a block: SIMD compare of the 16 header bytes against the fingerprint;
@@ -39,79 +39,21 @@ inline const char* line_ptr(const Block& b, unsigned line) {
 // --- keys and values -------------------------------------------------------------------------
 
 template <unsigned M>
-Code LBTree<M>::check_key(std::string_view key) const {
-  if (bytes_keys_) return key.size() > max_key_ ? Code::key_too_large : Code::ok;
-  if (key.size() != 8) return Code::invalid_argument;
-  if (root_->key_mode == static_cast<std::uint32_t>(KeyType::f64) &&
-      std::isnan(decode_f64(key)))
-    return Code::invalid_argument;
-  return Code::ok;
-}
-
-template <unsigned M>
 Code LBTree<M>::check_value(std::string_view value) const {
   if (inline_values_) return value.size() == 8 ? Code::ok : Code::invalid_argument;
   return value.size() > max_value_ ? Code::value_too_large : Code::ok;
 }
 
 template <unsigned M>
-typename LBTree<M>::Probe LBTree<M>::make_probe(std::string_view key) const {
-  Probe p;
-  p.bytes = key;
-  if (bytes_keys_) {
-    p.fp = index_common::fingerprint_bytes(key);
-  } else {
-    char buf[8] = {};
-    std::memcpy(buf, key.data(), std::min<std::size_t>(8, key.size()));
-    p.word = decode_u64(std::string_view(buf, 8));
-    p.fp = index_common::fingerprint_word(p.word);
-  }
-  return p;
-}
-
-template <unsigned M>
-bool LBTree<M>::probe_less_sep(const Probe& p, std::uint64_t sep) const {
-  if (!bytes_keys_) return p.word < sep;
-  return p.bytes < index_common::SeparatorStore::view(sep);
-}
-
-template <unsigned M>
-bool LBTree<M>::key_matches(std::uint64_t key_word, const Probe& p) const {
-  if (!bytes_keys_) return key_word == p.word;
-  std::string_view stored;
-  return index_common::read_record(*pool_, key_word, max_key_, &stored) && stored == p.bytes;
-}
-
-template <unsigned M>
-std::string LBTree<M>::key_string(std::uint64_t key_word) const {
-  if (!bytes_keys_) return encode_u64(key_word);
-  std::string_view stored;
-  if (!index_common::read_record(*pool_, key_word, max_key_, &stored)) return {};
-  return std::string(stored);
-}
-
-template <unsigned M>
 bool LBTree<M>::key_word_less(std::uint64_t a, std::uint64_t b) const {
-  if (!bytes_keys_) return a < b;
-  return key_string(a) < key_string(b);
-}
-
-template <unsigned M>
-std::string LBTree<M>::sep_string(std::uint64_t sep) const {
-  if (!bytes_keys_) return encode_u64(sep);
-  return std::string(index_common::SeparatorStore::view(sep));
+  if (!keys_.bytes_mode()) return a < b;
+  return keys_.key_bytes(a) < keys_.key_bytes(b);
 }
 
 template <unsigned M>
 std::uint64_t LBTree<M>::make_separator(std::uint64_t key_word) {
-  if (!bytes_keys_) return key_word;
-  return seps_.make(key_string(key_word));
-}
-
-template <unsigned M>
-std::uint8_t LBTree<M>::fingerprint_of(std::uint64_t key_word) const {
-  if (!bytes_keys_) return index_common::fingerprint_word(key_word);
-  return index_common::fingerprint_bytes(key_string(key_word));
+  if (!keys_.bytes_mode()) return key_word;
+  return keys_.separator_for(keys_.key_bytes(key_word), key_word, seps_);
 }
 
 template <unsigned M>
@@ -130,24 +72,24 @@ bool LBTree<M>::read_value(std::uint64_t value_word, std::string* out) const {
 
 template <unsigned M>
 DWord LBTree<M>::load_header(const std::uint64_t* h) {
-  return DWord{{relaxed_load(h), relaxed_load(h + 1)}};
+  return DWord{{optimistic_read(h[0]), optimistic_read(h[1])}};
 }
 
 template <unsigned M>
 std::uint64_t LBTree<M>::next_leaf(std::uint64_t off) const {
   LeafT* l = leaf_at(off);
-  const bool alt = (relaxed_load(&l->block[0].front[0]) & kAltBit) != 0;
-  return relaxed_load(&l->block[0].tail[alt ? 1 : 0]);
+  const bool alt = (optimistic_read(l->block[0].front[0]) & kAltBit) != 0;
+  return optimistic_read(l->block[0].tail[alt ? 1 : 0]);
 }
 
 template <unsigned M>
 typename LBTree<M>::SlotRef LBTree<M>::find_slot(LeafT* l, const Probe& p) const {
-  const bool alt = (relaxed_load(&l->block[0].front[0]) & kAltBit) != 0;
+  const bool alt = (optimistic_read(l->block[0].front[0]) & kAltBit) != 0;
   for (unsigned b = 0; b < M; ++b) {
     const DWord d = load_header(active_header(l, b, alt));
     for (std::uint32_t m = detail::match_slots(d, p.fp); m != 0; m &= m - 1) {
       const auto s = static_cast<unsigned>(std::countr_zero(m));
-      if (key_matches(relaxed_load(&l->block[b].entry[s][0]), p))
+      if (keys_.matches(optimistic_read(l->block[b].entry[s][0]), p))
         return SlotRef{static_cast<int>(b), s, d};
     }
   }
@@ -156,7 +98,7 @@ typename LBTree<M>::SlotRef LBTree<M>::find_slot(LeafT* l, const Probe& p) const
 
 template <unsigned M>
 bool LBTree<M>::leaf_empty(LeafT* l) const {
-  const bool alt = (relaxed_load(&l->block[0].front[0]) & kAltBit) != 0;
+  const bool alt = (optimistic_read(l->block[0].front[0]) & kAltBit) != 0;
   for (unsigned b = 0; b < M; ++b)
     if (load_header(active_header(l, b, alt)).bitmap() != 0) return false;
   return true;
@@ -165,13 +107,17 @@ bool LBTree<M>::leaf_empty(LeafT* l) const {
 // Optimistic descent to the leaf covering p; returns (leaf, leaf version).
 template <unsigned M>
 std::pair<std::uint64_t, std::uint64_t> LBTree<M>::descend_read(const Probe& p) const {
-  return inner_.descend(
-      [&](std::uint64_t sep) { return probe_less_sep(p, sep); },
-      [&](std::uint64_t leaf) -> std::optional<std::uint64_t> {
-        std::uint64_t v = 0;
-        if (!versions_->at(leaf).read_begin(&v)) return std::nullopt;
-        return v;
-      });
+  const auto on_leaf = [&](std::uint64_t leaf) {
+    // Alg. 1: prefetch the leaf's lines as soon as the parent names it, so the fetch overlaps
+    // the version read and the parent's validation.
+    const char* base = reinterpret_cast<const char*>(leaf_at(leaf));
+    for (unsigned i = 0; i < LeafT::kBytes / 64; ++i) __builtin_prefetch(base + 64 * i);
+    return versions_->read(leaf);
+  };
+  // Integer keys compare words directly (no key-mode test per separator).
+  if (!keys_.bytes_mode())
+    return inner_.descend([w = p.word](std::uint64_t sep) { return w < sep; }, on_leaf);
+  return inner_.descend([&](std::uint64_t sep) { return keys_.below(p, sep); }, on_leaf);
 }
 
 // Writers: lock the leaf covering p (DRAM version by CAS from the version seen under the
@@ -180,42 +126,41 @@ template <unsigned M>
 std::uint64_t LBTree<M>::lock_leaf_for(const Probe& p) {
   for (;;) {
     const auto [off, v] = descend_read(p);
-    if (versions_->at(off).try_upgrade(v)) {
+    if (versions_->upgrade(off, v)) {
       std::uint64_t* w0 = &leaf_at(off)->block[0].front[0];
-      std::uint64_t expected = relaxed_load(w0) & ~kLockBit;
+      std::uint64_t expected = optimistic_read(*w0) & ~kLockBit;
       while (!pm::cas(w0, expected, expected | kLockBit)) expected &= ~kLockBit;
       return off;
     }
-    index_common::VersionLock::pause();
+    index_common::olc_pause();
   }
 }
 
 template <unsigned M>
 void LBTree<M>::unlock_leaf(std::uint64_t off) {
   std::uint64_t* w0 = &leaf_at(off)->block[0].front[0];
-  std::uint64_t expected = relaxed_load(w0);
+  std::uint64_t expected = optimistic_read(*w0);
   while (!pm::cas(w0, expected, expected & ~kLockBit)) {
   }
-  versions_->at(off).unlock();
+  versions_->at(off).writeUnlock();
 }
 
 // --- search (Alg. 1) ------------------------------------------------------------------------------
 
 template <unsigned M>
 Code LBTree<M>::find(std::string_view key, std::string* value) const {
-  if (Code c = check_key(key); c != Code::ok) return c;
-  const Probe p = make_probe(key);
+  const auto guard = pin();
+  if (Code c = keys_.check(key); c != Code::ok) return c;
+  const Probe p = keys_.probe(key);
   std::string tmp;
   for (;;) {
     const auto [off, v] = descend_read(p);
-    LeafT* l = leaf_at(off);
-    for (unsigned i = 0; i < LeafT::kBytes / 64; ++i)
-      __builtin_prefetch(reinterpret_cast<const char*>(l) + 64 * i);
+    LeafT* l = leaf_at(off);  // its lines were prefetched by descend_read
     const SlotRef r = find_slot(l, p);
     bool ok = true;
     if (r.block >= 0 && value != nullptr)
-      ok = read_value(relaxed_load(&l->block[r.block].entry[r.slot][1]), &tmp);
-    if (!versions_->at(off).validate(v) || !ok) continue;
+      ok = read_value(optimistic_read(l->block[r.block].entry[r.slot][1]), &tmp);
+    if (!versions_->unchanged(off, v) || !ok) continue;
     if (r.block < 0) return Code::not_found;
     if (value != nullptr) value->swap(tmp);
     return Code::ok;
@@ -238,7 +183,7 @@ void LBTree<M>::leaf_insert(LeafT* l, DWord d0, std::uint64_t key_word,
   }
   Block& blk = l->block[b];
   std::uint64_t* hdr = active_header(l, b, alt);
-  const std::uint64_t old_w1 = relaxed_load(hdr + 1);
+  const std::uint64_t old_w1 = optimistic_read(hdr[1]);
   const unsigned hline = header_line(b, alt);
   const std::uint64_t free = ~d.bitmap() & kBitmapMask;
   const std::uint64_t free_in_hline = free & line_slots_mask(hline);
@@ -258,8 +203,8 @@ void LBTree<M>::leaf_insert(LeafT* l, DWord d0, std::uint64_t key_word,
     while (to_free != 0 && from != 0) {
       const auto to = static_cast<unsigned>(std::countr_zero(to_free));
       const auto fr = static_cast<unsigned>(std::countr_zero(from));
-      detail::put(&blk.entry[to][0], relaxed_load(&blk.entry[fr][0]));
-      detail::put(&blk.entry[to][1], relaxed_load(&blk.entry[fr][1]));
+      detail::put(&blk.entry[to][0], optimistic_read(blk.entry[fr][0]));
+      detail::put(&blk.entry[to][1], optimistic_read(blk.entry[fr][1]));
       d.set_fp(to, d.fp(fr));
       d.set_valid(to);
       d.clear_valid(fr);
@@ -277,9 +222,10 @@ void LBTree<M>::leaf_insert(LeafT* l, DWord d0, std::uint64_t key_word,
 
 template <unsigned M>
 Code LBTree<M>::insert(std::string_view key, std::string_view value) {
-  if (Code c = check_key(key); c != Code::ok) return c;
+  const auto guard = pin();
+  if (Code c = keys_.check(key); c != Code::ok) return c;
   if (Code c = check_value(value); c != Code::ok) return c;
-  const Probe p = make_probe(key);
+  const Probe p = keys_.probe(key);
   const std::uint64_t off = lock_leaf_for(p);
   LeafT* l = leaf_at(off);
   if (find_slot(l, p).block >= 0) {
@@ -287,18 +233,15 @@ Code LBTree<M>::insert(std::string_view key, std::string_view value) {
     return Code::already_present;
   }
   Code code = Code::ok;
-  std::uint64_t key_word = p.word;
+  const std::uint64_t key_word = keys_.make_key_word(*pool_, p, &code);  // K1 (bytes keys)
+  if (code != Code::ok) { unlock_leaf(off); return code; }
   std::uint64_t value_word = 0;
-  if (bytes_keys_) {
-    key_word = index_common::write_record(*pool_, key, &code);  // K1
-    if (key_word == 0) { unlock_leaf(off); return code; }
-  }
   if (inline_values_) {
     std::memcpy(&value_word, value.data(), 8);
   } else {
     value_word = index_common::write_record(*pool_, value, &code);  // K1
     if (value_word == 0) {
-      if (bytes_keys_) index_common::free_record(*pool_, key_word);
+      if (keys_.bytes_mode()) index_common::free_record(*pool_, key_word);
       unlock_leaf(off);
       return code;
     }
@@ -312,7 +255,7 @@ Code LBTree<M>::insert(std::string_view key, std::string_view value) {
     code = Code::ok;
   } else {
     code = split_insert(off, key_word, value_word, p.fp);
-    if (code != Code::ok) release(Pending{bytes_keys_ ? key_word : 0,
+    if (code != Code::ok) release(Pending{keys_.bytes_mode() ? key_word : 0,
                                           inline_values_ ? 0 : value_word});
   }
   unlock_leaf(off);
@@ -323,9 +266,10 @@ Code LBTree<M>::insert(std::string_view key, std::string_view value) {
 
 template <unsigned M>
 Code LBTree<M>::update(std::string_view key, std::string_view value) {
-  if (Code c = check_key(key); c != Code::ok) return c;
+  const auto guard = pin();
+  if (Code c = keys_.check(key); c != Code::ok) return c;
   if (Code c = check_value(value); c != Code::ok) return c;
-  const Probe p = make_probe(key);
+  const Probe p = keys_.probe(key);
   const std::uint64_t off = lock_leaf_for(p);
   LeafT* l = leaf_at(off);
   const SlotRef r = find_slot(l, p);
@@ -342,7 +286,7 @@ Code LBTree<M>::update(std::string_view key, std::string_view value) {
     Code code = Code::ok;
     value_word = index_common::write_record(*pool_, value, &code);  // K1
     if (value_word == 0) { unlock_leaf(off); return code; }
-    old.value_record = relaxed_load(vslot);
+    old.value_record = optimistic_read(*vslot);
   }
   detail::put(vslot, value_word);  // W1: NAW - one 8-byte failure-atomic store of the value
   pm::persist(vslot, 8);           // W2
@@ -353,8 +297,9 @@ Code LBTree<M>::update(std::string_view key, std::string_view value) {
 
 template <unsigned M>
 Code LBTree<M>::remove(std::string_view key) {
-  if (Code c = check_key(key); c != Code::ok) return c;
-  const Probe p = make_probe(key);
+  const auto guard = pin();
+  if (Code c = keys_.check(key); c != Code::ok) return c;
+  const Probe p = keys_.probe(key);
   const std::uint64_t off = lock_leaf_for(p);
   LeafT* l = leaf_at(off);
   SlotRef r = find_slot(l, p);
@@ -362,11 +307,11 @@ Code LBTree<M>::remove(std::string_view key) {
     unlock_leaf(off);
     return Code::not_found;
   }
-  const bool alt = (relaxed_load(&l->block[0].front[0]) & kAltBit) != 0;
+  const bool alt = (optimistic_read(l->block[0].front[0]) & kAltBit) != 0;
   std::uint64_t* hdr = active_header(l, static_cast<unsigned>(r.block), alt);
   Pending gone;
-  if (bytes_keys_) gone.key_record = relaxed_load(&l->block[r.block].entry[r.slot][0]);
-  if (!inline_values_) gone.value_record = relaxed_load(&l->block[r.block].entry[r.slot][1]);
+  if (keys_.bytes_mode()) gone.key_record = optimistic_read(l->block[r.block].entry[r.slot][0]);
+  if (!inline_values_) gone.value_record = optimistic_read(l->block[r.block].entry[r.slot][1]);
   DWord d = load_header(hdr);
   d.clear_valid(r.slot);
   detail::put(hdr, d.w[0]);  // D1: NAW - clear the slot's bitmap bit
@@ -380,10 +325,23 @@ Code LBTree<M>::remove(std::string_view key) {
   return Code::ok;
 }
 
+// K3 in concurrent code: a removed record may still be read by an optimistic reader that found
+// its offset in a slot before the removal (it would fail validation, but it reads the bytes),
+// so the block is freed through the epoch manager once no pinned reader can hold it. A crash
+// before then only leaks it to the next recovery, whose reachability pass reclaims it.
 template <unsigned M>
 void LBTree<M>::release(const Pending& pending) {
-  if (pending.key_record != 0) index_common::free_record(*pool_, pending.key_record);
-  if (pending.value_record != 0) index_common::free_record(*pool_, pending.value_record);
+  auto free_later = [&](std::uint64_t off) {
+    if (off == 0) return;
+    epochs_.retire(
+        pool_.get(),
+        [](void* pool, std::uint64_t rec) {
+          index_common::free_record(*static_cast<pm::Pool*>(pool), rec);
+        },
+        off);
+  };
+  free_later(pending.key_record);
+  free_later(pending.value_record);
 }
 
 // --- scan ---------------------------------------------------------------------------------------
@@ -393,40 +351,41 @@ void LBTree<M>::release(const Pending& pending) {
 // was read), then sort and emit. A failed validation re-descends from the last emitted key.
 template <unsigned M>
 std::size_t LBTree<M>::scan(std::string_view start, std::size_t max, ScanBuffer& out) const {
+  const auto guard = pin();
   out.clear();
   if (max == 0) return 0;
   index_common::LeafScan sc(start, max);
   std::string value;
   for (;;) {
     const std::string resume = sc.have_last() ? sc.last() : std::string(start);
-    const Probe p = make_probe(resume);
+    const Probe p = keys_.probe(resume);
     auto [off, v] = descend_read(p);
     bool restart = false;
     while (!restart) {
       LeafT* l = leaf_at(off);
       sc.begin_leaf();
-      const std::uint64_t w0 = relaxed_load(&l->block[0].front[0]);
+      const std::uint64_t w0 = optimistic_read(l->block[0].front[0]);
       const bool alt = (w0 & kAltBit) != 0;
       for (unsigned b = 0; b < M; ++b) {
         const DWord d = load_header(active_header(l, b, alt));
         for (std::uint64_t m = d.bitmap(); m != 0; m &= m - 1) {
           const auto s = static_cast<unsigned>(std::countr_zero(m));
-          const std::string k = key_string(relaxed_load(&l->block[b].entry[s][0]));
-          if (!read_value(relaxed_load(&l->block[b].entry[s][1]), &value)) value.clear();
+          const std::string k = keys_.key_bytes(optimistic_read(l->block[b].entry[s][0]));
+          if (!read_value(optimistic_read(l->block[b].entry[s][1]), &value)) value.clear();
           sc.gather(k, value);
         }
       }
-      const std::uint64_t next = relaxed_load(&l->block[0].tail[alt ? 1 : 0]);
-      std::uint64_t nv = 0;
-      if (next != 0 && !versions_->at(next).read_begin(&nv)) restart = true;
-      if (!versions_->at(off).validate(v)) restart = true;
+      const std::uint64_t next = optimistic_read(l->block[0].tail[alt ? 1 : 0]);
+      std::optional<std::uint64_t> nv = 0;
+      if (next != 0 && !(nv = versions_->read(next))) restart = true;
+      if (!versions_->unchanged(off, v)) restart = true;
       if (restart) break;
       sc.emit(out);
       if (sc.full(out) || next == 0) return out.size();
       off = next;
-      v = nv;
+      v = *nv;
     }
-    index_common::VersionLock::pause();
+    index_common::olc_pause();
   }
 }
 

@@ -3,20 +3,13 @@
 #pragma once
 
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
 #include <vector>
 
+#include "index/common/hybrid_checks.h"
 #include "index/lbtree/lbtree_ops.h"
 
 namespace pmindex::lbtree {
 
-namespace detail {
-[[noreturn]] inline void fatal(const char* what) {
-  std::fprintf(stderr, "pmindex lbtree: internal invariant broken: %s\n", what);
-  std::abort();
-}
-}  // namespace detail
 
 // Splits the locked, full leaf `off` and inserts the new entry. The new leaf stays locked
 // (DRAM version) until the inner tree holds its separator, so no reader can miss a moved key.
@@ -34,12 +27,12 @@ Code LBTree<M>::split_insert(std::uint64_t off, std::uint64_t key_word,
     od[b] = b == 0 ? d0 : load_header(active_header(l, b, alt));
     for (std::uint64_t m = od[b].bitmap(); m != 0; m &= m - 1) {
       const auto s = static_cast<unsigned>(std::countr_zero(m));
-      items.push_back({b, s, relaxed_load(&l->block[b].entry[s][0])});
+      items.push_back({b, s, optimistic_read(l->block[b].entry[s][0])});
     }
   }
-  if (bytes_keys_) {
+  if (keys_.bytes_mode()) {
     std::vector<std::pair<std::string, unsigned>> keyed;
-    for (unsigned i = 0; i < items.size(); ++i) keyed.emplace_back(key_string(items[i].key), i);
+    for (unsigned i = 0; i < items.size(); ++i) keyed.emplace_back(keys_.key_bytes(items[i].key), i);
     std::sort(keyed.begin(), keyed.end());
     std::vector<Item> sorted;
     for (auto& k : keyed) sorted.push_back(items[k.second]);
@@ -55,7 +48,7 @@ Code LBTree<M>::split_insert(std::uint64_t off, std::uint64_t key_word,
   Code code = Code::ok;
   const std::uint64_t new_off = pool_->allocator().allocate(LeafT::kBytes, &code);
   if (new_off == 0) return code;
-  versions_->at(new_off).reset_locked();
+  index_common::recycle_locked(versions_->at(new_off));
   LeafT* nl = leaf_at(new_off);
 
   // S1: build the new leaf (unused space): the top half goes into its LAST slots so that
@@ -67,7 +60,7 @@ Code LBTree<M>::split_insert(std::uint64_t off, std::uint64_t key_word,
     const unsigned g = traditional_ ? i : LeafT::kSlots - move + i;
     const unsigned b = g / kSlotsPerBlock, s = g % kSlotsPerBlock;
     detail::put(&nl->block[b].entry[s][0], it.key);
-    detail::put(&nl->block[b].entry[s][1], relaxed_load(&l->block[it.b].entry[it.s][1]));
+    detail::put(&nl->block[b].entry[s][1], optimistic_read(l->block[it.b].entry[it.s][1]));
     nd[b].set_fp(s, od[it.b].fp(it.s));
     nd[b].set_valid(s);
     od[it.b].clear_valid(it.s);
@@ -90,7 +83,7 @@ Code LBTree<M>::split_insert(std::uint64_t off, std::uint64_t key_word,
     detail::put(&nl->block[b].tail[0], 0);
     detail::put(&nl->block[b].tail[1], 0);
   }
-  detail::put(&nl->block[0].tail[0], relaxed_load(&l->block[0].tail[alt ? 1 : 0]));
+  detail::put(&nl->block[0].tail[0], optimistic_read(l->block[0].tail[alt ? 1 : 0]));
   pm::persist(nl, LeafT::kBytes);  // S2: the new leaf is durable before anything links it
 
   // S3: the old leaf's headers of blocks 1..M-1 after the split go into their inactive
@@ -121,13 +114,14 @@ Code LBTree<M>::split_insert(std::uint64_t off, std::uint64_t key_word,
   {
     auto smo = inner_.smo_lock();
     index_common::InnerTree::Path path;
-    const std::string sep_bytes = key_string(sep_key);
-    const Probe sp = make_probe(sep_bytes);
-    inner_.path_to([&](std::uint64_t s) { return probe_less_sep(sp, s); }, &path);
+    const std::string sep_bytes = keys_.key_bytes(sep_key);
+    const Probe sp = keys_.probe(sep_bytes);
+    inner_.path_to([&](std::uint64_t s) { return keys_.below(sp, s); }, &path);
     if (!inner_.insert_separator(path, off, sep, new_off))
-      detail::fatal("split: the separator's path does not end at the split leaf");
+      index_common::fatal("lbtree",
+                          "split: the separator's path does not end at the split leaf");
   }
-  versions_->at(new_off).unlock();
+  versions_->at(new_off).writeUnlock();
   return Code::ok;
 }
 
@@ -160,26 +154,28 @@ template <unsigned M>
 void LBTree<M>::try_unlink(std::uint64_t off, const Probe& p) {
   auto smo = inner_.smo_lock();
   index_common::InnerTree::Path path;
-  inner_.path_to([&](std::uint64_t s) { return probe_less_sep(p, s); }, &path);
+  inner_.path_to([&](std::uint64_t s) { return keys_.below(p, s); }, &path);
   const std::uint64_t a_off = inner_.left_neighbour(path);
-  std::uint64_t av = 0;
-  if (a_off == 0 || !versions_->at(a_off).read_begin(&av) ||
-      !versions_->at(a_off).try_upgrade(av)) {
+  if (a_off == 0 || !index_common::try_write_lock(versions_->at(a_off))) {
     smo.unlock();
     unlock_leaf(off);
     return;
   }
   LeafT* a = leaf_at(a_off);
   LeafT* l = leaf_at(off);
-  const bool a_alt = (relaxed_load(&a->block[0].front[0]) & kAltBit) != 0;
-  if (relaxed_load(&a->block[0].tail[a_alt ? 1 : 0]) != off)
-    detail::fatal("unlink: the inner tree's left neighbour is not the chain predecessor");
-  const bool l_alt = (relaxed_load(&l->block[0].front[0]) & kAltBit) != 0;
-  switch_sibling(a, relaxed_load(&l->block[0].tail[l_alt ? 1 : 0]));  // U1..U3
-  if (!inner_.remove_leaf(path, off)) detail::fatal("unlink: leaf not in the inner tree");
+  const bool a_alt = (optimistic_read(a->block[0].front[0]) & kAltBit) != 0;
+  if (optimistic_read(a->block[0].tail[a_alt ? 1 : 0]) != off)
+    index_common::fatal("lbtree",
+                        "unlink: the inner tree's left neighbour is not the chain predecessor");
+  const bool l_alt = (optimistic_read(l->block[0].front[0]) & kAltBit) != 0;
+  switch_sibling(a, optimistic_read(l->block[0].tail[l_alt ? 1 : 0]));  // U1..U3
+  std::uint64_t dropped = 0;
+  if (!inner_.remove_leaf(path, off, &dropped))
+    index_common::fatal("lbtree", "unlink: leaf not in the inner tree");
   smo.unlock();
-  versions_->at(a_off).unlock();
-  versions_->at(off).unlock_obsolete();
+  if (keys_.bytes_mode()) seps_.retire(dropped, epochs_);  // freed once no pinned reader holds it
+  versions_->at(a_off).writeUnlock();
+  versions_->at(off).writeUnlockObsolete();
   pool_->allocator().deallocate(off, LeafT::kBytes);  // U4: unreachable in PM and DRAM
 }
 
@@ -195,7 +191,7 @@ Status LBTree<M>::bulk_load(std::span<const KeyValue> sorted, double fill) {
   if (!leaf_empty(head) || leaf_count() != 1)
     return Status(Code::invalid_argument, "bulk_load needs an empty index");
   for (std::size_t i = 0; i < sorted.size(); ++i) {
-    if (Code c = check_key(sorted[i].key); c != Code::ok)
+    if (Code c = keys_.check(sorted[i].key); c != Code::ok)
       return Status(c, "bulk_load: bad key at record " + std::to_string(i));
     if (Code c = check_value(sorted[i].value); c != Code::ok)
       return Status(c, "bulk_load: bad value at record " + std::to_string(i));
@@ -212,20 +208,20 @@ Status LBTree<M>::bulk_load(std::span<const KeyValue> sorted, double fill) {
     for (std::size_t i = 1; i < upto_leaf; ++i)
       pool_->allocator().deallocate(leaves[i], LeafT::kBytes);
     for (std::size_t i = 0; i < upto_rec; ++i) {
-      if (bytes_keys_) index_common::free_record(*pool_, key_words[i]);
+      if (keys_.bytes_mode()) index_common::free_record(*pool_, key_words[i]);
       if (!inline_values_) index_common::free_record(*pool_, value_words[i]);
     }
     return Status(c, "bulk_load: pool full");
   };
   for (std::size_t i = 0; i < sorted.size(); ++i) {  // B1: records (K1)
     Code c = Code::ok;
-    key_words[i] = make_probe(sorted[i].key).word;
-    if (bytes_keys_ && (key_words[i] = index_common::write_record(*pool_, sorted[i].key, &c)) == 0)
+    key_words[i] = keys_.probe(sorted[i].key).word;
+    if (keys_.bytes_mode() && (key_words[i] = index_common::write_record(*pool_, sorted[i].key, &c)) == 0)
       return undo(0, i, c);
     if (inline_values_) {
       std::memcpy(&value_words[i], sorted[i].value.data(), 8);
     } else if ((value_words[i] = index_common::write_record(*pool_, sorted[i].value, &c)) == 0) {
-      if (bytes_keys_) index_common::free_record(*pool_, key_words[i]);
+      if (keys_.bytes_mode()) index_common::free_record(*pool_, key_words[i]);
       return undo(0, i, c);
     }
   }
@@ -244,13 +240,13 @@ Status LBTree<M>::bulk_load(std::span<const KeyValue> sorted, double fill) {
       const unsigned b = g / kSlotsPerBlock, s = g % kSlotsPerBlock;
       detail::put(&l->block[b].entry[s][0], key_words[first + i]);
       detail::put(&l->block[b].entry[s][1], value_words[first + i]);
-      hd[b].set_fp(s, make_probe(sorted[first + i].key).fp);
+      hd[b].set_fp(s, keys_.probe(sorted[first + i].key).fp);
       hd[b].set_valid(s);
     }
   };
   for (std::size_t j = 1; j < n_leaves; ++j) {  // B2: the new leaves, chained (unused space)
     LeafT* l = leaf_at(leaves[j]);
-    versions_->at(leaves[j]).reset_unlocked();
+    index_common::recycle_unlocked(versions_->at(leaves[j]));
     DWord hd[M];
     fill_leaf(l, j, hd);
     for (unsigned b = 0; b < M; ++b) {

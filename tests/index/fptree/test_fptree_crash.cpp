@@ -11,17 +11,13 @@
 // Each image: recover through the registry, verify(), compare with the oracle (completed ops
 // present, the op in flight all or nothing), keep operating, check again.
 // Replay: PMINDEX_CRASH_REPLAY='<printed token>' ./test_fptree_crash
+// Scaffolding shared with LB+-Tree: tests/index/common/hybrid_test_support.h.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cstring>
-#include <iostream>
-#include <optional>
 
-#include "crash/workload.h"
+#include "index/common/hybrid_test_support.h"
 #include "index/fptree/fptree.h"
-#include "pmindex/crash/explorer.h"
-#include "pmindex/crash/index_driver.h"
 
 namespace pmindex::crash {
 namespace {
@@ -31,27 +27,18 @@ constexpr std::uint32_t kLeaf16 = sizeof(fptree::Leaf<16>);
 
 void run_driver(std::uint32_t node_size, std::uint64_t key_space, pm::Mode mode, std::size_t ops,
                 KeyType kt = KeyType::u64, std::size_t recovery_crash_images = 0) {
-  IndexCrashConfig cfg;
-  cfg.recovery_crash_images = recovery_crash_images;
-  cfg.options.kind = "fptree";
-  cfg.options.node_size = node_size;
-  cfg.options.key_type = kt;
-  cfg.options.max_key_size = 16;
-  cfg.key_space = key_space;
-  const std::string label = "fptree" + std::to_string(node_size) +
-                            (kt == KeyType::bytes ? "bytes" : "") +
-                            (recovery_crash_images > 0 ? "rec." : ".") + std::string(pm::to_string(mode));
-  const ExploreOptions opt = ExploreOptions::from_env(label, mode);
-  // At least `ops` (so leaves split and empty); more for a larger budget (the long suite), so
-  // that eADR, with fewer distinct images per op, still reaches the budget.
-  cfg.ops = std::max(ops, default_crash_ops(opt.images_budget));
-  const ExploreReport r = run_index_crash(cfg, opt);
-  std::cout << label << " seed " << opt.seed << ": " << r.to_string() << "\n";
-  if (r.replay_skipped) GTEST_SKIP() << "PMINDEX_CRASH_REPLAY names another configuration";
-  EXPECT_TRUE(r.ok()) << r.to_string();
-  if (!opt.replay) {
-    EXPECT_GT(r.images_checked, std::min<std::size_t>(opt.images_budget, 100) / 2);
-  }
+  hybrid_test::RegistryCrashRun r;
+  r.options.kind = "fptree";
+  r.options.node_size = node_size;
+  r.options.key_type = kt;
+  r.options.max_key_size = 16;
+  r.key_space = key_space;
+  r.mode = mode;
+  r.min_ops = ops;
+  r.recovery_crash_images = recovery_crash_images;
+  r.label = "fptree" + std::to_string(node_size) + (kt == KeyType::bytes ? "bytes" : "") +
+            (recovery_crash_images > 0 ? "rec." : ".") + std::string(pm::to_string(mode));
+  hybrid_test::run_registry_crash(r);
 }
 
 TEST(CrashFPTree, Leaf8Adr) { run_driver(kLeaf8, 40, pm::Mode::adr, 200); }
@@ -70,134 +57,40 @@ TEST(CrashFPTree, CrashDuringRecoveryAdr) { run_driver(kLeaf8, 40, pm::Mode::adr
 // The driver must catch an fptree-specific loss: clearing the head leaf's bitmap in every
 // image drops records that completed operations wrote.
 TEST(CrashFPTree, DriverCatchesLostRecords) {
-  IndexCrashConfig cfg;
-  cfg.options.kind = "fptree";
-  cfg.options.node_size = kLeaf8;
-  cfg.ops = 40;
-  cfg.tamper_image = [](std::span<char> image) {
+  Options o;
+  o.kind = "fptree";
+  o.node_size = kLeaf8;
+  hybrid_test::expect_driver_catches(o, 40, [](std::span<char> image) {
     std::uint64_t root = 0, head = 0;
     std::memcpy(&root, image.data() + offsetof(pm::PoolHeader, root), 8);
     if (root == 0 || root + 16 > image.size()) return;
     std::memcpy(&head, image.data() + root + offsetof(fptree::Root, head), 8);
     if (head == 0 || head + 8 > image.size()) return;
     std::memset(image.data() + head, 0, 8);
-  };
-  ExploreOptions opt;
-  opt.label = "fptree.tampered";
-  opt.images_budget = 200;
-  EXPECT_FALSE(run_index_crash(cfg, opt).ok());
+  }, "fptree.tampered");
 }
 
-// The designed sequence (8-entry leaves). Op 0 creates the index.
-class FPTreeSteps final : public Scenario {
- public:
-  explicit FPTreeSteps(pm::Mode mode) : mode_(mode) {
-    options_.kind = "fptree";
-    options_.node_size = kLeaf8;
-    options_.persistence = mode;
-    options_.pool_size = 256 * 1024;
-    entry_ = IndexRegistry::find("fptree");
-    std::uint64_t v = 500;
-    for (std::uint64_t k = 1; k <= 8; ++k) ops_.push_back({OpKind::insert, k * 2, ++v});  // full
-    split_op_ = ops_.size() + 1;
-    ops_.push_back({OpKind::insert, 9, ++v});                                 // S1-S8, then I1-I4
-    ops_.push_back({OpKind::update, 4, ++v});                                 // U1-U4
-    for (std::uint64_t k = 3; k <= 7; k += 2) ops_.push_back({OpKind::insert, k, ++v});
-    full_update_op_ = ops_.size() + 1;
-    ops_.push_back({OpKind::update, 2, ++v});                                 // full: split, U1-U4
-    for (std::uint64_t k = 17; k >= 10; --k) ops_.push_back({OpKind::remove, k, 0});
-    removal_op_ = ops_.size();                                                // last remove
-    ops_.push_back({OpKind::scan, 1, 0});
-  }
-
-  Result<Region> setup() override {
-    index_.reset();
-    oracle_.clear();
-    pm::PoolOptions po;
-    po.size = options_.pool_size;
-    po.mode = mode_;
-    po.layout = entry_->layout(options_);
-    auto pool = pm::Pool::create(po);
-    if (!pool.ok()) return pool.status();
-    pool_ = std::move(pool).value();
-    return Region{pool_->base(), pool_->size()};
-  }
-  std::size_t op_count() const override { return 1 + ops_.size(); }
-
-  Status run_op(std::size_t i) override {
-    if (i == 0) {
-      auto idx = entry_->create(std::move(pool_), options_);
-      if (!idx.ok()) return idx.status();
-      index_ = std::move(idx).value();
-      return index_->verify();
-    }
-    const std::uint64_t before = index_->footprint().pm_bytes;
-    if (Status s = apply_checked(*index_, ops_[i - 1], oracle_, 8); !s.ok()) return s;
-    const std::uint64_t after = index_->footprint().pm_bytes;
-    if (after > before && (i == split_op_ || i == full_update_op_)) ++splits_;
-    if (after < before && i == removal_op_) ++removals_;
-    return index_->verify();
-  }
-
-  Status check_image(std::span<char> image, const CrashPoint& at, std::uint64_t salt) override {
-    auto pool = pm::Pool::open_image(image.data(), image.size(), mode_, entry_->layout(options_),
-                                     "crash image");
-    if (!pool.ok()) return Status(pool.status().code(), "image does not open: " + pool.status().message());
-    auto rec = entry_->recover(std::move(pool).value(), options_);
-    if (!rec.ok()) return Status(rec.status().code(), "recovery failed: " + rec.status().message());
-    std::unique_ptr<Index> idx = std::move(rec).value();
-    if (Status s = idx->verify(); !s.ok()) return Status(s.code(), "verify after recovery: " + s.message());
-    std::optional<Oracle> after;
-    if (!at.completed && at.op > 0) {
-      after = oracle_;
-      apply_to_oracle(ops_[at.op - 1], *after);
-    }
-    Oracle state;
-    if (Status s = match_contents(*idx, kKeySpace, oracle_, after ? &*after : nullptr, &state); !s.ok())
-      return s;
-    for (const WorkOp& op : make_workload(salt, 6, kKeySpace))
-      if (Status s = apply_checked(*idx, op, state, 8); !s.ok())
-        return Status(s.code(), "after recovery: " + s.message());
-    if (Status s = idx->verify(); !s.ok()) return Status(s.code(), "verify after more ops: " + s.message());
-    return match_contents(*idx, kKeySpace, state, nullptr, nullptr);
-  }
-
-  void teardown() override {
-    index_.reset();
-    pool_.reset();
-  }
-
-  std::size_t splits() const { return splits_; }
-  std::size_t removals() const { return removals_; }
-
- private:
-  static constexpr std::uint64_t kKeySpace = 20;
-  pm::Mode mode_;
-  Options options_;
-  const IndexRegistry::Entry* entry_ = nullptr;
-  std::vector<WorkOp> ops_;
-  std::size_t split_op_ = 0, full_update_op_ = 0, removal_op_ = 0;
-  std::unique_ptr<pm::Pool> pool_;
-  std::unique_ptr<Index> index_;
-  Oracle oracle_;
-  std::size_t splits_ = 0, removals_ = 0;
-};
-
+// The designed sequence (8-entry leaves). Op 0 creates the index. The split and removal ops
+// are checked with no image budget: every crash point, every candidate image.
 void run_steps(pm::Mode mode) {
-  FPTreeSteps scenario(mode);
-  const std::string label = "fptree_steps." + std::string(pm::to_string(mode));
-  ExploreOptions opt = ExploreOptions::from_env(label, mode);
-  opt.images_budget = 0;  // every crash point, every candidate image: the whole sequence
-  const ExploreReport r = explore(scenario, opt);
-  std::cout << label << ": " << r.to_string() << " (" << scenario.splits() << " splits, "
-            << scenario.removals() << " leaf removals over the runs)\n";
-  if (r.replay_skipped) GTEST_SKIP() << "PMINDEX_CRASH_REPLAY names another configuration";
-  EXPECT_TRUE(r.ok()) << r.to_string();
-  if (!opt.replay) {
-    EXPECT_GT(scenario.splits(), 0u);
-    EXPECT_GT(scenario.removals(), 0u);
-    EXPECT_GT(r.crash_points, 50u);
-  }
+  Options o;
+  o.kind = "fptree";
+  o.node_size = kLeaf8;
+  o.persistence = mode;
+  o.pool_size = 256 * 1024;
+  std::vector<WorkOp> ops;
+  std::uint64_t v = 500;
+  for (std::uint64_t k = 1; k <= 8; ++k) ops.push_back({OpKind::insert, k * 2, ++v});  // full
+  ops.push_back({OpKind::insert, 9, ++v});                                  // S1-S8, then I1-I4
+  ops.push_back({OpKind::update, 4, ++v});                                  // U1-U4
+  for (std::uint64_t k = 3; k <= 7; k += 2) ops.push_back({OpKind::insert, k, ++v});
+  ops.push_back({OpKind::update, 2, ++v});                                  // full: split, U1-U4
+  for (std::uint64_t k = 17; k >= 10; --k) ops.push_back({OpKind::remove, k, 0});  // D1-D6
+  ops.push_back({OpKind::scan, 1, 0});
+  hybrid_test::ScriptedScenario scenario(o, 20, std::move(ops));
+  hybrid_test::run_scripted(scenario, "fptree_steps." + std::string(pm::to_string(mode)), mode,
+                            {.splits = true, .removals = true, .min_crash_points = 51},
+                            /*images_budget=*/0);
 }
 
 TEST(CrashFPTreeSteps, EveryPointAdr) { run_steps(pm::Mode::adr); }

@@ -2,31 +2,18 @@
 // hundreds in `long`), half killed at a random time, half at the k-th persistence call (some
 // inside recovery). 8-entry leaves and a key space of 200, so splits (split micro-log) and
 // leaf removals (delete micro-log) happen across cycles; also the paper's 64-entry leaves.
+// Scaffolding: tests/index/common/hybrid_test_support.h.
 #include <gtest/gtest.h>
 
-#include <iostream>
-
+#include "index/common/hybrid_test_support.h"
 #include "index/fptree/leaf.h"
-#include "pmindex/crash/kill_harness.h"
-#include "support/temp_dir.h"
 
 namespace pmindex::crash {
 namespace {
 
 void run(std::uint32_t node_size, pm::Mode mode) {
-  pmindex::testing::TempDir dir;
-  KillConfig cfg = KillConfig::from_env(30);
-  cfg.options.kind = "fptree";
-  cfg.options.node_size = node_size;
-  cfg.options.path = dir.file("kill.pool");
-  cfg.options.pool_size = 1 << 20;
-  cfg.options.persistence = mode;
-  cfg.key_space = 200;
-  const KillReport r = run_kill_cycles(cfg);
-  std::cout << "fptree" << node_size << "." << pm::to_string(mode) << " seed " << cfg.seed
-            << ": " << r.to_string() << "\n";
-  EXPECT_TRUE(r.ok()) << r.to_string();
-  EXPECT_EQ(r.cycles, cfg.cycles);
+  hybrid_test::run_kill("fptree", node_size, mode,
+                        "fptree" + std::to_string(node_size) + "." + std::string(pm::to_string(mode)));
 }
 
 TEST(KillFPTree, Leaf8Adr) { run(sizeof(fptree::Leaf<8>), pm::Mode::adr); }

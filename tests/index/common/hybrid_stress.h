@@ -1,0 +1,149 @@
+// Two-thread stress shared by the hybrid indexes' tests (LB+-Tree, FPTree): mixed insert /
+// update / remove / find / scan against per-thread oracles. Thread t owns the keys with
+// key % 2 == t, so both threads write the same leaves (leaf locks, splits, empty-leaf
+// removal with the neighbour try-lock, inner-node SMOs race) while each thread can still check
+// its own keys exactly; finds of the other thread's keys just race. At the end: verify() and a
+// full scan against the union of the oracles. Time-boxed by PMINDEX_STRESS_SECONDS (default 2)
+// and meant to run under TSan (cmake --preset tsan) for the race check.
+//
+// Thread safety: each Worker belongs to one thread; the index is the shared object under test.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "pmindex/index.h"
+
+namespace pmindex::hybrid_test {
+
+using Map = std::map<std::string, std::string>;
+
+// Relative weights of the operations in the mix.
+struct StressMix {
+  unsigned insert = 2, update = 1, remove = 1, find = 1, scan = 1;
+  unsigned total() const { return insert + update + remove + find + scan; }
+};
+
+inline double stress_seconds() {
+  const char* s = std::getenv("PMINDEX_STRESS_SECONDS");
+  return s != nullptr ? std::max(0.1, std::atof(s)) : 2.0;
+}
+
+class StressWorker {
+ public:
+  StressWorker(Index& idx, int id, std::uint64_t key_range, StressMix mix, std::uint64_t seed,
+               std::atomic<int>& failures)
+      : idx_(idx), id_(id), range_(key_range), mix_(mix), failures_(failures), rng_(seed + id) {}
+
+  void step() {
+    const std::uint64_t kn = (rng_() % range_) * 2 + static_cast<std::uint64_t>(id_);
+    const std::string k = encode_u64(kn);
+    const std::string v = encode_u64(rng_() | (std::uint64_t{1} << 63));  // top bit set
+    const auto it = mine_.find(k);
+    const bool present = it != mine_.end();
+    unsigned pick = static_cast<unsigned>(rng_() % mix_.total());
+    if (pick < mix_.insert) {
+      expect(idx_.insert(k, v) == (present ? Code::already_present : Code::ok), "insert", kn);
+      if (!present) mine_[k] = v;
+    } else if ((pick -= mix_.insert) < mix_.update) {
+      expect(idx_.update(k, v) == (present ? Code::ok : Code::not_found), "update", kn);
+      if (present) it->second = v;
+    } else if ((pick -= mix_.update) < mix_.remove) {
+      expect(idx_.remove(k) == (present ? Code::ok : Code::not_found), "remove", kn);
+      mine_.erase(k);
+    } else if ((pick -= mix_.remove) < mix_.find) {
+      std::string got;
+      const Code c = idx_.find(k, &got);
+      expect(present ? c == Code::ok && got == it->second : c == Code::not_found, "find", kn);
+      (void)idx_.find(encode_u64(kn ^ 1), &got);  // the other thread's key: just race
+    } else {
+      check_scan(k, kn);
+    }
+  }
+  const Map& oracle() const { return mine_; }
+
+ private:
+  // Sorted, and my keys in the scanned range are exactly my oracle's.
+  void check_scan(const std::string& k, std::uint64_t kn) {
+    constexpr std::size_t kLen = 30;
+    idx_.scan(k, kLen, buf_);
+    auto it = mine_.lower_bound(k);
+    for (std::size_t j = 0; j < buf_.size(); ++j) {
+      expect(j == 0 || buf_.key(j - 1) < buf_.key(j), "scan order", kn);
+      if (decode_u64(buf_.key(j)) % 2 != static_cast<std::uint64_t>(id_)) continue;
+      if (it == mine_.end() || it->first != buf_.key(j) || it->second != buf_.value(j)) {
+        expect(false, "scan content", kn);
+        return;
+      }
+      ++it;
+    }
+    if (buf_.size() == kLen) {
+      expect(it == mine_.end() || !(it->first < buf_.key(kLen - 1)), "scan missed", kn);
+    } else {
+      expect(it == mine_.end(), "scan ended early", kn);
+    }
+  }
+  void expect(bool ok, const char* what, std::uint64_t k) {
+    if (!ok && failures_.fetch_add(1) < 10)
+      ADD_FAILURE() << "thread " << id_ << ": " << what << " key " << k;
+  }
+
+  Index& idx_;
+  int id_;
+  std::uint64_t range_;
+  StressMix mix_;
+  std::atomic<int>& failures_;
+  std::mt19937_64 rng_;
+  Map mine_;
+  ScanBuffer buf_;
+};
+
+// Two workers for `seconds` (at least 200 steps each) on a fresh index opened with `o`.
+inline void run_two_thread_stress(const Options& o, std::uint64_t key_range, double seconds,
+                                  StressMix mix, std::uint64_t seed, const std::string& label) {
+  auto r = Index::open(o);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  std::unique_ptr<Index> idx = std::move(r).value();
+  std::atomic<int> failures{0};
+  std::atomic<std::uint64_t> total{0};
+  const auto until = std::chrono::steady_clock::now() +
+                     std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                         std::chrono::duration<double>(seconds));
+  std::vector<StressWorker> workers;
+  for (int id = 0; id < 2; ++id) workers.emplace_back(*idx, id, key_range, mix, seed, failures);
+  auto body = [&](int id) {
+    auto scope = idx->attach_thread();
+    std::uint64_t n = 0;
+    for (; n < 200 || std::chrono::steady_clock::now() < until; ++n) workers[id].step();
+    total.fetch_add(n);
+  };
+  std::thread t0(body, 0), t1(body, 1);
+  t0.join();
+  t1.join();
+  EXPECT_EQ(failures.load(), 0);
+  const Status s = idx->verify();
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  Map all = workers[0].oracle();
+  all.insert(workers[1].oracle().begin(), workers[1].oracle().end());
+  ScanBuffer out;
+  ASSERT_EQ(idx->scan({}, all.size() + 1, out), all.size());
+  std::size_t i = 0;
+  for (const auto& [k, v] : all) {
+    ASSERT_EQ(out.key(i), k);
+    ASSERT_EQ(out.value(i), v);
+    ++i;
+  }
+  std::printf("%s: %llu ops, %zu keys at the end\n", label.c_str(),
+              static_cast<unsigned long long>(total.load()), all.size());
+}
+
+}  // namespace pmindex::hybrid_test

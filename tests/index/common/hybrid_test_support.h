@@ -1,0 +1,267 @@
+// Crash / kill test scaffolding shared by the hybrid (DRAM-inner / PM-leaf) indexes' tests
+// (LB+-Tree, FPTree; any index in the IndexRegistry works):
+//  * run_registry_crash: the generic registry driver (random insert/update/upsert/remove mix
+//    over a small key space) under the crash simulator, sized by PMINDEX_CRASH_IMAGES, with an
+//    optional pre-check that the workload really splits leaves.
+//  * ScriptedScenario + run_scripted: a designed op list (optionally after a bulk load) that
+//    walks an index's persistence paths in order; every image is recovered through the
+//    registry, verify()ed, compared with the oracle (completed ops present, the op in flight
+//    all or nothing), operated on further and checked again. It counts the ops that grew
+//    (leaf splits) and shrank (leaf removals) the PM footprint, so a test can insist that its
+//    script reached those paths.
+//  * expect_driver_catches: the driver must fail on an image that a tamper function damages.
+//  * run_kill: the kill -9 harness on a /dev/shm pool (PMINDEX_KILL_CYCLES).
+// Replay any crash failure with PMINDEX_CRASH_REPLAY='<printed token>'.
+//
+// Thread safety: test code, single-threaded.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "crash/workload.h"
+#include "pmindex/crash/explorer.h"
+#include "pmindex/crash/index_driver.h"
+#include "pmindex/crash/kill_harness.h"
+#include "pmindex/index.h"
+#include "support/temp_dir.h"
+
+namespace pmindex::crash::hybrid_test {
+
+// Replays `n` ops of the seeded workload on a DRAM index and counts the ops that grew the PM
+// footprint (leaf splits: keys and values are inline) and shrank it (leaf removals).
+inline void expect_structural_changes(const Options& base, std::uint64_t key_space,
+                                      std::size_t n, std::uint64_t seed) {
+  Options o = base;
+  o.pool_size = 1 << 20;
+  o.persistence = pm::Mode::dram;
+  auto r = Index::open(o);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  auto idx = std::move(r).value();
+  Oracle oracle;
+  std::size_t splits = 0, removals = 0;
+  std::uint64_t before = idx->footprint().pm_bytes;
+  for (const WorkOp& op : make_workload(seed, n, key_space)) {
+    ASSERT_TRUE(apply_checked(*idx, op, oracle, 8).ok());
+    const std::uint64_t now = idx->footprint().pm_bytes;
+    if (now > before) ++splits;
+    if (now < before) ++removals;
+    before = now;
+  }
+  std::cout << "workload: " << n << " ops, " << splits << " splits, " << removals
+            << " leaf removals\n";
+  EXPECT_GT(splits, 0u);
+}
+
+struct RegistryCrashRun {
+  Options options;                     // kind, node_size, key_type, max_key_size
+  std::uint64_t key_space = 24;
+  pm::Mode mode = pm::Mode::adr;
+  std::size_t min_ops = 0;             // at least this many (so leaves split and empty)
+  std::size_t recovery_crash_images = 0;
+  std::string label;                   // replay label, e.g. "lbtree256.adr"
+  bool check_workload_splits = false;  // expect_structural_changes before exploring
+};
+
+// At least `min_ops`, more for a larger image budget (the long suite), so that eADR, with
+// fewer distinct images per op, still reaches the budget.
+inline void run_registry_crash(const RegistryCrashRun& run) {
+  IndexCrashConfig cfg;
+  cfg.options = run.options;
+  cfg.key_space = run.key_space;
+  cfg.recovery_crash_images = run.recovery_crash_images;
+  const ExploreOptions opt = ExploreOptions::from_env(run.label, run.mode);
+  cfg.ops = std::max(run.min_ops, default_crash_ops(opt.images_budget));
+  if (run.check_workload_splits && !opt.replay) {
+    expect_structural_changes(cfg.options, cfg.key_space, cfg.ops, opt.seed);
+  }
+  const ExploreReport r = run_index_crash(cfg, opt);
+  std::cout << run.label << " seed " << opt.seed << ": " << r.to_string() << "\n";
+  if (r.replay_skipped) GTEST_SKIP() << "PMINDEX_CRASH_REPLAY names another configuration";
+  EXPECT_TRUE(r.ok()) << r.to_string();
+  if (!opt.replay) {
+    EXPECT_GT(r.images_checked, std::min<std::size_t>(opt.images_budget, 100) / 2);
+  }
+}
+
+// The driver must catch a loss that `tamper` causes in every image.
+inline void expect_driver_catches(const Options& options, std::size_t ops,
+                                  std::function<void(std::span<char>)> tamper,
+                                  const std::string& label) {
+  IndexCrashConfig cfg;
+  cfg.options = options;
+  cfg.ops = ops;
+  cfg.tamper_image = std::move(tamper);
+  ExploreOptions opt;
+  opt.label = label;
+  opt.images_budget = 200;
+  EXPECT_FALSE(run_index_crash(cfg, opt).ok());
+}
+
+// A designed op list. Op 0 creates the index; with bulk keys, op 1 bulk-loads them (value of
+// key k: k * 7); then the script.
+class ScriptedScenario final : public Scenario {
+ public:
+  ScriptedScenario(Options options, std::uint64_t key_space, std::vector<WorkOp> script,
+                   std::vector<std::uint64_t> bulk_keys = {}, double bulk_fill = 0.7)
+      : options_(std::move(options)), key_space_(key_space), ops_(std::move(script)),
+        bulk_keys_(std::move(bulk_keys)), bulk_fill_(bulk_fill) {
+    entry_ = IndexRegistry::find(options_.kind);
+  }
+
+  Result<Region> setup() override {
+    index_.reset();
+    pool_.reset();
+    oracle_.clear();
+    pm::PoolOptions po;
+    po.size = options_.pool_size;
+    po.mode = options_.persistence;
+    po.layout = entry_->layout(options_);
+    auto pool = pm::Pool::create(po);
+    if (!pool.ok()) return pool.status();
+    pool_ = std::move(pool).value();
+    return Region{pool_->base(), pool_->size()};
+  }
+
+  std::size_t op_count() const override { return first_script_op() + ops_.size(); }
+
+  Status run_op(std::size_t i) override {
+    if (i == 0) {
+      auto idx = entry_->create(std::move(pool_), options_);
+      if (!idx.ok()) return idx.status();
+      index_ = std::move(idx).value();
+      return index_->verify();
+    }
+    const std::uint64_t before = index_->footprint().pm_bytes;
+    if (is_bulk(i)) {
+      std::vector<std::string> keys, values;
+      for (std::uint64_t k : bulk_keys_) {
+        keys.push_back(encode_u64(k));
+        values.push_back(encode_u64(k * 7));
+      }
+      std::vector<KeyValue> kvs;
+      for (std::size_t j = 0; j < keys.size(); ++j) kvs.push_back({keys[j], values[j]});
+      if (Status s = index_->bulk_load(kvs, bulk_fill_); !s.ok()) return s;
+      apply_bulk(oracle_);
+    } else if (Status s = apply_checked(*index_, ops_[i - first_script_op()], oracle_, 8);
+               !s.ok()) {
+      return s;
+    }
+    const std::uint64_t after = index_->footprint().pm_bytes;
+    if (after > before && !is_bulk(i)) ++splits_;
+    if (after < before) ++removals_;
+    return index_->verify();
+  }
+
+  Status check_image(std::span<char> image, const CrashPoint& at, std::uint64_t salt) override {
+    auto pool = pm::Pool::open_image(image.data(), image.size(), options_.persistence,
+                                     entry_->layout(options_), "crash image");
+    if (!pool.ok())
+      return Status(pool.status().code(), "image does not open: " + pool.status().message());
+    auto rec = entry_->recover(std::move(pool).value(), options_);
+    if (!rec.ok()) return Status(rec.status().code(), "recovery failed: " + rec.status().message());
+    std::unique_ptr<Index> idx = std::move(rec).value();
+    if (Status s = idx->verify(); !s.ok())
+      return Status(s.code(), "verify after recovery: " + s.message());
+    std::optional<Oracle> after;
+    if (!at.completed && at.op > 0) {
+      after = oracle_;
+      if (is_bulk(at.op)) {
+        apply_bulk(*after);
+      } else {
+        apply_to_oracle(ops_[at.op - first_script_op()], *after);
+      }
+    }
+    Oracle state;
+    if (Status s = match_contents(*idx, key_space_, oracle_, after ? &*after : nullptr, &state);
+        !s.ok())
+      return s;
+    const std::vector<WorkOp> more = make_workload(salt, 6, key_space_);
+    for (std::size_t k = 0; k < more.size(); ++k)
+      if (Status s = apply_checked(*idx, more[k], state, 8); !s.ok())
+        return Status(s.code(), "after recovery, op " + std::to_string(k) + ": " + s.message());
+    if (Status s = idx->verify(); !s.ok())
+      return Status(s.code(), "verify after more ops: " + s.message());
+    return match_contents(*idx, key_space_, state, nullptr, nullptr);
+  }
+
+  void teardown() override {
+    index_.reset();
+    pool_.reset();
+  }
+
+  std::size_t splits() const { return splits_; }
+  std::size_t removals() const { return removals_; }
+
+ private:
+  std::size_t first_script_op() const { return bulk_keys_.empty() ? 1 : 2; }
+  bool is_bulk(std::size_t i) const { return !bulk_keys_.empty() && i == 1; }
+  void apply_bulk(Oracle& o) const {
+    for (std::uint64_t k : bulk_keys_) o[encode_u64(k)] = encode_u64(k * 7);
+  }
+
+  Options options_;
+  std::uint64_t key_space_;
+  std::vector<WorkOp> ops_;
+  std::vector<std::uint64_t> bulk_keys_;
+  double bulk_fill_;
+  const IndexRegistry::Entry* entry_ = nullptr;
+  std::unique_ptr<pm::Pool> pool_;
+  std::unique_ptr<Index> index_;
+  Oracle oracle_;
+  std::size_t splits_ = 0, removals_ = 0;
+};
+
+struct ScriptedExpect {
+  bool splits = true;
+  bool removals = true;
+  std::size_t min_crash_points = 0;
+};
+
+// Explores `scenario`; images_budget 0 means every crash point and candidate image.
+inline void run_scripted(ScriptedScenario& scenario, const std::string& label, pm::Mode mode,
+                         ScriptedExpect expect, std::optional<std::size_t> images_budget = {}) {
+  ExploreOptions opt = ExploreOptions::from_env(label, mode);
+  if (images_budget) opt.images_budget = *images_budget;
+  const ExploreReport r = explore(scenario, opt);
+  std::cout << label << " seed " << opt.seed << ": " << r.to_string() << " ("
+            << scenario.splits() << " splits, " << scenario.removals()
+            << " leaf removals over the runs)\n";
+  if (r.replay_skipped) GTEST_SKIP() << "PMINDEX_CRASH_REPLAY names another configuration";
+  EXPECT_TRUE(r.ok()) << r.to_string();
+  if (!opt.replay) {
+    if (opt.images_budget > 0) {
+      EXPECT_GT(r.images_checked, std::min<std::size_t>(opt.images_budget, 100) / 2);
+    }
+    if (expect.splits) { EXPECT_GT(scenario.splits(), 0u); }
+    if (expect.removals) { EXPECT_GT(scenario.removals(), 0u); }
+    if (expect.min_crash_points > 0) { EXPECT_GE(r.crash_points, expect.min_crash_points); }
+  }
+}
+
+// The kill -9 harness: a /dev/shm pool of 1 MiB, PMINDEX_KILL_CYCLES cycles (30 by default).
+inline void run_kill(const std::string& kind, std::uint32_t node_size, pm::Mode mode,
+                     const std::string& label, std::uint64_t key_space = 200) {
+  pmindex::testing::TempDir dir;
+  KillConfig cfg = KillConfig::from_env(30);
+  cfg.options.kind = kind;
+  cfg.options.node_size = node_size;
+  cfg.options.path = dir.file("kill.pool");
+  cfg.options.pool_size = 1 << 20;
+  cfg.options.persistence = mode;
+  cfg.key_space = key_space;
+  const KillReport r = run_kill_cycles(cfg);
+  std::cout << label << " seed " << cfg.seed << ": " << r.to_string() << "\n";
+  EXPECT_TRUE(r.ok()) << r.to_string();
+  EXPECT_EQ(r.cycles, cfg.cycles);
+}
+
+}  // namespace pmindex::crash::hybrid_test
