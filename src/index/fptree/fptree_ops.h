@@ -36,13 +36,17 @@ MicroLog* FPTree<N>::my_log() const {
   return &logs_[pm::this_thread_slot()];
 }
 
-// Fingerprints first (the paper's point: about one key comparison per successful probe).
+// Fingerprints first (the paper's point: about one key comparison per successful probe). The
+// fingerprint words are compared eight slots at a time (fp_matches, SWAR) and masked with the
+// bitmap; only candidates' key words are read.
 template <unsigned N>
 int FPTree<N>::find_slot(const LeafT* l, const Probe& p) const {
-  for (std::uint64_t m = relaxed_load(&l->bitmap) & LeafT::kFullMask; m != 0; m &= m - 1) {
-    const auto s = static_cast<unsigned>(std::countr_zero(m));
-    if (get_fp(l, s) == p.fp && keys_.matches(relaxed_load(&l->kv[s][0]), p))
-      return static_cast<int>(s);
+  std::uint64_t cand = 0;
+  for (unsigned w = 0; w < N / 8; ++w)
+    cand |= std::uint64_t{fp_matches(relaxed_load(&l->fps[w]), p.fp)} << (8 * w);
+  for (cand &= relaxed_load(&l->bitmap) & LeafT::kFullMask; cand != 0; cand &= cand - 1) {
+    const auto s = static_cast<unsigned>(std::countr_zero(cand));
+    if (keys_.matches(relaxed_load(&l->kv[s][0]), p)) return static_cast<int>(s);
   }
   return kNone;
 }
@@ -51,6 +55,11 @@ template <unsigned N>
 std::pair<std::uint64_t, std::uint64_t> FPTree<N>::descend_read(const Probe& p) const {
   return inner_.descend([&](std::uint64_t sep) { return keys_.below(p, sep); },
                         [&](std::uint64_t leaf) -> std::optional<std::uint64_t> {
+                          // The leaf's bitmap and fingerprint lines are read next: start
+                          // fetching them now (a hint only, no effect on correctness).
+                          const char* lp = pool_->at<const char>(leaf);
+                          __builtin_prefetch(lp);
+                          if constexpr (offsetof(LeafT, kv) > 64) __builtin_prefetch(lp + 64);
                           std::uint64_t v = 0;
                           if (versions_->at(leaf).read_begin(&v)) return v;
                           return std::nullopt;
@@ -100,6 +109,41 @@ void FPTree<N>::commit_slot(LeafT* l, unsigned s, std::uint64_t key_word,
 }
 
 template <unsigned N>
+Code FPTree<N>::check_value(std::string_view value) const {
+  if (inline_values_) return value.size() == 8 ? Code::ok : Code::invalid_argument;
+  return value.size() > max_value_ ? Code::value_too_large : Code::ok;
+}
+
+template <unsigned N>
+std::uint64_t FPTree<N>::make_value_word(std::string_view value, Code* code) {
+  *code = Code::ok;
+  if (!inline_values_) return index_common::write_record(*pool_, value, code);  // K1
+  std::uint64_t w = 0;
+  std::memcpy(&w, value.data(), 8);
+  return w;
+}
+
+template <unsigned N>
+bool FPTree<N>::read_value(std::uint64_t value_word, std::string* out) const {
+  if (inline_values_) {
+    out->assign(reinterpret_cast<const char*>(&value_word), 8);
+    return true;
+  }
+  std::string_view stored;
+  if (!index_common::read_record(*pool_, value_word, max_value_, &stored)) return false;
+  out->assign(stored);
+  return true;
+}
+
+template <unsigned N>
+void FPTree<N>::release_records(std::uint64_t key_word, std::uint64_t value_word) {
+  if (keys_.bytes_mode()) index_common::free_record(*pool_, key_word);  // K3
+  if (!inline_values_) index_common::free_record(*pool_, value_word);  // K3
+}
+
+// An out-of-line value is copied before the leaf's version is validated: a validated read
+// saw the slot while its record was live (records are freed only after the slot is gone).
+template <unsigned N>
 Code FPTree<N>::find(std::string_view key, std::string* value) const {
   if (Code c = keys_.check(key); c != Code::ok) return c;
   const Probe p = keys_.probe(key);
@@ -107,13 +151,14 @@ Code FPTree<N>::find(std::string_view key, std::string* value) const {
     const auto [off, v] = descend_read(p);
     const LeafT* l = leaf_at(off);
     const int s = find_slot(l, p);
-    const std::uint64_t val = s == kNone ? 0 : relaxed_load(&l->kv[s][1]);
+    bool readable = true;
+    if (s != kNone && value != nullptr) readable = read_value(relaxed_load(&l->kv[s][1]), value);
     if (!versions_->at(off).validate(v)) {
       index_common::VersionLock::pause();
       continue;
     }
     if (s == kNone) return Code::not_found;
-    if (value != nullptr) value->assign(reinterpret_cast<const char*>(&val), 8);
+    if (!readable) return Code::corrupted;  // validated, so the record really is bad
     return Code::ok;
   }
 }
@@ -124,7 +169,7 @@ Code FPTree<N>::find(std::string_view key, std::string* value) const {
 template <unsigned N>
 Code FPTree<N>::write_entry(std::string_view key, std::string_view value, bool replace) {
   if (Code c = keys_.check(key); c != Code::ok) return c;
-  if (value.size() != 8) return Code::invalid_argument;
+  if (Code c = check_value(value); c != Code::ok) return c;
   const Probe p = keys_.probe(key);
   std::uint64_t off = lock_leaf_for(p);
   Code code = Code::ok;
@@ -139,18 +184,26 @@ Code FPTree<N>::write_entry(std::string_view key, std::string_view value, bool r
   } else if (code == Code::ok) {
     key_word = keys_.make_key_word(*pool_, p, &code);  // K1
   }
+  std::uint64_t value_word = 0;
+  if (code == Code::ok) {
+    value_word = make_value_word(value, &code);  // K1 (out-of-line values)
+    if (code != Code::ok && old == kNone && keys_.bytes_mode())
+      index_common::free_record(*pool_, key_word);  // never published
+  }
   if (code != Code::ok) {
     unlock_leaf(off);
     return code;
   }
-  std::uint64_t value_word = 0;
-  std::memcpy(&value_word, value.data(), 8);
+  const std::uint64_t old_value_word = old != kNone ? relaxed_load(&l->kv[old][1]) : 0;
   const std::uint64_t bm = relaxed_load(&l->bitmap);
   const auto s = static_cast<unsigned>(std::countr_zero(~bm & LeafT::kFullMask));
   std::uint64_t bitmap = bm | detail::bit(s);
   if (old != kNone) bitmap &= ~detail::bit(static_cast<unsigned>(old));
   commit_slot(l, s, key_word, value_word, p.fp, bitmap);  // I1..I4 / U1..U4 (K2)
   unlock_leaf(off);
+  // U5 (K3): the old slot's value record is unreachable now (the key record stays: the new
+  // slot holds the same key word).
+  if (old != kNone && !inline_values_) index_common::free_record(*pool_, old_value_word);
   return Code::ok;
 }
 
@@ -176,6 +229,7 @@ Code FPTree<N>::remove(std::string_view key) {
     return Code::not_found;
   }
   const std::uint64_t key_word = relaxed_load(&l->kv[s][0]);
+  const std::uint64_t value_word = relaxed_load(&l->kv[s][1]);
   const std::uint64_t bm = relaxed_load(&l->bitmap) & ~detail::bit(static_cast<unsigned>(s));
   detail::put(&l->bitmap, bm);  // D1: NAW - clear the slot's bitmap bit
   pm::persist(&l->bitmap, 8);   // D2
@@ -184,7 +238,7 @@ Code FPTree<N>::remove(std::string_view key) {
   } else {
     unlock_leaf(off);
   }
-  if (keys_.bytes_mode()) index_common::free_record(*pool_, key_word);  // K3
+  release_records(key_word, value_word);  // K3
   return Code::ok;
 }
 
@@ -195,6 +249,7 @@ template <unsigned N>
 std::size_t FPTree<N>::scan(std::string_view start, std::size_t max, ScanBuffer& out) const {
   out.clear();
   index_common::LeafScan sc(start, max);
+  std::string value_buf;
   while (max > 0) {
     const std::string from = sc.have_last() ? sc.last() : std::string(start);
     auto [off, v] = descend_read(keys_.probe(from));
@@ -203,9 +258,8 @@ std::size_t FPTree<N>::scan(std::string_view start, std::size_t max, ScanBuffer&
       sc.begin_leaf();
       for (std::uint64_t m = relaxed_load(&l->bitmap) & LeafT::kFullMask; m != 0; m &= m - 1) {
         const auto s = static_cast<unsigned>(std::countr_zero(m));
-        const std::uint64_t val = relaxed_load(&l->kv[s][1]);
-        sc.gather(keys_.key_bytes(relaxed_load(&l->kv[s][0])),
-                  std::string_view(reinterpret_cast<const char*>(&val), 8));
+        if (!read_value(relaxed_load(&l->kv[s][1]), &value_buf)) value_buf.clear();  // stale
+        sc.gather(keys_.key_bytes(relaxed_load(&l->kv[s][0])), value_buf);
       }
       const std::uint64_t next = relaxed_load(&l->next);
       std::uint64_t next_v = 0;
