@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <vector>
 
 #include "index/common/hybrid_checks.h"
@@ -16,14 +17,27 @@ namespace pmindex::fptree {
 template <unsigned N>
 std::uint64_t FPTree<N>::split(std::uint64_t off, std::uint64_t* sep_word) {
   LeafT* l = leaf_at(off);
-  // The split key: the median of the leaf's keys; slots with keys >= it move.
-  std::vector<std::pair<std::string, unsigned>> order;
-  order.reserve(N);
-  for (unsigned s = 0; s < N; ++s) order.emplace_back(keys_.key_bytes(relaxed_load(&l->kv[s][0])), s);
-  std::sort(order.begin(), order.end());
+  // The split key: the median of the leaf's keys; slots with keys >= it move. Integer key
+  // words sort as integers (no allocation: a split happens every N/2 inserts or so).
   std::uint64_t upper = 0;
-  for (unsigned i = N / 2; i < N; ++i) upper |= detail::bit(order[i].second);
-  const unsigned median_slot = order[N / 2].second;
+  unsigned median_slot = 0;
+  std::string sep_bytes;
+  if (!keys_.bytes_mode()) {
+    std::array<std::pair<std::uint64_t, unsigned>, N> order;
+    for (unsigned s = 0; s < N; ++s) order[s] = {relaxed_load(&l->kv[s][0]), s};
+    std::nth_element(order.begin(), order.begin() + N / 2, order.end());
+    for (unsigned i = N / 2; i < N; ++i) upper |= detail::bit(order[i].second);
+    median_slot = order[N / 2].second;
+    sep_bytes = keys_.key_bytes(order[N / 2].first);
+  } else {
+    std::vector<std::pair<std::string, unsigned>> order;
+    order.reserve(N);
+    for (unsigned s = 0; s < N; ++s) order.emplace_back(keys_.key_bytes(relaxed_load(&l->kv[s][0])), s);
+    std::nth_element(order.begin(), order.begin() + N / 2, order.end());
+    for (unsigned i = N / 2; i < N; ++i) upper |= detail::bit(order[i].second);
+    median_slot = order[N / 2].second;
+    sep_bytes = std::move(order[N / 2].first);
+  }
 
   MicroLog* log = my_log();
   detail::put(&log->split_leaf, off);  // S1: record the leaf in the split log
@@ -56,7 +70,6 @@ std::uint64_t FPTree<N>::split(std::uint64_t off, std::uint64_t* sep_word) {
   pm::persist(log, 16);
 
   // DRAM: the separator joins the inner tree while both leaves are locked.
-  const std::string sep_bytes = std::move(order[N / 2].first);
   *sep_word = keys_.separator_for(sep_bytes, relaxed_load(&nl->kv[median_slot][0]), seps_);
   const Probe sp = keys_.probe(sep_bytes);
   auto smo = inner_.smo_lock();
