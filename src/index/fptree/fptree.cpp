@@ -31,8 +31,7 @@ template <unsigned N>
 void FPTree<N>::attach(Root* r) {
   root_ = r;
   keys_.configure(pool_.get(), static_cast<KeyType>(r->key_mode), r->max_key_size);
-  max_value_ = r->max_value_size == 0 ? 8 : r->max_value_size;
-  inline_values_ = max_value_ == 8;
+  values_.configure(pool_.get(), r->max_value_size == 0 ? 8 : r->max_value_size);
   logs_ = pool_->at<MicroLog>(r->logs);
   inner_.init_single(head_ = r->head);
 }
@@ -69,7 +68,7 @@ template <unsigned N>
 Result<std::unique_ptr<Index>> FPTree<N>::create(std::unique_ptr<pm::Pool> pool,
                                                  const Options& o) {
   const char* refused =
-      o.max_value_size < 8 || o.max_value_size > kMaxValueBytes
+      !index_common::ValueCodec::valid_limit(o.max_value_size)
           ? "fptree max_value_size must be 8 (inline) or 9..65536 (out of line)"
       : o.key_type == KeyType::bytes && o.max_key_size > kMaxKeyBytes
           ? "fptree keys are limited to 8192 bytes"
@@ -95,8 +94,7 @@ Result<std::unique_ptr<Index>> FPTree<N>::recover(std::unique_ptr<pm::Pool> pool
         const bool sane =
             r != nullptr && r->magic == kRootMagic && r->entries == N &&
             r->log_count == kLogCount && r->max_key_size <= kMaxKeyBytes &&
-            (r->max_value_size == 0 || (r->max_value_size >= 8 &&
-                                        r->max_value_size <= kMaxValueBytes)) &&
+            (r->max_value_size == 0 || index_common::ValueCodec::valid_limit(r->max_value_size)) &&
             r->key_mode == static_cast<std::uint32_t>(p.info().layout.key_mode) &&
             p.checked<char>(r->head, sizeof(LeafT), 256) != nullptr &&
             p.checked<char>(r->logs, kLogCount * sizeof(MicroLog), 64) != nullptr;
@@ -183,7 +181,7 @@ Status FPTree<N>::rebuild(unsigned threads) {
         sum.error = "bad key record in slot " + std::to_string(s);
         return;
       }
-      if (!inline_values_ && index_common::mark_record(p, l->kv[s][1], max_value_) != Code::ok) {
+      if (values_.mark(l->kv[s][1]) != Code::ok) {
         sum.error = "bad value record in slot " + std::to_string(s);
         return;
       }
@@ -277,11 +275,10 @@ Status FPTree<N>::verify() const {
       if (keys_.bytes_mode() && !index_common::read_record(p, kw, keys_.max_key(), &rec))
         return bad("slot " + std::to_string(sl) + " has a bad key record");
       if (keys_.bytes_mode()) reachable += block_bytes(index_common::record_bytes(rec.size()));
-      if (!inline_values_) {
-        if (!index_common::read_record(p, relaxed_load(&l->kv[sl][1]), max_value_, &rec))
-          return bad("slot " + std::to_string(sl) + " has a bad value record");
-        reachable += block_bytes(index_common::record_bytes(rec.size()));
-      }
+      std::size_t value_bytes = 0;
+      if (!values_.record_size(relaxed_load(&l->kv[sl][1]), &value_bytes))
+        return bad("slot " + std::to_string(sl) + " has a bad value record");
+      if (value_bytes != 0) reachable += block_bytes(value_bytes);
       if (get_fp(l, sl) != keys_.fingerprint(kw))
         return bad("slot " + std::to_string(sl) + ": fingerprint does not match the key");
       ks.push_back(keys_.key_bytes(kw));

@@ -34,6 +34,7 @@
 #include "index/common/key_codec.h"
 #include "index/common/leaf_versions.h"
 #include "index/common/separator_store.h"
+#include "index/common/value_codec.h"
 #include "index/fptree/leaf.h"
 #include "pmindex/index.h"
 #include "pmindex/pm/dram_arena.h"
@@ -67,7 +68,7 @@ inline constexpr std::uint32_t kMaxKeyBytes = 8192;
 // Values: Options::max_value_size 8 = inline 8-byte values (any other length is
 // Code::invalid_argument); 9..65536 = any length 0..max_value_size out of line (longer:
 // Code::value_too_large); other max_value_size values are refused at creation.
-inline constexpr std::uint32_t kMaxValueBytes = 65536;
+inline constexpr std::uint32_t kMaxValueBytes = index_common::ValueCodec::kMaxValueBytes;
 inline constexpr std::uint32_t kLogCount = 512;  // = pm::kMaxThreadSlots
 
 // The DRAM inner fanout (run-time parameter of InnerTree): 128 children for the production
@@ -130,12 +131,6 @@ class FPTree final : public Index {
   bool try_lock_leaf(std::uint64_t off, std::uint64_t version);
   void unlock_leaf(std::uint64_t off, bool obsolete = false);
   Code write_entry(std::string_view key, std::string_view value, bool replace);
-  Code check_value(std::string_view value) const;
-  // K1 for out-of-line values (a PM record); the 8 bytes themselves inline. *code on failure.
-  std::uint64_t make_value_word(std::string_view value, Code* code);
-  // The value bytes of a value word (false if an out-of-line record is unreadable: only for
-  // a slot read optimistically that then fails validation).
-  bool read_value(std::uint64_t value_word, std::string* out) const;
   // K3 for a slot's records once the slot is gone (its NAW persisted).
   void release_records(std::uint64_t key_word, std::uint64_t value_word);
   // I1..I4 / U1..U4: writes (key, value, fp) into free slot s and commits with one bitmap NAW
@@ -159,8 +154,7 @@ class FPTree final : public Index {
   MicroLog* logs_ = nullptr;
   std::uint64_t head_ = 0;
   index_common::KeyCodec keys_;
-  bool inline_values_ = true;
-  std::uint32_t max_value_ = 8;
+  index_common::ValueCodec values_;
   double rebuild_seconds_ = 0;
   pm::DramArena arena_;
   index_common::InnerTree inner_;

@@ -109,36 +109,9 @@ void FPTree<N>::commit_slot(LeafT* l, unsigned s, std::uint64_t key_word,
 }
 
 template <unsigned N>
-Code FPTree<N>::check_value(std::string_view value) const {
-  if (inline_values_) return value.size() == 8 ? Code::ok : Code::invalid_argument;
-  return value.size() > max_value_ ? Code::value_too_large : Code::ok;
-}
-
-template <unsigned N>
-std::uint64_t FPTree<N>::make_value_word(std::string_view value, Code* code) {
-  *code = Code::ok;
-  if (!inline_values_) return index_common::write_record(*pool_, value, code);  // K1
-  std::uint64_t w = 0;
-  std::memcpy(&w, value.data(), 8);
-  return w;
-}
-
-template <unsigned N>
-bool FPTree<N>::read_value(std::uint64_t value_word, std::string* out) const {
-  if (inline_values_) {
-    out->assign(reinterpret_cast<const char*>(&value_word), 8);
-    return true;
-  }
-  std::string_view stored;
-  if (!index_common::read_record(*pool_, value_word, max_value_, &stored)) return false;
-  out->assign(stored);
-  return true;
-}
-
-template <unsigned N>
 void FPTree<N>::release_records(std::uint64_t key_word, std::uint64_t value_word) {
   if (keys_.bytes_mode()) index_common::free_record(*pool_, key_word);  // K3
-  if (!inline_values_) index_common::free_record(*pool_, value_word);  // K3
+  values_.release(value_word);                                          // K3
 }
 
 // An out-of-line value is copied before the leaf's version is validated: a validated read
@@ -152,7 +125,7 @@ Code FPTree<N>::find(std::string_view key, std::string* value) const {
     const LeafT* l = leaf_at(off);
     const int s = find_slot(l, p);
     bool readable = true;
-    if (s != kNone && value != nullptr) readable = read_value(relaxed_load(&l->kv[s][1]), value);
+    if (s != kNone && value != nullptr) readable = values_.read(relaxed_load(&l->kv[s][1]), value);
     if (!versions_->at(off).validate(v)) {
       index_common::VersionLock::pause();
       continue;
@@ -169,7 +142,7 @@ Code FPTree<N>::find(std::string_view key, std::string* value) const {
 template <unsigned N>
 Code FPTree<N>::write_entry(std::string_view key, std::string_view value, bool replace) {
   if (Code c = keys_.check(key); c != Code::ok) return c;
-  if (Code c = check_value(value); c != Code::ok) return c;
+  if (Code c = values_.check(value); c != Code::ok) return c;
   const Probe p = keys_.probe(key);
   std::uint64_t off = lock_leaf_for(p);
   Code code = Code::ok;
@@ -186,7 +159,7 @@ Code FPTree<N>::write_entry(std::string_view key, std::string_view value, bool r
   }
   std::uint64_t value_word = 0;
   if (code == Code::ok) {
-    value_word = make_value_word(value, &code);  // K1 (out-of-line values)
+    value_word = values_.make_word(value, &code);  // K1 (out-of-line values)
     if (code != Code::ok && old == kNone && keys_.bytes_mode())
       index_common::free_record(*pool_, key_word);  // never published
   }
@@ -203,7 +176,7 @@ Code FPTree<N>::write_entry(std::string_view key, std::string_view value, bool r
   unlock_leaf(off);
   // U5 (K3): the old slot's value record is unreachable now (the key record stays: the new
   // slot holds the same key word).
-  if (old != kNone && !inline_values_) index_common::free_record(*pool_, old_value_word);
+  if (old != kNone) values_.release(old_value_word);
   return Code::ok;
 }
 
@@ -258,7 +231,7 @@ std::size_t FPTree<N>::scan(std::string_view start, std::size_t max, ScanBuffer&
       sc.begin_leaf();
       for (std::uint64_t m = relaxed_load(&l->bitmap) & LeafT::kFullMask; m != 0; m &= m - 1) {
         const auto s = static_cast<unsigned>(std::countr_zero(m));
-        if (!read_value(relaxed_load(&l->kv[s][1]), &value_buf)) value_buf.clear();  // stale
+        if (!values_.read(relaxed_load(&l->kv[s][1]), &value_buf)) value_buf.clear();  // stale
         sc.gather(keys_.key_bytes(relaxed_load(&l->kv[s][0])), value_buf);
       }
       const std::uint64_t next = relaxed_load(&l->next);

@@ -147,7 +147,7 @@ Status FPTree<N>::bulk_load(std::span<const KeyValue> sorted, double fill) {
   for (std::size_t i = 0; i < sorted.size(); ++i) {
     if (Code c = keys_.check(sorted[i].key); c != Code::ok)
       return Status(c, "bulk_load: bad key at record " + std::to_string(i));
-    if (Code c = check_value(sorted[i].value); c != Code::ok)
+    if (Code c = values_.check(sorted[i].value); c != Code::ok)
       return Status(c, "bulk_load: bad value at record " + std::to_string(i));
     if (i > 0 && !(sorted[i - 1].key < sorted[i].key))
       return Status(Code::invalid_argument, "bulk_load: keys not sorted and distinct");
@@ -167,7 +167,7 @@ Status FPTree<N>::bulk_load(std::span<const KeyValue> sorted, double fill) {
     Code c = Code::ok;
     key_words[i] = keys_.make_key_word(*pool_, keys_.probe(sorted[i].key), &c);
     if (c != Code::ok) return undo(c);
-    value_words[i] = make_value_word(sorted[i].value, &c);
+    value_words[i] = values_.make_word(sorted[i].value, &c);
     if (c != Code::ok) {
       if (keys_.bytes_mode()) index_common::free_record(*pool_, key_words[i]);
       return undo(c);

@@ -122,6 +122,7 @@ class ValuesScenario final : public Scenario {
     Oracle state;
     if (Status s = match_contents(*idx, kKeySpace, oracle_, after ? &*after : nullptr, &state); !s.ok())
       return s;
+    if (at.op == 1) ++(state.empty() ? empty_images_ : full_images_);  // the bulk load
     std::mt19937_64 rng(salt);
     for (int j = 0; j < 6; ++j) {
       const ValueOp op{static_cast<Kind>(1 + rng() % 3), 1 + rng() % kKeySpace, make_value(rng)};
@@ -136,6 +137,7 @@ class ValuesScenario final : public Scenario {
     index_.reset();
     pool_.reset();
   }
+  std::size_t empty_images_ = 0, full_images_ = 0;  // images of op 1 (the bulk load)
 
  private:
   static constexpr std::uint64_t kKeySpace = 20;
@@ -204,80 +206,11 @@ TEST(CrashFPTreeValues, ScenarioAdr) { run_scenario(pm::Mode::adr); }
 TEST(CrashFPTreeValues, ScenarioEadr) { run_scenario(pm::Mode::eadr); }
 
 // Every crash point of a bulk load alone (no budget): each image holds the empty tree or the
-// whole load, never a part.
-class BulkOnly final : public Scenario {
- public:
-  explicit BulkOnly(pm::Mode mode) : mode_(mode) {
-    options_.kind = "fptree";
-    options_.node_size = kLeaf8;
-    options_.persistence = mode;
-    options_.pool_size = 256 * 1024;
-    options_.max_value_size = 16;
-    entry_ = IndexRegistry::find("fptree");
-    for (std::uint64_t k = 1; k <= 30; ++k) bulk_.emplace_back(encode_u64(k), std::string(k % 17, 'v'));
-  }
-  Result<Region> setup() override {
-    index_.reset();
-    pm::PoolOptions po;
-    po.size = options_.pool_size;
-    po.mode = mode_;
-    po.layout = entry_->layout(options_);
-    auto pool = pm::Pool::create(po);
-    if (!pool.ok()) return pool.status();
-    pool_ = std::move(pool).value();
-    return Region{pool_->base(), pool_->size()};
-  }
-  std::size_t op_count() const override { return 2; }
-  Status run_op(std::size_t i) override {
-    if (i == 0) {
-      auto idx = entry_->create(std::move(pool_), options_);
-      if (!idx.ok()) return idx.status();
-      index_ = std::move(idx).value();
-      return index_->verify();
-    }
-    std::vector<KeyValue> kvs;
-    for (const auto& [k, v] : bulk_) kvs.push_back({k, v});
-    if (Status s = index_->bulk_load(kvs, 0.5); !s.ok()) return s;
-    return index_->verify();
-  }
-  Status check_image(std::span<char> image, const CrashPoint& at, std::uint64_t) override {
-    auto pool = pm::Pool::open_image(image.data(), image.size(), mode_, entry_->layout(options_),
-                                     "crash image");
-    if (!pool.ok()) return pool.status();
-    auto rec = entry_->recover(std::move(pool).value(), options_);
-    if (!rec.ok()) return rec.status();
-    std::unique_ptr<Index> idx = std::move(rec).value();
-    if (Status s = idx->verify(); !s.ok()) return s;
-    Oracle full;
-    for (const auto& [k, v] : bulk_) full[k] = v;
-    Oracle empty;
-    Oracle matched;
-    const bool done = at.op > 1 || (at.op == 1 && at.completed);
-    if (Status s = match_contents(*idx, 40, done ? full : empty, done ? nullptr : &full, &matched);
-        !s.ok())
-      return s;
-    if (matched.empty()) ++empty_images_; else ++full_images_;
-    return Status::Ok();
-  }
-  void teardown() override {
-    index_.reset();
-    pool_.reset();
-  }
-  std::size_t empty_images_ = 0, full_images_ = 0;
-
- private:
-  pm::Mode mode_;
-  Options options_;
-  const IndexRegistry::Entry* entry_ = nullptr;
-  std::vector<std::pair<std::string, std::string>> bulk_;
-  std::unique_ptr<pm::Pool> pool_;
-  std::unique_ptr<Index> index_;
-};
-
+// whole load, never a part (match_contents accepts only those two states for op 1).
 void run_bulk_only(pm::Mode mode) {
-  BulkOnly scenario(mode);
   const std::string label = "fptree_bulk_only." + std::string(pm::to_string(mode));
   ExploreOptions opt = ExploreOptions::from_env(label, mode);
+  ValuesScenario scenario(mode, opt.seed, 0);
   opt.images_budget = 0;  // every crash point
   const ExploreReport r = explore(scenario, opt);
   std::cout << label << ": " << r.to_string() << " (" << scenario.empty_images_ << " empty, "
