@@ -101,9 +101,10 @@ void FPTree<N>::commit_slot(LeafT* l, unsigned s, std::uint64_t key_word,
   detail::put(&l->kv[s][0], key_word);  // I1: the entry into a free slot (unused space)
   detail::put(&l->kv[s][1], value_word);
   set_fp(l, s, fp);                     // I2: its fingerprint (a free slot's byte: unused)
-  pm::flush(&l->kv[s][0], 16);          // I3: entry and fingerprint durable before the commit
-  pm::flush(&l->fps[s / 8], 8);
-  pm::fence();
+  pm::flush(&l->kv[s][0], 16);          // I3: entry and fingerprint durable before the commit;
+  if (!fp_word_shares_bitmap_line(s))   //     a fingerprint word in the bitmap's line needs no
+    pm::flush(&l->fps[s / 8], 8);       //     flush: x86 persists one line's stores in order, so
+  pm::fence();                          //     the bitmap (I4) is never durable without it
   detail::put(&l->bitmap, bitmap);      // I4: NAW - one failure-atomic 8-byte bitmap store
   pm::persist(&l->bitmap, 8);           //     commits, then persisted
 }

@@ -47,6 +47,11 @@ struct Leaf {
   std::uint64_t kv[N][2];
 };
 
+// True if slot s's fingerprint word lies in line 0, the bitmap's line (leaves are 256 B
+// aligned): slots 0..31, i.e. every slot for N <= 32.
+constexpr bool fp_word_shares_bitmap_line(unsigned s) { return 32 + 8 * (s / 8) < 64; }
+static_assert(fp_word_shares_bitmap_line(31) && !fp_word_shares_bitmap_line(32));
+
 // Leaves occupy at least 256 B (one LeafVersions granule each).
 template <unsigned N>
 inline constexpr std::size_t kLeafBlock = sizeof(Leaf<N>) < 256 ? 256 : sizeof(Leaf<N>);
