@@ -51,19 +51,23 @@ int FPTree<N>::find_slot(const LeafT* l, const Probe& p) const {
   return kNone;
 }
 
+// Integer keys compare as integers in a separately instantiated descent (no key-mode branch
+// inside the inner nodes' binary search, the hottest loop of every operation).
 template <unsigned N>
 std::pair<std::uint64_t, std::uint64_t> FPTree<N>::descend_read(const Probe& p) const {
-  return inner_.descend([&](std::uint64_t sep) { return keys_.below(p, sep); },
-                        [&](std::uint64_t leaf) -> std::optional<std::uint64_t> {
-                          // The leaf's bitmap and fingerprint lines are read next: start
-                          // fetching them now (a hint only, no effect on correctness).
-                          const char* lp = pool_->at<const char>(leaf);
-                          __builtin_prefetch(lp);
-                          if constexpr (offsetof(LeafT, kv) > 64) __builtin_prefetch(lp + 64);
-                          std::uint64_t v = 0;
-                          if (versions_->at(leaf).read_begin(&v)) return v;
-                          return std::nullopt;
-                        });
+  auto on_leaf = [&](std::uint64_t leaf) -> std::optional<std::uint64_t> {
+    // The leaf's bitmap and fingerprint lines are read next: start fetching them now (a hint
+    // only, no effect on correctness), before the version's own miss.
+    const char* lp = pool_->at<const char>(leaf);
+    __builtin_prefetch(lp);
+    if constexpr (offsetof(LeafT, kv) > 64) __builtin_prefetch(lp + 64);
+    std::uint64_t v = 0;
+    if (versions_->at(leaf).read_begin(&v)) return v;
+    return std::nullopt;
+  };
+  if (!keys_.bytes_mode())
+    return inner_.descend([w = p.word](std::uint64_t sep) { return w < sep; }, on_leaf);
+  return inner_.descend([&](std::uint64_t sep) { return keys_.below(p, sep); }, on_leaf);
 }
 
 // The DRAM version is the lock; the PM lock word mirrors it (volatile meaning, never flushed
