@@ -24,7 +24,15 @@ FPTree<N>::FPTree(std::unique_ptr<pm::Pool> pool)
       versions_(std::make_unique<index_common::LeafVersions>(pool_->size())) {}
 
 template <unsigned N>
-FPTree<N>::~FPTree() = default;
+FPTree<N>::~FPTree() {
+  epochs_.drain();  // retired records: freed (or, if a crash is simulated, left to recovery)
+}
+
+template <unsigned N>
+Index::ThreadScope FPTree<N>::attach_thread() {
+  auto participant = std::make_shared<sync::EpochManager::Participant>(epochs_.attach());
+  return ThreadScope([participant]() mutable { participant.reset(); });
+}
 
 // The DRAM side of the root object r (versions are all zero from construction).
 template <unsigned N>
@@ -32,6 +40,7 @@ void FPTree<N>::attach(Root* r) {
   root_ = r;
   keys_.configure(pool_.get(), static_cast<KeyType>(r->key_mode), r->max_key_size);
   values_.configure(pool_.get(), r->max_value_size == 0 ? 8 : r->max_value_size);
+  has_records_ = keys_.bytes_mode() || !values_.inline_values();
   logs_ = pool_->at<MicroLog>(r->logs);
   inner_.init_single(head_ = r->head);
 }
@@ -246,6 +255,7 @@ std::uint64_t FPTree<N>::leaf_count() const {
 // of index_common/hybrid_checks.h).
 template <unsigned N>
 Status FPTree<N>::verify() const {
+  epochs_.drain();  // quiescent: free what was retired, so reachable == in use
   const pm::Pool& p = *pool_;
   for (unsigned i = 0; i < kLogCount; ++i) {  // invariant 4
     const MicroLog& g = logs_[i];
@@ -314,6 +324,7 @@ Footprint FPTree<N>::footprint() const {
 // Every operation persisted its own steps: closing only marks the clean shutdown.
 template <unsigned N>
 Status FPTree<N>::close() {
+  epochs_.drain();
   if (!std::exchange(closed_, true)) pool_->close_clean();
   return Status::Ok();
 }

@@ -13,6 +13,10 @@
 //   * Lock order: leaf -> (left neighbour, try-lock only) -> InnerTree SMO mutex. Nobody waits
 //     for a leaf lock while holding the SMO mutex.
 //   * Micro-logs: one entry per thread slot (pm::this_thread_slot), used only by that thread.
+//   * PM records (bytes keys, out-of-line values) are read by optimistic readers that may hold
+//     a stale slot, so a record that leaves the tree is retired through epoch-based
+//     reclamation (epochs_) and freed only when no pinned reader can still read it; lookups
+//     and scans pin when the key or value mode has records. verify() and close() drain it.
 // Invariants (checked by verify()):
 //   (1) the leaf chain from root.head is acyclic, in bounds, and lists the leaves in the inner
 //       tree's order; every key of a leaf lies within its inner-node fences;
@@ -25,6 +29,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -38,6 +43,7 @@
 #include "index/fptree/leaf.h"
 #include "pmindex/index.h"
 #include "pmindex/pm/dram_arena.h"
+#include "pmindex/sync/epoch.h"
 
 namespace pmindex::fptree {
 
@@ -105,6 +111,9 @@ class FPTree final : public Index {
   Footprint footprint() const override;
   RecoveryStats recovery_stats() const override { return recovery_; }
   Status close() override;
+  // Registers the thread with the record reclamation epochs (faster than a pin per operation
+  // attaching on its own).
+  ThreadScope attach_thread() override;
 
   std::uint64_t leaf_count() const;
   // Seconds of the last recovery's rebuild (R1..R5: logs, chain walk, parallel leaf pass,
@@ -131,8 +140,12 @@ class FPTree final : public Index {
   bool try_lock_leaf(std::uint64_t off, std::uint64_t version);
   void unlock_leaf(std::uint64_t off, bool obsolete = false);
   Code write_entry(std::string_view key, std::string_view value, bool replace);
-  // K3 for a slot's records once the slot is gone (its NAW persisted).
+  // K3 for a slot's records once the slot is gone (its NAW persisted): retired, then freed
+  // after every reader pinned at the time has unpinned.
   void release_records(std::uint64_t key_word, std::uint64_t value_word);
+  void retire_record(std::uint64_t record);
+  // A pin of epochs_ for a reader, if this key/value mode has PM records at all.
+  std::optional<sync::EpochManager::Guard> pin_for_records() const;
   // I1..I4 / U1..U4: writes (key, value, fp) into free slot s and commits with one bitmap NAW
   // whose new value is `bitmap` (which sets s and, for an update, clears the old slot).
   void commit_slot(LeafT* l, unsigned s, std::uint64_t key_word, std::uint64_t value_word,
@@ -162,6 +175,8 @@ class FPTree final : public Index {
   index_common::SeparatorStore seps_;
   RecoveryStats recovery_;
   bool closed_ = false;
+  bool has_records_ = false;              // bytes keys or out-of-line values
+  mutable sync::EpochManager epochs_;     // last member: its deleters use pool_
 };
 
 }  // namespace pmindex::fptree

@@ -114,9 +114,25 @@ void FPTree<N>::commit_slot(LeafT* l, unsigned s, std::uint64_t key_word,
 }
 
 template <unsigned N>
+void FPTree<N>::retire_record(std::uint64_t record) {
+  epochs_.retire(
+      this, [](void* self, std::uint64_t off) {
+        index_common::free_record(*static_cast<FPTree*>(self)->pool_, off);
+      },
+      record);
+}
+
+template <unsigned N>
 void FPTree<N>::release_records(std::uint64_t key_word, std::uint64_t value_word) {
-  if (keys_.bytes_mode()) index_common::free_record(*pool_, key_word);  // K3
-  values_.release(value_word);                                          // K3
+  if (keys_.bytes_mode()) retire_record(key_word);          // K3
+  if (!values_.inline_values()) retire_record(value_word);  // K3
+}
+
+template <unsigned N>
+std::optional<sync::EpochManager::Guard> FPTree<N>::pin_for_records() const {
+  std::optional<sync::EpochManager::Guard> g;
+  if (has_records_) g.emplace(epochs_.pin());
+  return g;
 }
 
 // An out-of-line value is copied before the leaf's version is validated: a validated read
@@ -125,6 +141,7 @@ template <unsigned N>
 Code FPTree<N>::find(std::string_view key, std::string* value) const {
   if (Code c = keys_.check(key); c != Code::ok) return c;
   const Probe p = keys_.probe(key);
+  const auto pinned = pin_for_records();  // records read below stay allocated while pinned
   for (;;) {
     const auto [off, v] = descend_read(p);
     const LeafT* l = leaf_at(off);
@@ -181,7 +198,7 @@ Code FPTree<N>::write_entry(std::string_view key, std::string_view value, bool r
   unlock_leaf(off);
   // U5 (K3): the old slot's value record is unreachable now (the key record stays: the new
   // slot holds the same key word).
-  if (old != kNone) values_.release(old_value_word);
+  if (old != kNone && !values_.inline_values()) retire_record(old_value_word);
   return Code::ok;
 }
 
@@ -228,6 +245,7 @@ std::size_t FPTree<N>::scan(std::string_view start, std::size_t max, ScanBuffer&
   out.clear();
   index_common::LeafScan sc(start, max);
   std::string value_buf;
+  const auto pinned = pin_for_records();
   while (max > 0) {
     const std::string from = sc.have_last() ? sc.last() : std::string(start);
     auto [off, v] = descend_read(keys_.probe(from));
