@@ -14,6 +14,12 @@ namespace pmindex::fptree {
 
 using index_common::relaxed_load;
 
+// A slot's key or value word as an optimistic reader loads it: acquire, pairing with the
+// writer's release store (pm::publish, I1) so that a PM record the word names (written by K1
+// before I1) is visible, even to a reader whose slot was just reused (the version check then
+// discards what it read). A plain load on x86.
+inline std::uint64_t slot_word(const std::uint64_t* w) { return pm::load_acquire(w); }
+
 namespace detail {
 // Every PM word that optimistic readers may read is written with one 8-byte atomic store.
 inline void put(std::uint64_t* p, std::uint64_t v) { pm::publish(p, v); }
@@ -46,7 +52,7 @@ int FPTree<N>::find_slot(const LeafT* l, const Probe& p) const {
     cand |= std::uint64_t{fp_matches(relaxed_load(&l->fps[w]), p.fp)} << (8 * w);
   for (cand &= relaxed_load(&l->bitmap) & LeafT::kFullMask; cand != 0; cand &= cand - 1) {
     const auto s = static_cast<unsigned>(std::countr_zero(cand));
-    if (keys_.matches(relaxed_load(&l->kv[s][0]), p)) return static_cast<int>(s);
+    if (keys_.matches(slot_word(&l->kv[s][0]), p)) return static_cast<int>(s);
   }
   return kNone;
 }
@@ -147,7 +153,7 @@ Code FPTree<N>::find(std::string_view key, std::string* value) const {
     const LeafT* l = leaf_at(off);
     const int s = find_slot(l, p);
     bool readable = true;
-    if (s != kNone && value != nullptr) readable = values_.read(relaxed_load(&l->kv[s][1]), value);
+    if (s != kNone && value != nullptr) readable = values_.read(slot_word(&l->kv[s][1]), value);
     if (!versions_->at(off).validate(v)) {
       index_common::VersionLock::pause();
       continue;
@@ -254,8 +260,8 @@ std::size_t FPTree<N>::scan(std::string_view start, std::size_t max, ScanBuffer&
       sc.begin_leaf();
       for (std::uint64_t m = relaxed_load(&l->bitmap) & LeafT::kFullMask; m != 0; m &= m - 1) {
         const auto s = static_cast<unsigned>(std::countr_zero(m));
-        if (!values_.read(relaxed_load(&l->kv[s][1]), &value_buf)) value_buf.clear();  // stale
-        sc.gather(keys_.key_bytes(relaxed_load(&l->kv[s][0])), value_buf);
+        if (!values_.read(slot_word(&l->kv[s][1]), &value_buf)) value_buf.clear();  // stale
+        sc.gather(keys_.key_bytes(slot_word(&l->kv[s][0])), value_buf);
       }
       const std::uint64_t next = relaxed_load(&l->next);
       std::uint64_t next_v = 0;
