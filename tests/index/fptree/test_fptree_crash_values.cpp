@@ -192,7 +192,7 @@ class ValuesScenario final : public Scenario {
 void run_scenario(pm::Mode mode) {
   const std::string label = "fptree_values_bulk." + std::string(pm::to_string(mode));
   const ExploreOptions opt = ExploreOptions::from_env(label, mode);
-  ValuesScenario scenario(mode, opt.seed, std::max<std::size_t>(60, opt.images_budget / 8));
+  ValuesScenario scenario(mode, opt.seed, std::max<std::size_t>(60, opt.images_budget / 6));
   const ExploreReport r = explore(scenario, opt);
   std::cout << label << " seed " << opt.seed << ": " << r.to_string() << "\n";
   if (r.replay_skipped) GTEST_SKIP() << "PMINDEX_CRASH_REPLAY names another configuration";
