@@ -4,11 +4,14 @@
 #include "index/fptree/fptree.h"
 
 #include <algorithm>
+#include <chrono>
 #include <map>
+#include <sstream>
 #include <utility>
 
 #include "index/common/hybrid_checks.h"
 #include "index/common/leaf_chain.h"
+#include "index/common/leaf_recovery.h"
 #include "index/common/recovery_frame.h"
 #include "index/fptree/fptree_smo.h"
 
@@ -21,13 +24,23 @@ FPTree<N>::FPTree(std::unique_ptr<pm::Pool> pool)
       versions_(std::make_unique<index_common::LeafVersions>(pool_->size())) {}
 
 template <unsigned N>
-FPTree<N>::~FPTree() = default;
+FPTree<N>::~FPTree() {
+  epochs_.drain();  // retired records: freed (or, if a crash is simulated, left to recovery)
+}
+
+template <unsigned N>
+Index::ThreadScope FPTree<N>::attach_thread() {
+  auto participant = std::make_shared<sync::EpochManager::Participant>(epochs_.attach());
+  return ThreadScope([participant]() mutable { participant.reset(); });
+}
 
 // The DRAM side of the root object r (versions are all zero from construction).
 template <unsigned N>
 void FPTree<N>::attach(Root* r) {
   root_ = r;
   keys_.configure(pool_.get(), static_cast<KeyType>(r->key_mode), r->max_key_size);
+  values_.configure(pool_.get(), r->max_value_size == 0 ? 8 : r->max_value_size);
+  has_records_ = keys_.bytes_mode() || !values_.inline_values();
   logs_ = pool_->at<MicroLog>(r->logs);
   inner_.init_single(head_ = r->head);
 }
@@ -52,6 +65,7 @@ Status FPTree<N>::init_root(const Options& o) {
   init.key_mode = static_cast<std::uint32_t>(o.key_type);
   init.max_key_size = o.key_type == KeyType::bytes ? o.max_key_size : 8;
   init.log_count = kLogCount;
+  init.max_value_size = o.max_value_size;
   pm::copy(p.at<Root>(off), &init, sizeof init);
   pm::persist(p.at<Root>(off), sizeof init);
   p.set_root(off);  // C2: published (one failure-atomic store, persisted)
@@ -63,7 +77,8 @@ template <unsigned N>
 Result<std::unique_ptr<Index>> FPTree<N>::create(std::unique_ptr<pm::Pool> pool,
                                                  const Options& o) {
   const char* refused =
-      o.max_value_size != 8 ? "fptree stores 8-byte values inline only"
+      !index_common::ValueCodec::valid_limit(o.max_value_size)
+          ? "fptree max_value_size must be 8 (inline) or 9..65536 (out of line)"
       : o.key_type == KeyType::bytes && o.max_key_size > kMaxKeyBytes
           ? "fptree keys are limited to 8192 bytes"
           : nullptr;
@@ -88,6 +103,7 @@ Result<std::unique_ptr<Index>> FPTree<N>::recover(std::unique_ptr<pm::Pool> pool
         const bool sane =
             r != nullptr && r->magic == kRootMagic && r->entries == N &&
             r->log_count == kLogCount && r->max_key_size <= kMaxKeyBytes &&
+            (r->max_value_size == 0 || index_common::ValueCodec::valid_limit(r->max_value_size)) &&
             r->key_mode == static_cast<std::uint32_t>(p.info().layout.key_mode) &&
             p.checked<char>(r->head, sizeof(LeafT), 256) != nullptr &&
             p.checked<char>(r->logs, kLogCount * sizeof(MicroLog), 64) != nullptr;
@@ -102,14 +118,14 @@ Result<std::unique_ptr<Index>> FPTree<N>::recover(std::unique_ptr<pm::Pool> pool
         return t.rebuild(std::max(1u, o.recovery_threads));
       });
   if (!s.ok()) return s;
-  t.recovery_.threads = 1;
   return std::unique_ptr<Index>(std::move(idx));
 }
 
 // Recovery (PROTOCOL.md R1..R5). Pass 1 only reads PM and decides (a refused pool stays
 // unchanged); the repairs run after commit_open.
 template <unsigned N>
-Status FPTree<N>::rebuild(unsigned /*threads*/) {
+Status FPTree<N>::rebuild(unsigned threads) {
+  const auto began = std::chrono::steady_clock::now();
   pm::Pool& p = *pool_;
   auto fail = [&](const std::string& what) {
     (void)p.allocator().finish_recovery();
@@ -144,41 +160,47 @@ Status FPTree<N>::rebuild(unsigned /*threads*/) {
     const auto it = relink.find(off);
     return it != relink.end() ? it->second : leaf_at(off)->next;
   };
-  // R2: walk the chain as the logs complete it; check and mark every leaf and key record.
+  // R2: walk the chain as the logs complete it, recording every leaf position (serial: a
+  // pointer chase) ...
   std::vector<std::uint64_t> leaves;
   if (Status s = index_common::walk_leaf_chain(p, head_, sizeof(LeafT), 256, next_of, &leaves);
       !s.ok()) {
     (void)p.allocator().finish_recovery();
     return s;
   }
-  std::vector<std::string> min_key(leaves.size());
-  std::vector<std::uint64_t> min_word(leaves.size(), 0);
-  std::string prev_max;
-  bool have_prev = false;
-  for (std::size_t i = 0; i < leaves.size(); ++i) {
+  // ... then, on `threads` threads over those positions, check and mark every leaf and record
+  // and summarise each leaf's keys; key order across leaves is checked serially after.
+  std::vector<index_common::LeafSummary> sums(leaves.size());
+  recovery_.threads = index_common::for_each_leaf_parallel(leaves.size(), threads, [&](std::size_t i) {
     const LeafT* l = leaf_at(leaves[i]);
-    if (p.allocator().mark_reachable(leaves[i], kBlock) != Code::ok)
-      return fail("leaf at " + std::to_string(leaves[i]) + " overlaps another block");
-    if ((l->bitmap & ~LeafT::kFullMask) != 0) return fail("bitmap bits beyond the slots");
-    std::vector<std::string> ks;
+    index_common::LeafSummary& sum = sums[i];
+    if (p.allocator().mark_reachable(leaves[i], kBlock) != Code::ok) {
+      sum.error = "leaf block overlaps another block";
+      return;
+    }
+    sum.locked = l->lock != 0;
+    if ((l->bitmap & ~LeafT::kFullMask) != 0) {
+      sum.error = "bitmap bits beyond the slots";
+      return;
+    }
     for (std::uint64_t m = l->bitmap; m != 0; m &= m - 1) {
       const auto s = static_cast<unsigned>(std::countr_zero(m));
       const std::uint64_t kw = l->kv[s][0];
-      if (keys_.bytes_mode() && index_common::mark_record(p, kw, keys_.max_key()) != Code::ok)
-        return fail("bad key record in leaf " + std::to_string(leaves[i]));
-      ks.push_back(keys_.key_bytes(kw));
-      if (ks.size() == 1 || ks.back() < min_key[i]) {
-        min_key[i] = ks.back();
-        min_word[i] = kw;
+      if (keys_.bytes_mode() && index_common::mark_record(p, kw, keys_.max_key()) != Code::ok) {
+        sum.error = "bad key record in slot " + std::to_string(s);
+        return;
       }
+      if (values_.mark(l->kv[s][1]) != Code::ok) {
+        sum.error = "bad value record in slot " + std::to_string(s);
+        return;
+      }
+      sum.add(keys_.key_bytes(kw), kw);
     }
-    if (ks.empty()) continue;
-    const std::string mx = *std::max_element(ks.begin(), ks.end());
-    if (have_prev && !(prev_max < min_key[i]))
-      return fail("leaves out of key order at " + std::to_string(leaves[i]));
-    prev_max = mx;
-    have_prev = true;
-    recovery_.records += ks.size();
+  });
+  if (Status s = index_common::check_leaf_summaries(p, "fptree", leaves, sums, &recovery_.records);
+      !s.ok()) {
+    (void)p.allocator().finish_recovery();
+    return s;
   }
   if (Status fs = p.allocator().finish_recovery(); !fs.ok()) return fs;
   p.commit_open();
@@ -199,11 +221,11 @@ Status FPTree<N>::rebuild(unsigned /*threads*/) {
   std::uint64_t kept = 0;
   for (std::size_t i = 0; i < leaves.size(); ++i) {
     LeafT* l = leaf_at(leaves[i]);
-    if (l->lock != 0) {
+    if (sums[i].locked) {
       detail::put(&l->lock, 0);
       pm::persist(&l->lock, 8);
     }
-    if (i > 0 && (l->bitmap & LeafT::kFullMask) == 0) {
+    if (i > 0 && sums[i].empty) {
       detail::put(&leaf_at(kept)->next, l->next);
       pm::persist(&leaf_at(kept)->next, 8);
       p.allocator().deallocate(leaves[i], kBlock);
@@ -211,11 +233,12 @@ Status FPTree<N>::rebuild(unsigned /*threads*/) {
       continue;
     }
     kept = leaves[i];
-    items.emplace_back(i == 0 ? 0 : keys_.separator_for(min_key[i], min_word[i], seps_), kept);
+    items.emplace_back(i == 0 ? 0 : keys_.separator_for(sums[i].min, sums[i].min_word, seps_), kept);
   }
-  // R5: rebuild the DRAM inner nodes.
-  inner_.bulk_build(items, 0.9, 1);
+  // R5: rebuild the DRAM inner nodes (level 1 on `threads` threads).
+  inner_.bulk_build(items, 0.9, recovery_.threads);
   recovery_.nodes = items.size();
+  rebuild_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
   return Status::Ok();
 }
 
@@ -232,6 +255,7 @@ std::uint64_t FPTree<N>::leaf_count() const {
 // of index_common/hybrid_checks.h).
 template <unsigned N>
 Status FPTree<N>::verify() const {
+  epochs_.drain();  // quiescent: free what was retired, so reachable == in use
   const pm::Pool& p = *pool_;
   for (unsigned i = 0; i < kLogCount; ++i) {  // invariant 4
     const MicroLog& g = logs_[i];
@@ -261,6 +285,10 @@ Status FPTree<N>::verify() const {
       if (keys_.bytes_mode() && !index_common::read_record(p, kw, keys_.max_key(), &rec))
         return bad("slot " + std::to_string(sl) + " has a bad key record");
       if (keys_.bytes_mode()) reachable += block_bytes(index_common::record_bytes(rec.size()));
+      std::size_t value_bytes = 0;
+      if (!values_.record_size(optimistic_read(l->kv[sl][1]), &value_bytes))
+        return bad("slot " + std::to_string(sl) + " has a bad value record");
+      if (value_bytes != 0) reachable += block_bytes(value_bytes);
       if (get_fp(l, sl) != keys_.fingerprint(kw))
         return bad("slot " + std::to_string(sl) + ": fingerprint does not match the key");
       ks.push_back(keys_.key_bytes(kw));
@@ -274,6 +302,21 @@ Status FPTree<N>::verify() const {
 }
 
 template <unsigned N>
+std::string FPTree<N>::describe_inner() const {
+  std::ostringstream os;
+  os << "height " << inner_.height() << "\n";
+  const Status s = inner_.verify(
+      [&](std::uint64_t a, std::uint64_t b) { return keys_.separator_less(a, b); },
+      [&](std::uint64_t leaf, const std::uint64_t* lo, const std::uint64_t* hi) {
+        os << leaf << " [" << (lo != nullptr ? keys_.separator_bytes(*lo) : "-inf") << ", "
+           << (hi != nullptr ? keys_.separator_bytes(*hi) : "+inf") << ")\n";
+        return Status::Ok();
+      });
+  if (!s.ok()) os << "error " << s.to_string() << "\n";
+  return os.str();
+}
+
+template <unsigned N>
 Footprint FPTree<N>::footprint() const {
   return index_common::hybrid_footprint(*pool_, inner_, *versions_, seps_);
 }
@@ -281,6 +324,7 @@ Footprint FPTree<N>::footprint() const {
 // Every operation persisted its own steps: closing only marks the clean shutdown.
 template <unsigned N>
 Status FPTree<N>::close() {
+  epochs_.drain();
   if (!std::exchange(closed_, true)) pool_->close_clean();
   return Status::Ok();
 }
@@ -325,6 +369,7 @@ pm::Layout fptree_layout(const Options& o) {
 std::size_t fptree_pool_size(const Options& o) {
   std::size_t per_record = 48;  // a 64-entry leaf at ~70% fill, rounded up
   if (o.key_type == KeyType::bytes) per_record += 64 + o.max_key_size;
+  if (o.max_value_size > 8) per_record += 64 + o.max_value_size;
   return std::max<std::size_t>(std::size_t{16} << 20, o.expected_records * per_record * 2);
 }
 

@@ -8,11 +8,15 @@
 //   * Leaves: the DRAM version of a leaf (LeafVersions) is the writer lock and the readers'
 //     seqlock. A writer takes it by CAS from the version it read while the parent was valid,
 //     then marks the PM lock word as the paper does. Readers never write; they read leaf
-//     words with relaxed atomic loads and validate the version (the paper's lookups check the
+//     words with `optimistic_read` (acquire) and validate the version (the paper's lookups check the
 //     leaf lock instead; we validate a DRAM version because there is no HTM).
 //   * Lock order: leaf -> (left neighbour, try-lock only) -> InnerTree SMO mutex. Nobody waits
 //     for a leaf lock while holding the SMO mutex.
 //   * Micro-logs: one entry per thread slot (pm::this_thread_slot), used only by that thread.
+//   * PM records (bytes keys, out-of-line values) are read by optimistic readers that may hold
+//     a stale slot, so a record that leaves the tree is retired through epoch-based
+//     reclamation (epochs_) and freed only when no pinned reader can still read it; lookups
+//     and scans pin when the key or value mode has records. verify() and close() drain it.
 // Invariants (checked by verify()):
 //   (1) the leaf chain from root.head is acyclic, in bounds, and lists the leaves in the inner
 //       tree's order; every key of a leaf lies within its inner-node fences;
@@ -25,6 +29,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -33,16 +39,22 @@
 #include "index/common/key_codec.h"
 #include "index/common/leaf_versions.h"
 #include "index/common/separator_store.h"
+#include "index/common/value_codec.h"
 #include "index/fptree/leaf.h"
 #include "pmindex/index.h"
 #include "pmindex/pm/dram_arena.h"
+#include "pmindex/sync/epoch.h"
 
 namespace pmindex::fptree {
 
 // Root object (64 B, one line), written once at creation (C1).
 //   [ 0, 8) magic "FPTREE01"   [ 8,16) head: first leaf (never changes)
 //   [16,24) logs: offset of the MicroLog array   [24,28) leaf entries N   [28,32) key_mode
-//   [32,36) max_key_size       [36,40) log entries   [40,64) reserved (0)
+//   [32,36) max_key_size       [36,40) log entries
+//   [40,44) max_value_size: 8 (or 0, pools made before values went out of line) = exactly
+//           8-byte values inline in the slot; 9..kMaxValueBytes = values of 0..max_value_size
+//           bytes out of line (the slot holds the offset of a PM record, pm_record.h)
+//   [44,64) reserved (0)
 struct Root {
   std::uint64_t magic;
   std::uint64_t head;
@@ -51,13 +63,18 @@ struct Root {
   std::uint32_t key_mode;
   std::uint32_t max_key_size;
   std::uint32_t log_count;
-  std::uint8_t reserved[24];
+  std::uint32_t max_value_size;
+  std::uint8_t reserved[20];
 };
 static_assert(sizeof(Root) == 64 && offsetof(Root, logs) == 16 && offsetof(Root, entries) == 24 &&
-              offsetof(Root, log_count) == 36);
+              offsetof(Root, log_count) == 36 && offsetof(Root, max_value_size) == 40);
 static_assert(std::is_standard_layout_v<Root> && std::is_trivially_copyable_v<Root>);
 inline constexpr std::uint64_t kRootMagic = 0x3130454552545046ull;  // "FPTREE01"
 inline constexpr std::uint32_t kMaxKeyBytes = 8192;
+// Values: Options::max_value_size 8 = inline 8-byte values (any other length is
+// Code::invalid_argument); 9..65536 = any length 0..max_value_size out of line (longer:
+// Code::value_too_large); other max_value_size values are refused at creation.
+inline constexpr std::uint32_t kMaxValueBytes = index_common::ValueCodec::kMaxValueBytes;
 inline constexpr std::uint32_t kLogCount = 512;  // = pm::kMaxThreadSlots
 
 // The DRAM inner fanout (run-time parameter of InnerTree): 128 children for the production
@@ -87,12 +104,24 @@ class FPTree final : public Index {
   Code insert(std::string_view key, std::string_view value) override;
   Code update(std::string_view key, std::string_view value) override;
   Code remove(std::string_view key) override;
+  // Sorted, distinct records into an empty index, `fill` of each leaf's slots used (B1..B4):
+  // a crash leaves the empty tree or the whole load (one NAW of the head's next commits).
+  Status bulk_load(std::span<const KeyValue> sorted, double fill) override;
   Status verify() const override;
   Footprint footprint() const override;
   RecoveryStats recovery_stats() const override { return recovery_; }
   Status close() override;
+  // Registers the thread with the record reclamation epochs (faster than a pin per operation
+  // attaching on its own).
+  ThreadScope attach_thread() override;
 
   std::uint64_t leaf_count() const;
+  // Seconds of the last recovery's rebuild (R1..R5: logs, chain walk, parallel leaf pass,
+  // repairs, inner build); RecoveryStats::seconds is the whole open.
+  double rebuild_seconds() const { return rebuild_seconds_; }
+  // The DRAM inner tree as text: height, then every leaf in order with its fences (tests
+  // compare a 1-thread and an N-thread recovery of the same image with it).
+  std::string describe_inner() const;
 
  private:
   using Probe = index_common::KeyCodec::Probe;
@@ -111,6 +140,12 @@ class FPTree final : public Index {
   bool try_lock_leaf(std::uint64_t off, std::uint64_t version);
   void unlock_leaf(std::uint64_t off, bool obsolete = false);
   Code write_entry(std::string_view key, std::string_view value, bool replace);
+  // K3 for a slot's records once the slot is gone (its NAW persisted): retired, then freed
+  // after every reader pinned at the time has unpinned.
+  void release_records(std::uint64_t key_word, std::uint64_t value_word);
+  void retire_record(std::uint64_t record);
+  // A pin of epochs_ for a reader, if this key/value mode has PM records at all.
+  std::optional<sync::EpochManager::Guard> pin_for_records() const;
   // I1..I4 / U1..U4: writes (key, value, fp) into free slot s and commits with one bitmap NAW
   // whose new value is `bitmap` (which sets s and, for an update, clears the old slot).
   void commit_slot(LeafT* l, unsigned s, std::uint64_t key_word, std::uint64_t value_word,
@@ -132,12 +167,16 @@ class FPTree final : public Index {
   MicroLog* logs_ = nullptr;
   std::uint64_t head_ = 0;
   index_common::KeyCodec keys_;
+  index_common::ValueCodec values_;
+  double rebuild_seconds_ = 0;
   pm::DramArena arena_;
   index_common::InnerTree inner_;
   std::unique_ptr<index_common::LeafVersions> versions_;
   index_common::SeparatorStore seps_;
   RecoveryStats recovery_;
   bool closed_ = false;
+  bool has_records_ = false;              // bytes keys or out-of-line values
+  mutable sync::EpochManager epochs_;     // last member: its deleters use pool_
 };
 
 }  // namespace pmindex::fptree

@@ -14,6 +14,12 @@ namespace pmindex::fptree {
 
 using index_common::optimistic_read;
 
+// A slot's key or value word as an optimistic reader loads it: acquire, pairing with the
+// writer's release store (pm::publish, I1) so that a PM record the word names (written by K1
+// before I1) is visible, even to a reader whose slot was just reused (the version check then
+// discards what it read). A plain load on x86.
+inline std::uint64_t slot_word(const std::uint64_t* w) { return pm::load_acquire(w); }
+
 namespace detail {
 // Every PM word that optimistic readers may read is written with one 8-byte atomic store.
 inline void put(std::uint64_t* p, std::uint64_t v) { pm::publish(p, v); }
@@ -36,21 +42,36 @@ MicroLog* FPTree<N>::my_log() const {
   return &logs_[pm::this_thread_slot()];
 }
 
-// Fingerprints first (the paper's point: about one key comparison per successful probe).
+// Fingerprints first (the paper's point: about one key comparison per successful probe). The
+// fingerprint words are compared eight slots at a time (fp_matches, SWAR) and masked with the
+// bitmap; only candidates' key words are read.
 template <unsigned N>
 int FPTree<N>::find_slot(const LeafT* l, const Probe& p) const {
-  for (std::uint64_t m = optimistic_read(l->bitmap) & LeafT::kFullMask; m != 0; m &= m - 1) {
-    const auto s = static_cast<unsigned>(std::countr_zero(m));
-    if (get_fp(l, s) == p.fp && keys_.matches(optimistic_read(l->kv[s][0]), p))
-      return static_cast<int>(s);
+  std::uint64_t cand = 0;
+  for (unsigned w = 0; w < N / 8; ++w)
+    cand |= std::uint64_t{fp_matches(optimistic_read(l->fps[w]), p.fp)} << (8 * w);
+  for (cand &= optimistic_read(l->bitmap) & LeafT::kFullMask; cand != 0; cand &= cand - 1) {
+    const auto s = static_cast<unsigned>(std::countr_zero(cand));
+    if (keys_.matches(slot_word(&l->kv[s][0]), p)) return static_cast<int>(s);
   }
   return kNone;
 }
 
+// Integer keys compare as integers in a separately instantiated descent (no key-mode branch
+// inside the inner nodes' binary search, the hottest loop of every operation).
 template <unsigned N>
 std::pair<std::uint64_t, std::uint64_t> FPTree<N>::descend_read(const Probe& p) const {
-  return inner_.descend([&](std::uint64_t sep) { return keys_.below(p, sep); },
-                        [&](std::uint64_t leaf) { return versions_->read(leaf); });
+  auto on_leaf = [&](std::uint64_t leaf) -> std::optional<std::uint64_t> {
+    // The leaf's bitmap and fingerprint lines are read next: start fetching them now (a hint
+    // only, no effect on correctness), before the version's own miss.
+    const char* lp = pool_->at<const char>(leaf);
+    __builtin_prefetch(lp);
+    if constexpr (offsetof(LeafT, kv) > 64) __builtin_prefetch(lp + 64);
+    return versions_->read(leaf);
+  };
+  if (!keys_.bytes_mode())
+    return inner_.descend([w = p.word](std::uint64_t sep) { return w < sep; }, on_leaf);
+  return inner_.descend([&](std::uint64_t sep) { return keys_.below(p, sep); }, on_leaf);
 }
 
 // The DRAM version is the lock; the PM lock word mirrors it (volatile meaning, never flushed
@@ -88,28 +109,55 @@ void FPTree<N>::commit_slot(LeafT* l, unsigned s, std::uint64_t key_word,
   detail::put(&l->kv[s][0], key_word);  // I1: the entry into a free slot (unused space)
   detail::put(&l->kv[s][1], value_word);
   set_fp(l, s, fp);                     // I2: its fingerprint (a free slot's byte: unused)
-  pm::flush(&l->kv[s][0], 16);          // I3: entry and fingerprint durable before the commit
-  pm::flush(&l->fps[s / 8], 8);
-  pm::fence();
+  pm::flush(&l->kv[s][0], 16);          // I3: entry and fingerprint durable before the commit;
+  if (!fp_word_shares_bitmap_line(s))   //     a fingerprint word in the bitmap's line needs no
+    pm::flush(&l->fps[s / 8], 8);       //     flush: x86 persists one line's stores in order, so
+  pm::fence();                          //     the bitmap (I4) is never durable without it
   detail::put(&l->bitmap, bitmap);      // I4: NAW - one failure-atomic 8-byte bitmap store
   pm::persist(&l->bitmap, 8);           //     commits, then persisted
 }
 
 template <unsigned N>
+void FPTree<N>::retire_record(std::uint64_t record) {
+  epochs_.retire(
+      this, [](void* self, std::uint64_t off) {
+        index_common::free_record(*static_cast<FPTree*>(self)->pool_, off);
+      },
+      record);
+}
+
+template <unsigned N>
+void FPTree<N>::release_records(std::uint64_t key_word, std::uint64_t value_word) {
+  if (keys_.bytes_mode()) retire_record(key_word);          // K3
+  if (!values_.inline_values()) retire_record(value_word);  // K3
+}
+
+template <unsigned N>
+std::optional<sync::EpochManager::Guard> FPTree<N>::pin_for_records() const {
+  std::optional<sync::EpochManager::Guard> g;
+  if (has_records_) g.emplace(epochs_.pin());
+  return g;
+}
+
+// An out-of-line value is copied before the leaf's version is validated: a validated read
+// saw the slot while its record was live (records are freed only after the slot is gone).
+template <unsigned N>
 Code FPTree<N>::find(std::string_view key, std::string* value) const {
   if (Code c = keys_.check(key); c != Code::ok) return c;
   const Probe p = keys_.probe(key);
+  const auto pinned = pin_for_records();  // records read below stay allocated while pinned
   for (;;) {
     const auto [off, v] = descend_read(p);
     const LeafT* l = leaf_at(off);
     const int s = find_slot(l, p);
-    const std::uint64_t val = s == kNone ? 0 : optimistic_read(l->kv[s][1]);
+    bool readable = true;
+    if (s != kNone && value != nullptr) readable = values_.read(slot_word(&l->kv[s][1]), value);
     if (!versions_->unchanged(off, v)) {
       index_common::olc_pause();
       continue;
     }
     if (s == kNone) return Code::not_found;
-    if (value != nullptr) value->assign(reinterpret_cast<const char*>(&val), 8);
+    if (!readable) return Code::corrupted;  // validated, so the record really is bad
     return Code::ok;
   }
 }
@@ -120,7 +168,7 @@ Code FPTree<N>::find(std::string_view key, std::string* value) const {
 template <unsigned N>
 Code FPTree<N>::write_entry(std::string_view key, std::string_view value, bool replace) {
   if (Code c = keys_.check(key); c != Code::ok) return c;
-  if (value.size() != 8) return Code::invalid_argument;
+  if (Code c = values_.check(value); c != Code::ok) return c;
   const Probe p = keys_.probe(key);
   std::uint64_t off = lock_leaf_for(p);
   Code code = Code::ok;
@@ -135,18 +183,26 @@ Code FPTree<N>::write_entry(std::string_view key, std::string_view value, bool r
   } else if (code == Code::ok) {
     key_word = keys_.make_key_word(*pool_, p, &code);  // K1
   }
+  std::uint64_t value_word = 0;
+  if (code == Code::ok) {
+    value_word = values_.make_word(value, &code);  // K1 (out-of-line values)
+    if (code != Code::ok && old == kNone && keys_.bytes_mode())
+      index_common::free_record(*pool_, key_word);  // never published
+  }
   if (code != Code::ok) {
     unlock_leaf(off);
     return code;
   }
-  std::uint64_t value_word = 0;
-  std::memcpy(&value_word, value.data(), 8);
+  const std::uint64_t old_value_word = old != kNone ? optimistic_read(l->kv[old][1]) : 0;
   const std::uint64_t bm = optimistic_read(l->bitmap);
   const auto s = static_cast<unsigned>(std::countr_zero(~bm & LeafT::kFullMask));
   std::uint64_t bitmap = bm | detail::bit(s);
   if (old != kNone) bitmap &= ~detail::bit(static_cast<unsigned>(old));
   commit_slot(l, s, key_word, value_word, p.fp, bitmap);  // I1..I4 / U1..U4 (K2)
   unlock_leaf(off);
+  // U5 (K3): the old slot's value record is unreachable now (the key record stays: the new
+  // slot holds the same key word).
+  if (old != kNone && !values_.inline_values()) retire_record(old_value_word);
   return Code::ok;
 }
 
@@ -172,6 +228,7 @@ Code FPTree<N>::remove(std::string_view key) {
     return Code::not_found;
   }
   const std::uint64_t key_word = optimistic_read(l->kv[s][0]);
+  const std::uint64_t value_word = optimistic_read(l->kv[s][1]);
   const std::uint64_t bm = optimistic_read(l->bitmap) & ~detail::bit(static_cast<unsigned>(s));
   detail::put(&l->bitmap, bm);  // D1: NAW - clear the slot's bitmap bit
   pm::persist(&l->bitmap, 8);   // D2
@@ -180,7 +237,7 @@ Code FPTree<N>::remove(std::string_view key) {
   } else {
     unlock_leaf(off);
   }
-  if (keys_.bytes_mode()) index_common::free_record(*pool_, key_word);  // K3
+  release_records(key_word, value_word);  // K3
   return Code::ok;
 }
 
@@ -191,6 +248,8 @@ template <unsigned N>
 std::size_t FPTree<N>::scan(std::string_view start, std::size_t max, ScanBuffer& out) const {
   out.clear();
   index_common::LeafScan sc(start, max);
+  std::string value_buf;
+  const auto pinned = pin_for_records();
   while (max > 0) {
     const std::string from = sc.have_last() ? sc.last() : std::string(start);
     auto [off, v] = descend_read(keys_.probe(from));
@@ -199,9 +258,8 @@ std::size_t FPTree<N>::scan(std::string_view start, std::size_t max, ScanBuffer&
       sc.begin_leaf();
       for (std::uint64_t m = optimistic_read(l->bitmap) & LeafT::kFullMask; m != 0; m &= m - 1) {
         const auto s = static_cast<unsigned>(std::countr_zero(m));
-        const std::uint64_t val = optimistic_read(l->kv[s][1]);
-        sc.gather(keys_.key_bytes(optimistic_read(l->kv[s][0])),
-                  std::string_view(reinterpret_cast<const char*>(&val), 8));
+        if (!values_.read(slot_word(&l->kv[s][1]), &value_buf)) value_buf.clear();  // stale
+        sc.gather(keys_.key_bytes(slot_word(&l->kv[s][0])), value_buf);
       }
       const std::uint64_t next = optimistic_read(l->next);
       std::optional<std::uint64_t> next_v = 0;

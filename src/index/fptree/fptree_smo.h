@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <vector>
 
 #include "index/common/hybrid_checks.h"
@@ -16,14 +17,27 @@ namespace pmindex::fptree {
 template <unsigned N>
 std::uint64_t FPTree<N>::split(std::uint64_t off, std::uint64_t* sep_word) {
   LeafT* l = leaf_at(off);
-  // The split key: the median of the leaf's keys; slots with keys >= it move.
-  std::vector<std::pair<std::string, unsigned>> order;
-  order.reserve(N);
-  for (unsigned s = 0; s < N; ++s) order.emplace_back(keys_.key_bytes(optimistic_read(l->kv[s][0])), s);
-  std::sort(order.begin(), order.end());
+  // The split key: the median of the leaf's keys; slots with keys >= it move. Integer key
+  // words sort as integers (no allocation: a split happens every N/2 inserts or so).
   std::uint64_t upper = 0;
-  for (unsigned i = N / 2; i < N; ++i) upper |= detail::bit(order[i].second);
-  const unsigned median_slot = order[N / 2].second;
+  unsigned median_slot = 0;
+  std::string sep_bytes;
+  if (!keys_.bytes_mode()) {
+    std::array<std::pair<std::uint64_t, unsigned>, N> order;
+    for (unsigned s = 0; s < N; ++s) order[s] = {optimistic_read(l->kv[s][0]), s};
+    std::nth_element(order.begin(), order.begin() + N / 2, order.end());
+    for (unsigned i = N / 2; i < N; ++i) upper |= detail::bit(order[i].second);
+    median_slot = order[N / 2].second;
+    sep_bytes = keys_.key_bytes(order[N / 2].first);
+  } else {
+    std::vector<std::pair<std::string, unsigned>> order;
+    order.reserve(N);
+    for (unsigned s = 0; s < N; ++s) order.emplace_back(keys_.key_bytes(optimistic_read(l->kv[s][0])), s);
+    std::nth_element(order.begin(), order.begin() + N / 2, order.end());
+    for (unsigned i = N / 2; i < N; ++i) upper |= detail::bit(order[i].second);
+    median_slot = order[N / 2].second;
+    sep_bytes = std::move(order[N / 2].first);
+  }
 
   MicroLog* log = my_log();
   detail::put(&log->split_leaf, off);  // S1: record the leaf in the split log
@@ -56,7 +70,6 @@ std::uint64_t FPTree<N>::split(std::uint64_t off, std::uint64_t* sep_word) {
   pm::persist(log, 16);
 
   // DRAM: the separator joins the inner tree while both leaves are locked.
-  const std::string sep_bytes = std::move(order[N / 2].first);
   *sep_word = keys_.separator_for(sep_bytes, optimistic_read(nl->kv[median_slot][0]), seps_);
   const Probe sp = keys_.probe(sep_bytes);
   auto smo = inner_.smo_lock();
@@ -92,7 +105,7 @@ void FPTree<N>::try_remove_leaf(std::uint64_t off, const Probe& p) {
   index_common::InnerTree::Path path;
   inner_.path_to([&](std::uint64_t sep) { return keys_.below(p, sep); }, &path);
   const std::uint64_t prev = inner_.left_neighbour(path);
-  const std::uint64_t pv = versions_->at(prev).peek();  // a try-lock: never wait (olc.h (2))
+  const std::uint64_t pv = prev == 0 ? 0 : versions_->at(prev).peek();  // a try-lock: never wait (olc.h (2))
   if (prev == 0 || index_common::OptimisticLock::isLocked(pv) ||
       index_common::OptimisticLock::isObsolete(pv) || !try_lock_leaf(prev, pv)) {
     smo.unlock();
@@ -117,6 +130,84 @@ void FPTree<N>::try_remove_leaf(std::uint64_t off, const Probe& p) {
   unlock_leaf(prev);
   unlock_leaf(off, /*obsolete=*/true);
   pool_->allocator().deallocate(off, kBlock);  // D6: unreachable in PM and DRAM
+}
+
+// Bulk load into an empty tree (B1..B4). Every record goes into NEW leaves, written and
+// chained as unused space; the (empty) head leaf stays first and one NAW of its `next` word
+// publishes the whole chain. A crash before B4 leaves the empty tree (the new leaves and
+// records are unreachable and recovery's reachability pass frees them); after it, the whole
+// load. The head stays empty until keys below the first loaded key arrive (one leaf of waste).
+template <unsigned N>
+Status FPTree<N>::bulk_load(std::span<const KeyValue> sorted, double fill) {
+  if (!(fill > 0.0 && fill <= 1.0))
+    return Status(Code::invalid_argument, "bulk_load: fill factor must be in (0, 1]");
+  if (sorted.empty()) return Status::Ok();
+  LeafT* head = leaf_at(head_);
+  if ((optimistic_read(head->bitmap) & LeafT::kFullMask) != 0 || optimistic_read(head->next) != 0)
+    return Status(Code::invalid_argument, "bulk_load needs an empty index");
+  for (std::size_t i = 0; i < sorted.size(); ++i) {
+    if (Code c = keys_.check(sorted[i].key); c != Code::ok)
+      return Status(c, "bulk_load: bad key at record " + std::to_string(i));
+    if (Code c = values_.check(sorted[i].value); c != Code::ok)
+      return Status(c, "bulk_load: bad value at record " + std::to_string(i));
+    if (i > 0 && !(sorted[i - 1].key < sorted[i].key))
+      return Status(Code::invalid_argument, "bulk_load: keys not sorted and distinct");
+  }
+  const std::size_t per = std::clamp<std::size_t>(
+      static_cast<std::size_t>(static_cast<double>(N) * fill), 1, N);
+  const std::size_t n_leaves = (sorted.size() + per - 1) / per;
+  std::vector<std::uint64_t> leaves(n_leaves, 0);
+  std::vector<std::uint64_t> key_words(sorted.size()), value_words(sorted.size());
+  std::size_t made_records = 0, made_leaves = 0;
+  auto undo = [&](Code c) {  // nothing is reachable yet: give every block back
+    for (std::size_t j = 0; j < made_leaves; ++j) pool_->allocator().deallocate(leaves[j], kBlock);
+    for (std::size_t i = 0; i < made_records; ++i) release_records(key_words[i], value_words[i]);
+    return Status(c, "bulk_load: pool full");
+  };
+  for (std::size_t i = 0; i < sorted.size(); ++i) {  // B1: key and value records (K1)
+    Code c = Code::ok;
+    key_words[i] = keys_.make_key_word(*pool_, keys_.probe(sorted[i].key), &c);
+    if (c != Code::ok) return undo(c);
+    value_words[i] = values_.make_word(sorted[i].value, &c);
+    if (c != Code::ok) {
+      if (keys_.bytes_mode()) index_common::free_record(*pool_, key_words[i]);
+      return undo(c);
+    }
+    ++made_records;
+  }
+  for (; made_leaves < n_leaves; ++made_leaves) {
+    Code c = Code::ok;
+    if ((leaves[made_leaves] = pool_->allocator().allocate(kBlock, &c)) == 0) return undo(c);
+  }
+  for (std::size_t j = 0; j < n_leaves; ++j) {  // B2: the new leaves, chained (unused space)
+    LeafT* l = leaf_at(leaves[j]);
+    index_common::recycle_unlocked(versions_->at(leaves[j]));
+    const std::size_t first = j * per, cnt = std::min(sorted.size(), first + per) - first;
+    std::uint64_t fps[LeafT::kFpWords] = {};
+    for (std::size_t i = 0; i < cnt; ++i) {
+      detail::put(&l->kv[i][0], key_words[first + i]);
+      detail::put(&l->kv[i][1], value_words[first + i]);
+      const auto s = static_cast<unsigned>(i);
+      fps[s / 8] = with_fp(fps[s / 8], s, keys_.probe(sorted[first + i].key).fp);
+    }
+    for (std::size_t w = 0; w < LeafT::kFpWords; ++w) detail::put(&l->fps[w], fps[w]);
+    detail::put(&l->bitmap, cnt == 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << cnt) - 1);
+    detail::put(&l->next, j + 1 < n_leaves ? leaves[j + 1] : 0);
+    detail::put(&l->lock, 0);
+    detail::put(&l->reserved, 0);
+    pm::flush(l, offsetof(LeafT, kv) + cnt * 16);  // B3: header, fingerprints, used slots
+  }
+  pm::fence();                                      //     durable before the commit
+  detail::put(&head->next, leaves[0]);  // B4: NAW - the head's next publishes the whole load
+  pm::persist(&head->next, 8);
+  // DRAM: the inner tree over head + the loaded leaves.
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> items;
+  items.reserve(n_leaves + 1);
+  items.emplace_back(0, head_);
+  for (std::size_t j = 0; j < n_leaves; ++j)
+    items.emplace_back(keys_.separator_for(sorted[j * per].key, key_words[j * per], seps_), leaves[j]);
+  inner_.bulk_build(items, fill, 1);
+  return Status::Ok();
 }
 
 }  // namespace pmindex::fptree

@@ -47,6 +47,11 @@ struct Leaf {
   std::uint64_t kv[N][2];
 };
 
+// True if slot s's fingerprint word lies in line 0, the bitmap's line (leaves are 256 B
+// aligned): slots 0..31, i.e. every slot for N <= 32.
+constexpr bool fp_word_shares_bitmap_line(unsigned s) { return 32 + 8 * (s / 8) < 64; }
+static_assert(fp_word_shares_bitmap_line(31) && !fp_word_shares_bitmap_line(32));
+
 // Leaves occupy at least 256 B (one LeafVersions granule each).
 template <unsigned N>
 inline constexpr std::size_t kLeafBlock = sizeof(Leaf<N>) < 256 ? 256 : sizeof(Leaf<N>);
@@ -79,5 +84,21 @@ constexpr std::uint64_t with_fp(std::uint64_t word, unsigned s, std::uint8_t fp)
   return (word & ~(std::uint64_t{0xFF} << sh)) | (std::uint64_t{fp} << sh);
 }
 static_assert(fp_of(with_fp(0, 9, 0xAB), 9) == 0xAB && with_fp(0, 9, 0xAB) == 0xAB00);
+
+// The fingerprint compare of a lookup, eight slots per instruction sequence (SWAR, so that
+// the words are still read with one atomic load each): bit i of the result is set iff byte i
+// of `word` equals `fp`. Exact (no false positives from borrows): a byte is zero iff adding
+// 0x7F to its low 7 bits does not carry into bit 7 and its own bit 7 is clear.
+constexpr unsigned fp_matches(std::uint64_t word, std::uint8_t fp) {
+  constexpr std::uint64_t kLow7 = 0x7F7F7F7F7F7F7F7Full;
+  const std::uint64_t x = word ^ (std::uint64_t{fp} * 0x0101010101010101ull);
+  const std::uint64_t zero_hi = ~(((x & kLow7) + kLow7) | x | kLow7);  // 0x80 in zero bytes
+  return static_cast<unsigned>(((zero_hi >> 7) * 0x0102040810204080ull) >> 56);
+}
+static_assert(fp_matches(0x00AB00000000AB00ull, 0xAB) == 0b01000010 &&
+              fp_matches(0x0000000000000000ull, 0x00) == 0xFF &&
+              fp_matches(0x8000000000000001ull, 0x00) == 0b01111110 &&
+              fp_matches(0x0101010101010101ull, 0x00) == 0 &&
+              fp_matches(0x7F80FF00017E8081ull, 0x80) == 0b01000010);
 
 }  // namespace pmindex::fptree

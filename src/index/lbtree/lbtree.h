@@ -8,7 +8,7 @@
 //     writer lock and the readers' seqlock; a writer CASes it from the version it saw while
 //     its parent was still valid (so the leaf is still the right one, and still a leaf: a
 //     freed leaf is obsolete), then sets the PM lock bit (pm::cas) as the paper does.
-//     Readers never write; they read leaf words with relaxed atomic loads and validate.
+//     Readers never write; they read leaf words with `optimistic_read` (acquire) and validate.
 //   * Lock order: leaf (then its left neighbour, try-lock only) -> InnerTree SMO mutex.
 //     Nobody waits for a leaf lock while holding the SMO mutex.
 //   * Separator copies and PM key/value records (bytes keys, out-of-line values): operations

@@ -70,8 +70,12 @@ TEST(FPTreeLines, PerOperationCostBesideTable1) {
   // The protocol's fixed shape (PROTOCOL.md I1-I4, D1-D2, U1-U4): entry line + fingerprint
   // word + bitmap word are flushed; the fingerprint shares line 0 with the bitmap for slots
   // 0..31, so line writes are between 2 and 3.
-  EXPECT_DOUBLE_EQ(ins.f(), 3.0);
-  EXPECT_DOUBLE_EQ(upd.f(), 3.0);
+  // 3 flushes (Table 1) for slots 32..63; 2 for slots 0..31, whose fingerprint word shares
+  // the bitmap's line (I3: that line is flushed once, with the bitmap).
+  EXPECT_GT(ins.f(), 2.0);
+  EXPECT_LT(ins.f(), 3.0);
+  EXPECT_GT(upd.f(), 2.0);
+  EXPECT_LT(upd.f(), 3.0);
   EXPECT_DOUBLE_EQ(del.f(), 1.0);
   EXPECT_DOUBLE_EQ(del.l(), 1.0);
   EXPECT_GE(ins.l(), 2.0);

@@ -1,0 +1,90 @@
+// Value modes of the hybrid indexes in one place (the value-side sibling of key_codec.h):
+//   inline (max_value_size = 8): the slot's value word is the value's 8 bytes; any other
+//            length is Code::invalid_argument.
+//   out of line (max_value_size 9..kMaxValueBytes): the value word is the pool offset of an
+//            immutable PM record (pm_record.h) of 0..max_value_size bytes; longer values are
+//            Code::value_too_large. An update writes a new record (K1) and frees the old one
+//            after the slot switch is durable (K3), so a large value is always updated out
+//            of place and records are crash-safe by reachability.
+// Written for FPTree (issue 6); LB+-Tree's check_value/read_value/release do the same inline
+// and can move here.
+//
+// Thread safety: const after configure(). read() of a word found through an unvalidated slot
+// is safe (read_record bounds-checks); the caller discards the result on a failed validation.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+
+#include "index/common/pm_record.h"
+#include "pmindex/pm/pool.h"
+#include "pmindex/status.h"
+
+namespace pmindex::index_common {
+
+class ValueCodec {
+ public:
+  static constexpr std::uint32_t kMaxValueBytes = 65536;
+  // The max_value_size settings an index accepts at creation.
+  static bool valid_limit(std::uint32_t max_value) {
+    return max_value >= 8 && max_value <= kMaxValueBytes;
+  }
+
+  void configure(pm::Pool* pool, std::uint32_t max_value) {
+    pool_ = pool;
+    max_ = max_value;
+    inline_ = max_value == 8;
+  }
+  bool inline_values() const { return inline_; }
+  std::uint32_t max_value() const { return max_; }
+
+  Code check(std::string_view value) const {
+    if (inline_) return value.size() == 8 ? Code::ok : Code::invalid_argument;
+    return value.size() > max_ ? Code::value_too_large : Code::ok;
+  }
+  // K1 out of line (a persisted PM record); the 8 bytes themselves inline. *code on failure.
+  std::uint64_t make_word(std::string_view value, Code* code) const {
+    *code = Code::ok;
+    if (!inline_) return write_record(*pool_, value, code);
+    std::uint64_t w = 0;
+    std::memcpy(&w, value.data(), 8);
+    return w;
+  }
+  // The value bytes of a value word; false if an out-of-line record is unreadable.
+  bool read(std::uint64_t word, std::string* out) const {
+    if (inline_) {
+      out->assign(reinterpret_cast<const char*>(&word), 8);
+      return true;
+    }
+    std::string_view stored;
+    if (!read_record(*pool_, word, max_, &stored)) return false;
+    out->assign(stored);
+    return true;
+  }
+  // K3: the slot that named the word is gone and persisted so.
+  void release(std::uint64_t word) const {
+    if (!inline_) free_record(*pool_, word);
+  }
+  // Recovery: checks and marks an out-of-line record reachable.
+  Code mark(std::uint64_t word) const {
+    return inline_ ? Code::ok : mark_record(*pool_, word, max_);
+  }
+  // verify(): the allocator bytes an out-of-line record occupies (0 inline); false if bad.
+  bool record_size(std::uint64_t word, std::size_t* bytes) const {
+    *bytes = 0;
+    if (inline_) return true;
+    std::string_view stored;
+    if (!read_record(*pool_, word, max_, &stored)) return false;
+    *bytes = record_bytes(stored.size());
+    return true;
+  }
+
+ private:
+  pm::Pool* pool_ = nullptr;
+  std::uint32_t max_ = 8;
+  bool inline_ = true;
+};
+
+}  // namespace pmindex::index_common
