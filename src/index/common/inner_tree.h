@@ -187,6 +187,11 @@ std::pair<std::uint64_t, std::uint64_t> InnerTree::descend(ProbeLess probe_less,
     const Node* n = root_.load(std::memory_order_acquire);
     bool restart = false;
     std::uint64_t v = n->lock.readLockOrRestart(restart);
+    // The root has no parent whose version covers it. readLockOrRestart waits out a locked
+    // node, so a root split may have finished meanwhile: n then holds only the lower half of
+    // its keys, under a fresh version. insert_at publishes the new root before it unlocks n,
+    // so a root_ that still names n proves no root split ended before v was read.
+    if (!restart && root_.load(std::memory_order_acquire) != n) restart = true;
     while (!restart) {
       const unsigned cnt = count(n);
       if (cnt > max_keys_) break;  // torn read of a changing node: validation fails anyway
