@@ -81,7 +81,9 @@ def main():
     t_start = time.time()
     for n, (w, index, threads, rep) in enumerate(plan, 1):
         mode = w.get("mode", exp.get("mode", "time"))
-        run_id = f"{index}__{w['name']}__t{threads}__{mode}__r{rep}"
+        # A tree_api library given by path is named by its file name (no '/' in run ids).
+        label = os.path.basename(index).removesuffix(".so") if "/" in index else index
+        run_id = f"{label}__{w['name']}__t{threads}__{mode}__r{rep}"
         binary = counting if w.get("binary") == "counting" else pmbench
         records = w.get("records", exp.get("records", 100000))
         cmd = [binary, index, "-n", str(records), "-t", str(threads),

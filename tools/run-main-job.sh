@@ -20,7 +20,12 @@ fi
 
 tools/install-deps.sh >&2
 cmake --preset release >/dev/null
-cmake --build --preset release -j "${JOBS:-$(nproc)}" --target pmbench pmbench-counting >&2
+targets="pmbench pmbench-counting"
+# Experiments that name tree_api libraries by path (e.g. goals-10m.toml) need the wrappers.
+for kind in $(grep -o 'libpmindex_[a-z]*_tree' "$experiment" | sort -u | sed 's/^lib//'); do
+  targets="$targets $kind"
+done
+cmake --build --preset release -j "${JOBS:-$(nproc)}" --target $targets >&2
 
 echo "== running $experiment -> $out" >&2
 status=0
