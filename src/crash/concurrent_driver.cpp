@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "crash/workload.h"
 #include "pmindex/crash/index_driver.h"
 
 namespace pmindex::crash {
@@ -108,11 +109,7 @@ class ConcurrentIndexScenario final : public ConcurrentScenario {
     if (cfg_.threads < 1 || cfg_.threads > 3)
       return Status(Code::invalid_argument, "the concurrent driver runs 1 to 3 threads");
     make_history();
-    pm::PoolOptions po;
-    po.size = cfg_.pool_size;
-    po.mode = mode_;
-    po.layout = entry_->layout(options_);
-    auto pool = pm::Pool::create(po);
+    auto pool = create_run_pool(*entry_, options_, cfg_.pool_size, mode_);
     if (!pool.ok()) return pool.status();
     pool_ = std::move(pool).value();
     Region region{pool_->base(), pool_->size()};

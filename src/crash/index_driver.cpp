@@ -49,11 +49,7 @@ class IndexScenario final : public Scenario {
       oracle_ = *start_.before;
       return Region{buffer_.data(), buffer_.size(), /*preloaded=*/true};
     }
-    pm::PoolOptions po;
-    po.size = cfg_.pool_size;
-    po.mode = mode_;
-    po.layout = entry_->layout(options_);
-    auto pool = pm::Pool::create(po);
+    auto pool = create_run_pool(*entry_, options_, cfg_.pool_size, mode_);
     if (!pool.ok()) return pool.status();
     pool_ = std::move(pool).value();
     return Region{pool_->base(), pool_->size()};

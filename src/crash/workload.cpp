@@ -165,4 +165,14 @@ Status match_contents(const Index& index, std::uint64_t key_space, const Oracle&
   return Status::Ok();
 }
 
+Result<std::unique_ptr<pm::Pool>> create_run_pool(const IndexRegistry::Entry& entry,
+                                                  const Options& options, std::size_t size,
+                                                  pm::Mode mode) {
+  pm::PoolOptions po;
+  po.size = size;
+  po.mode = mode;
+  po.layout = entry.layout(options);
+  return pm::Pool::create(po);
+}
+
 }  // namespace pmindex::crash

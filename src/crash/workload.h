@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "pmindex/index.h"
+#include "pmindex/pm/pool.h"
 
 namespace pmindex::crash {
 
@@ -35,5 +36,11 @@ Status apply_checked(Index& index, const WorkOp& op, Oracle& oracle, std::size_t
 // given; *matched receives the state that matched. The message names the first difference.
 Status match_contents(const Index& index, std::uint64_t key_space, const Oracle& a,
                       const Oracle* b, Oracle* matched);
+
+// The scratch pool (anonymous, not file-backed) one traced run of a driver creates its index
+// in: `size` bytes, persistence `mode`, the layout the registry entry gives for `options`.
+Result<std::unique_ptr<pm::Pool>> create_run_pool(const IndexRegistry::Entry& entry,
+                                                  const Options& options, std::size_t size,
+                                                  pm::Mode mode);
 
 }  // namespace pmindex::crash
