@@ -11,24 +11,13 @@
 #include <map>
 #include <random>
 
+#include "index/common/op_cost.h"
 #include "pmindex/index.h"
 
 namespace pmindex {
 namespace {
 
-struct Row {
-  std::uint64_t flushes = 0, lines = 0;
-};
-
-template <class F>
-Row measure(F&& op) {
-  pm::Runtime::end_operation();
-  const pm::Counters before = pm::Runtime::counters();
-  op();
-  pm::Runtime::end_operation();
-  const pm::Counters d = pm::Runtime::counters() - before;
-  return {d.flushes, d.lines_written};
-}
+using test::op_cost;
 
 void run(pm::Mode mode, std::uint64_t expect_flushes) {
   Options o;
@@ -57,18 +46,18 @@ void run(pm::Mode mode, std::uint64_t expect_flushes) {
   std::map<std::uint64_t, std::uint64_t> ins_lines, upd_lines, del_lines;
   std::uint64_t bad_flushes = 0;
   for (std::uint64_t k : fresh) {
-    const Row a = measure([&] { ASSERT_EQ(idx->insert(encode_u64(k), v8), Code::ok); });
-    ++ins_lines[a.lines];
-    if (a.lines == 1 && a.flushes != expect_flushes) ++bad_flushes;
+    const pm::Counters a = op_cost([&] { ASSERT_EQ(idx->insert(encode_u64(k), v8), Code::ok); });
+    ++ins_lines[a.lines_written];
+    if (a.lines_written == 1 && a.flushes != expect_flushes) ++bad_flushes;
   }
   for (std::uint64_t k : fresh) {
-    const Row b = measure([&] { ASSERT_EQ(idx->update(encode_u64(k), encode_u64(k)), Code::ok); });
-    ++upd_lines[b.lines];
+    const pm::Counters b = op_cost([&] { ASSERT_EQ(idx->update(encode_u64(k), encode_u64(k)), Code::ok); });
+    ++upd_lines[b.lines_written];
     if (b.flushes != expect_flushes) ++bad_flushes;
   }
   for (std::uint64_t k : fresh) {
-    const Row c = measure([&] { ASSERT_EQ(idx->remove(encode_u64(k)), Code::ok); });
-    ++del_lines[c.lines];
+    const pm::Counters c = op_cost([&] { ASSERT_EQ(idx->remove(encode_u64(k)), Code::ok); });
+    ++del_lines[c.lines_written];
     if (c.flushes != expect_flushes) ++bad_flushes;
   }
   auto show = [](const std::map<std::uint64_t, std::uint64_t>& m) {
@@ -87,12 +76,12 @@ void run(pm::Mode mode, std::uint64_t expect_flushes) {
   EXPECT_EQ(ins_lines[0], 0u);
   EXPECT_EQ(bad_flushes, 0u);
   // A check that can fail: the counters do see a multi-line write (a bulk load's nodes).
-  const Row big = measure([&] {
+  const pm::Counters big = op_cost([&] {
     auto fresh_idx = Index::open(o);
     ASSERT_TRUE(fresh_idx.ok());
     ASSERT_EQ(fresh_idx.value()->bulk_load(kv, 0.6).code(), Code::ok);
   });
-  EXPECT_GT(big.lines, 1u);
+  EXPECT_GT(big.lines_written, 1u);
 }
 
 TEST(ApexPmWrites, Adr) { run(pm::Mode::adr, 1); }
