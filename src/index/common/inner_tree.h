@@ -18,7 +18,9 @@
 // Thread safety / Invariants:
 //   (1) Readers (descend) never write: they read nodes with optimistic_read (olc.h) between
 //       readLockOrRestart and checkOrRestart of each node's version, coupling parent and child versions, and
-//       restart from the root on any change. A leaf's own version is read by the caller's
+//       restart from the root on any change. The root has no parent version, so after
+//       reading its version a reader checks that root_ still names it (a root split
+//       publishes the new root before unlocking the old one). A leaf's own version is read by the caller's
 //       on_leaf callback *before* the parent is validated, so the leaf was the right one for the
 //       probe at a moment when its version was the one returned.
 //   (2) Structure modifications (insert_separator, remove_leaf, bulk_build, clear) are
