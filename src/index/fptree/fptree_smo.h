@@ -129,7 +129,13 @@ void FPTree<N>::try_remove_leaf(std::uint64_t off, const Probe& p) {
   smo.unlock();
   unlock_leaf(prev);
   unlock_leaf(off, /*obsolete=*/true);
-  pool_->allocator().deallocate(off, kBlock);  // D6: unreachable in PM and DRAM
+  // D6: unreachable in PM and DRAM; freed after an epoch, since a pinned reader (bytes keys,
+  // out-of-line values) may still be reading L's key words before it validates L's version.
+  epochs_.retire(
+      this, [](void* self, std::uint64_t block) {
+        static_cast<FPTree*>(self)->pool_->allocator().deallocate(block, kBlock);
+      },
+      off);
 }
 
 // Bulk load into an empty tree (B1..B4). Every record goes into NEW leaves, written and
