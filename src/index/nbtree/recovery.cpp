@@ -2,7 +2,6 @@
 // bulk load, verify() and footprint. See PROTOCOL.md.
 #include <algorithm>
 #include <chrono>
-#include <unordered_set>
 
 #include "index/nbtree/nbtree.h"
 
@@ -140,11 +139,13 @@ Status NBTree::rebuild() {
   // X3/X4 repairs are applied only once the whole walk has succeeded, so a pool refused at
   // recovery is left byte-for-byte unchanged.
   std::vector<std::pair<std::uint64_t*, std::uint64_t>> repairs;
-  std::unordered_set<std::uint64_t> visited;
+  const std::size_t align = block_align(node_size_);
+  // X2's cycle check: one bit per possible block position (pool size / alignment).
+  std::vector<std::uint64_t> visited(p.size() / align / 64 + 1, 0);
+  std::size_t walked = 0;
   std::uint64_t* link = &root_->head;
   std::uint64_t off = root_->head;
   std::uint64_t prev_max = 0;
-  const std::size_t align = block_align(node_size_);
   auto fail = [&](const std::string& what) {
     for (Leaf* l : leaves) delete l;
     return p.error(Code::corrupted, what);
@@ -152,7 +153,17 @@ Status NBTree::rebuild() {
   while (off != 0) {
     auto* hdr = p.checked<BlockHeader>(off, node_size_, align);  // X2
     if (hdr == nullptr) return fail("nbtree block offset " + std::to_string(off) + " is invalid");
-    if (!visited.insert(off).second) return fail("nbtree block chain has a cycle");  // X2
+    std::uint64_t& seen = visited[off / align / 64];
+    const std::uint64_t bit = std::uint64_t{1} << (off / align % 64);
+    if ((seen & bit) != 0) return fail("nbtree block chain has a cycle");  // X2
+    seen |= bit;
+    ++walked;
+    // The chain is in split order, not address order: start loading the next block's lines
+    // while this one is decoded (recovery time is this walk's cache misses).
+    if (const auto* nx = p.checked<BlockHeader>(hdr->next, node_size_, align); nx != nullptr) {
+      for (std::uint32_t b = 0; b < node_size_; b += 64)
+        __builtin_prefetch(reinterpret_cast<const char*>(nx) + b);
+    }
     const Entry* e = reinterpret_cast<const Entry*>(hdr + 1);
     auto* leaf = new Leaf;
     leaf->data_off = off;
@@ -163,11 +174,8 @@ Status NBTree::rebuild() {
       const std::uint64_t k = e[i].key;
       if (k == 0) continue;
       // X3: a key may be live only once in a block; I2 guarantees it, a damaged pool may not.
-      bool dup = false;
-      for (std::uint64_t bits = bitmap; bits != 0; bits &= bits - 1) {
-        if (e[__builtin_ctzll(bits)].key == k) dup = true;
-      }
-      if (dup) {
+      // find_slot looks among the slots accepted so far (fingerprints first, like a lookup).
+      if (find_slot(leaf, k, bitmap) >= 0) {
         repairs.push_back({const_cast<std::uint64_t*>(&e[i].key), 0});
         continue;
       }
@@ -177,7 +185,12 @@ Status NBTree::rebuild() {
       }
       bitmap |= std::uint64_t{1} << i;
       leaf->keys[i].store(k, std::memory_order_relaxed);
-      leaf->set_fp(i, fingerprint(k));
+      // The leaf is private until X6 publishes it: a plain read-modify-write, not set_fp's
+      // fetch_or (one locked instruction per record is a measurable share of recovery).
+      auto& fw = leaf->fpw[i >> 3];
+      fw.store(fw.load(std::memory_order_relaxed) |
+                   (std::uint64_t{fingerprint(k)} << ((i & 7) * 8)),
+               std::memory_order_relaxed);
       mn = std::min(mn, k);
       mx = std::max(mx, k);
       ++live;
@@ -209,7 +222,7 @@ Status NBTree::rebuild() {
     leaves.push_back(leaf);
     link = &hdr->next;
     off = next_off;
-    if (visited.size() > p.size() / node_size_) return fail("nbtree block chain is too long");
+    if (walked > p.size() / node_size_) return fail("nbtree block chain is too long");
   }
   for (const auto& [word, value] : repairs) {
     pm::publish(word, value);
