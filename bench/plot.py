@@ -115,7 +115,7 @@ def tail_latency(runs, path):
             op = OP_OF_WORKLOAD.get(w.split("-")[0], "read")
             for r in sorted([r for r in rs if r["workload"] == w and r["threads"] == t and r["repeat"] == 0], key=lambda r: r["index"]):
                 lat = r["data"]["latency_ns"][op]
-                ax.plot([p[1] for p in PERCENTILES], [max(1, lat[p[0]]) for p in PERCENTILES], marker="o", label=r["index"])
+                ax.plot([p[1] for p in PERCENTILES], [max(1, lat[p[0]]) for p in PERCENTILES], marker="o", label=short(r["index"]))
             ax.set_yscale("log")
             ax.set_title(f"{w}, {t} thread(s)", fontsize=9)
             ax.set_ylabel("latency (ns)")
@@ -126,6 +126,11 @@ def tail_latency(runs, path):
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def short(index):
+    """A tree_api library path is shown by its file name (libpmindex_lbtree_tree)."""
+    return os.path.basename(index).removesuffix(".so") if "/" in index else index
 
 
 def footprint_rows(runs, records):
@@ -252,7 +257,7 @@ def main():
         lines += [f"### {title}", "", f"![{title}]({rel})", ""]
 
     lines += ["## Throughput (Mops/s, mean over repeats)", "",
-              "| workload | threads | " + " | ".join(sorted({r['index'] for r in runs})) + " |",
+              "| workload | threads | " + " | ".join(short(i) for i in sorted({r['index'] for r in runs})) + " |",
               "|---|---|" + "---|" * len({r['index'] for r in runs})]
     indexes = sorted({r["index"] for r in runs})
     for (w, t), g in sorted(group([r for r in runs if r["figure"] not in ("recovery", "pm-per-op")],
@@ -263,12 +268,14 @@ def main():
             cells.append(f"{mean_throughput(sel) / 1e6:.3f}" if sel else "")
         lines.append(f"| {w} | {t} | " + " | ".join(cells) + " |")
 
-    lines += ["", "## Footprint after load (survey Table 3)", "",
-              "`dram_bytes`/`pm_bytes` come from `Index::footprint()` (built-in indexes); `malloc delta` is glibc's "
-              "in-use heap growth over the load, for every target.", "",
-              "| index | kind | records | DRAM bytes | PM bytes | malloc delta bytes |", "|---|---|---|---|---|---|"]
-    for index, (kind, dram, pm, mal, recs) in sorted(footprint_rows(runs, manifest["experiment"].get("records")).items()):
-        lines.append(f"| {index} | {kind} | {recs} | {fmt(dram)} | {fmt(pm)} | {fmt(mal)} |")
+    footprints = footprint_rows(runs, manifest["experiment"].get("records"))
+    if footprints:  # only throughput figures load a comparable tree
+        lines += ["", "## Footprint after load (survey Table 3)", "",
+                  "`dram_bytes`/`pm_bytes` come from `Index::footprint()` (built-in indexes); `malloc delta` is "
+                  "glibc's in-use heap growth over the load, for every target.", "",
+                  "| index | kind | records | DRAM bytes | PM bytes | malloc delta bytes |", "|---|---|---|---|---|---|"]
+    for index, (kind, dram, pm, mal, recs) in sorted(footprints.items()):
+        lines.append(f"| {short(index)} | {kind} | {recs} | {fmt(dram)} | {fmt(pm)} | {fmt(mal)} |")
     if pm_table:
         lines += ["", "## PM work per operation (pmbench-counting)", "",
                   "| workload | index | flushes | fences | lines written | media bytes written | media bytes read |",
