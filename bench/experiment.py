@@ -12,8 +12,9 @@ Datasets. `dataset = "..."` (experiment or workload; the workload's wins) names 
       `dataset_limit = N` samples N keys), then passed as `--dataset PATH`
   a file path (contains '/') or a generator ("gen:lognormal")   passed through unchanged
 and pmbench gets `--key_type` from the file's format (*.f64.sosd double, *.txt bytes, other
-SOSD files u64) unless the workload sets `key_type` or its args already carry one. A fetch
-that fails stops the experiment before any run (exit 2, datasets.py's message on stderr).
+SOSD files u64) unless the workload sets `key_type` or its args already carry one. A workload
+with its own `--dataset` in `args` ignores the experiment's `dataset`. A fetch that fails
+stops the experiment before any run (exit 2, datasets.py's message on stderr).
 
   <out>/manifest.json        the experiment, the environment and one entry per run
   <out>/runs/<id>.json       pmbench --json output of each run
@@ -59,8 +60,12 @@ def expand_indexes(spec, pmbench):
 
 
 def dataset_spec(w, exp):
-    """(dataset, limit) of a workload, or (None, None) when it names none."""
-    name = w.get("dataset", exp.get("dataset"))
+    """(dataset, limit) of a workload, or (None, None) when it names none. A workload that
+    passes its own --dataset in `args` does not inherit the experiment's `dataset`."""
+    own_arg = "--dataset" in [str(a) for a in w.get("args", [])]
+    if own_arg and "dataset" in w:
+        raise SystemExit(f"experiment.py: workload {w.get('name')!r} has both dataset and --dataset in args")
+    name = w.get("dataset", None if own_arg else exp.get("dataset"))
     if name is None:
         return None, None
     if not isinstance(name, str) or not name:

@@ -50,6 +50,11 @@ class KeyTypes(unittest.TestCase):
                                           resolved)
         self.assertEqual(args, ["--dataset", "/c/x.f64.sosd"])
         self.assertEqual(experiment.dataset_args({}, {}, resolved), ([], None))
+        # a workload with its own --dataset keeps it and inherits nothing; both at once is refused
+        own = {"name": "w", "args": ["--dataset", "gen:lognormal"]}
+        self.assertEqual(experiment.dataset_args(own, {"dataset": "gshhg-longitudes"}, resolved), ([], None))
+        with self.assertRaises(SystemExit):
+            experiment.dataset_spec(dict(own, dataset="gshhg-longitudes"), {})
         # a generator or a path is passed through and never fetched
         self.assertFalse(experiment.is_registry_dataset("gen:longlat"))
         self.assertFalse(experiment.is_registry_dataset("/tmp/k.sosd"))
