@@ -6,12 +6,23 @@ once per combination and writes everything into one results directory. A workloa
 override the experiment's `records`, `seconds`, `mode` and `repeats`, and list its own
 `indexes` (same syntax as the experiment's).
 
+Datasets. `dataset = "..."` (experiment or workload; the workload's wins) names the keys:
+  a bench/datasets.py source (e.g. "gshhg-longitudes")  fetched once per experiment before the
+      first run with `datasets.py fetch NAME [--limit N] [--cache DIR]` (cached by datasets.py;
+      `dataset_limit = N` samples N keys), then passed as `--dataset PATH`
+  a file path (contains '/') or a generator ("gen:lognormal")   passed through unchanged
+and pmbench gets `--key_type` from the file's format (*.f64.sosd double, *.txt bytes, other
+SOSD files u64) unless the workload sets `key_type` or its args already carry one. A workload
+with its own `--dataset` in `args` ignores the experiment's `dataset`. A fetch that fails
+stops the experiment before any run (exit 2, datasets.py's message on stderr).
+
   <out>/manifest.json        the experiment, the environment and one entry per run
   <out>/runs/<id>.json       pmbench --json output of each run
   <out>/runs/<id>.csv        pmbench --csv output
   <out>/runs/<id>.log        pmbench's stdout/stderr
 
 Usage: bench/experiment.py EXPERIMENT.toml --pmbench BUILD/bench/pmbench [--out DIR]
+           [--datasets-cache DIR] [--datasets-py PATH]
 Progress goes to stderr, one line per run. Exit code 1 if any run failed (the others still run).
 """
 import argparse
@@ -48,12 +59,82 @@ def expand_indexes(spec, pmbench):
     return ordered, kinds
 
 
+def dataset_spec(w, exp):
+    """(dataset, limit) of a workload, or (None, None) when it names none. A workload that
+    passes its own --dataset in `args` does not inherit the experiment's `dataset`."""
+    own_arg = "--dataset" in [str(a) for a in w.get("args", [])]
+    if own_arg and "dataset" in w:
+        raise SystemExit(f"experiment.py: workload {w.get('name')!r} has both dataset and --dataset in args")
+    name = w.get("dataset", None if own_arg else exp.get("dataset"))
+    if name is None:
+        return None, None
+    if not isinstance(name, str) or not name:
+        raise SystemExit(f"experiment.py: dataset must be a non-empty string, got {name!r}")
+    limit = w.get("dataset_limit", exp.get("dataset_limit"))
+    if limit is not None and (not isinstance(limit, int) or limit < 1):
+        raise SystemExit(f"experiment.py: dataset_limit must be a positive integer, got {limit!r}")
+    return name, limit
+
+
+def is_registry_dataset(name):
+    return not name.startswith("gen:") and "/" not in name
+
+
+def fetch_dataset(datasets_py, name, limit, cache):
+    """Runs `datasets.py fetch` and returns the path it prints; stops the experiment (exit 2)
+    with datasets.py's own message when the fetch fails."""
+    cmd = [sys.executable, datasets_py, "fetch", name]
+    if limit is not None:
+        cmd += ["--limit", str(limit)]
+    if cache:
+        cmd += ["--cache", cache]
+    print(f"fetching dataset {name}" + (f" (limit {limit})" if limit else "") + " ...",
+          file=sys.stderr, flush=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    lines = proc.stdout.strip().splitlines()
+    path = lines[-1] if lines else ""
+    if proc.returncode != 0 or not os.path.isfile(path):
+        print(f"experiment.py: dataset {name}: `{' '.join(cmd)}` failed (exit {proc.returncode}):\n"
+              f"{proc.stderr.strip() or proc.stdout.strip()}", file=sys.stderr)
+        raise SystemExit(2)
+    return os.path.abspath(path)
+
+
+def key_type_of(path):
+    """pmbench's --key_type for a dataset file (None: let pmbench decide, e.g. generators)."""
+    if path.startswith("gen:"):
+        return None
+    if path.endswith(".f64.sosd"):
+        return "double"
+    if path.endswith(".txt"):
+        return "bytes"
+    return "u64"
+
+
+def dataset_args(w, exp, resolved):
+    """pmbench arguments for a workload's dataset; `resolved` maps (name, limit) to a path."""
+    name, limit = dataset_spec(w, exp)
+    if name is None:
+        return [], None
+    path = resolved.get((name, limit), name)
+    args = ["--dataset", path]
+    key_type = w.get("key_type", exp.get("key_type", key_type_of(path)))
+    if key_type is not None and "--key_type" not in [str(a) for a in w.get("args", [])]:
+        args += ["--key_type", key_type]
+    return args, path
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("experiment")
     ap.add_argument("--pmbench", required=True, help="path to the pmbench binary")
     ap.add_argument("--pmbench-counting", help="path to pmbench-counting (default: beside pmbench)")
     ap.add_argument("--out", help="results directory (default: results/<name>-<UTC time>)")
+    ap.add_argument("--datasets-cache", help="datasets.py --cache (default: its own, "
+                    "$PMINDEX_DATASETS or ~/.cache/pmindex/datasets)")
+    ap.add_argument("--datasets-py", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                          "datasets.py"),
+                    help="the datasets.py to fetch named datasets with (default: the one beside this file)")
     args = ap.parse_args()
 
     with open(args.experiment, "rb") as f:
@@ -75,6 +156,13 @@ def main():
                 for rep in range(int(w.get("repeats", exp.get("repeats", 1)))):
                     plan.append((w, index, threads, rep))
 
+    # Fetch every named dataset before the first run, so a failed download costs no runs.
+    resolved = {}
+    for w in exp["workloads"]:
+        name, limit = dataset_spec(w, exp)
+        if name is not None and is_registry_dataset(name) and (name, limit) not in resolved:
+            resolved[(name, limit)] = fetch_dataset(args.datasets_py, name, limit, args.datasets_cache)
+
     manifest = {"experiment": exp, "experiment_file": os.path.abspath(args.experiment),
                 "started_utc": stamp, "pmbench": pmbench, "runs": []}
     failures = 0
@@ -93,7 +181,8 @@ def main():
                "--csv", os.path.join(out, "runs", run_id + ".csv"), "--no_progress"]
         if mode == "time":
             cmd += ["--seconds", str(w.get("seconds", exp.get("seconds", 1.0)))]
-        cmd += [str(a) for a in w.get("args", [])]
+        extra, dataset = dataset_args(w, exp, resolved)
+        cmd += extra + [str(a) for a in w.get("args", [])]
         t0 = time.time()
         proc = subprocess.run(cmd, capture_output=True, text=True)
         elapsed = time.time() - t0
@@ -101,7 +190,7 @@ def main():
             f.write("$ " + " ".join(cmd) + "\n" + proc.stdout + proc.stderr)
         entry = {"id": run_id, "index": index, "index_kind": kinds.get(index, "tree_api"),
                  "workload": w["name"], "figure": w.get("figure", ""), "threads": threads,
-                 "records": records,
+                 "records": records, "dataset": dataset,
                  "mode": mode, "repeat": rep, "binary": w.get("binary", "production"),
                  "exit_code": proc.returncode, "json": f"runs/{run_id}.json",
                  "csv": f"runs/{run_id}.csv", "wall_seconds": round(elapsed, 3)}

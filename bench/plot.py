@@ -233,6 +233,14 @@ def main():
     add("Throughput vs threads, self-similar 80/20 (survey Fig. 4e-g)",
         throughput_vs_threads(runs, "throughput-selfsimilar", os.path.join(figdir, "throughput-selfsimilar.png"),
                               "Throughput, self-similar (80% of accesses on 20% of keys)"))
+    # Any other throughput figure of an experiment (e.g. one per dataset in apex-real.toml).
+    datasets = {r["figure"]: r.get("dataset") for r in runs}
+    for figure in sorted(f for f in datasets if f.startswith("throughput-")
+                         and f not in ("throughput-uniform", "throughput-selfsimilar")):
+        keys = f" ({os.path.basename(datasets[figure])})" if datasets[figure] else ""
+        add(f"Throughput vs threads, {figure.removeprefix('throughput-')}{keys}",
+            throughput_vs_threads(runs, figure, os.path.join(figdir, figure + ".png"),
+                                  f"Throughput, {figure.removeprefix('throughput-')}{keys}"))
     add("Mixed workloads (survey Fig. 5)", mixed(runs, os.path.join(figdir, "mixed.png")))
     add("Tail latency (survey Fig. 6)", tail_latency(runs, os.path.join(figdir, "tail-latency.png")))
     pm_path, pm_table = pm_per_op(runs, os.path.join(figdir, "pm-per-op.png"))

@@ -171,7 +171,8 @@ int table1(const std::string& keys_kind, std::size_t n, const std::string& load,
       "\"avg_depth\":%.3f,\"max_depth\":%u,\"inner_nodes\":%llu,\"data_nodes\":%llu,"
       "\"stash_ratio\":%.4f,\"overflow_ratio\":%.4f,\"ext_blocks\":%llu,"
       "\"expansions\":%llu,\"sideways_splits\":%llu,\"downward_splits\":%llu,"
-      "\"inner_expansions\":%llu,\"pm_bytes\":%llu,\"dram_bytes\":%llu}\n",
+      "\"inner_expansions\":%llu,\"inner_bytes\":%llu,\"data_bytes\":%llu,\"pm_bytes\":%llu,"
+      "\"dram_bytes\":%llu}\n",
       keys_kind.c_str(), keys.size(), load.c_str(), node_size, load_s, st.avg_depth,
       st.max_depth, static_cast<unsigned long long>(st.inner_nodes),
       static_cast<unsigned long long>(st.data_nodes), st.avg_stash_ratio, st.overflow_ratio,
@@ -180,6 +181,7 @@ int table1(const std::string& keys_kind, std::size_t n, const std::string& load,
       static_cast<unsigned long long>(st.sideways_splits),
       static_cast<unsigned long long>(st.downward_splits),
       static_cast<unsigned long long>(st.inner_expansions),
+      static_cast<unsigned long long>(st.inner_bytes), static_cast<unsigned long long>(st.data_bytes),
       static_cast<unsigned long long>(fp.pm_bytes), static_cast<unsigned long long>(fp.dram_bytes));
   return 0;
 }

@@ -171,6 +171,9 @@ class Apex final : public Index {
   // or extended stash / records).
   struct Stats {
     std::uint64_t inner_nodes = 0, data_nodes = 0, ext_blocks = 0, records = 0, stash_records = 0;
+    // PM bytes requested for the reachable nodes (allocator rounding and the root object,
+    // logs and free blocks not included): inner nodes, data nodes, extended stash blocks.
+    std::uint64_t inner_bytes = 0, data_bytes = 0, ext_bytes = 0;
     std::uint32_t max_depth = 0;
     double avg_depth = 0, avg_stash_ratio = 0, overflow_ratio = 0;
     std::uint64_t depth_sum = 0;

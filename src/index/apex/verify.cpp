@@ -177,6 +177,7 @@ void Apex::stats_node(std::uint64_t off, std::uint32_t depth, Stats* s) const {
   if (type_of(off) == NodeType::inner) {
     ++s->inner_nodes;
     const InnerNode* in = inner(off);
+    s->inner_bytes += inner_bytes(in->fanout);
     for (std::uint32_t i = 0; i < in->fanout; ++i)
       if (i == 0 || in->children()[i] != in->children()[i - 1])
         stats_node(in->children()[i], depth + 1, s);
@@ -184,6 +185,7 @@ void Apex::stats_node(std::uint64_t off, std::uint32_t depth, Stats* s) const {
   }
   ++s->data_nodes;
   const DataNode* dn = data(off);
+  s->data_bytes += dn->bytes;
   s->depth_sum += depth;
   s->stash_ratio_sum += static_cast<double>(dn->sa_slots) / (dn->pa_slots + dn->sa_slots);
   for (std::uint32_t i = 0; i < dn->pa_slots + dn->sa_slots; ++i) {
@@ -193,6 +195,7 @@ void Apex::stats_node(std::uint64_t off, std::uint32_t depth, Stats* s) const {
   }
   for (std::uint64_t b = dn->ext_head; b != 0; b = pool_->at<ExtStash>(b)->next) {
     ++s->ext_blocks;
+    s->ext_bytes += sizeof(ExtStash);
     for (const Record& r : pool_->at<ExtStash>(b)->rec)
       if (r.key != dn->invalid_key) {
         ++s->records;

@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""bench/experiment.py's datasets (`dataset = NAME` in an experiment file), without the network.
+
+A tiny SOSD file of doubles is put where `datasets.py fetch gshhg-longitudes --cache DIR` finds
+its cached output, so the runner's real fetch path runs (datasets.py, no download) and pmbench
+then runs the keys with --verify on lbtree, fptree and apex. Failures checked: an unknown
+dataset name and a fetch that prints no file stop the experiment before any run (exit 2).
+
+Usage: test_experiment.py PMBENCH [unittest args]
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+BENCH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench")
+sys.path.insert(0, BENCH)
+import datasets  # noqa: E402
+import experiment  # noqa: E402
+
+PMBENCH = None  # set from argv in __main__
+
+
+def run_experiment(toml_text, work, *extra):
+    exp = os.path.join(work, "exp.toml")
+    with open(exp, "w") as f:
+        f.write(toml_text)
+    out = os.path.join(work, "out")
+    proc = subprocess.run([sys.executable, os.path.join(BENCH, "experiment.py"), exp, "--pmbench", PMBENCH,
+                           "--out", out, *extra], capture_output=True, text=True)
+    return proc, out
+
+
+class KeyTypes(unittest.TestCase):
+    def test_key_type_follows_the_file_format(self):
+        self.assertEqual(experiment.key_type_of("/c/gshhg-longlat-2.0.0.f64.sosd"), "double")
+        self.assertEqual(experiment.key_type_of("/c/gshhg-s2-2.0.0.sosd"), "u64")
+        self.assertEqual(experiment.key_type_of("/c/debian-paths-12.15.txt"), "bytes")
+        self.assertIsNone(experiment.key_type_of("gen:lognormal"))
+
+    def test_workload_key_type_and_explicit_args_win(self):
+        resolved = {("gshhg-longitudes", None): "/c/x.f64.sosd"}
+        args, path = experiment.dataset_args({"dataset": "gshhg-longitudes"}, {}, resolved)
+        self.assertEqual((args, path), (["--dataset", "/c/x.f64.sosd", "--key_type", "double"], "/c/x.f64.sosd"))
+        args, _ = experiment.dataset_args({"key_type": "bytes"}, {"dataset": "gshhg-longitudes"}, resolved)
+        self.assertEqual(args[-2:], ["--key_type", "bytes"])
+        args, _ = experiment.dataset_args({"dataset": "gshhg-longitudes", "args": ["--key_type", "u64"]}, {},
+                                          resolved)
+        self.assertEqual(args, ["--dataset", "/c/x.f64.sosd"])
+        self.assertEqual(experiment.dataset_args({}, {}, resolved), ([], None))
+        # a workload with its own --dataset keeps it and inherits nothing; both at once is refused
+        own = {"name": "w", "args": ["--dataset", "gen:lognormal"]}
+        self.assertEqual(experiment.dataset_args(own, {"dataset": "gshhg-longitudes"}, resolved), ([], None))
+        with self.assertRaises(SystemExit):
+            experiment.dataset_spec(dict(own, dataset="gshhg-longitudes"), {})
+        # a generator or a path is passed through and never fetched
+        self.assertFalse(experiment.is_registry_dataset("gen:longlat"))
+        self.assertFalse(experiment.is_registry_dataset("/tmp/k.sosd"))
+        self.assertTrue(experiment.is_registry_dataset("gshhg-longlat"))
+
+
+class EndToEnd(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.work = self.tmp.name
+        self.cache = os.path.join(self.work, "cache")
+        os.makedirs(self.cache)
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def test_named_dataset_is_fetched_from_the_cache_and_run_as_doubles(self):
+        keys = [-179.5 + i * 0.0137 for i in range(3000)] + [0.1 * i for i in range(1, 2000)]
+        path = datasets.output_path(self.cache, "gshhg-longitudes", None)
+        datasets.write_sosd(path, sorted(set(keys)), doubles=True)
+        proc, out = run_experiment(
+            'name = "t"\nrecords = 1500\nmode = "operation"\nindexes = ["lbtree", "fptree", "apex"]\n'
+            'dataset = "gshhg-longitudes"\n'
+            '[[workloads]]\nname = "mix"\nargs = ["-p", "2000", "-r", "0.4", "-i", "0.2", "-u", "0.2", '
+            '"-d", "0.1", "-s", "0.1", "--verify"]\n', self.work, "--datasets-cache", self.cache)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        with open(os.path.join(out, "manifest.json")) as f:
+            manifest = json.load(f)
+        self.assertEqual([r["index"] for r in manifest["runs"]], ["lbtree", "fptree", "apex"])
+        for r in manifest["runs"]:
+            self.assertEqual(r["exit_code"], 0, r)
+            self.assertEqual(r["dataset"], os.path.abspath(path))
+            with open(os.path.join(out, r["json"])) as f:
+                config = json.load(f)["config"]
+            # pmbench itself says which keys it ran: the cached file, as doubles
+            self.assertEqual(config["dataset"], os.path.abspath(path))
+            self.assertEqual(config["key_type"], "double")
+
+    def test_unknown_dataset_stops_before_any_run(self):
+        proc, out = run_experiment('name = "t"\nindexes = ["lbtree"]\n[[workloads]]\nname = "w"\n'
+                                   'dataset = "no-such-dataset"\nargs = ["-p", "10"]\n', self.work,
+                                   "--datasets-cache", self.cache)
+        self.assertEqual(proc.returncode, 2, proc.stderr)
+        self.assertIn("unknown dataset 'no-such-dataset'", proc.stderr)
+        self.assertFalse(os.path.exists(os.path.join(out, "manifest.json")))
+
+    def test_fetch_that_yields_no_file_stops_the_experiment(self):
+        stub = os.path.join(self.work, "stub_datasets.py")
+        with open(stub, "w") as f:
+            f.write("print('/nonexistent/keys.f64.sosd')\n")
+        proc, _ = run_experiment('name = "t"\nindexes = ["lbtree"]\ndataset = "gshhg-longlat"\n'
+                                 '[[workloads]]\nname = "w"\nargs = ["-p", "10"]\n', self.work,
+                                 "--datasets-py", stub)
+        self.assertEqual(proc.returncode, 2, proc.stderr)
+        self.assertIn("dataset gshhg-longlat", proc.stderr)
+
+    def test_bad_limit_is_refused(self):
+        proc, _ = run_experiment('name = "t"\nindexes = ["lbtree"]\ndataset = "gshhg-longlat"\n'
+                                 'dataset_limit = 0\n[[workloads]]\nname = "w"\n', self.work)
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertIn("dataset_limit must be a positive integer", proc.stderr)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2:
+        print(__doc__, file=sys.stderr)
+        sys.exit(2)
+    PMBENCH = os.path.abspath(sys.argv.pop(1))
+    unittest.main()
