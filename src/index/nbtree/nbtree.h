@@ -8,14 +8,17 @@
 //     that two inserts of the SAME key into the same leaf wait for each other (I2). The link
 //     phase of an SMO is lock-free and cooperative (CAS into both layers' lists, S9..S12);
 //     only its parent install (S13) takes the inner-node writer lock (no HTM on this CPU).
-//     Key 0 lives in a side record guarded by its own spin lock (Z1..Z4).
+//     Key 0 (u64/f64) lives in a side record guarded by its own spin lock (Z1..Z4). Keys of
+//     KeyType::bytes live in PM key records the entries point to (K1..K5).
 //   * Inner nodes are read without locks: each node has a version (odd = being written) that
 //     readers validate (seqlock); writers hold inner_mu_ (N1..N3).
 // Invariants (verify() checks them on a quiescent tree):
 //   (1) the DRAM leaf chain and the PM block chain visit the same leaves in the same order, and
-//       leaf ranges [low, high] tile [1, 2^64-1] in that order;
-//   (2) every committed live slot holds a key in its leaf's range, no key is live twice, and
-//       its fingerprint matches; committed bits lie below min(num, capacity);
+//       leaf ranges tile the key space in that order (u64: [low, high] over [1, 2^64-1];
+//       bytes: [low, high) by memcmp from "" to no bound);
+//   (2) every committed live slot holds a key in its leaf's range (bytes: a readable key
+//       record), no key is live twice, and its fingerprint matches; committed bits lie below
+//       min(num, capacity);
 //   (3) inner nodes are sorted, their children's ranges nest inside theirs, and the leaves they
 //       reach in order are exactly the leaf chain;
 //   (4) a quiescent leaf has no SMO in progress (smo bit clear, no copy_ptr).
