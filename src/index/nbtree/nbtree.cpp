@@ -71,11 +71,13 @@ Index::ThreadScope NBTree::attach_thread() {
 // --- keys and values ----------------------------------------------------------------------------
 
 Code NBTree::make_probe(std::string_view key, Probe* p) const {
-  if (Code c = keys_.check(key); c != Code::ok) return c;
-  if (bytes_) {
+  if (bytes_) [[unlikely]] {
+    if (Code c = keys_.check(key); c != Code::ok) return c;  // key_too_large
     *p = keys_.probe(key);  // fingerprint of the whole key
     return Code::ok;
   }
+  if (key.size() != 8) return Code::invalid_argument;
+  if (key_mode_ == KeyType::f64 && std::isnan(decode_f64(key))) return Code::invalid_argument;
   p->bytes = key;
   p->word = decode_u64(key);  // big-endian: integer order == memcmp order
   p->fp = fingerprint(p->word);
@@ -207,14 +209,18 @@ std::uint8_t NBTree::fingerprint(std::uint64_t key) {
 //   BytesOrder: memcmp order against SeparatorStore words; `strict` stands for "the keys just
 //               below `key`" (the link phase's predecessor of a leaf's low, S10). A torn
 //               inner-node snapshot (N2) may hold a 0 word past the count: it compares as
-//               anything, and validation discards the result.
+//               anything, and validation discards the result. Bound words are loaded with
+//               acquire (kLoad) because they are dereferenced before N2's fence: the writer's
+//               release fence (InnerWrite, N1) then orders the bound's creation before the read.
 namespace {
 struct U64Order {
+  static constexpr std::memory_order kLoad = std::memory_order_relaxed;
   std::uint64_t key;
   bool ge(std::uint64_t bound) const { return key >= bound; }
   bool above(std::uint64_t high) const { return key > high; }
 };
 struct BytesOrder {
+  static constexpr std::memory_order kLoad = std::memory_order_acquire;
   std::string_view key;
   bool strict;
   bool ge(std::uint64_t bound) const {
@@ -264,7 +270,7 @@ Leaf* NBTree::descend(const Order& order) const {
       }
       right = nullptr;
       child = nullptr;
-      if (order.above(node->high.load(std::memory_order_relaxed))) {
+      if (order.above(node->high.load(Order::kLoad))) {
         right = node->sibling.load(std::memory_order_relaxed);  // N3: B-link move right
       } else {
         // Binary search for the last i with keys[i] <= key (keys[0] is the node's low). A
@@ -275,7 +281,7 @@ Leaf* NBTree::descend(const Order& order) const {
         int lo = 1, hi = n;
         while (lo < hi) {
           const int mid = (lo + hi) / 2;
-          if (order.ge(node->keys[mid].load(std::memory_order_relaxed))) lo = mid + 1;
+          if (order.ge(node->keys[mid].load(Order::kLoad))) lo = mid + 1;
           else hi = mid;
         }
         child = node->children[lo - 1].load(std::memory_order_relaxed);
@@ -296,8 +302,16 @@ Leaf* NBTree::descend(const Order& order) const {
 // x = word ^ (fp repeated), a byte is zero exactly where the fingerprint matches; the exact
 // zero-byte test sets 0x80 in those bytes, and the multiply gathers the eight flags into one
 // byte (bit 8j moves to bit 56 + j; no two partial products meet, so nothing carries).
+// One branch on the key mode per call; the candidate loop of each mode compares directly.
 int NBTree::find_slot(const Leaf* leaf, const Probe& p, std::uint64_t bitmap,
                       std::uint64_t* key_word) const {
+  return bytes_ ? find_slot_in<true>(leaf, p, bitmap, key_word)
+                : find_slot_in<false>(leaf, p, bitmap, key_word);
+}
+
+template <bool kBytes>
+int NBTree::find_slot_in(const Leaf* leaf, const Probe& p, std::uint64_t bitmap,
+                         std::uint64_t* key_word) const {
   const std::uint64_t committed = bitmap & ~Leaf::kSmoBit;
   if (committed == 0) return -1;
   constexpr std::uint64_t kLow7 = 0x7f7f7f7f7f7f7f7full;
@@ -315,7 +329,7 @@ int NBTree::find_slot(const Leaf* leaf, const Probe& p, std::uint64_t bitmap,
     const int i = __builtin_ctzll(cand);
     cand &= cand - 1;
     const std::uint64_t k = pm::load_acquire(&e[i].key);
-    if (is_key(k, p)) {
+    if (kBytes ? k != 0 && keys_.matches(k, p) : k == p.word) {
       if (key_word != nullptr) *key_word = k;
       return i;
     }

@@ -346,6 +346,9 @@ class NBTree final : public Index {
   // The committed slot holding the key, or -1; *key_word: the slot's key word.
   int find_slot(const Leaf* leaf, const Probe& p, std::uint64_t bitmap,
                 std::uint64_t* key_word = nullptr) const;
+  template <bool kBytes>
+  int find_slot_in(const Leaf* leaf, const Probe& p, std::uint64_t bitmap,
+                   std::uint64_t* key_word) const;
   std::uint64_t read_word(const Leaf* leaf, int slot, std::uint64_t* key_out) const;
   bool wait_for_lower_inserts(const Leaf* leaf, int slot, const Probe& p) const;
   Code insert_word(const Probe& p, std::uint64_t key_word, std::uint64_t word);
@@ -393,12 +396,7 @@ class NBTree final : public Index {
   Root* root_ = nullptr;
   pm::Mode mode_ = pm::Mode::adr;
   pm::KeyMode key_mode_ = pm::KeyMode::u64;
-  index_common::KeyCodec keys_;
   bool bytes_ = false;  // key_mode_ == bytes
-  // Bytes mode: DRAM copies of range bounds. Bounds are never removed from the tree (leaves
-  // are not merged), so a published one lives as long as the index; an SMO that lost S3
-  // retires its unpublished split bound. Declared before epochs_ (SeparatorStore (3)).
-  index_common::SeparatorStore seps_;
   std::uint64_t first_low_ = 1;  // the first leaf's low: 1 (u64) or the bound ""
   std::uint32_t node_size_;
   int cap_;
@@ -419,6 +417,11 @@ class NBTree final : public Index {
   mutable sync::SpinLock alloc_mu_;
   Fault fault_ = Fault::none;
   std::vector<Inner*> all_inner_;     // every inner node, for freeing (inner_mu_)
+  index_common::KeyCodec keys_;        // the key mode (bytes: PM key records, K1..K5)
+  // Bytes mode: DRAM copies of range bounds. Bounds are never removed from the tree (leaves
+  // are not merged), so a published one lives as long as the index; an SMO that lost S3
+  // retires its unpublished split bound. Declared before epochs_ (SeparatorStore (3)).
+  index_common::SeparatorStore seps_;
   mutable sync::EpochManager epochs_;  // E1: replaced leaves and value records
   mutable std::atomic<std::uint64_t> reader_persists_{0};  // relaxed: a statistic
   RecoveryStats recovery_;

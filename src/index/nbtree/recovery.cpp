@@ -416,11 +416,11 @@ Status NBTree::verify_leaf(const Leaf* leaf, std::uint64_t* live) const {
       kp.word = k;
       kp.fp = fingerprint(k);
     }
-    const std::string shown = bytes_ ? "record " + std::to_string(k) : std::to_string(k);
+    auto shown = [&] { return bytes_ ? "record " + std::to_string(k) : std::to_string(k); };
     if (!in_range(leaf, kp))  // memcmp order in bytes mode
-      return p.error(Code::corrupted, "verify: key " + shown + " outside its leaf");
+      return p.error(Code::corrupted, "verify: key " + shown() + " outside its leaf");
     if (leaf->fp(i) != kp.fp)
-      return p.error(Code::corrupted, "verify: fingerprint does not match key " + shown);
+      return p.error(Code::corrupted, "verify: fingerprint does not match key " + shown());
     if (leaf->keys[i].load(std::memory_order_relaxed) != k)
       return p.error(Code::corrupted, "verify: announced key differs from the PM key");
     const std::uint64_t pl = payload_of(e[i].value);
