@@ -229,10 +229,14 @@ Status NBTree::rebuild() {
       off = next_off;
       continue;
     }
-    if (live > 0 && !leaves.empty() && (bytes_ ? mn_bytes <= prev_max_bytes : mn <= prev_max))
+    if (live > 0 && !leaves.empty() && (bytes_ ? mn_bytes <= prev_max_bytes : mn <= prev_max)) {
+      delete leaf;  // not in `leaves` yet
       return fail("nbtree blocks are out of key order at offset " + std::to_string(off));
-    if (alloc.mark_reachable(off, node_size_) != Code::ok)
+    }
+    if (alloc.mark_reachable(off, node_size_) != Code::ok) {
+      delete leaf;
       return fail("nbtree block marked twice or misplaced");
+    }
     for (int i = 0; i <= last; ++i) leaf->state[i].store(Leaf::kDone, std::memory_order_relaxed);
     leaf->num.store(static_cast<std::uint32_t>(last + 1), std::memory_order_relaxed);
     leaf->bitmap.store(bitmap, std::memory_order_relaxed);
