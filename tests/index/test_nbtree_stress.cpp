@@ -56,9 +56,19 @@ bool parse_value(const std::string& v, std::uint64_t* key, std::uint64_t* seq) {
   return true;
 }
 
-void run(pm::Mode mode) {
+// Keys of `kt` for integer k: u64 the 8-byte big-endian k; bytes the same 8 bytes followed by
+// k % 7 more (variable lengths 8..14, memcmp order = the order of k, decode: the first 8).
+std::string key_of(KeyType kt, std::uint64_t k) {
+  std::string s = encode_u64(k);
+  if (kt == KeyType::bytes) s.append(k % 7, static_cast<char>(k));
+  return s;
+}
+
+void run(pm::Mode mode, KeyType kt = KeyType::u64) {
   Options o;
   o.kind = "nbtree";
+  o.key_type = kt;
+  o.max_key_size = 16;
   o.pool_size = 256 << 20;
   o.node_size = 128;
   o.persistence = mode;
@@ -100,26 +110,26 @@ void run(pm::Mode mode) {
         const bool present = mine.count(k) != 0;
         const unsigned kind = static_cast<unsigned>(rng() % 10);
         if (kind < 4) {
-          const Code c = idx->insert(encode_u64(k), v);
+          const Code c = idx->insert(key_of(kt, k), v);
           if (c != (present ? Code::already_present : Code::ok)) fail("insert result");
           if (!present) mine[k] = v;
         } else if (kind < 7) {
-          const Code c = idx->update(encode_u64(k), v);
+          const Code c = idx->update(key_of(kt, k), v);
           if (c != (present ? Code::ok : Code::not_found)) fail("update result");
           if (present) mine[k] = v;
         } else if (kind < 9) {
-          const Code c = idx->remove(encode_u64(k));
+          const Code c = idx->remove(key_of(kt, k));
           if (c != (present ? Code::ok : Code::not_found)) fail("remove result");
           mine.erase(k);
         } else {
-          const Code c = idx->find(encode_u64(k), &got);
+          const Code c = idx->find(key_of(kt, k), &got);
           if (present != (c == Code::ok)) fail("own find presence for key " + std::to_string(k));
           if (present && got != mine[k]) fail("own find value for key " + std::to_string(k));
         }
       } else if (op < 90) {  // read the other thread's keys: never back in time
         if (k % 2 == static_cast<std::uint64_t>(t)) k = k == kKeys ? 1 + t : k + 1;
         if (k % 2 == static_cast<std::uint64_t>(t)) continue;
-        if (idx->find(encode_u64(k), &got) == Code::ok) {
+        if (idx->find(key_of(kt, k), &got) == Code::ok) {
           std::uint64_t vk = 0, seq = 0;
           if (!parse_value(got, &vk, &seq) || vk != k) {
             fail("foreign value is garbage for key " + std::to_string(k));
@@ -131,19 +141,19 @@ void run(pm::Mode mode) {
       } else if (op < 97) {  // shared keys: both threads upsert/remove
         const std::uint64_t sk = kKeys + 1 + rng() % kShared;
         if (rng() % 2 == 0) {
-          const Code c = idx->upsert(encode_u64(sk), make_value(sk, 1, rng() % 4 == 0));
+          const Code c = idx->upsert(key_of(kt, sk), make_value(sk, 1, rng() % 4 == 0));
           if (c != Code::ok) fail("shared upsert");
         } else {
-          const Code c = idx->remove(encode_u64(sk));
+          const Code c = idx->remove(key_of(kt, sk));
           if (c != Code::ok && c != Code::not_found) fail("shared remove");
         }
       } else {  // short scans: keys ascend, values belong to their keys
         ScanBuffer buf;
-        const std::size_t cnt = idx->scan(encode_u64(k), 8, buf);
+        const std::size_t cnt = idx->scan(key_of(kt, k), 8, buf);
         for (std::size_t i = 0; i < cnt; ++i) {
           std::uint64_t vk = 0, seq = 0;
-          const std::uint64_t key = decode_u64(buf.key(i));
-          if (key < k || (i > 0 && key <= decode_u64(buf.key(i - 1)))) fail("scan order");
+          const std::uint64_t key = decode_u64(buf.key(i).substr(0, 8));
+          if (key < k || (i > 0 && key <= decode_u64(buf.key(i - 1).substr(0, 8)))) fail("scan order");
           if (!parse_value(std::string(buf.value(i)), &vk, &seq) || vk != key) fail("scan value");
         }
       }
@@ -163,7 +173,7 @@ void run(pm::Mode mode) {
     for (std::uint64_t k = 1; k <= kKeys; ++k) {
       if (k % 2 != static_cast<std::uint64_t>(t)) continue;
       auto it = final_state[t].find(k);
-      const Code c = idx->find(encode_u64(k), &got);
+      const Code c = idx->find(key_of(kt, k), &got);
       if (it == final_state[t].end()) {
         EXPECT_EQ(c, Code::not_found) << k;
       } else {
@@ -174,13 +184,13 @@ void run(pm::Mode mode) {
     }
   }
   for (std::uint64_t sk = kKeys + 1; sk <= kKeys + kShared; ++sk) {
-    if (idx->find(encode_u64(sk), &got) == Code::ok) ++expected;
+    if (idx->find(key_of(kt, sk), &got) == Code::ok) ++expected;
   }
   ScanBuffer buf;
-  EXPECT_EQ(idx->scan(encode_u64(0), 1 << 20, buf), expected);
-  std::printf("%s: %llu ops, %zu leaves, %llu reads persisted a line written by another "
+  EXPECT_EQ(idx->scan("", 1 << 20, buf), expected);
+  std::printf("%s%s: %llu ops, %zu leaves, %llu reads persisted a line written by another "
               "thread (R1)\n",
-              std::string(pm::to_string(mode)).c_str(),
+              std::string(pm::to_string(mode)).c_str(), kt == KeyType::bytes ? " bytes keys" : "",
               static_cast<unsigned long long>(ops.load()), nb->leaf_count(),
               static_cast<unsigned long long>(nb->reader_persists()));
 }
@@ -276,6 +286,8 @@ TEST(NBTreeStress, HotKeysDuringSmosEadr) { run_hot(pm::Mode::eadr); }
 
 TEST(NBTreeStress, TwoThreadsAdr) { run(pm::Mode::adr); }
 TEST(NBTreeStress, TwoThreadsEadr) { run(pm::Mode::eadr); }
+TEST(NBTreeStress, TwoThreadsBytesKeysAdr) { run(pm::Mode::adr, KeyType::bytes); }
+TEST(NBTreeStress, TwoThreadsBytesKeysEadr) { run(pm::Mode::eadr, KeyType::bytes); }
 
 }  // namespace
 }  // namespace pmindex

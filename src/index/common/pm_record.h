@@ -31,14 +31,20 @@ inline constexpr std::size_t kRecordHeader = 8;
 
 inline std::size_t record_bytes(std::size_t length) { return kRecordHeader + length; }
 
-// K1. Returns 0 with *code on failure.
-inline std::uint64_t write_record(pm::Pool& pool, std::string_view bytes, Code* code) {
-  const std::uint64_t off = pool.allocator().allocate(record_bytes(bytes.size()), code);
-  if (off == 0) return 0;
+// K1 into a block of record_bytes(bytes.size()) the caller allocated (an index that
+// serialises its allocator calls under its own lock allocates, then fills outside it).
+inline void fill_record(pm::Pool& pool, std::uint64_t off, std::string_view bytes) {
   char* p = pool.at<char>(off);
   pm::store(reinterpret_cast<std::uint64_t*>(p), std::uint64_t{bytes.size()});
   if (!bytes.empty()) pm::copy(p + kRecordHeader, bytes.data(), bytes.size());
   pm::persist(p, record_bytes(bytes.size()));
+}
+
+// K1. Returns 0 with *code on failure.
+inline std::uint64_t write_record(pm::Pool& pool, std::string_view bytes, Code* code) {
+  const std::uint64_t off = pool.allocator().allocate(record_bytes(bytes.size()), code);
+  if (off == 0) return 0;
+  fill_record(pool, off, bytes);
   return off;
 }
 

@@ -44,7 +44,8 @@ inline void spin_pause(const char* tag) {
 }
 }  // namespace
 
-NBTree::NBTree(std::unique_ptr<pm::Pool> pool, std::uint32_t node_size, std::uint32_t max_value)
+NBTree::NBTree(std::unique_ptr<pm::Pool> pool, std::uint32_t node_size, std::uint32_t max_value,
+               std::uint32_t max_key)
     : pool_(std::move(pool)),
       node_size_(node_size),
       cap_(static_cast<int>(node_size / sizeof(Entry)) - 1),
@@ -52,6 +53,9 @@ NBTree::NBTree(std::unique_ptr<pm::Pool> pool, std::uint32_t node_size, std::uin
       max_value_(max_value) {
   mode_ = pool_->mode();
   key_mode_ = pool_->info().layout.key_mode;
+  keys_.configure(pool_.get(), key_mode_, max_key);
+  bytes_ = keys_.bytes_mode();
+  if (bytes_) first_low_ = seps_.make("");  // "" is the smallest key
 }
 
 NBTree::~NBTree() {
@@ -66,11 +70,67 @@ Index::ThreadScope NBTree::attach_thread() {
 
 // --- keys and values ----------------------------------------------------------------------------
 
-Code NBTree::decode_key(std::string_view key, std::uint64_t* out) const {
+Code NBTree::make_probe(std::string_view key, Probe* p) const {
+  if (bytes_) [[unlikely]] {
+    if (Code c = keys_.check(key); c != Code::ok) return c;  // key_too_large
+    *p = keys_.probe(key);  // fingerprint of the whole key
+    return Code::ok;
+  }
   if (key.size() != 8) return Code::invalid_argument;
   if (key_mode_ == KeyType::f64 && std::isnan(decode_f64(key))) return Code::invalid_argument;
-  *out = decode_u64(key);  // big-endian: integer order == memcmp order
+  p->bytes = key;
+  p->word = decode_u64(key);  // big-endian: integer order == memcmp order
+  p->fp = fingerprint(p->word);
   return Code::ok;
+}
+
+// In bytes mode the probe's bytes point into the PM record, which the caller keeps alive
+// (pinned, or quiescent).
+NBTree::Probe NBTree::probe_of_word(std::uint64_t key_word) const {
+  Probe p;
+  if (!bytes_) {
+    p.word = key_word;
+    p.fp = fingerprint(key_word);
+    return p;
+  }
+  if (!index_common::read_record(*pool_, key_word, keys_.max_key(), &p.bytes)) p.bytes = {};
+  p.fp = index_common::fingerprint_bytes(p.bytes);
+  return p;
+}
+
+// K1 (bytes mode): allocate under L2, then write and persist the record outside the lock.
+std::uint64_t NBTree::new_key_record(std::string_view key, Code* code) {
+  const std::uint64_t off = pm_allocate(index_common::record_bytes(key.size()), code);
+  if (off != 0) index_common::fill_record(*pool_, off, key);
+  return off;
+}
+
+// K3 (bytes mode): a key record leaves the index only after every slot that named it is gone
+// (or it was never committed); a pinned reader may still compare against it, so it is freed
+// after an epoch.
+void NBTree::retire_key(std::uint64_t key_word) {
+  if (!bytes_ || key_word == 0) return;
+  epochs_.retire([this, key_word] {
+    std::lock_guard<sync::SpinLock> lock(alloc_mu_);
+    index_common::free_record(*pool_, key_word);
+  });
+}
+
+bool NBTree::bound_eq(std::uint64_t a, std::uint64_t b) const {
+  if (a == b || !bytes_) return a == b;
+  if (a == 0 || b == 0 || a == kNoHigh || b == kNoHigh) return false;
+  return index_common::SeparatorStore::view(a) == index_common::SeparatorStore::view(b);
+}
+
+std::uint64_t NBTree::make_bound(std::string_view key_bytes, std::uint64_t key_word) {
+  return keys_.separator_for(key_bytes, key_word, seps_);
+}
+
+NBTree::Probe NBTree::probe_of_bound(std::uint64_t bound) const {
+  Probe p;
+  if (bytes_) p.bytes = index_common::SeparatorStore::view(bound);
+  else p.word = bound;
+  return p;
 }
 
 // V1-V3: the common path keeps an 8-byte value below 2^61 inline; everything else goes to a
@@ -143,16 +203,61 @@ std::uint8_t NBTree::fingerprint(std::uint64_t key) {
 
 // --- leaf search --------------------------------------------------------------------------------
 
-Leaf* NBTree::resolve(Leaf* leaf, std::uint64_t key) {
+// The descent is a template over the key order, so the u64 path compares integers directly
+// (one branch per operation picks the instantiation, in find_leaf):
+//   U64Order:   key >= bound, key > (inclusive) high.
+//   BytesOrder: memcmp order against SeparatorStore words; `strict` stands for "the keys just
+//               below `key`" (the link phase's predecessor of a leaf's low, S10). A torn
+//               inner-node snapshot (N2) may hold a 0 word past the count: it compares as
+//               anything, and validation discards the result. Bound words are loaded with
+//               acquire (kLoad) because they are dereferenced before N2's fence: the writer's
+//               release fence (InnerWrite, N1) then orders the bound's creation before the read.
+namespace {
+struct U64Order {
+  static constexpr std::memory_order kLoad = std::memory_order_relaxed;
+  std::uint64_t key;
+  bool ge(std::uint64_t bound) const { return key >= bound; }
+  bool above(std::uint64_t high) const { return key > high; }
+};
+struct BytesOrder {
+  static constexpr std::memory_order kLoad = std::memory_order_acquire;
+  std::string_view key;
+  bool strict;
+  bool ge(std::uint64_t bound) const {
+    if (bound == 0) return false;
+    const std::string_view b = index_common::SeparatorStore::view(bound);
+    return strict ? key > b : key >= b;
+  }
+  bool above(std::uint64_t high) const {
+    if (high == kNoHigh || high == 0) return false;
+    const std::string_view h = index_common::SeparatorStore::view(high);
+    return strict ? key > h : key >= h;
+  }
+};
+}  // namespace
+
+template <class Order>
+Leaf* NBTree::resolve(Leaf* leaf, const Order& order) {
   // A leaf whose link phase finished is no longer in the tree; its copy covers the same range.
   while ((leaf->flag.load(std::memory_order_acquire) & Leaf::kLinked) != 0) {
     const SmoDesc* d = leaf->copy_ptr.load(std::memory_order_acquire);
-    leaf = (d->count == 2 && key >= d->split) ? d->leaves[1] : d->leaves[0];
+    leaf = (d->count == 2 && order.ge(d->split)) ? d->leaves[1] : d->leaves[0];
   }
   return leaf;
 }
 
-Leaf* NBTree::find_leaf(std::uint64_t key) const {
+Leaf* NBTree::find_leaf(const Probe& p) const {
+  if (bytes_) return descend(BytesOrder{p.bytes, false});
+  return descend(U64Order{p.word});
+}
+
+Leaf* NBTree::find_leaf_before(std::uint64_t low) const {
+  if (bytes_) return descend(BytesOrder{index_common::SeparatorStore::view(low), true});
+  return descend(U64Order{low - 1});
+}
+
+template <class Order>
+Leaf* NBTree::descend(const Order& order) const {
   Inner* node = root_node_.load(std::memory_order_acquire);
   for (;;) {
     void* child = nullptr;
@@ -165,7 +270,7 @@ Leaf* NBTree::find_leaf(std::uint64_t key) const {
       }
       right = nullptr;
       child = nullptr;
-      if (key > node->high.load(std::memory_order_relaxed)) {
+      if (order.above(node->high.load(Order::kLoad))) {
         right = node->sibling.load(std::memory_order_relaxed);  // N3: B-link move right
       } else {
         // Binary search for the last i with keys[i] <= key (keys[0] is the node's low). A
@@ -176,7 +281,7 @@ Leaf* NBTree::find_leaf(std::uint64_t key) const {
         int lo = 1, hi = n;
         while (lo < hi) {
           const int mid = (lo + hi) / 2;
-          if (node->keys[mid].load(std::memory_order_relaxed) <= key) lo = mid + 1;
+          if (order.ge(node->keys[mid].load(Order::kLoad))) lo = mid + 1;
           else hi = mid;
         }
         child = node->children[lo - 1].load(std::memory_order_relaxed);
@@ -188,7 +293,7 @@ Leaf* NBTree::find_leaf(std::uint64_t key) const {
       node = right;
       continue;
     }
-    if (node->level == 1) return resolve(static_cast<Leaf*>(child), key);
+    if (node->level == 1) return resolve(static_cast<Leaf*>(child), order);
     node = static_cast<Inner*>(child);
   }
 }
@@ -197,11 +302,20 @@ Leaf* NBTree::find_leaf(std::uint64_t key) const {
 // x = word ^ (fp repeated), a byte is zero exactly where the fingerprint matches; the exact
 // zero-byte test sets 0x80 in those bytes, and the multiply gathers the eight flags into one
 // byte (bit 8j moves to bit 56 + j; no two partial products meet, so nothing carries).
-int NBTree::find_slot(const Leaf* leaf, std::uint64_t key, std::uint64_t bitmap) const {
+// One branch on the key mode per call; the candidate loop of each mode compares directly.
+int NBTree::find_slot(const Leaf* leaf, const Probe& p, std::uint64_t bitmap,
+                      std::uint64_t* key_word) const {
+  return bytes_ ? find_slot_in<true>(leaf, p, bitmap, key_word)
+                : find_slot_in<false>(leaf, p, bitmap, key_word);
+}
+
+template <bool kBytes>
+int NBTree::find_slot_in(const Leaf* leaf, const Probe& p, std::uint64_t bitmap,
+                         std::uint64_t* key_word) const {
   const std::uint64_t committed = bitmap & ~Leaf::kSmoBit;
   if (committed == 0) return -1;
   constexpr std::uint64_t kLow7 = 0x7f7f7f7f7f7f7f7full;
-  const std::uint64_t pattern = 0x0101010101010101ull * fingerprint(key);
+  const std::uint64_t pattern = 0x0101010101010101ull * p.fp;
   const int words = (64 - __builtin_clzll(committed) + 7) / 8;
   std::uint64_t cand = 0;
   for (int w = 0; w < words; ++w) {
@@ -215,7 +329,10 @@ int NBTree::find_slot(const Leaf* leaf, std::uint64_t key, std::uint64_t bitmap)
     const int i = __builtin_ctzll(cand);
     cand &= cand - 1;
     const std::uint64_t k = pm::load_acquire(&e[i].key);
-    if (k == key) return i;
+    if (kBytes ? k != 0 && keys_.matches(k, p) : k == p.word) {
+      if (key_word != nullptr) *key_word = k;
+      return i;
+    }
     if (k == 0 && adr() && leaf->pending[i].load(std::memory_order_seq_cst) != 0 &&
         fault_ != Fault::skip_reader_persist) [[unlikely]] {
       // R4: a delete of this slot is in flight and may not be durable yet. The caller is
@@ -267,12 +384,15 @@ void NBTree::end_write(Leaf* leaf, int slot, const void* line) const {
 
 // I2: waits until no lower slot is claimed-but-unannounced or pending with the same key.
 // Returns true if the smo bit appeared meanwhile (the caller gives up its slot).
-bool NBTree::wait_for_lower_inserts(const Leaf* leaf, int slot, std::uint64_t key) const {
+bool NBTree::wait_for_lower_inserts(const Leaf* leaf, int slot, const Probe& p) const {
   for (int j = 0; j < slot; ++j) {
     for (;;) {
       const std::uint8_t st = leaf->state[j].load(std::memory_order_acquire);
       if (st == Leaf::kDone) break;
-      if (st == Leaf::kPending && leaf->keys[j].load(std::memory_order_relaxed) != key) break;
+      // Bytes mode: the announced word is the other insert's key record (K1 before I2; it is
+      // retired through the epochs, so it stays readable while we are pinned).
+      if (st == Leaf::kPending && !is_key(leaf->keys[j].load(std::memory_order_relaxed), p))
+        break;
       if ((leaf->bitmap.load(std::memory_order_acquire) & Leaf::kSmoBit) != 0) return true;
       spin_pause("nbtree.insert.wait");
     }
@@ -280,17 +400,17 @@ bool NBTree::wait_for_lower_inserts(const Leaf* leaf, int slot, std::uint64_t ke
   return false;
 }
 
-Code NBTree::insert_word(std::uint64_t key, std::uint64_t word) {
-  const std::uint8_t fp = fingerprint(key);
+Code NBTree::insert_word(const Probe& p, std::uint64_t key, std::uint64_t word) {
+  const std::uint8_t fp = p.fp;
   for (;;) {
-    Leaf* leaf = find_leaf(key);
+    Leaf* leaf = find_leaf(p);
     std::uint64_t b = leaf->bitmap.load(std::memory_order_acquire);
     if ((b & Leaf::kSmoBit) != 0) {  // C1: cooperative SMO, then retry
       help_smo(leaf);
       if (leaf->copy_ptr.load(std::memory_order_acquire) == nullptr) return Code::pool_full;
       continue;
     }
-    if (find_slot(leaf, key, b) >= 0) return Code::already_present;
+    if (find_slot(leaf, p, b) >= 0) return Code::already_present;
     pm::yield_point("nbtree.insert.faa");
     const std::uint32_t s = leaf->num.fetch_add(1, std::memory_order_acq_rel);  // I1
     if (s >= static_cast<std::uint32_t>(cap_)) {
@@ -307,7 +427,7 @@ Code NBTree::insert_word(std::uint64_t key, std::uint64_t word) {
     pm::yield_point("nbtree.insert.announce");
     leaf->keys[slot].store(key, std::memory_order_relaxed);
     leaf->state[slot].store(Leaf::kPending, std::memory_order_release);
-    const bool smo = wait_for_lower_inserts(leaf, slot, key);
+    const bool smo = wait_for_lower_inserts(leaf, slot, p);
     Entry* e = &entries(leaf)[slot];
     bool written = false;
     b = leaf->bitmap.load(std::memory_order_acquire);
@@ -323,7 +443,7 @@ Code NBTree::insert_word(std::uint64_t key, std::uint64_t word) {
         leaf->state[slot].store(Leaf::kDone, std::memory_order_release);
         break;
       }
-      if (find_slot(leaf, key, b) >= 0) {
+      if (find_slot(leaf, p, b) >= 0) {
         if (written) {  // unreachable by I2; withdrawn defensively
           std::uint64_t expected = key;
           pm::cas(&e->key, expected, 0);
@@ -358,9 +478,10 @@ Code NBTree::insert_word(std::uint64_t key, std::uint64_t word) {
 
 // --- update / delete --------------------------------------------------------------------------------
 
-Code NBTree::update_word(std::uint64_t key, std::uint64_t word, std::uint64_t* old_word) {
-  Leaf* leaf = find_leaf(key);
-  const int slot = find_slot(leaf, key, leaf->bitmap.load(std::memory_order_acquire));
+Code NBTree::update_word(const Probe& p, std::uint64_t word, std::uint64_t* old_word) {
+  Leaf* leaf = find_leaf(p);
+  std::uint64_t key = 0;
+  const int slot = find_slot(leaf, p, leaf->bitmap.load(std::memory_order_acquire), &key);
   if (slot < 0) return Code::not_found;
   Entry* e = &entries(leaf)[slot];
   begin_write(leaf, slot);
@@ -387,9 +508,10 @@ Code NBTree::update_word(std::uint64_t key, std::uint64_t word, std::uint64_t* o
   return Code::ok;
 }
 
-Code NBTree::remove_key(std::uint64_t key) {
-  Leaf* leaf = find_leaf(key);
-  const int slot = find_slot(leaf, key, leaf->bitmap.load(std::memory_order_acquire));
+Code NBTree::remove_key(const Probe& p) {
+  Leaf* leaf = find_leaf(p);
+  std::uint64_t key = 0;
+  const int slot = find_slot(leaf, p, leaf->bitmap.load(std::memory_order_acquire), &key);
   if (slot < 0) return Code::not_found;
   Entry* e = &entries(leaf)[slot];
   begin_write(leaf, slot);
@@ -407,7 +529,10 @@ Code NBTree::remove_key(std::uint64_t key) {
   end_write(leaf, slot, e);  // D3
   if (!ok) return Code::not_found;
   full_fence();
-  if ((leaf->bitmap.load(std::memory_order_seq_cst) & Leaf::kSmoBit) == 0) retire_value(v);
+  if ((leaf->bitmap.load(std::memory_order_seq_cst) & Leaf::kSmoBit) == 0) {
+    retire_value(v);
+    retire_key(key);  // K3 (bytes mode), under V4's rule
+  }
   if (const SmoDesc* d = leaf->copy_ptr.load(std::memory_order_seq_cst)) {
     sync_slot(leaf, slot, d);  // W1: sync-on-write of the deletion
   }
@@ -416,9 +541,10 @@ Code NBTree::remove_key(std::uint64_t key) {
 
 // --- search ------------------------------------------------------------------------------------------
 
-Code NBTree::find_word(std::uint64_t key, std::uint64_t* word) const {
-  Leaf* leaf = find_leaf(key);
-  int slot = find_slot(leaf, key, leaf->bitmap.load(std::memory_order_acquire));
+Code NBTree::find_word(const Probe& p, std::uint64_t* word) const {
+  Leaf* leaf = find_leaf(p);
+  std::uint64_t key = 0;
+  int slot = find_slot(leaf, p, leaf->bitmap.load(std::memory_order_acquire), &key);
   if (slot < 0) return Code::not_found;
   for (;;) {
     std::uint64_t k = 0;
@@ -483,25 +609,40 @@ Code NBTree::zero_find(std::uint64_t* word) const {
 
 // --- public operations ---------------------------------------------------------------------------
 
+// Key 0 of the integer modes lives in the root (Z*); bytes keys all live in leaves.
 Code NBTree::insert(std::string_view key, std::string_view value) {
-  std::uint64_t k = 0;
-  if (Code c = decode_key(key, &k); c != Code::ok) return c;
+  Probe p;
+  if (Code c = make_probe(key, &p); c != Code::ok) return c;
   std::uint64_t word = 0;
   if (Code c = encode_value(value, &word); c != Code::ok) return c;
   auto guard = epochs_.pin();
-  const Code c = k == 0 ? zero_insert(word) : insert_word(k, word);
-  if (c != Code::ok) free_value(word);  // never published (I7 withdrew any PM copy)
+  if (!bytes_) [[likely]] {
+    const Code c = p.word == 0 ? zero_insert(word) : insert_word(p, p.word, word);
+    if (c != Code::ok) free_value(word);  // never published (I7 withdrew any PM copy)
+    return c;
+  }
+  Code c = Code::ok;
+  const std::uint64_t kw = new_key_record(key, &c);  // K1, before the key word is stored
+  if (kw == 0) {
+    free_value(word);
+    return c;
+  }
+  c = insert_word(p, kw, word);
+  if (c != Code::ok) {
+    free_value(word);
+    retire_key(kw);  // announced (I2), maybe read by another insert: after an epoch
+  }
   return c;
 }
 
 Code NBTree::update(std::string_view key, std::string_view value) {
-  std::uint64_t k = 0;
-  if (Code c = decode_key(key, &k); c != Code::ok) return c;
+  Probe p;
+  if (Code c = make_probe(key, &p); c != Code::ok) return c;
   std::uint64_t word = 0;
   if (Code c = encode_value(value, &word); c != Code::ok) return c;
   auto guard = epochs_.pin();
   std::uint64_t old = 0;
-  const Code c = k == 0 ? zero_update(word) : update_word(k, word, &old);
+  const Code c = !bytes_ && p.word == 0 ? zero_update(word) : update_word(p, word, &old);
   if (c != Code::ok) free_value(word);
   return c;
 }
@@ -516,26 +657,26 @@ Code NBTree::upsert(std::string_view key, std::string_view value) {
 }
 
 Code NBTree::find(std::string_view key, std::string* value) const {
-  std::uint64_t k = 0;
-  if (Code c = decode_key(key, &k); c != Code::ok) return c;
+  Probe p;
+  if (Code c = make_probe(key, &p); c != Code::ok) return c;
   auto guard = epochs_.pin();
   std::uint64_t word = 0;
-  if (k == 0) {
+  if (!bytes_ && p.word == 0) {
     std::lock_guard<sync::SpinLock> lock(zero_mu_);
     if (zero_find(&word) != Code::ok) return Code::not_found;
     if (value != nullptr) read_value(word, value);
     return Code::ok;
   }
-  if (Code c = find_word(k, &word); c != Code::ok) return c;
+  if (Code c = find_word(p, &word); c != Code::ok) return c;
   if (value != nullptr) read_value(word, value);
   return Code::ok;
 }
 
 Code NBTree::remove(std::string_view key) {
-  std::uint64_t k = 0;
-  if (Code c = decode_key(key, &k); c != Code::ok) return c;
+  Probe p;
+  if (Code c = make_probe(key, &p); c != Code::ok) return c;
   auto guard = epochs_.pin();
-  return k == 0 ? zero_remove() : remove_key(k);
+  return !bytes_ && p.word == 0 ? zero_remove() : remove_key(p);
 }
 
 // Scan: leaf by leaf in key order, re-descending from the root for each leaf (a leaf's range
@@ -545,51 +686,72 @@ Code NBTree::remove(std::string_view key) {
 std::size_t NBTree::scan(std::string_view start, std::size_t max, ScanBuffer& out) const {
   out.clear();
   if (max == 0) return 0;
-  std::uint64_t cursor = 0;
-  if (start.size() == 8) {
-    cursor = decode_u64(start);
+  Probe cur;             // the cursor: u64 mode its word, bytes mode its bytes (cur_bytes)
+  std::string cur_bytes;
+  if (bytes_) {
+    cur_bytes.assign(start);
+    cur.bytes = cur_bytes;
+  } else if (start.size() == 8) {
+    cur.word = decode_u64(start);
   } else if (start.size() > 8) {
-    cursor = decode_u64(start.substr(0, 8));
-    if (cursor == ~std::uint64_t{0}) return 0;
-    ++cursor;  // every 8-byte key with this prefix is < start
+    cur.word = decode_u64(start.substr(0, 8));
+    if (cur.word == ~std::uint64_t{0}) return 0;
+    ++cur.word;  // every 8-byte key with this prefix is < start
   } else {
     // A shorter start padded with zero bytes: every 8-byte key >= start is >= the padding.
     std::string padded(start);
     padded.resize(8, '\0');
-    cursor = decode_u64(padded);
+    cur.word = decode_u64(padded);
   }
   auto guard = epochs_.pin();
   std::string value;
-  if (cursor == 0) {
+  if (!bytes_ && cur.word == 0) {
     std::lock_guard<sync::SpinLock> lock(zero_mu_);
     std::uint64_t word = 0;
     if (zero_find(&word) == Code::ok) {
       read_value(word, &value);
       out.append(encode_u64(0), value);
     }
-    cursor = 1;
+    cur.word = 1;
   }
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> recs;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> recs;  // u64: (key, value word)
+  std::vector<std::pair<std::string, std::uint64_t>> brecs;   // bytes: (key, value word)
   while (out.size() < max) {
-    Leaf* leaf = find_leaf(cursor);
+    Leaf* leaf = find_leaf(cur);
     recs.clear();
+    brecs.clear();
     const std::uint64_t b = leaf->bitmap.load(std::memory_order_acquire) & ~Leaf::kSmoBit;
     const Entry* e = entries(leaf);
     for (std::uint64_t bits = b; bits != 0; bits &= bits - 1) {
       const int i = __builtin_ctzll(bits);
       const std::uint64_t k = pm::load_acquire(&e[i].key);
-      if (k == 0 || k < cursor) continue;
+      if (k == 0 || (!bytes_ && k < cur.word)) continue;
+      const Probe kp = probe_of_word(k);  // bytes: the record (pinned, so it stays readable)
+      if (bytes_ && kp.bytes < cur.bytes) continue;
       std::uint64_t w = 0;
-      if (find_word(k, &w) == Code::ok) recs.emplace_back(k, w);
+      if (find_word(kp, &w) != Code::ok) continue;
+      if (bytes_) brecs.emplace_back(std::string(kp.bytes), w);
+      else recs.emplace_back(k, w);
     }
     std::sort(recs.begin(), recs.end());
+    std::sort(brecs.begin(), brecs.end());  // memcmp order within the leaf
     for (const auto& [k, w] : recs) {
       if (out.size() >= max) break;
       read_value(w, &value);
       out.append(encode_u64(k), value);
     }
-    if (leaf->high == ~std::uint64_t{0}) break;
-    cursor = leaf->high + 1;
+    for (const auto& [k, w] : brecs) {
+      if (out.size() >= max) break;
+      read_value(w, &value);
+      out.append(k, value);
+    }
+    if (leaf->high == kNoHigh) break;
+    if (bytes_) {  // the next leaf starts at this one's (exclusive) high
+      cur_bytes.assign(index_common::SeparatorStore::view(leaf->high));
+      cur.bytes = cur_bytes;
+    } else {
+      cur.word = leaf->high + 1;
+    }
   }
   return out.size();
 }

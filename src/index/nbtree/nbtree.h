@@ -8,14 +8,17 @@
 //     that two inserts of the SAME key into the same leaf wait for each other (I2). The link
 //     phase of an SMO is lock-free and cooperative (CAS into both layers' lists, S9..S12);
 //     only its parent install (S13) takes the inner-node writer lock (no HTM on this CPU).
-//     Key 0 lives in a side record guarded by its own spin lock (Z1..Z4).
+//     Key 0 (u64/f64) lives in a side record guarded by its own spin lock (Z1..Z4). Keys of
+//     KeyType::bytes live in PM key records the entries point to (K1..K5).
 //   * Inner nodes are read without locks: each node has a version (odd = being written) that
 //     readers validate (seqlock); writers hold inner_mu_ (N1..N3).
 // Invariants (verify() checks them on a quiescent tree):
 //   (1) the DRAM leaf chain and the PM block chain visit the same leaves in the same order, and
-//       leaf ranges [low, high] tile [1, 2^64-1] in that order;
-//   (2) every committed live slot holds a key in its leaf's range, no key is live twice, and
-//       its fingerprint matches; committed bits lie below min(num, capacity);
+//       leaf ranges tile the key space in that order (u64: [low, high] over [1, 2^64-1];
+//       bytes: [low, high) by memcmp from "" to no bound);
+//   (2) every committed live slot holds a key in its leaf's range (bytes: a readable key
+//       record), no key is live twice, and its fingerprint matches; committed bits lie below
+//       min(num, capacity);
 //   (3) inner nodes are sorted, their children's ranges nest inside theirs, and the leaves they
 //       reach in order are exactly the leaf chain;
 //   (4) a quiescent leaf has no SMO in progress (smo bit clear, no copy_ptr).
@@ -31,6 +34,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "index/common/key_codec.h"
+#include "index/common/separator_store.h"
 #include "pmindex/index.h"
 #include "pmindex/sync/epoch.h"
 #include "pmindex/sync/spin_lock.h"
@@ -44,7 +49,8 @@ namespace pmindex::nbtree {
 //   [16,24) zero_present: 1 if key 0 is live (key 0 lives here, not in a leaf: 0 = empty slot)
 //   [24,32) zero_value: key 0's value word (same encoding as a leaf value)
 //   [32,36) node_size              [36,40) max_value_size
-//   [40,64) reserved (0)
+//   [40,44) max_key_size (KeyType::bytes: the longest key, <= kMaxKeyBytes; 0 otherwise)
+//   [44,64) reserved (0)
 struct Root {
   std::uint64_t magic;
   std::uint64_t head;
@@ -52,16 +58,19 @@ struct Root {
   std::uint64_t zero_value;
   std::uint32_t node_size;
   std::uint32_t max_value_size;
-  std::uint8_t reserved[24];
+  std::uint32_t max_key_size;
+  std::uint8_t reserved[20];
 };
 static_assert(sizeof(Root) == 64);
 static_assert(offsetof(Root, head) == 8 && offsetof(Root, zero_value) == 24 &&
-              offsetof(Root, node_size) == 32);
+              offsetof(Root, node_size) == 32 && offsetof(Root, max_key_size) == 40);
 static_assert(std::is_standard_layout_v<Root> && std::is_trivially_copyable_v<Root>);
 inline constexpr std::uint64_t kRootMagic = 0x3230454552544e42ull;  // "BNTREE02" little-endian
 
 // Key-value entry (16 B; four per cache line, never straddling one).
-//   [0,8) key: 0 = empty (never written, or deleted)    [8,16) value word (below)
+//   [0,8) key word: 0 = empty (never written, or deleted)    [8,16) value word (below)
+// Key word: u64/f64 keys: the key's big-endian integer (key 0 lives in the root, Z*);
+// KeyType::bytes: the pool offset (never 0) of an immutable PM key record (pm_record.h, K1-K3).
 struct Entry {
   std::uint64_t key;
   std::uint64_t value;
@@ -109,13 +118,21 @@ inline constexpr std::uint32_t kMinNodeSize = 64;
 inline constexpr std::uint32_t kMaxNodeSize = 1024;  // capacity 63 + the smo bit fit one word
 inline constexpr int kMaxSlots = 63;
 inline constexpr std::uint32_t kMaxValueSize = 4096;
+// Documented limit (README / PROTOCOL.md): KeyType::bytes keys are 0..max_key_size bytes and
+// max_key_size is at most kMaxKeyBytes; a longer key is Code::key_too_large.
+inline constexpr std::uint32_t kMaxKeyBytes = 8192;
+// The "no upper bound" value of a leaf's or inner node's `high` (both key modes).
+inline constexpr std::uint64_t kNoHigh = ~std::uint64_t{0};
 
 // --- DRAM metadata layer ----------------------------------------------------------------------
 
 struct SmoDesc;
 
-// Leaf metadata (DRAM). The range [low, high] (inclusive) never changes: an SMO replaces the
-// leaf with one or two new leaves instead of resizing it.
+// Leaf metadata (DRAM). The range never changes: an SMO replaces the leaf with one or two new
+// leaves instead of resizing it. Range words ("bounds"), see NBTree's order helpers:
+//   u64/f64: [low, high], both inclusive integers; the first leaf starts at 1 (key 0: Z*).
+//   bytes:   [low, high) by memcmp, low a SeparatorStore word (the first leaf: ""), high the
+//            next leaf's low (the same word) or kNoHigh.
 // Cache layout: one 64 B line for the fields every lookup reads (bitmap, flag, copy_ptr,
 // data_off, range), the next line for the fingerprints, so a lookup touches two adjacent DRAM
 // lines of metadata before its PM entry.
@@ -171,12 +188,13 @@ static_assert(offsetof(Leaf, fpw) == 64 && offsetof(Leaf, high) + 8 <= 64);
 struct SmoDesc {
   Leaf* leaves[2] = {nullptr, nullptr};
   int count = 0;               // 1 or 2 new leaves
-  std::uint64_t split = 0;     // two leaves: keys >= split go to leaves[1]
+  std::uint64_t split = 0;     // two leaves: keys >= split go to leaves[1] (a bound word)
   std::uint8_t map_leaf[kMaxSlots];  // old slot -> new leaf index, 0xff = not copied
   std::uint8_t map_slot[kMaxSlots];
 };
 
-// Inner node (DRAM). children[i] covers [keys[i], keys[i+1]-1]; keys[0] == low. Readers
+// Inner node (DRAM). children[i] covers [keys[i], keys[i+1]) (bound words, as Leaf: in u64
+// mode high and the last child's range are inclusive); keys[0] == low. Readers
 // validate `version` (N2); writers hold inner_mu_ and make it odd while writing (N1).
 struct Inner {
   static constexpr int kMaxFanout = 64;
@@ -272,10 +290,19 @@ class NBTree final : public Index {
   void set_fault_for_testing(Fault f) { fault_ = f; }
 
  private:
-  NBTree(std::unique_ptr<pm::Pool> pool, std::uint32_t node_size, std::uint32_t max_value);
+  NBTree(std::unique_ptr<pm::Pool> pool, std::uint32_t node_size, std::uint32_t max_value,
+         std::uint32_t max_key);
 
-  // keys and values
-  Code decode_key(std::string_view key, std::uint64_t* out) const;
+  // keys and values. A Probe is a search key prepared once per operation (KeyCodec's; in
+  // u64/f64 mode its fingerprint is NBTree's own one-multiply hash of the key word).
+  using Probe = index_common::KeyCodec::Probe;
+  Code make_probe(std::string_view key, Probe* p) const;
+  Probe probe_of_word(std::uint64_t key_word) const;  // a key word read from a slot
+  bool is_key(std::uint64_t stored, const Probe& p) const {
+    return bytes_ ? stored != 0 && keys_.matches(stored, p) : stored == p.word;
+  }
+  std::uint64_t new_key_record(std::string_view key, Code* code);  // K1 (bytes mode)
+  void retire_key(std::uint64_t key_word);  // K3 after an epoch (bytes mode; no-op otherwise)
   Code encode_value(std::string_view value, std::uint64_t* word);
   void read_value(std::uint64_t word, std::string* out) const;
   void free_value(std::uint64_t word);           // immediately (never published)
@@ -290,16 +317,44 @@ class NBTree final : public Index {
     if (Hooks* h = hooks_.load(std::memory_order_acquire)) [[unlikely]] h->at(p, leaf);
   }
 
+  // Order of the DRAM layer (leaf ranges, inner separators, splits) over bound words; see
+  // Leaf. The u64 descent (find_leaf) does not use these: it compares integers directly.
+  bool probe_ge(const Probe& p, std::uint64_t bound) const {  // key >= bound (a low / sep)
+    return bytes_ ? bound != 0 && p.bytes >= index_common::SeparatorStore::view(bound)
+                  : p.word >= bound;
+  }
+  bool probe_above(const Probe& p, std::uint64_t high) const {  // key beyond a leaf's high
+    return high != kNoHigh &&
+           (bytes_ ? p.bytes >= index_common::SeparatorStore::view(high) : p.word > high);
+  }
+  bool in_range(const Leaf* l, const Probe& p) const {
+    return probe_ge(p, l->low) && !probe_above(p, l->high);
+  }
+  bool bound_less(std::uint64_t a, std::uint64_t b) const { return keys_.separator_less(a, b); }
+  bool bound_eq(std::uint64_t a, std::uint64_t b) const;
+  std::uint64_t high_before(std::uint64_t sep) const { return bytes_ ? sep : sep - 1; }
+  std::uint64_t make_bound(std::string_view key_bytes, std::uint64_t key_word);  // a low / split
+  Probe probe_of_bound(std::uint64_t bound) const;
+
   // leaf operations
-  Leaf* find_leaf(std::uint64_t key) const;
-  static Leaf* resolve(Leaf* leaf, std::uint64_t key);
-  int find_slot(const Leaf* leaf, std::uint64_t key, std::uint64_t bitmap) const;
+  Leaf* find_leaf(const Probe& p) const;
+  Leaf* find_leaf_before(std::uint64_t low) const;  // the leaf holding the keys just below low
+  template <class Order>
+  Leaf* descend(const Order& order) const;
+  template <class Order>
+  static Leaf* resolve(Leaf* leaf, const Order& order);
+  // The committed slot holding the key, or -1; *key_word: the slot's key word.
+  int find_slot(const Leaf* leaf, const Probe& p, std::uint64_t bitmap,
+                std::uint64_t* key_word = nullptr) const;
+  template <bool kBytes>
+  int find_slot_in(const Leaf* leaf, const Probe& p, std::uint64_t bitmap,
+                   std::uint64_t* key_word) const;
   std::uint64_t read_word(const Leaf* leaf, int slot, std::uint64_t* key_out) const;
-  bool wait_for_lower_inserts(const Leaf* leaf, int slot, std::uint64_t key) const;
-  Code insert_word(std::uint64_t key, std::uint64_t word);
-  Code update_word(std::uint64_t key, std::uint64_t word, std::uint64_t* old_word);
-  Code remove_key(std::uint64_t key);
-  Code find_word(std::uint64_t key, std::uint64_t* word) const;
+  bool wait_for_lower_inserts(const Leaf* leaf, int slot, const Probe& p) const;
+  Code insert_word(const Probe& p, std::uint64_t key_word, std::uint64_t word);
+  Code update_word(const Probe& p, std::uint64_t word, std::uint64_t* old_word);
+  Code remove_key(const Probe& p);
+  Code find_word(const Probe& p, std::uint64_t* word) const;
   void begin_write(Leaf* leaf, int slot) const;
   void end_write(Leaf* leaf, int slot, const void* line) const;
 
@@ -318,7 +373,7 @@ class NBTree final : public Index {
   // same node write also swaps that child pointer for `replace_to` (S13: one atomic change).
   void insert_into_inner(std::vector<Inner*>& path, int level_index, std::uint64_t key,
                          void* child, void* replace_from = nullptr, void* replace_to = nullptr);
-  std::vector<Inner*> path_to(std::uint64_t key) const;  // inner_mu_ held
+  std::vector<Inner*> path_to(std::uint64_t low) const;  // inner_mu_ held; low: a bound word
   void build_inner_from_leaves(const std::vector<Leaf*>& leaves);
   void free_dram();
   std::uint64_t pm_allocate(std::size_t bytes, Code* code);
@@ -341,6 +396,8 @@ class NBTree final : public Index {
   Root* root_ = nullptr;
   pm::Mode mode_ = pm::Mode::adr;
   pm::KeyMode key_mode_ = pm::KeyMode::u64;
+  bool bytes_ = false;  // key_mode_ == bytes
+  std::uint64_t first_low_ = 1;  // the first leaf's low: 1 (u64) or the bound ""
   std::uint32_t node_size_;
   int cap_;
   int fanout_;
@@ -360,6 +417,11 @@ class NBTree final : public Index {
   mutable sync::SpinLock alloc_mu_;
   Fault fault_ = Fault::none;
   std::vector<Inner*> all_inner_;     // every inner node, for freeing (inner_mu_)
+  index_common::KeyCodec keys_;        // the key mode (bytes: PM key records, K1..K5)
+  // Bytes mode: DRAM copies of range bounds. Bounds are never removed from the tree (leaves
+  // are not merged), so a published one lives as long as the index; an SMO that lost S3
+  // retires its unpublished split bound. Declared before epochs_ (SeparatorStore (3)).
+  index_common::SeparatorStore seps_;
   mutable sync::EpochManager epochs_;  // E1: replaced leaves and value records
   mutable std::atomic<std::uint64_t> reader_persists_{0};  // relaxed: a statistic
   RecoveryStats recovery_;

@@ -8,7 +8,7 @@
 namespace pmindex::nbtree {
 
 namespace {
-constexpr std::uint64_t kMaxKey = ~std::uint64_t{0};
+constexpr std::uint64_t kMaxKey = kNoHigh;
 
 std::uint32_t node_size_of(const Options& o) {
   return o.node_size != 0 ? o.node_size : kDefaultNodeSize;
@@ -24,22 +24,23 @@ pm::Layout NBTree::layout_for(const Options& o) {
 }
 
 std::size_t NBTree::default_pool_size(const Options& o) {
-  // About 16 B per record in half-full 1 KiB leaves, plus out-of-line values and slack.
-  const std::size_t per_record = 64 + (o.max_value_size > 8 ? o.max_value_size + 64 : 0);
+  // About 16 B per record in half-full 1 KiB leaves, plus out-of-line values, key records
+  // (bytes mode: 8 B header + the key, class-rounded) and slack.
+  const std::size_t per_record = 64 + (o.max_value_size > 8 ? o.max_value_size + 64 : 0) +
+                                 (o.key_type == KeyType::bytes ? o.max_key_size + 64 : 0);
   return std::max<std::size_t>(std::size_t{16} << 20, o.expected_records * per_record);
 }
 
 Result<std::unique_ptr<Index>> NBTree::create(std::unique_ptr<pm::Pool> pool, const Options& o) {
   const std::uint32_t ns = node_size_of(o);
-  if (o.key_type == KeyType::bytes) {
-    return pool->error(Code::unsupported,
-                       "nbtree: variable-length keys are not implemented yet (u64/f64 only)");
-  }
+  if (o.key_type == KeyType::bytes && o.max_key_size > kMaxKeyBytes)
+    return pool->error(Code::invalid_argument, "nbtree keys are limited to 8192 bytes");
   if (!valid_node_size(ns))
     return pool->error(Code::invalid_argument, "nbtree node_size must be 64..1024, a multiple of 64");
   if (o.max_value_size > kMaxValueSize)
     return pool->error(Code::invalid_argument, "nbtree values are limited to 4096 B");
-  std::unique_ptr<NBTree> idx(new NBTree(std::move(pool), ns, std::max(8u, o.max_value_size)));
+  std::unique_ptr<NBTree> idx(new NBTree(std::move(pool), ns, std::max(8u, o.max_value_size),
+                                         o.max_key_size));
   if (Status s = idx->init_root(); !s.ok()) return s;
   idx->recovery_.created = true;
   return std::unique_ptr<Index>(std::move(idx));
@@ -50,7 +51,7 @@ Result<std::unique_ptr<Index>> NBTree::create(std::unique_ptr<pm::Pool> pool, co
 Status NBTree::init_root() {
   pm::Pool& p = *pool_;
   Code code = Code::ok;
-  Leaf* first = new_leaf(1, kMaxKey, &code);  // C1: zeroed block
+  Leaf* first = new_leaf(first_low_, kMaxKey, &code);  // C1: zeroed block
   if (first == nullptr) return p.error(code, "no space for the first nbtree leaf");
   pm::persist(block(first), node_size_);
   const std::uint64_t off = p.allocator().allocate(sizeof(Root), &code);
@@ -61,6 +62,7 @@ Status NBTree::init_root() {
   init.head = first->data_off;
   init.node_size = node_size_;
   init.max_value_size = max_value_;
+  init.max_key_size = bytes_ ? keys_.max_key() : 0;
   pm::copy(r, &init, sizeof init);  // C2
   pm::persist(r, sizeof init);      // C3
   p.set_root(off);                  // C4
@@ -72,19 +74,20 @@ Status NBTree::init_root() {
 
 Result<std::unique_ptr<Index>> NBTree::recover(std::unique_ptr<pm::Pool> pool, const Options& o) {
   const auto start = std::chrono::steady_clock::now();
-  if (o.key_type == KeyType::bytes)
-    return pool->error(Code::unsupported, "nbtree: variable-length keys are not implemented yet");
   const std::uint32_t ns = pool->info().layout.node_size;
   if (!valid_node_size(ns)) return pool->error(Code::corrupted, "nbtree layout has a bad node size");
   pm::Pool& p = *pool;
   const std::uint64_t root_off = p.root();
   Root* r = root_off != 0 ? p.checked<Root>(root_off, sizeof(Root), 64) : nullptr;
+  const bool bytes = p.info().layout.key_mode == KeyType::bytes;
   if (root_off != 0 && (r == nullptr || r->magic != kRootMagic || r->node_size != ns ||
-                        r->max_value_size > kMaxValueSize || r->max_value_size < 8)) {
+                        r->max_value_size > kMaxValueSize || r->max_value_size < 8 ||
+                        (bytes && r->max_key_size > kMaxKeyBytes))) {
     return p.error(Code::corrupted, "nbtree root object is missing or inconsistent");
   }
   const std::uint32_t max_value = r != nullptr ? r->max_value_size : std::max(8u, o.max_value_size);
-  std::unique_ptr<NBTree> idx(new NBTree(std::move(pool), ns, max_value));
+  const std::uint32_t max_key = r != nullptr ? r->max_key_size : o.max_key_size;
+  std::unique_ptr<NBTree> idx(new NBTree(std::move(pool), ns, max_value, max_key));
   pm::Pool& q = *idx->pool_;
   idx->recovery_.clean_shutdown = q.was_clean();
   q.allocator().begin_recovery(/*start_now=*/false);
@@ -146,6 +149,7 @@ Status NBTree::rebuild() {
   std::uint64_t* link = &root_->head;
   std::uint64_t off = root_->head;
   std::uint64_t prev_max = 0;
+  std::string_view prev_max_bytes;  // bytes mode (views into PM records)
   auto fail = [&](const std::string& what) {
     for (Leaf* l : leaves) delete l;
     return p.error(Code::corrupted, what);
@@ -168,14 +172,27 @@ Status NBTree::rebuild() {
     auto* leaf = new Leaf;
     leaf->data_off = off;
     std::uint64_t mn = kMaxKey, mx = 0;
+    std::string_view mn_bytes, mx_bytes;
     int live = 0, last = -1;
     std::uint64_t bitmap = 0;
     for (int i = 0; i < cap_; ++i) {
       const std::uint64_t k = e[i].key;
       if (k == 0) continue;
+      Probe kp;
+      if (bytes_) {  // X3: the key record is checked (bounds, length)
+        if (!index_common::read_record(p, k, keys_.max_key(), &kp.bytes)) {
+          delete leaf;
+          return fail("nbtree key record at " + std::to_string(k) + " (from " +
+                      std::to_string(off) + ") is invalid");
+        }
+        kp.fp = index_common::fingerprint_bytes(kp.bytes);
+      } else {
+        kp.word = k;
+        kp.fp = fingerprint(k);
+      }
       // X3: a key may be live only once in a block; I2 guarantees it, a damaged pool may not.
       // find_slot looks among the slots accepted so far (fingerprints first, like a lookup).
-      if (find_slot(leaf, k, bitmap) >= 0) {
+      if (find_slot(leaf, kp, bitmap) >= 0) {
         repairs.push_back({const_cast<std::uint64_t*>(&e[i].key), 0});
         continue;
       }
@@ -183,16 +200,24 @@ Status NBTree::rebuild() {
         delete leaf;
         return fail(s.message());
       }
+      if (bytes_ && index_common::mark_record(p, k, keys_.max_key()) != Code::ok) {
+        delete leaf;
+        return fail("nbtree key record marked twice or misplaced");
+      }
       bitmap |= std::uint64_t{1} << i;
       leaf->keys[i].store(k, std::memory_order_relaxed);
       // The leaf is private until X6 publishes it: a plain read-modify-write, not set_fp's
       // fetch_or (one locked instruction per record is a measurable share of recovery).
       auto& fw = leaf->fpw[i >> 3];
-      fw.store(fw.load(std::memory_order_relaxed) |
-                   (std::uint64_t{fingerprint(k)} << ((i & 7) * 8)),
+      fw.store(fw.load(std::memory_order_relaxed) | (std::uint64_t{kp.fp} << ((i & 7) * 8)),
                std::memory_order_relaxed);
-      mn = std::min(mn, k);
-      mx = std::max(mx, k);
+      if (bytes_) {
+        if (live == 0 || kp.bytes < mn_bytes) mn_bytes = kp.bytes;
+        if (live == 0 || kp.bytes > mx_bytes) mx_bytes = kp.bytes;
+      } else {
+        mn = std::min(mn, k);
+        mx = std::max(mx, k);
+      }
       ++live;
       last = i;
     }
@@ -204,19 +229,27 @@ Status NBTree::rebuild() {
       off = next_off;
       continue;
     }
-    if (live > 0 && !leaves.empty() && mn <= prev_max)
+    if (live > 0 && !leaves.empty() && (bytes_ ? mn_bytes <= prev_max_bytes : mn <= prev_max)) {
+      delete leaf;  // not in `leaves` yet
       return fail("nbtree blocks are out of key order at offset " + std::to_string(off));
-    if (alloc.mark_reachable(off, node_size_) != Code::ok)
+    }
+    if (alloc.mark_reachable(off, node_size_) != Code::ok) {
+      delete leaf;
       return fail("nbtree block marked twice or misplaced");
+    }
     for (int i = 0; i <= last; ++i) leaf->state[i].store(Leaf::kDone, std::memory_order_relaxed);
     leaf->num.store(static_cast<std::uint32_t>(last + 1), std::memory_order_relaxed);
     leaf->bitmap.store(bitmap, std::memory_order_relaxed);
-    leaf->low = leaves.empty() ? 1 : mn;  // X5: ranges from the blocks' smallest keys
+    // X5: ranges from the blocks' smallest keys (bytes mode: new DRAM bounds)
+    leaf->low = leaves.empty() ? first_low_ : make_bound(mn_bytes, mn);
     if (!leaves.empty()) {
-      leaves.back()->high = leaf->low - 1;
+      leaves.back()->high = high_before(leaf->low);
       leaves.back()->next.store(leaf, std::memory_order_relaxed);
     }
-    if (live > 0) prev_max = mx;
+    if (live > 0) {
+      prev_max = mx;
+      prev_max_bytes = mx_bytes;
+    }
     recovery_.records += static_cast<std::uint64_t>(live);
     ++recovery_.nodes;
     leaves.push_back(leaf);
@@ -232,7 +265,7 @@ Status NBTree::rebuild() {
   if (leaves.empty()) {
     // X4 left nothing (or the chain was empty): start with one fresh leaf.
     Code code = Code::ok;
-    Leaf* first = new_leaf(1, kMaxKey, &code);
+    Leaf* first = new_leaf(first_low_, kMaxKey, &code);
     if (first == nullptr) return p.error(code, "no space for the first nbtree leaf");
     pm::persist(block(first), node_size_);
     pm::publish(&root_->head, first->data_off);
@@ -259,30 +292,49 @@ Status NBTree::bulk_load(std::span<const KeyValue> sorted, double fill) {
       head->num.load(std::memory_order_relaxed) != 0 || root_->zero_present != 0) {
     return pool_->error(Code::invalid_argument, "nbtree bulk_load needs an empty index");
   }
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> recs;
+  struct Rec {
+    Probe p;  // bytes mode: views the caller's key
+    std::uint64_t key, word;  // key word (bytes mode: a K1 record), value word
+  };
+  std::vector<Rec> recs;
   recs.reserve(sorted.size());
-  auto cleanup = [&] {
-    for (auto& [k, w] : recs) free_value(w);
+  auto cleanup = [&] {  // nothing was published: free at once
+    for (const Rec& r : recs) {
+      free_value(r.word);
+      if (bytes_) {
+        std::lock_guard<sync::SpinLock> lock(alloc_mu_);
+        index_common::free_record(*pool_, r.key);
+      }
+    }
   };
   for (const KeyValue& kv : sorted) {
-    std::uint64_t k = 0, w = 0;
-    if (Code c = decode_key(kv.key, &k); c != Code::ok) {
+    Rec r;
+    if (Code c = make_probe(kv.key, &r.p); c != Code::ok) {
       cleanup();
       return Status(c, "bulk_load: bad key");
     }
-    if (!recs.empty() && k <= recs.back().first) {
+    if (!recs.empty() &&
+        (bytes_ ? r.p.bytes <= recs.back().p.bytes : r.p.word <= recs.back().p.word)) {
       cleanup();
       return Status(Code::invalid_argument, "bulk_load: input not sorted and distinct");
     }
-    if (Code c = encode_value(kv.value, &w); c != Code::ok) {
+    if (Code c = encode_value(kv.value, &r.word); c != Code::ok) {
       cleanup();
       return Status(c, "bulk_load: value");
     }
-    recs.emplace_back(k, w);
+    Code c = Code::ok;
+    r.key = bytes_ ? new_key_record(kv.key, &c) : r.p.word;  // K1 before B1 stores the word
+    if (c != Code::ok) {
+      free_value(r.word);
+      cleanup();
+      return Status(c, "bulk_load: key record");
+    }
+    recs.push_back(r);
   }
   std::size_t begin = 0;
-  if (!recs.empty() && recs[0].first == 0) {
-    (void)zero_insert(recs[0].second);
+  if (!bytes_ && !recs.empty() && recs[0].key == 0) {
+    (void)zero_insert(recs[0].word);
+    recs[0].word = 0;  // published in the root: not cleanup()'s to free
     begin = 1;
   }
   const int per = std::max(1, static_cast<int>(fill * cap_));
@@ -290,28 +342,31 @@ Status NBTree::bulk_load(std::span<const KeyValue> sorted, double fill) {
   Code code = Code::ok;
   for (std::size_t i = begin; i < recs.size(); i += per) {
     const std::size_t end = std::min(recs.size(), i + per);
-    Leaf* l = new_leaf(leaves.empty() ? 1 : recs[i].first, kMaxKey, &code);
+    const std::uint64_t low =
+        leaves.empty() ? first_low_ : make_bound(recs[i].p.bytes, recs[i].key);
+    Leaf* l = new_leaf(low, kMaxKey, &code);
     if (l == nullptr) {
       for (Leaf* x : leaves) {
         pm_free(x->data_off, node_size_);
         delete x;
       }
+      cleanup();
       return pool_->error(code, "bulk_load: pool full");
     }
     Entry* e = entries(l);
     std::uint64_t bitmap = 0;
     for (std::size_t j = i; j < end; ++j) {
       const int s = static_cast<int>(j - i);
-      pm::store(&e[s], Entry{recs[j].first, recs[j].second});  // B1
-      l->keys[s].store(recs[j].first, std::memory_order_relaxed);
-      l->set_fp(s, fingerprint(recs[j].first));
+      pm::store(&e[s], Entry{recs[j].key, recs[j].word});  // B1
+      l->keys[s].store(recs[j].key, std::memory_order_relaxed);
+      l->set_fp(s, recs[j].p.fp);
       l->state[s].store(Leaf::kDone, std::memory_order_relaxed);
       bitmap |= std::uint64_t{1} << s;
     }
     l->bitmap.store(bitmap, std::memory_order_relaxed);
     l->num.store(static_cast<std::uint32_t>(end - i), std::memory_order_relaxed);
     if (!leaves.empty()) {
-      leaves.back()->high = l->low - 1;
+      leaves.back()->high = high_before(l->low);
       leaves.back()->next.store(l, std::memory_order_relaxed);
     }
     leaves.push_back(l);
@@ -351,26 +406,40 @@ Status NBTree::verify_leaf(const Leaf* leaf, std::uint64_t* live) const {
     return p.error(Code::corrupted, "verify: leaf block offset out of bounds");
   const Entry* e = entries(leaf);
   std::vector<std::uint64_t> keys;
+  std::vector<std::string_view> byte_keys;  // bytes mode
   for (std::uint64_t bits = b; bits != 0; bits &= bits - 1) {
     const int i = __builtin_ctzll(bits);
     const std::uint64_t k = e[i].key;
     if (k == 0) continue;
-    if (k < leaf->low || k > leaf->high)
-      return p.error(Code::corrupted, "verify: key " + std::to_string(k) + " outside its leaf");
-    if (leaf->fp(i) != fingerprint(k))
-      return p.error(Code::corrupted, "verify: fingerprint does not match key " + std::to_string(k));
+    Probe kp;
+    if (bytes_) {
+      if (!index_common::read_record(p, k, keys_.max_key(), &kp.bytes))
+        return p.error(Code::corrupted, "verify: key record " + std::to_string(k) + " unreadable");
+      kp.fp = index_common::fingerprint_bytes(kp.bytes);
+    } else {
+      kp.word = k;
+      kp.fp = fingerprint(k);
+    }
+    auto shown = [&] { return bytes_ ? "record " + std::to_string(k) : std::to_string(k); };
+    if (!in_range(leaf, kp))  // memcmp order in bytes mode
+      return p.error(Code::corrupted, "verify: key " + shown() + " outside its leaf");
+    if (leaf->fp(i) != kp.fp)
+      return p.error(Code::corrupted, "verify: fingerprint does not match key " + shown());
     if (leaf->keys[i].load(std::memory_order_relaxed) != k)
       return p.error(Code::corrupted, "verify: announced key differs from the PM key");
     const std::uint64_t pl = payload_of(e[i].value);
     if ((pl & kOutOfLine) != 0 &&
         p.checked<ValueRecord>(pl & ~kOutOfLine, sizeof(ValueRecord), 64) == nullptr)
       return p.error(Code::corrupted, "verify: value record offset out of bounds");
-    keys.push_back(k);
+    if (bytes_) byte_keys.push_back(kp.bytes);
+    else keys.push_back(k);
   }
   std::sort(keys.begin(), keys.end());
-  if (std::adjacent_find(keys.begin(), keys.end()) != keys.end())
+  std::sort(byte_keys.begin(), byte_keys.end());
+  if (std::adjacent_find(keys.begin(), keys.end()) != keys.end() ||
+      std::adjacent_find(byte_keys.begin(), byte_keys.end()) != byte_keys.end())
     return p.error(Code::corrupted, "verify: a key is live twice in one leaf");
-  *live += keys.size();
+  *live += keys.size() + byte_keys.size();
   return Status::Ok();
 }
 
@@ -381,19 +450,20 @@ Status NBTree::verify_inner(const Inner* node, std::uint64_t low, std::uint64_t 
   if (n < 1 || n > fanout_) return p.error(Code::corrupted, "verify: inner node count out of range");
   if ((node->version.load(std::memory_order_relaxed) & 1) != 0)
     return p.error(Code::corrupted, "verify: inner node left locked");
-  if (node->keys[0].load(std::memory_order_relaxed) != low ||
-      node->high.load(std::memory_order_relaxed) != high)
+  if (!bound_eq(node->keys[0].load(std::memory_order_relaxed), low) ||
+      !bound_eq(node->high.load(std::memory_order_relaxed), high))
     return p.error(Code::corrupted, "verify: inner node range differs from its parent's entry");
   for (int i = 0; i < n; ++i) {
     const std::uint64_t lo = node->keys[i].load(std::memory_order_relaxed);
-    const std::uint64_t hi = i + 1 < n ? node->keys[i + 1].load(std::memory_order_relaxed) - 1 : high;
-    if (i + 1 < n && node->keys[i + 1].load(std::memory_order_relaxed) <= lo)
+    const std::uint64_t hi =
+        i + 1 < n ? high_before(node->keys[i + 1].load(std::memory_order_relaxed)) : high;
+    if (i + 1 < n && !bound_less(lo, node->keys[i + 1].load(std::memory_order_relaxed)))
       return p.error(Code::corrupted, "verify: inner keys not strictly increasing");
     void* c = node->children[i].load(std::memory_order_relaxed);
     if (c == nullptr) return p.error(Code::corrupted, "verify: null child");
     if (node->level == 1) {
       const auto* l = static_cast<const Leaf*>(c);
-      if (l->low != lo || l->high != hi)
+      if (!bound_eq(l->low, lo) || !bound_eq(l->high, hi))
         return p.error(Code::corrupted, "verify: leaf range differs from its parent's entry");
       leaves->push_back(l);
     } else {
@@ -411,14 +481,16 @@ Status NBTree::verify() const {
   std::vector<const Leaf*> chain;
   const Leaf* l = head_.load(std::memory_order_acquire);
   std::uint64_t pm_off = root_->head;
-  std::uint64_t expect_low = 1;
+  std::uint64_t expect_low = first_low_;
   std::uint64_t live = 0;
   const std::size_t bound = p.size() / node_size_ + 1;
   while (l != nullptr) {
     if (chain.size() > bound) return p.error(Code::corrupted, "verify: leaf chain has a cycle");
     if (l->data_off != pm_off)
       return p.error(Code::corrupted, "verify: PM block chain differs from the leaf chain");
-    if (l->low != expect_low || l->high < l->low)
+    const bool nonempty = bytes_ ? l->high == kMaxKey || bound_less(l->low, l->high)
+                                 : l->high >= l->low;
+    if (!bound_eq(l->low, expect_low) || !nonempty)
       return p.error(Code::corrupted, "verify: leaf ranges do not tile the key space");
     if (Status s = verify_leaf(l, &live); !s.ok()) return s;
     chain.push_back(l);
@@ -428,7 +500,7 @@ Status NBTree::verify() const {
       if (l->high != kMaxKey) return p.error(Code::corrupted, "verify: last leaf does not end at max");
       if (pm_off != 0) return p.error(Code::corrupted, "verify: PM chain longer than leaf chain");
     } else {
-      expect_low = l->high + 1;
+      expect_low = bytes_ ? l->high : l->high + 1;  // bytes: high is exclusive
     }
     l = next;
   }
@@ -437,7 +509,7 @@ Status NBTree::verify() const {
   const Inner* root = root_node_.load(std::memory_order_acquire);
   if (root->sibling.load(std::memory_order_relaxed) != nullptr)
     return p.error(Code::corrupted, "verify: root has a sibling");
-  if (Status s = verify_inner(root, 1, kMaxKey, &from_inner); !s.ok()) return s;
+  if (Status s = verify_inner(root, first_low_, kMaxKey, &from_inner); !s.ok()) return s;
   if (from_inner != chain)
     return p.error(Code::corrupted, "verify: inner nodes reach other leaves than the chain");
   return Status::Ok();
@@ -455,7 +527,8 @@ Footprint NBTree::footprint() const {
     std::lock_guard<sync::SpinLock> lock(inner_mu_);  // all_inner_ changes under it
     inner = all_inner_.size();
   }
-  f.dram_bytes = leaf_count() * sizeof(Leaf) + inner * sizeof(Inner);
+  f.dram_bytes = leaf_count() * sizeof(Leaf) + inner * sizeof(Inner) +
+                 (bytes_ ? seps_.dram_bytes() : 0);
   return f;
 }
 
@@ -469,7 +542,7 @@ std::size_t NBTree::leaf_count() const {
   return n;
 }
 
-Leaf* NBTree::leaf_for_testing(std::uint64_t key) const { return find_leaf(key); }
+Leaf* NBTree::leaf_for_testing(std::uint64_t key) const { return find_leaf(probe_of_word(key)); }
 
 bool NBTree::peek_for_testing(const Leaf* leaf, std::uint64_t key, std::uint64_t* word) const {
   const Entry* e = entries(leaf);
@@ -500,6 +573,13 @@ void NBTree::corrupt_for_testing(int what) {
     case 2:  // the PM chain skips a block
       pm::publish(&root_->head, block(l)->next);
       break;
+    case 3: {  // bytes mode: the second leaf's low bound (a DRAM separator) raised to "\xff..."
+      const Leaf* n = Leaf::untag(l->next.load(std::memory_order_relaxed));
+      if (!bytes_ || n == nullptr) return;
+      const std::string_view v = index_common::SeparatorStore::view(n->low);
+      if (!v.empty()) const_cast<char&>(v[0]) = '\xff';
+      break;
+    }
     default:
       break;
   }

@@ -58,16 +58,22 @@ void NBTree::destroy_unpublished(SmoDesc* d) {
     pm_free(d->leaves[i]->data_off, node_size_);
     delete d->leaves[i];
   }
+  // Bytes mode: the split bound was made for this copy and never published (S3 lost).
+  if (bytes_ && d->split != 0) seps_.retire(d->split, epochs_);
   delete d;
 }
 
 // S2: copy the live committed entries into one new leaf, or two split at the median when
 // more than half the capacity is live. Every copied value carries copy_bit. The new blocks
-// are zeroed, filled and persisted before copy_ptr can publish them (S3).
+// are zeroed, filled and persisted before copy_ptr can publish them (S3). Bytes mode: a copy
+// names the same key record as the old slot (the record is shared, never copied; the old
+// block's retirement frees no record, E1), sorted by the record bytes (memcmp), and the split
+// bound is a new SeparatorStore copy of the right leaf's smallest key.
 SmoDesc* NBTree::copy_phase(Leaf* leaf) {
   struct Rec {
     std::uint64_t key, word;
     int slot;
+    std::string_view bytes;  // bytes mode: the key record's bytes (the thread is pinned)
   };
   std::vector<Rec> recs;
   recs.reserve(kMaxSlots);
@@ -79,9 +85,14 @@ SmoDesc* NBTree::copy_phase(Leaf* leaf) {
     const std::uint64_t w = pm::load_acquire(&e[i].value);
     const std::uint64_t k2 = pm::load_acquire(&e[i].key);
     if (k1 == 0 || k1 != k2) continue;  // deleted: nothing to copy
-    recs.push_back({k1, w, i});
+    recs.push_back({k1, w, i, bytes_ ? probe_of_word(k1).bytes : std::string_view()});
   }
-  std::sort(recs.begin(), recs.end(), [](const Rec& a, const Rec& c) { return a.key < c.key; });
+  if (bytes_) {
+    std::sort(recs.begin(), recs.end(),
+              [](const Rec& a, const Rec& c) { return a.bytes < c.bytes; });
+  } else {
+    std::sort(recs.begin(), recs.end(), [](const Rec& a, const Rec& c) { return a.key < c.key; });
+  }
   auto* d = new SmoDesc;
   std::fill(std::begin(d->map_leaf), std::end(d->map_leaf), 0xff);
   std::fill(std::begin(d->map_slot), std::end(d->map_slot), 0xff);
@@ -90,12 +101,12 @@ SmoDesc* NBTree::copy_phase(Leaf* leaf) {
   std::size_t cut = recs.size();
   if (two) {
     cut = recs.size() / 2;
-    d->split = recs[cut].key;
+    d->split = make_bound(recs[cut].bytes, recs[cut].key);
   }
   Code code = Code::ok;
   for (int li = 0; li < d->count; ++li) {
     const std::uint64_t low = li == 0 ? leaf->low : d->split;
-    const std::uint64_t high = (two && li == 0) ? d->split - 1 : leaf->high;
+    const std::uint64_t high = (two && li == 0) ? high_before(d->split) : leaf->high;
     Leaf* n = new_leaf(low, high, &code);
     if (n == nullptr) {
       d->count = li;
@@ -114,7 +125,7 @@ SmoDesc* NBTree::copy_phase(Leaf* leaf) {
     for (std::size_t r = begin; r < end; ++r, ++s) {
       pm::store(&ne[s], Entry{recs[r].key, payload_of(recs[r].word) | kCopyBit});
       n->keys[s].store(recs[r].key, std::memory_order_relaxed);
-      n->set_fp(s, fingerprint(recs[r].key));
+      n->set_fp(s, leaf->fp(recs[r].slot));  // the same key: the same fingerprint
       n->state[s].store(Leaf::kDone, std::memory_order_relaxed);
       bitmap |= std::uint64_t{1} << s;
       d->map_leaf[recs[r].slot] = static_cast<std::uint8_t>(li);
@@ -183,6 +194,7 @@ void NBTree::sync_slot(Leaf* old_leaf, int slot, const SmoDesc* d) const {
           full_fence();
           if ((nl->bitmap.load(std::memory_order_seq_cst) & Leaf::kSmoBit) == 0) {
             self->retire_value(v);
+            self->retire_key(nk);  // K3 (bytes mode), under V4's rule
           }
         }
         break;
@@ -283,7 +295,7 @@ void NBTree::link_phase(Leaf* leaf, SmoDesc* d) {
   Leaf* const first = d->leaves[0];
   for (;;) {
     if ((leaf->flag.load(std::memory_order_acquire) & Leaf::kLinked) != 0) return;
-    Leaf* pred = leaf->low > 1 ? find_leaf(leaf->low - 1) : nullptr;
+    Leaf* pred = leaf->low != first_low_ ? find_leaf_before(leaf->low) : nullptr;
     std::atomic<Leaf*>& link = pred != nullptr ? pred->next : head_;
     Leaf* cur = link.load(std::memory_order_acquire);
     if (cur == leaf) {
@@ -339,11 +351,12 @@ void NBTree::help_link(Leaf* leaf) {
 
 // --- inner nodes (inner_mu_ held) ---------------------------------------------------------------
 
-std::vector<Inner*> NBTree::path_to(std::uint64_t key) const {
+std::vector<Inner*> NBTree::path_to(std::uint64_t low) const {
+  const Probe key = probe_of_bound(low);
   std::vector<Inner*> path;
   Inner* node = root_node_.load(std::memory_order_acquire);
   for (;;) {
-    while (key > node->high.load(std::memory_order_relaxed)) {
+    while (probe_above(key, node->high.load(std::memory_order_relaxed))) {
       node = node->sibling.load(std::memory_order_relaxed);
     }
     path.push_back(node);
@@ -351,7 +364,7 @@ std::vector<Inner*> NBTree::path_to(std::uint64_t key) const {
     const int n = node->count.load(std::memory_order_relaxed);
     int pos = 0;
     for (int i = 1; i < n; ++i) {
-      if (node->keys[i].load(std::memory_order_relaxed) <= key) pos = i;
+      if (probe_ge(key, node->keys[i].load(std::memory_order_relaxed))) pos = i;
     }
     node = static_cast<Inner*>(node->children[pos].load(std::memory_order_relaxed));
   }
@@ -403,7 +416,7 @@ void NBTree::insert_into_inner(std::vector<Inner*>& path, int idx, std::uint64_t
         }
       }
       int pos = n;
-      while (pos > 1 && node->keys[pos - 1].load(std::memory_order_relaxed) > key) {
+      while (pos > 1 && bound_less(key, node->keys[pos - 1].load(std::memory_order_relaxed))) {
         node->keys[pos].store(node->keys[pos - 1].load(std::memory_order_relaxed),
                               std::memory_order_relaxed);
         node->children[pos].store(node->children[pos - 1].load(std::memory_order_relaxed),
@@ -430,7 +443,9 @@ void NBTree::insert_into_inner(std::vector<Inner*>& path, int idx, std::uint64_t
     }
   }
   all.insert(std::upper_bound(all.begin() + 1, all.end(), key,
-                              [](std::uint64_t k, const auto& e) { return k < e.first; }),
+                              [this](std::uint64_t k, const auto& e) {
+                                return bound_less(k, e.first);
+                              }),
              {key, child});
   const int left_n = static_cast<int>(all.size()) / 2;
   auto* right = new Inner;
@@ -451,7 +466,7 @@ void NBTree::insert_into_inner(std::vector<Inner*>& path, int idx, std::uint64_t
       node->children[i].store(all[i].second, std::memory_order_relaxed);
     }
     node->count.store(left_n, std::memory_order_relaxed);
-    node->high.store(sep - 1, std::memory_order_relaxed);
+    node->high.store(high_before(sep), std::memory_order_relaxed);
     node->sibling.store(right, std::memory_order_release);  // N3: right is complete
   }
   hook(HookPoint::inner_node_written, nullptr);
@@ -492,7 +507,7 @@ void NBTree::build_inner_from_leaves(const std::vector<Leaf*>& leaves) {
       }
       n->count.store(static_cast<int>(end - i), std::memory_order_relaxed);
       if (!nodes.empty()) {
-        nodes.back()->high.store(level[i].first - 1, std::memory_order_relaxed);
+        nodes.back()->high.store(high_before(level[i].first), std::memory_order_relaxed);
         nodes.back()->sibling.store(n, std::memory_order_relaxed);
       }
       nodes.push_back(n);

@@ -17,10 +17,12 @@
 namespace pmindex::crash {
 namespace {
 
-ConcurrentCrashConfig config(std::size_t threads, nbtree::NBTree::Fault fault) {
+ConcurrentCrashConfig config(std::size_t threads, nbtree::NBTree::Fault fault,
+                             KeyType kt = KeyType::u64) {
   ConcurrentCrashConfig cfg;
   cfg.options.kind = "nbtree";
-  cfg.options.key_type = KeyType::u64;
+  cfg.options.key_type = kt;  // bytes: the driver's 8-byte keys through PM key records (K1-K5)
+  cfg.options.max_key_size = 8;
   cfg.options.node_size = 128;  // capacity 7
   cfg.threads = threads;
   cfg.ops_per_thread = threads == 2 ? 30 : 20;
@@ -45,9 +47,10 @@ struct Totals {
 
 // Spends the mode's image budget over consecutive seeds (125 images per schedule).
 Totals sweep(pm::Mode mode, std::size_t threads, nbtree::NBTree::Fault fault,
-             std::size_t max_seeds = 0) {
+             std::size_t max_seeds = 0, KeyType kt = KeyType::u64) {
   const std::string label = "nbtree.mt." + std::string(pm::to_string(mode)) + "." +
                             std::to_string(threads) + "t" +
+                            (kt == KeyType::bytes ? ".bytes" : "") +
                             (fault == nbtree::NBTree::Fault::none
                                  ? std::string()
                                  : ".bad" + std::to_string(static_cast<int>(fault)));
@@ -55,7 +58,7 @@ Totals sweep(pm::Mode mode, std::size_t threads, nbtree::NBTree::Fault fault,
   Totals t;
   if (opt.replay) {
     opt.seed = opt.replay->seed;
-    const ExploreReport r = run_index_crash_concurrent(config(threads, fault), opt);
+    const ExploreReport r = run_index_crash_concurrent(config(threads, fault, kt), opt);
     std::cout << label << " replay: " << r.to_string() << "\n";
     t.runs = 1;
     t.images = r.images_checked;
@@ -78,7 +81,7 @@ Totals sweep(pm::Mode mode, std::size_t threads, nbtree::NBTree::Fault fault,
   opt.max_failures = 1;
   for (std::size_t i = 0; i < seeds; ++i) {
     opt.seed = base + i * 7919;
-    const ExploreReport r = run_index_crash_concurrent(config(threads, fault), opt);
+    const ExploreReport r = run_index_crash_concurrent(config(threads, fault, kt), opt);
     ++t.runs;
     t.images += r.images_checked;
     t.crash_points += r.crash_points;
@@ -95,8 +98,8 @@ Totals sweep(pm::Mode mode, std::size_t threads, nbtree::NBTree::Fault fault,
   return t;
 }
 
-void expect_clean(pm::Mode mode, std::size_t threads) {
-  const Totals t = sweep(mode, threads, nbtree::NBTree::Fault::none);
+void expect_clean(pm::Mode mode, std::size_t threads, KeyType kt = KeyType::u64) {
+  const Totals t = sweep(mode, threads, nbtree::NBTree::Fault::none, 0, kt);
   EXPECT_EQ(t.failed_runs, 0u) << t.first_failure;
   EXPECT_GT(t.images, 0u);
 }
@@ -105,6 +108,8 @@ TEST(MtCrashNBTree, Eadr2Threads) { expect_clean(pm::Mode::eadr, 2); }
 TEST(MtCrashNBTree, Eadr3Threads) { expect_clean(pm::Mode::eadr, 3); }
 TEST(MtCrashNBTree, Adr2Threads) { expect_clean(pm::Mode::adr, 2); }
 TEST(MtCrashNBTree, Adr3Threads) { expect_clean(pm::Mode::adr, 3); }
+TEST(MtCrashNBTree, Eadr2ThreadsBytesKeys) { expect_clean(pm::Mode::eadr, 2, KeyType::bytes); }
+TEST(MtCrashNBTree, Adr2ThreadsBytesKeys) { expect_clean(pm::Mode::adr, 2, KeyType::bytes); }
 
 // The checker can fail: an insert that skips its write-back (I5) is lost by some image.
 TEST(MtCrashNBTree, SkippedInsertPersistIsCaught) {
