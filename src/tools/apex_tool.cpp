@@ -22,13 +22,13 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "dataset.h"
 #include "index/apex/apex.h"
 #include "pmindex/index.h"
 
@@ -95,18 +95,15 @@ std::vector<std::string> make_keys(const std::string& kind, std::size_t n, std::
     for (double d : v) out.push_back(pmindex::encode_f64(d));
     return out;
   }
-  // SOSD file.
-  std::ifstream f(kind, std::ios::binary);
-  if (!f) throw std::runtime_error("cannot open " + kind);
-  std::uint64_t count = 0;
-  f.read(reinterpret_cast<char*>(&count), 8);
-  std::vector<std::uint64_t> raw(count);
-  f.read(reinterpret_cast<char*>(raw.data()), static_cast<std::streamsize>(count * 8));
-  if (!f) throw std::runtime_error("short SOSD file " + kind);
-  std::shuffle(raw.begin(), raw.end(), rng);
-  if (raw.size() > n) raw.resize(n);
+  // SOSD file, read by pmbench's loader: the header count is checked against the file size
+  // before anything is allocated (a corrupt count is refused with a message naming the file);
+  // the distinct keys come back shuffled with the seed, so the first n are a uniform sample.
+  std::string error;
+  const auto file = pmbench::load_sosd(kind, seed, &error);
+  if (file == nullptr) throw std::runtime_error(error);
   std::vector<std::string> keys;
-  for (std::uint64_t w : raw) {
+  for (std::uint64_t i = 0; i < std::min<std::uint64_t>(n, file->keys.size()); ++i) {
+    const std::uint64_t w = file->keys[i];
     if (*kt == pmindex::KeyType::f64) {
       double d = 0;
       std::memcpy(&d, &w, 8);

@@ -102,23 +102,37 @@ Code Apex::insert(std::string_view key, std::string_view value) {
         unlock_window(m, span);
         return Code::already_present;
       }
-      if (!too_dense(dn, m)) {
+      if (!needs_smo(dn, m)) {
         const Code c = insert_into(off, m, k, payload, span.p);
         unlock_window(m, span);
         return c;
       }
       unlock_window(m, span);
     }
-    // The node is too dense: an SMO (holding no lock now; it locks top-down).
+    // The node is too dense or its inserts cost too much: an SMO (holding no lock now; it
+    // locks top-down).
     const Code c = smo_locked(k, /*contract=*/false);
     if (c != Code::ok) return c;
   }
 }
 
-bool Apex::too_dense(const DataNode* dn, const DataMeta& m) const {
+bool Apex::needs_smo(const DataNode* dn, const DataMeta& m) const {
+  if (m.keys() + 1 < m.smo_retry_at.load(std::memory_order_relaxed)) return false;
   const double capacity = static_cast<double>(dn->pa_slots + dn->sa_slots);
-  return static_cast<double>(m.keys() + 1) > kDensityUpper * capacity &&
-         m.keys() + 1 >= m.smo_retry_at.load(std::memory_order_relaxed);
+  return static_cast<double>(m.keys() + 1) > kDensityUpper * capacity || cost_drifted(m);
+}
+
+bool Apex::cost_drifted(const DataMeta& m) const {
+  // Cost deviation (PROTOCOL.md "SMO policy"): the empirical insert cost of the inserts since
+  // the node was built — their probe-and-stash cost 1 + 2·(share that went to the stash) plus
+  // the overflow buckets and extended stash blocks they allocated per insert — against the
+  // node's cost when built. Needs max(kDriftMinInserts, built keys / 8) inserts first.
+  const std::uint64_t n = m.ins_total.load(std::memory_order_relaxed);
+  if (n < std::max(kDriftMinInserts, m.built_keys / 8)) return false;
+  const double stash = static_cast<double>(m.ins_stash.load(std::memory_order_relaxed));
+  const double allocs = static_cast<double>(m.ins_allocs.load(std::memory_order_relaxed));
+  const double cost = 1.0 + (2.0 * stash + allocs) / static_cast<double>(n);
+  return cost > kCostDeviation * m.created_cost;
 }
 
 bool Apex::too_sparse(const DataNode* dn, const DataMeta& m) const {
@@ -164,7 +178,7 @@ Code Apex::smo_locked(std::uint64_t k, bool contract) {
     std::unique_lock<std::mutex> node_smo(m.smo_mu);
     if (m.retired || !lock_all(m)) continue;
     const DataNode* dn = data(off);
-    if (contract ? !too_sparse(dn, m) : !too_dense(dn, m)) {
+    if (contract ? !too_sparse(dn, m) : !needs_smo(dn, m)) {
       unlock_window(m, {0, m.num_locks - 1});
       return Code::ok;  // another thread already did it
     }
@@ -406,6 +420,13 @@ Record* Apex::debug_record(std::string_view key) {
   std::unique_lock<std::shared_mutex> global(smo_mu_);
   const std::uint64_t off = traverse(k, nullptr);
   return locate(off, meta_for(off), k, false).rec;
+}
+
+DataNode* Apex::debug_data_node(std::string_view key) {
+  std::uint64_t k = 0;
+  if (check_key(key, &k) != Code::ok) return nullptr;
+  std::unique_lock<std::shared_mutex> global(smo_mu_);
+  return data(traverse(k, nullptr));
 }
 
 RecoveryStats Apex::recovery_stats() const {

@@ -105,6 +105,18 @@ struct alignas(64) DataMeta {
   void add_keys(std::int64_t d) { num_keys.fetch_add(static_cast<std::uint64_t>(d), std::memory_order_relaxed); }
   void add_stash(std::int64_t d) { num_stash.fetch_add(static_cast<std::uint64_t>(d), std::memory_order_relaxed); }
   double created_cost = 1.0;              // search cost when built (cost model baseline)
+  std::uint64_t built_keys = 0;           // keys when this DRAM state was built
+  // Inserts since the DRAM state was built (relaxed; the cost-deviation trigger): all of them,
+  // those that went to SA / extended stash, and the overflow buckets (DRAM) plus extended
+  // stash blocks (PM) they allocated — the paper's insert cost (§4.4).
+  std::atomic<std::uint64_t> ins_total{0};
+  std::atomic<std::uint64_t> ins_stash{0};
+  std::atomic<std::uint64_t> ins_allocs{0};
+  void note_insert(bool stash, std::uint64_t allocs) {
+    ins_total.fetch_add(1, std::memory_order_relaxed);
+    if (stash) ins_stash.fetch_add(1, std::memory_order_relaxed);
+    if (allocs != 0) ins_allocs.fetch_add(allocs, std::memory_order_relaxed);
+  }
   // An SMO failed: retry only once num_keys reaches it (relaxed: a heuristic threshold).
   std::atomic<std::uint64_t> smo_retry_at{0};
   std::mutex smo_mu;                      // per-data-node SMO lock (paper §5)
@@ -185,6 +197,8 @@ class Apex final : public Index {
   // Test hook: a raw pointer to the PM record of `key` (nullptr if absent), so a test can
   // corrupt PM and check that verify() notices.
   Record* debug_record(std::string_view key);
+  // Test hook: the data node that holds `key`'s range (nullptr for a bad key).
+  DataNode* debug_data_node(std::string_view key);
   // Test hook: waits for the background recovery walk to finish.
   void wait_recovery_walk();
   // Test hook: called (under the index lock) at every persistence step of every SMO with the
@@ -244,7 +258,8 @@ class Apex final : public Index {
   Code insert_into(std::uint64_t off, DataMeta& m, std::uint64_t key, std::uint64_t payload,
                    std::uint32_t p = kNoPrediction);
   void erase_at(std::uint64_t off, DataMeta& m, const Location& loc, std::uint64_t key);
-  void bucket_add(DataMeta& m, std::uint32_t group, std::uint64_t key, std::uint64_t rec_off);
+  // Returns true if it allocated a new overflow bucket.
+  bool bucket_add(DataMeta& m, std::uint32_t group, std::uint64_t key, std::uint64_t rec_off);
   void bucket_remove(DataMeta& m, std::uint32_t group, std::uint64_t rec_off);
   void collect(std::uint64_t off, std::vector<Record>& out) const;  // valid records, unsorted
   double search_cost(const DataMeta& m) const;
@@ -252,7 +267,10 @@ class Apex final : public Index {
   // Runs an SMO for the insert of `key` (re-traversing and locking top-down first).
   // `contract`: shrink a node below the lower density bound instead (after a delete).
   Code smo_locked(std::uint64_t key, bool contract);
-  bool too_dense(const DataNode* dn, const DataMeta& m) const;
+  // An insert into the node must first run an SMO: density above kDensityUpper, or the
+  // inserts since it was built cost more than kCostDeviation x its built cost (cost_drifted).
+  bool needs_smo(const DataNode* dn, const DataMeta& m) const;
+  bool cost_drifted(const DataMeta& m) const;
   bool too_sparse(const DataNode* dn, const DataMeta& m) const;
   // Takes every record lock of `m` left to right; false (none held) if the node is obsolete.
   bool lock_all(DataMeta& m) const;

@@ -33,9 +33,33 @@ std::uint64_t Apex::build_data(const std::vector<Record>& recs, std::uint64_t lo
   const std::uint64_t max_slots = max_data_slots();
   const std::uint64_t total = std::clamp<std::uint64_t>(total_slots, 2 * kGroup, max_slots);
   const double s = std::clamp(stash_ratio, kStashMin, kStashMax);
-  std::uint64_t pa = static_cast<std::uint64_t>(std::floor((1.0 - s) * static_cast<double>(total)));
-  pa = std::max<std::uint64_t>(kGroup, pa / kGroup * kGroup);
-  const std::uint64_t sa = total - pa;
+  // PA is a whole number of groups. Rounding PA down alone pushed S of small nodes up to 0.5
+  // (total 32 -> PA 16, SA 16). Now S stays in [kStashMin, kStashMax] exactly (layout.h:
+  // stash_ratio_ok): PA is the group multiple nearest (1 - S)·total among those that leave
+  // SA = total - PA inside the bound (exactly `total` slots: a bulk load at the lower density
+  // bound stays at it). Small nodes may have none (total < 64): then PA is the nearest group
+  // multiple and SA is clamped into the bound; if that leaves fewer slots than asked, PA gains
+  // a group (a node smaller than asked could start above density 0.9: an SMO loop), and if
+  // the node exceeds the maximum, PA loses one.
+  const double pa_want = (1.0 - s) * static_cast<double>(total);
+  std::uint64_t pa = 0;
+  double best_gap = HUGE_VAL;
+  for (std::uint64_t c = kGroup; c < total; c += kGroup) {
+    const double gap = std::fabs(static_cast<double>(c) - pa_want);
+    if (stash_ratio_ok(c, total - c) && gap < best_gap) {
+      pa = c;
+      best_gap = gap;
+    }
+  }
+  auto sa_for = [&](std::uint64_t p) {
+    return std::clamp(total > p ? total - p : 0, stash_sa_min(p), stash_sa_max(p));
+  };
+  if (pa == 0) {
+    pa = std::max<std::uint64_t>(kGroup, static_cast<std::uint64_t>(std::llround(pa_want / kGroup)) * kGroup);
+    while (pa + sa_for(pa) < total) pa += kGroup;
+    while (pa > kGroup && pa + sa_for(pa) > max_slots) pa -= kGroup;
+  }
+  const std::uint64_t sa = sa_for(pa);
   const std::size_t bytes = data_bytes(static_cast<std::uint32_t>(pa), static_cast<std::uint32_t>(sa));
   const std::uint64_t inv = invalid_key_for(lo, hi);
 

@@ -20,8 +20,6 @@
 namespace pmindex::apex {
 
 namespace {
-constexpr double kDataCostLimit = 1.5;
-
 struct Plan {
   LinearModel model;
   std::uint32_t fanout = 0;

@@ -100,6 +100,7 @@ std::unique_ptr<DataMeta> Apex::rebuild_meta(std::uint64_t off) const {
     m->ext.push_back(info);
   }
   m->created_cost = search_cost(*m);
+  m->built_keys = m->keys();
   return m;
 }
 
@@ -144,7 +145,7 @@ void Apex::unlock_window(DataMeta& m, LockSpan span) const {
   for (std::uint32_t i = span.last + 1; i-- > span.first;) m.locks[i].writeUnlock();
 }
 
-void Apex::bucket_add(DataMeta& m, std::uint32_t group, std::uint64_t key,
+bool Apex::bucket_add(DataMeta& m, std::uint32_t group, std::uint64_t key,
                       std::uint64_t rec_off) {
   const std::uint64_t entry = (std::uint64_t{fingerprint(key)} << kFpShift) | rec_off;
   OverflowBucket* b = m.bucket(group);
@@ -155,7 +156,7 @@ void Apex::bucket_add(DataMeta& m, std::uint32_t group, std::uint64_t key,
     for (std::uint64_t& e : b->entry) {
       if (e == 0) {
         sync::locked_write(e, entry);
-        return;
+        return false;
       }
     }
   }
@@ -166,6 +167,7 @@ void Apex::bucket_add(DataMeta& m, std::uint32_t group, std::uint64_t key,
   } else {
     sync::locked_write(last->next, fresh);
   }
+  return true;
 }
 
 void Apex::bucket_remove(DataMeta& m, std::uint32_t group, std::uint64_t rec_off) {
@@ -233,6 +235,7 @@ Code Apex::insert_into(std::uint64_t off, DataMeta& m, std::uint64_t key, std::u
     m.set_word(i / kGroup, a.word & ~bit);
     a.fp[i % kGroup] = fingerprint(key);
     m.add_keys(1);
+    m.note_insert(false, 0);
     return Code::ok;
   }
   // Stash array: claim the first free slot of the stash bitmap by CAS (writers holding other
@@ -251,9 +254,10 @@ Code Apex::insert_into(std::uint64_t off, DataMeta& m, std::uint64_t key, std::u
         continue;
       Record* r = &dn->sa()[w * 64 + b];
       write(r);
-      bucket_add(m, p / kGroup, key, pool_->offset_of(r));
+      const bool fresh = bucket_add(m, p / kGroup, key, pool_->offset_of(r));
       m.add_keys(1);
       m.add_stash(1);
+      m.note_insert(true, fresh ? 1 : 0);
       return Code::ok;
     }
   }
@@ -265,9 +269,10 @@ Code Apex::insert_into(std::uint64_t off, DataMeta& m, std::uint64_t key, std::u
     Record* r = &pool_->at<ExtStash>(info.off)->rec[j];
     write(r);
     info.used = static_cast<std::uint16_t>(info.used | (1u << j));
-    bucket_add(m, p / kGroup, key, pool_->offset_of(r));
+    const bool fresh = bucket_add(m, p / kGroup, key, pool_->offset_of(r));
     m.add_keys(1);
     m.add_stash(1);
+    m.note_insert(true, fresh ? 1 : 0);
     return Code::ok;
   }
   Code code = Code::ok;
@@ -285,9 +290,10 @@ Code Apex::insert_into(std::uint64_t off, DataMeta& m, std::uint64_t key, std::u
   Record* r = &blk->rec[0];
   write(r);
   m.ext.front().used = 1;
-  bucket_add(m, p / kGroup, key, pool_->offset_of(r));
+  const bool fresh = bucket_add(m, p / kGroup, key, pool_->offset_of(r));
   m.add_keys(1);
   m.add_stash(1);
+  m.note_insert(true, fresh ? 2 : 1);  // the extended stash block, and maybe a bucket
   return Code::ok;
 }
 

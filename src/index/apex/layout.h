@@ -31,6 +31,26 @@ inline constexpr double kDensityInit = 0.6;     // density of a node built by an
 inline constexpr double kStashMin = 0.05;
 inline constexpr double kStashMax = 0.3;
 inline constexpr double kStashCoefficient = 1.5;
+// Cost model (PROTOCOL.md "SMO policy"): a data node whose simulated probe-and-stash cost
+// 1 + 2·O exceeds kDataCostLimit is split, not built / expanded (bulk load and SMOs alike);
+// an SMO is also triggered when the empirical cost of the inserts since a node was built
+// exceeds kCostDeviation x its cost when built (after at least kDriftMinInserts inserts).
+inline constexpr double kDataCostLimit = 1.5;
+inline constexpr double kCostDeviation = 1.5;
+inline constexpr std::uint64_t kDriftMinInserts = 64;
+// Every data node's stash ratio S = SA / (PA + SA) lies in [kStashMin, kStashMax] exactly
+// (verify() checks it). In integers: 19·SA >= PA (S >= 1/20) and 7·SA <= 3·PA (S <= 3/10).
+// PA is a multiple of kGroup (>= 16), so SA in [ceil(PA/19), floor(3·PA/7)] is never empty
+// (PA = 16: SA in [1, 6]).
+static_assert(kStashMin == 1.0 / 20 && kStashMax == 3.0 / 10, "stash_sa_min/max use 1/20, 3/10");
+inline constexpr std::uint64_t stash_sa_min(std::uint64_t pa) { return (pa + 18) / 19; }
+inline constexpr std::uint64_t stash_sa_max(std::uint64_t pa) { return 3 * pa / 7; }
+inline constexpr bool stash_ratio_ok(std::uint64_t pa, std::uint64_t sa) {
+  return sa >= stash_sa_min(pa) && sa <= stash_sa_max(pa);
+}
+static_assert(stash_ratio_ok(16, 1) && stash_ratio_ok(16, 6) && !stash_ratio_ok(16, 7) &&
+              !stash_ratio_ok(16, 0) && !stash_ratio_ok(16, 16) && stash_ratio_ok(19, 1) &&
+              !stash_ratio_ok(20, 1) && stash_ratio_ok(70, 30) && !stash_ratio_ok(69, 30));
 
 // SMO log line (64 B, one cache line), one per thread slot, in an array the root points at.
 //   [ 0, 8) stage_kind: bits 0-7 stage (0 none, 1 UNDO, 2 REDO) | bits 8-15 SmoKind | 16-63 0

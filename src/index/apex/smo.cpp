@@ -70,18 +70,18 @@ Code Apex::smo(std::uint64_t off, const std::vector<PathStep>& path, std::uint64
   slot_range(parent, off, path.back().slot, &s, &e);
   const std::uint64_t n = m.keys();
   const bool can_expand = slots_for(n) <= max_data_slots();
-  // Cost model: split when the node cannot grow, or when its probe-and-stash cost has drifted
-  // well above what it was when built (its model no longer fits); otherwise expand.
+  // Cost model (PROTOCOL.md "SMO policy"): expanding retrains the model on the records, so
+  // expand only if a model refitted to the expanded PA keeps the simulated probe-and-stash
+  // cost 1 + 2·O within kDataCostLimit (the bulk loader's rule for a data node); else the
+  // keys are not linear enough for one node: split. Nodes of < 64 keys always expand.
   std::vector<Record> recs;
   collect(off, recs);
   std::sort(recs.begin(), recs.end(), by_key);
-  // If the cost drifted, first ask whether retraining (which expansion does) fixes it: the
-  // overflow ratio of the records under a model refitted to a PA of the expanded size.
   bool want_split = !can_expand;
-  if (!want_split && n >= 64 && search_cost(m) > 1.5 * m.created_cost) {
+  if (!want_split && n >= 64) {
     const auto pa = static_cast<std::uint32_t>(slots_for(n) * (1.0 - kStashMin)) / kGroup * kGroup;
     want_split = 1.0 + 2.0 * simulate_overflow(recs, data(off)->lo, std::max(pa, kGroup)) >
-                 1.5 * m.created_cost;
+                 kDataCostLimit;
   }
   if (!want_split) return expand_data(off, parent, s, e, key);
 

@@ -83,6 +83,9 @@ Status Apex::verify_data(std::uint64_t off, std::uint64_t* records) const {
       dn->bytes != data_bytes(dn->pa_slots, dn->sa_slots) || dn->bytes > data_max_ ||
       !p.in_heap(off, dn->bytes))
     return fail("bad PA/SA sizes");
+  if (!stash_ratio_ok(dn->pa_slots, dn->sa_slots))
+    return fail("stash ratio SA / (PA + SA) = " + std::to_string(dn->sa_slots) + " / " +
+                std::to_string(dn->pa_slots + dn->sa_slots) + " is outside [0.05, 0.3]");
   if (!std::isfinite(dn->slope) || !std::isfinite(dn->intercept) || !(dn->slope >= 0))
     return fail("model is not monotone and finite");
   const std::uint64_t inv = dn->invalid_key;

@@ -410,6 +410,71 @@ TEST(Apex, VerifyDetectsDuplicateKey) {
   EXPECT_FALSE(s.ok());
 }
 
+// Cost deviation (PROTOCOL.md "SMO policy"): inserts that mostly overflow to the stash make
+// the node's insert cost exceed what it was built for, which triggers an SMO well before the
+// density bound would. Here 600 spread keys build a node, then keys packed between two of
+// them (one predicted slot) are inserted while the node stays below density 0.9.
+TEST(Apex, OverflowingInsertsTriggerAnSmoBeforeTheDensityBound) {
+  Options o = small_options(KeyType::u64);
+  o.node_size = 16384;  // 1,020 slots: 600 keys fit one node
+  auto idx = open_or_die(o);
+  std::map<std::string, std::string> oracle;
+  for (std::uint64_t i = 0; i < 600; ++i) {
+    ASSERT_EQ(idx->insert(encode_u64(i * 1'000'000), val(i)), Code::ok);
+    oracle[encode_u64(i * 1'000'000)] = val(i);
+  }
+  ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
+  const std::uint64_t base = 300'000'000;
+  const apex::DataNode* dn = as_apex(*idx).debug_data_node(encode_u64(base));
+  ASSERT_NE(dn, nullptr);
+  const auto before = as_apex(*idx).stats();
+  ASSERT_EQ(before.records, 600u);
+  // Keys this node can still take below the density bound (every key is in it or its
+  // siblings; counting all 600 as its own makes `room` a lower bound).
+  const auto room = static_cast<std::int64_t>(0.9 * (dn->pa_slots + dn->sa_slots)) - 600 - 1;
+  ASSERT_GE(room, 120) << "the setup must leave room below the density bound";
+  const std::uint64_t smos0 = before.expansions + before.sideways_splits +
+                              before.downward_splits + before.inner_expansions;
+  for (std::uint64_t j = 1; j <= 120; ++j) {
+    ASSERT_EQ(idx->insert(encode_u64(base + j), val(j)), Code::ok);
+    oracle[encode_u64(base + j)] = val(j);
+  }
+  const auto after = as_apex(*idx).stats();
+  const std::uint64_t smos1 = after.expansions + after.sideways_splits + after.downward_splits +
+                              after.inner_expansions;
+  EXPECT_GT(smos1, smos0) << "no SMO although the inserts overflowed (overflow ratio "
+                          << after.overflow_ratio << ")";
+  ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
+  for (const auto& [k, v] : oracle) {
+    std::string got;
+    ASSERT_EQ(idx->find(k, &got), Code::ok);
+    EXPECT_EQ(got, v);
+  }
+}
+
+// Every data node keeps S = SA / (PA + SA) in [0.05, 0.3] (layout.h stash_ratio_ok; small
+// nodes used to get PA 16 + SA 16, S = 0.5). verify() checks it; here it must fail when a
+// node's PA/SA split is moved (same bytes) to S > 0.3.
+TEST(Apex, VerifyDetectsStashRatioOutsideBounds) {
+  auto idx = open_or_die(small_options(KeyType::u64));
+  for (std::uint64_t i = 0; i < 40; ++i) ASSERT_EQ(idx->insert(encode_u64(i), val(i)), Code::ok);
+  ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
+  apex::DataNode* dn = as_apex(*idx).debug_data_node(encode_u64(20));
+  ASSERT_NE(dn, nullptr);
+  const std::uint32_t pa = dn->pa_slots, sa = dn->sa_slots;
+  ASSERT_TRUE(apex::stash_ratio_ok(pa, sa));
+  ASSERT_GE(pa + sa, 24u);  // PA 16 leaves S >= 8/24 > 0.3
+  pm::store(&dn->pa_slots, std::uint32_t{16});
+  pm::store(&dn->sa_slots, pa + sa - 16);
+  const Status s = idx->verify();
+  EXPECT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), Code::corrupted);
+  EXPECT_NE(s.to_string().find("stash ratio"), std::string::npos) << s.to_string();
+  pm::store(&dn->pa_slots, pa);
+  pm::store(&dn->sa_slots, sa);
+  EXPECT_TRUE(idx->verify().ok()) << idx->verify().to_string();
+}
+
 }  // namespace
 }  // namespace pmindex
 
