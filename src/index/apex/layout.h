@@ -15,9 +15,23 @@
 
 namespace pmindex::apex {
 
-// "PMXAPEX2": format 2 (data node `dram` word in line 0, SmoKind::merge). Format-1 pools
-// (session 1) are refused as not APEX pools rather than misread.
-inline constexpr std::uint64_t kRootMagic = 0x3258455041584d50ull;
+// Root magic "PMXAPEX<n>" (little-endian), n = the format:
+//   1  first layout                    2  data node `dram` word in line 0, SmoKind::merge
+//   3  every data node keeps S = SA / (PA + SA) in [0.05, 0.3] (stash_ratio_ok; verify()
+//      checks it), which format-2 pools may violate
+// Older formats are refused with Code::unsupported and a message naming the format, never
+// misread and never reported as corrupted.
+inline constexpr std::uint64_t kRootMagicBase = 0x0058455041584d50ull;  // "PMXAPEX" + byte 7
+inline constexpr std::uint64_t kFormat = 3;
+inline constexpr std::uint64_t kRootMagic = kRootMagicBase | ('0' + kFormat) << 56;
+static_assert(kRootMagic == 0x3358455041584d50ull);  // "PMXAPEX3"
+// The format of an APEX root magic, 0 if it is not one.
+inline constexpr std::uint64_t format_of_magic(std::uint64_t magic) {
+  const std::uint64_t digit = magic >> 56;
+  return (magic & ~(std::uint64_t{0xff} << 56)) == kRootMagicBase && digit >= '1' && digit <= '9'
+             ? digit - '0'
+             : 0;
+}
 inline constexpr std::size_t kMaxLogs = 64;
 // Recovery and verify refuse deeper trees (a cycle); real trees stay far shallower.
 inline constexpr std::uint32_t kMaxDepth = 2048;       // per-thread SMO log lines
@@ -91,7 +105,7 @@ inline SmoStage stage_of(std::uint64_t w) { return static_cast<SmoStage>(w & kSt
 inline SmoKind kind_of(std::uint64_t w) { return static_cast<SmoKind>((w >> kKindShift) & 0xff); }
 
 // Root object (128 B, two lines).
-//   line 0 [ 0, 8) magic "PMXAPEX1"     [ 8,16) root_node: offset of the root inner node
+//   line 0 [ 0, 8) magic kRootMagic     [ 8,16) root_node: offset of the root inner node
 //          [16,20) key_type (KeyMode)   [20,24) reserved
 //          [24,32) data_max bytes       [32,40) inner_max bytes
 //          [40,48) logs: offset of kMaxLogs SmoLog lines (4096 B block)

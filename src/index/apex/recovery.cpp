@@ -119,6 +119,12 @@ Result<std::unique_ptr<Index>> Apex::recover(std::unique_ptr<pm::Pool> pool, con
   }
   // R1: validate, read only.
   Root* r = p.checked<Root>(root_off, sizeof(Root), 64);
+  if (r != nullptr && r->magic != kRootMagic && format_of_magic(r->magic) != 0) {
+    return p.error(Code::unsupported,
+                   "apex pool format " + std::to_string(format_of_magic(r->magic)) +
+                       " is not readable by this build (format " + std::to_string(kFormat) +
+                       "); recreate the pool");
+  }
   if (r == nullptr || r->magic != kRootMagic)
     return p.error(Code::corrupted, "apex root object is missing or has a wrong magic");
   if (r->key_type != static_cast<std::uint32_t>(p.info().layout.key_mode) ||

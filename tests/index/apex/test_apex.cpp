@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cfloat>
 #include <filesystem>
+#include <fstream>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -593,6 +594,45 @@ TEST(ApexCrashSteps, EveryMergeAndContractionStepRecovers) {
       std::filesystem::remove(s.path);
     }
   }
+}
+
+// A pool written by an older APEX format (here: format 2, whose nodes may hold S > 0.3) is
+// refused as unsupported with a message naming the format, not misread and not reported as
+// corrupted; an unknown magic stays "corrupted".
+TEST(Apex, OlderFormatIsRefusedClearly) {
+  TempDir dir;
+  const Options o = small_options(KeyType::u64, dir.file("old.pool"));
+  {
+    auto idx = open_or_die(o);
+    ASSERT_NE(idx, nullptr);
+    ASSERT_EQ(idx->insert(encode_u64(7), val(7)), Code::ok);
+    ASSERT_TRUE(idx->close().ok());
+  }
+  auto rewrite_magic = [&](std::string_view from, std::string_view to) {
+    std::fstream f(o.path, std::ios::in | std::ios::out | std::ios::binary);
+    std::string bytes(std::filesystem::file_size(o.path), '\0');
+    ASSERT_TRUE(f.read(bytes.data(), static_cast<std::streamsize>(bytes.size())));
+    const std::size_t at = bytes.find(from);
+    ASSERT_NE(at, std::string::npos);
+    ASSERT_EQ(bytes.find(from, at + 1), std::string::npos);  // the root's magic only
+    f.seekp(static_cast<std::streamoff>(at));
+    f.write(to.data(), static_cast<std::streamsize>(to.size()));
+  };
+  rewrite_magic("PMXAPEX3", "PMXAPEX2");
+  auto r = Index::open(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::unsupported);
+  EXPECT_NE(r.status().to_string().find("apex pool format 2"), std::string::npos)
+      << r.status().to_string();
+  rewrite_magic("PMXAPEX2", "PMXAPEXZ");
+  r = Index::open(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::corrupted) << r.status().to_string();
+  rewrite_magic("PMXAPEXZ", "PMXAPEX3");
+  auto idx = open_or_die(o);
+  ASSERT_NE(idx, nullptr);
+  std::string got;
+  EXPECT_EQ(idx->find(encode_u64(7), &got), Code::ok);
 }
 
 }  // namespace
