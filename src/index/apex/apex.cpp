@@ -132,7 +132,7 @@ bool Apex::cost_drifted(const DataMeta& m) const {
   const double stash = static_cast<double>(m.ins_stash.load(std::memory_order_relaxed));
   const double allocs = static_cast<double>(m.ins_allocs.load(std::memory_order_relaxed));
   const double cost = 1.0 + (2.0 * stash + allocs) / static_cast<double>(n);
-  return cost > kCostDeviation * m.created_cost;
+  return cost > std::max(kCostDeviation * m.created_cost, kDriftCostFloor);
 }
 
 bool Apex::too_sparse(const DataNode* dn, const DataMeta& m) const {

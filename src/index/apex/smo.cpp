@@ -71,14 +71,17 @@ Code Apex::smo(std::uint64_t off, const std::vector<PathStep>& path, std::uint64
   const std::uint64_t n = m.keys();
   const bool can_expand = slots_for(n) <= max_data_slots();
   // Cost model (PROTOCOL.md "SMO policy"): expanding retrains the model on the records, so
-  // expand only if a model refitted to the expanded PA keeps the simulated probe-and-stash
-  // cost 1 + 2·O within kDataCostLimit (the bulk loader's rule for a data node); else the
-  // keys are not linear enough for one node: split. Nodes of < 64 keys always expand.
+  // when the node's cost has drifted (its probe-and-stash cost, or the inserts' cost, is 1.5x
+  // what it was when built) expand only if a model refitted to the expanded PA keeps the
+  // simulated probe-and-stash cost 1 + 2·O within kDataCostLimit (the bulk loader's rule for a
+  // data node); else the keys are not linear enough for one node: split. A node whose cost
+  // has not drifted just expands (no simulation: it would cost as much as the copy). Nodes of
+  // < 64 keys always expand.
   std::vector<Record> recs;
   collect(off, recs);
   std::sort(recs.begin(), recs.end(), by_key);
   bool want_split = !can_expand;
-  if (!want_split && n >= 64) {
+  if (!want_split && n >= 64 && (search_cost(m) > kCostDeviation * m.created_cost || cost_drifted(m))) {
     const auto pa = static_cast<std::uint32_t>(slots_for(n) * (1.0 - kStashMin)) / kGroup * kGroup;
     want_split = 1.0 + 2.0 * simulate_overflow(recs, data(off)->lo, std::max(pa, kGroup)) >
                  kDataCostLimit;
