@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "support/run_command.h"
 #include "support/temp_dir.h"
 
 namespace pmindex {
@@ -19,19 +20,10 @@ namespace {
 
 using pmindex::testing::TempDir;
 
-struct CmdResult {
-  int rc;
-  std::string out;
-};
+using pmindex::testing::CmdResult;
 
 CmdResult run_tool(const std::string& args) {
-  const std::string cmd = std::string(APEX_TOOL_PATH) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 512> buf{};
-  while (fgets(buf.data(), buf.size(), p) != nullptr) out += buf.data();
-  const int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+  return pmindex::testing::run_command(std::string(APEX_TOOL_PATH) + " " + args);
 }
 
 // A SOSD file: `header` as the count, then `keys` doubles.

@@ -11,6 +11,7 @@
 
 #include "index/reflist/reflist.h"
 #include "pmindex/index.h"
+#include "support/run_command.h"
 #include "support/temp_dir.h"
 
 namespace pmindex {
@@ -18,19 +19,10 @@ namespace {
 
 using pmindex::testing::TempDir;
 
-struct CmdResult {
-  int rc;
-  std::string out;
-};
+using pmindex::testing::CmdResult;
 
 CmdResult run(const std::string& args) {
-  const std::string cmd = std::string(PMPOOL_PATH) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 512> buf{};
-  while (fgets(buf.data(), buf.size(), p) != nullptr) out += buf.data();
-  const int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+  return pmindex::testing::run_command(std::string(PMPOOL_PATH) + " " + args);
 }
 
 std::string slurp(const std::string& path) {
