@@ -82,6 +82,15 @@ void check_against(Index& idx, const std::map<std::string, std::string>& oracle)
   }
 }
 
+// After a reopen: the recorded shutdown state, a valid structure holding exactly the oracle
+// (and, after a clean close, as many records as recovery counted).
+void expect_recovered(Index& idx, const std::map<std::string, std::string>& oracle, bool clean) {
+  EXPECT_EQ(idx.recovery_stats().clean_shutdown, clean);
+  if (clean) EXPECT_EQ(idx.recovery_stats().records, oracle.size());
+  ASSERT_TRUE(idx.verify().ok()) << idx.verify().to_string();
+  check_against(idx, oracle);
+}
+
 class NBTreeRandom : public ::testing::TestWithParam<std::tuple<std::uint32_t, pm::Mode>> {};
 
 TEST_P(NBTreeRandom, AgainstStdMapWithVerifyAfterEveryOp) {
@@ -221,10 +230,7 @@ TEST(NBTree, ReopenAfterCloseAndAfterCrash) {
   {
     auto idx = open_or_die(nb_options(128, pm::Mode::adr, path));
     ASSERT_NE(idx, nullptr);
-    EXPECT_TRUE(idx->recovery_stats().clean_shutdown);
-    EXPECT_EQ(idx->recovery_stats().records, oracle.size());
-    ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
-    check_against(*idx, oracle);
+    expect_recovered(*idx, oracle, /*clean=*/true);
     for (int i = 0; i < 2000; ++i) {
       const std::string k = g.key(), v = g.value();
       if (g.u(3) == 0) {
@@ -239,9 +245,7 @@ TEST(NBTree, ReopenAfterCloseAndAfterCrash) {
   {
     auto idx = open_or_die(nb_options(128, pm::Mode::adr, path));
     ASSERT_NE(idx, nullptr);
-    EXPECT_FALSE(idx->recovery_stats().clean_shutdown);
-    ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
-    check_against(*idx, oracle);
+    expect_recovered(*idx, oracle, /*clean=*/false);
     std::printf("recovery: %llu records, %llu blocks, %.6f s, %llu repaired\n",
                 static_cast<unsigned long long>(idx->recovery_stats().records),
                 static_cast<unsigned long long>(idx->recovery_stats().nodes),
@@ -530,19 +534,14 @@ TEST(NBTreeBytes, ReopenKeepsEverythingAndDeletingAllLeaksNothing) {
   {
     auto idx = open_or_die(nb_bytes_options(128, pm::Mode::adr, path));
     ASSERT_NE(idx, nullptr);
-    EXPECT_TRUE(idx->recovery_stats().clean_shutdown);
-    EXPECT_EQ(idx->recovery_stats().records, oracle.size());
-    ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
-    check_against(*idx, oracle);
+    expect_recovered(*idx, oracle, /*clean=*/true);
     random_ops_bytes(*idx, g, oracle, 3000, false);
     // destroyed without close(): what a process crash leaves
   }
   {
     auto idx = open_or_die(nb_bytes_options(128, pm::Mode::adr, path));
     ASSERT_NE(idx, nullptr);
-    EXPECT_FALSE(idx->recovery_stats().clean_shutdown);
-    ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
-    check_against(*idx, oracle);
+    expect_recovered(*idx, oracle, /*clean=*/false);
     for (const auto& [k, v] : oracle) ASSERT_EQ(idx->remove(k), Code::ok);
     ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
     // At run time already: every key and value record is freed (K3 through the epochs); what
