@@ -231,11 +231,11 @@ Code Apex::insert_into(std::uint64_t off, DataMeta& m, std::uint64_t key, std::u
     Accelerator& a = m.accel[i / kGroup];
     const std::uint64_t bit = std::uint64_t{1} << (i % kGroup);
     if ((a.word & bit) == 0) continue;
+    m.add_keys(1);  // before the persist (see DataMeta::note_insert)
+    m.note_insert(false, 0);
     write(&dn->pa()[i]);
     m.set_word(i / kGroup, a.word & ~bit);
     a.fp[i % kGroup] = fingerprint(key);
-    m.add_keys(1);
-    m.note_insert(false, 0);
     return Code::ok;
   }
   // Stash array: claim the first free slot of the stash bitmap by CAS (writers holding other
@@ -253,10 +253,10 @@ Code Apex::insert_into(std::uint64_t off, DataMeta& m, std::uint64_t key, std::u
                                       std::memory_order_acquire))
         continue;
       Record* r = &dn->sa()[w * 64 + b];
-      write(r);
-      const bool fresh = bucket_add(m, p / kGroup, key, pool_->offset_of(r));
       m.add_keys(1);
       m.add_stash(1);
+      write(r);
+      const bool fresh = bucket_add(m, p / kGroup, key, pool_->offset_of(r));
       m.note_insert(true, fresh ? 1 : 0);
       return Code::ok;
     }
@@ -267,11 +267,11 @@ Code Apex::insert_into(std::uint64_t off, DataMeta& m, std::uint64_t key, std::u
     if (info.used == (1u << kExtRecords) - 1) continue;
     const unsigned j = static_cast<unsigned>(std::countr_zero(static_cast<unsigned>(~info.used)));
     Record* r = &pool_->at<ExtStash>(info.off)->rec[j];
+    m.add_keys(1);
+    m.add_stash(1);
     write(r);
     info.used = static_cast<std::uint16_t>(info.used | (1u << j));
     const bool fresh = bucket_add(m, p / kGroup, key, pool_->offset_of(r));
-    m.add_keys(1);
-    m.add_stash(1);
     m.note_insert(true, fresh ? 1 : 0);
     return Code::ok;
   }
@@ -288,20 +288,20 @@ Code Apex::insert_into(std::uint64_t off, DataMeta& m, std::uint64_t key, std::u
   pm::persist(&dn->ext_head, sizeof b);       // A7: the block is owned from here on
   m.ext.insert(m.ext.begin(), ExtInfo{b, 0});
   Record* r = &blk->rec[0];
+  m.add_keys(1);
+  m.add_stash(1);
   write(r);
   m.ext.front().used = 1;
   const bool fresh = bucket_add(m, p / kGroup, key, pool_->offset_of(r));
-  m.add_keys(1);
-  m.add_stash(1);
   m.note_insert(true, fresh ? 2 : 1);  // the extended stash block, and maybe a bucket
   return Code::ok;
 }
 
 void Apex::erase_at(std::uint64_t off, DataMeta& m, const Location& loc, std::uint64_t key) {
   DataNode* dn = data(off);
+  m.add_keys(-1);  // before the persist (see DataMeta::note_insert)
   pm::publish(&loc.rec->key, dn->invalid_key);     // A8: the invalid key frees the slot
   pm::persist(&loc.rec->key, sizeof(std::uint64_t));  // A9: one flush + fence
-  m.add_keys(-1);
   switch (loc.where) {
     case Location::Where::pa:
       m.set_word(loc.index / kGroup,
