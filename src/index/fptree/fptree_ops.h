@@ -70,7 +70,7 @@ std::pair<std::uint64_t, std::uint64_t> FPTree<N>::descend_read(const Probe& p) 
     return versions_->read(leaf);
   };
   if (!keys_.bytes_mode())
-    return inner_.descend([w = p.word](std::uint64_t sep) { return w < sep; }, on_leaf);
+    return inner_.descend(index_common::WordProbe{p.word}, on_leaf);
   return inner_.descend([&](std::uint64_t sep) { return keys_.below(p, sep); }, on_leaf);
 }
 

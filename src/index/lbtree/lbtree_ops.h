@@ -116,7 +116,7 @@ std::pair<std::uint64_t, std::uint64_t> LBTree<M>::descend_read(const Probe& p) 
   };
   // Integer keys compare words directly (no key-mode test per separator).
   if (!keys_.bytes_mode())
-    return inner_.descend([w = p.word](std::uint64_t sep) { return w < sep; }, on_leaf);
+    return inner_.descend(index_common::WordProbe{p.word}, on_leaf);
   return inner_.descend([&](std::uint64_t sep) { return keys_.below(p, sep); }, on_leaf);
 }
 

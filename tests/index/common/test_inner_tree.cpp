@@ -1,0 +1,117 @@
+// InnerTree routing against a sorted-vector oracle, for every fanout the indexes use (3 and 127
+// for FPTree, 14 for LB+-Tree) and the edges of child_index's two searches (a node counted
+// whole below kLinearKeys separators, binary steps then a counted window above it). Each probe
+// is routed twice, with WordProbe (the integer path) and with a plain lambda (the byte-key
+// path's binary search), and both must reach the leaf whose range holds the key.
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <random>
+#include <utility>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "index/common/inner_tree.h"
+#include "pmindex/pm/dram_arena.h"
+
+namespace {
+
+using pmindex::index_common::InnerTree;
+using pmindex::index_common::WordProbe;
+
+std::uint64_t leaf_id(std::size_t i) { return (i + 1) * 256; }
+
+// Separators seps[1..] (seps[0] is the -infinity fence); leaf i covers [seps[i], seps[i+1]).
+std::size_t oracle(const std::vector<std::uint64_t>& seps, std::uint64_t key) {
+  return static_cast<std::size_t>(std::upper_bound(seps.begin() + 1, seps.end(), key) -
+                                  seps.begin()) - 1;
+}
+
+std::uint64_t route_words(const InnerTree& t, std::uint64_t key) {
+  return t.descend(WordProbe{key}, [](std::uint64_t) { return std::optional<std::uint64_t>(0); })
+      .first;
+}
+
+std::uint64_t route_lambda(const InnerTree& t, std::uint64_t key) {
+  return t.descend([key](std::uint64_t sep) { return key < sep; },
+                   [](std::uint64_t) { return std::optional<std::uint64_t>(0); })
+      .first;
+}
+
+// Probes: every separator, its neighbours, the extremes, and random keys.
+std::vector<std::uint64_t> probes(const std::vector<std::uint64_t>& seps, std::mt19937_64& rng) {
+  std::vector<std::uint64_t> p = {0, 1, std::numeric_limits<std::uint64_t>::max()};
+  for (std::size_t i = 1; i < seps.size(); ++i) {
+    p.push_back(seps[i]);
+    p.push_back(seps[i] - 1);
+    p.push_back(seps[i] + 1);
+  }
+  for (int i = 0; i < 2000; ++i) p.push_back(rng());
+  return p;
+}
+
+void expect_routes(const InnerTree& t, const std::vector<std::uint64_t>& seps,
+                   std::mt19937_64& rng, unsigned max_keys) {
+  for (std::uint64_t key : probes(seps, rng)) {
+    const std::uint64_t want = leaf_id(oracle(seps, key));
+    ASSERT_EQ(route_words(t, key), want) << "WordProbe, max_keys " << max_keys << ", key " << key;
+    ASSERT_EQ(route_lambda(t, key), want) << "lambda, max_keys " << max_keys << ", key " << key;
+  }
+}
+
+class InnerTreeRouting : public ::testing::TestWithParam<unsigned> {};
+
+TEST_P(InnerTreeRouting, BulkBuiltTreeRoutesLikeTheOracle) {
+  const unsigned max_keys = GetParam();
+  std::mt19937_64 rng(max_keys);
+  for (std::size_t leaves : {1u, 2u, 15u, 16u, 17u, 300u, 5000u}) {
+    for (double fill : {1.0, 0.5}) {
+      std::vector<std::uint64_t> seps(leaves);
+      for (auto& s : seps) s = 2 + rng() % (std::numeric_limits<std::uint64_t>::max() - 4);
+      std::sort(seps.begin(), seps.end());
+      seps.erase(std::unique(seps.begin(), seps.end()), seps.end());
+      std::vector<std::pair<std::uint64_t, std::uint64_t>> items;
+      for (std::size_t i = 0; i < seps.size(); ++i) items.emplace_back(seps[i], leaf_id(i));
+      seps[0] = 0;  // the first separator is the fence
+      pmindex::pm::DramArena arena;
+      InnerTree t(max_keys, arena);
+      t.bulk_build(items, fill, 1);
+      expect_routes(t, seps, rng, max_keys);
+    }
+  }
+}
+
+TEST_P(InnerTreeRouting, TreeGrownBySplitsRoutesLikeTheOracle) {
+  const unsigned max_keys = GetParam();
+  std::mt19937_64 rng(max_keys + 1000);
+  pmindex::pm::DramArena arena;
+  InnerTree t(max_keys, arena);
+  t.init_single(leaf_id(0));
+  std::vector<std::uint64_t> seps = {0};  // seps[i] is leaf i's low bound
+  // Split random leaves at random points inside their ranges (leaf ids follow creation, so
+  // the oracle maps each range to its id through `ids`).
+  std::vector<std::uint64_t> ids = {leaf_id(0)};
+  for (int n = 1; n < 3000; ++n) {
+    const std::uint64_t key = rng();
+    const std::size_t i = oracle(seps, key);
+    if (key == seps[i]) continue;
+    auto smo = t.smo_lock();
+    InnerTree::Path path;
+    t.path_to(WordProbe{key}, &path);
+    ASSERT_TRUE(t.insert_separator(path, ids[i], key, leaf_id(n)));
+    seps.insert(seps.begin() + static_cast<std::ptrdiff_t>(i) + 1, key);
+    ids.insert(ids.begin() + static_cast<std::ptrdiff_t>(i) + 1, leaf_id(n));
+  }
+  for (std::uint64_t key : probes(seps, rng)) {
+    const std::uint64_t want = ids[oracle(seps, key)];
+    ASSERT_EQ(route_words(t, key), want) << "WordProbe, max_keys " << max_keys << ", key " << key;
+    ASSERT_EQ(route_lambda(t, key), want) << "lambda, max_keys " << max_keys << ", key " << key;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fanouts, InnerTreeRouting,
+                         ::testing::Values(2u, 3u, 7u, 14u, 15u, 16u, 17u, 31u, 33u, 127u));
+
+}  // namespace
