@@ -86,7 +86,9 @@ void check_against(Index& idx, const std::map<std::string, std::string>& oracle)
 // (and, after a clean close, as many records as recovery counted).
 void expect_recovered(Index& idx, const std::map<std::string, std::string>& oracle, bool clean) {
   EXPECT_EQ(idx.recovery_stats().clean_shutdown, clean);
-  if (clean) EXPECT_EQ(idx.recovery_stats().records, oracle.size());
+  if (clean) {
+    EXPECT_EQ(idx.recovery_stats().records, oracle.size());
+  }
   ASSERT_TRUE(idx.verify().ok()) << idx.verify().to_string();
   check_against(idx, oracle);
 }

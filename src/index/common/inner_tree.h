@@ -46,6 +46,7 @@
 #include <utility>
 #include <vector>
 
+#include "index/common/node_search.h"
 #include "index/common/olc.h"
 #include "pmindex/pm/dram_arena.h"
 #include "pmindex/status.h"
@@ -146,7 +147,7 @@ class InnerTree {
   static void set_level(Node* n, std::uint32_t l) {
     locked_write(n->level, l);
   }
-  // Nodes of up to this many separators are searched by counting every slot (child_index).
+  // Integer-key searches count the last this many slots (node_search.h).
   static constexpr unsigned kLinearKeys = 16;
   template <class ProbeLess>
   unsigned child_index(const Node* n, unsigned cnt, ProbeLess probe_less) const;
@@ -179,37 +180,14 @@ class InnerTree {
 
 template <class ProbeLess>
 unsigned InnerTree::child_index(const Node* n, unsigned cnt, ProbeLess probe_less) const {
-  // The number of separators <= probe (keys strictly increase). Nothing here branches on a
-  // comparison: with random probes every comparison of a branching search is a coin flip, and
-  // the mispredictions cost more than the node's cache misses once it is cached.
-  //
-  // Integer keys: binary steps narrow the range to at most kLinearKeys slots, which are then
-  // counted slot by slot (a small node, LB+-Tree's 14 keys, is counted whole). The counted
-  // compares are independent and overlap, where binary steps are a chain of dependent
-  // load-compare steps: LB+-Tree lookups went from 1.74-2.00 to 2.24-2.45 Mops/s, FPTree's
-  // from 1.65-1.84 to 1.82-1.89 (10M keys, interleaved runs). The counted window reads whole
-  // kLinearKeys slots from lo: past the keys that is the children array, still inside the
-  // node when max_keys_ >= kLinearKeys (2 max_keys_ + 1 words follow the header); smaller
-  // nodes count max_keys_ slots. Slots at or past lo + len are masked out.
-  // Byte-string keys: plain binary search (each compare reads key bytes; fewer compares win).
-  constexpr bool kWords = std::is_same_v<ProbeLess, WordProbe>;
+  // The number of separators <= probe (keys strictly increase), by node_search.h. Integer keys
+  // count the last 16 slots (the whole node for LB+-Tree's 14 keys): LB+-Tree lookups went
+  // from 1.74-2.00 to 2.24-2.45 Mops/s, FPTree's from 1.65-1.84 to 1.82-1.89 (10M keys,
+  // interleaved runs).
   const std::uint64_t* k = keys(n);
-  unsigned lo = 0, len = cnt;
-  while (len > (kWords ? kLinearKeys : 0)) {
-    const unsigned half = len / 2;
-    const bool right = !probe_less(optimistic_read(k[lo + half]));
-    lo = right ? lo + half + 1 : lo;
-    len = right ? len - half - 1 : half;
-  }
-  if constexpr (kWords) {
-    const unsigned window = max_keys_ >= kLinearKeys ? kLinearKeys : max_keys_;
-    unsigned below = lo;
-    for (unsigned i = 0; i < window; ++i)
-      below += static_cast<unsigned>(i < len) &
-               static_cast<unsigned>(!probe_less(optimistic_read(k[lo + i])));
-    return below;
-  }
-  return lo;
+  const auto sep = [k](unsigned i) { return optimistic_read(k[i]); };
+  constexpr unsigned kWindow = std::is_same_v<ProbeLess, WordProbe> ? kLinearKeys : 0;
+  return count_not_above<kWindow>(cnt, max_keys_, sep, probe_less);
 }
 
 template <class ProbeLess, class OnLeaf>

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <thread>
 
+#include "index/common/node_search.h"
 #include "index/nbtree/nbtree.h"
 
 namespace pmindex::nbtree {
@@ -213,14 +214,22 @@ std::uint8_t NBTree::fingerprint(std::uint64_t key) {
 //               acquire (kLoad) because they are dereferenced before N2's fence: the writer's
 //               release fence (InnerWrite, N1) then orders the bound's creation before the read.
 namespace {
+// Prefetches the cache lines of [p, p + bytes).
+void prefetch_lines(const void* p, std::size_t bytes) {
+  const char* c = static_cast<const char*>(p);
+  for (std::size_t off = 0; off < bytes; off += 64) __builtin_prefetch(c + off);
+}
+
 struct U64Order {
   static constexpr std::memory_order kLoad = std::memory_order_relaxed;
+  static constexpr unsigned kSearchWindow = 16;  // compares are cheap: count (node_search.h)
   std::uint64_t key;
   bool ge(std::uint64_t bound) const { return key >= bound; }
   bool above(std::uint64_t high) const { return key > high; }
 };
 struct BytesOrder {
   static constexpr std::memory_order kLoad = std::memory_order_acquire;
+  static constexpr unsigned kSearchWindow = 0;  // compares read key bytes: binary steps only
   std::string_view key;
   bool strict;
   bool ge(std::uint64_t bound) const {
@@ -273,17 +282,17 @@ Leaf* NBTree::descend(const Order& order) const {
       if (order.above(node->high.load(Order::kLoad))) {
         right = node->sibling.load(std::memory_order_relaxed);  // N3: B-link move right
       } else {
-        // Binary search for the last i with keys[i] <= key (keys[0] is the node's low). A
-        // torn snapshot may be unsorted; the search still ends, and the version check
-        // below throws its result away.
+        // The last i with keys[i] <= key (keys[0] is the node's low): 1 + the number of
+        // keys[1..n) <= key, by node_search.h (integer keys count the last 16 slots). A torn
+        // snapshot may be unsorted; the search still ends, and the version check below throws
+        // its result away.
         const int n = std::clamp(node->count.load(std::memory_order_relaxed), 1,
                                  Inner::kMaxFanout);
-        int lo = 1, hi = n;
-        while (lo < hi) {
-          const int mid = (lo + hi) / 2;
-          if (order.ge(node->keys[mid].load(Order::kLoad))) lo = mid + 1;
-          else hi = mid;
-        }
+        const auto sep = [node](unsigned i) { return node->keys[1 + i].load(Order::kLoad); };
+        const auto below = [&order](std::uint64_t s) { return !order.ge(s); };
+        const unsigned lo = 1 + index_common::count_not_above<Order::kSearchWindow>(
+                                    static_cast<unsigned>(n - 1), Inner::kMaxFanout - 1, sep,
+                                    below);
         child = node->children[lo - 1].load(std::memory_order_relaxed);
       }
       std::atomic_thread_fence(std::memory_order_acquire);
@@ -293,8 +302,13 @@ Leaf* NBTree::descend(const Order& order) const {
       node = right;
       continue;
     }
-    if (node->level == 1) return resolve(static_cast<Leaf*>(child), order);
+    if (node->level == 1) {
+      // The lines a lookup reads first (flag and bitmap, then the fingerprints), together.
+      prefetch_lines(child, 2 * 64);
+      return resolve(static_cast<Leaf*>(child), order);
+    }
     node = static_cast<Inner*>(child);
+    prefetch_lines(node, sizeof(Inner));  // all at once: the search touches lines at random
   }
 }
 

@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -36,6 +37,7 @@
 
 #include "index/common/key_codec.h"
 #include "index/common/separator_store.h"
+#include "pmindex/pm/dram_arena.h"
 #include "pmindex/index.h"
 #include "pmindex/sync/epoch.h"
 #include "pmindex/sync/spin_lock.h"
@@ -376,6 +378,22 @@ class NBTree final : public Index {
   std::vector<Inner*> path_to(std::uint64_t low) const;  // inner_mu_ held; low: a bound word
   void build_inner_from_leaves(const std::vector<Leaf*>& leaves);
   void free_dram();
+  // Leaf metadata and inner nodes live in dram_, an arena of transparent huge pages: a lookup
+  // reads one random leaf's metadata, which on 4 KiB pages is a TLB miss on top of the cache
+  // miss. make_dram value-initialises a T there (std::bad_alloc when DRAM is exhausted, as
+  // new); drop_dram destroys it and returns the block to the arena.
+  template <class T>
+  T* make_dram() {
+    void* p = dram_.allocate(sizeof(T));
+    if (p == nullptr) throw std::bad_alloc();
+    return new (p) T();
+  }
+  template <class T>
+  void drop_dram(T* p) {
+    if (p == nullptr) return;
+    p->~T();
+    dram_.deallocate(p, sizeof(T));
+  }
   std::uint64_t pm_allocate(std::size_t bytes, Code* code);
   void pm_free(std::uint64_t off, std::size_t bytes);
 
@@ -417,6 +435,8 @@ class NBTree final : public Index {
   mutable sync::SpinLock alloc_mu_;
   Fault fault_ = Fault::none;
   std::vector<Inner*> all_inner_;     // every inner node, for freeing (inner_mu_)
+  // Declared before epochs_: the epoch manager's last deleters return leaves to it.
+  pm::DramArena dram_;
   index_common::KeyCodec keys_;        // the key mode (bytes: PM key records, K1..K5)
   // Bytes mode: DRAM copies of range bounds. Bounds are never removed from the tree (leaves
   // are not merged), so a published one lives as long as the index; an SMO that lost S3

@@ -151,7 +151,7 @@ Status NBTree::rebuild() {
   std::uint64_t prev_max = 0;
   std::string_view prev_max_bytes;  // bytes mode (views into PM records)
   auto fail = [&](const std::string& what) {
-    for (Leaf* l : leaves) delete l;
+    for (Leaf* l : leaves) drop_dram(l);
     return p.error(Code::corrupted, what);
   };
   while (off != 0) {
@@ -169,7 +169,7 @@ Status NBTree::rebuild() {
         __builtin_prefetch(reinterpret_cast<const char*>(nx) + b);
     }
     const Entry* e = reinterpret_cast<const Entry*>(hdr + 1);
-    auto* leaf = new Leaf;
+    auto* leaf = make_dram<Leaf>();
     leaf->data_off = off;
     std::uint64_t mn = kMaxKey, mx = 0;
     std::string_view mn_bytes, mx_bytes;
@@ -181,7 +181,7 @@ Status NBTree::rebuild() {
       Probe kp;
       if (bytes_) {  // X3: the key record is checked (bounds, length)
         if (!index_common::read_record(p, k, keys_.max_key(), &kp.bytes)) {
-          delete leaf;
+          drop_dram(leaf);
           return fail("nbtree key record at " + std::to_string(k) + " (from " +
                       std::to_string(off) + ") is invalid");
         }
@@ -197,11 +197,11 @@ Status NBTree::rebuild() {
         continue;
       }
       if (Status s = mark_value(e[i].value, off); !s.ok()) {
-        delete leaf;
+        drop_dram(leaf);
         return fail(s.message());
       }
       if (bytes_ && index_common::mark_record(p, k, keys_.max_key()) != Code::ok) {
-        delete leaf;
+        drop_dram(leaf);
         return fail("nbtree key record marked twice or misplaced");
       }
       bitmap |= std::uint64_t{1} << i;
@@ -225,16 +225,16 @@ Status NBTree::rebuild() {
     if (live == 0 && !(leaves.empty() && next_off == 0)) {
       // X4: an empty block carries no range; unlink it (it is not marked, so it is freed).
       repairs.push_back({link, next_off});
-      delete leaf;
+      drop_dram(leaf);
       off = next_off;
       continue;
     }
     if (live > 0 && !leaves.empty() && (bytes_ ? mn_bytes <= prev_max_bytes : mn <= prev_max)) {
-      delete leaf;  // not in `leaves` yet
+      drop_dram(leaf);  // not in `leaves` yet
       return fail("nbtree blocks are out of key order at offset " + std::to_string(off));
     }
     if (alloc.mark_reachable(off, node_size_) != Code::ok) {
-      delete leaf;
+      drop_dram(leaf);
       return fail("nbtree block marked twice or misplaced");
     }
     for (int i = 0; i <= last; ++i) leaf->state[i].store(Leaf::kDone, std::memory_order_relaxed);
@@ -348,7 +348,7 @@ Status NBTree::bulk_load(std::span<const KeyValue> sorted, double fill) {
     if (l == nullptr) {
       for (Leaf* x : leaves) {
         pm_free(x->data_off, node_size_);
-        delete x;
+        drop_dram(x);
       }
       cleanup();
       return pool_->error(code, "bulk_load: pool full");
@@ -380,7 +380,7 @@ Status NBTree::bulk_load(std::span<const KeyValue> sorted, double fill) {
   pm::publish(&root_->head, leaves[0]->data_off);  // B3: one switch
   pm::persist(&root_->head, sizeof(std::uint64_t));
   pm_free(head->data_off, node_size_);  // B4
-  delete head;
+  drop_dram(head);
   head_.store(leaves[0], std::memory_order_release);
   {
     std::lock_guard<sync::SpinLock> lock(inner_mu_);
@@ -522,13 +522,8 @@ Footprint NBTree::footprint() const {
   const auto s = pool_->allocator().stats();
   f.pm_bytes = s.bytes_in_use;
   f.pm_reserved = s.bytes_reserved;
-  std::size_t inner = 0;
-  {
-    std::lock_guard<sync::SpinLock> lock(inner_mu_);  // all_inner_ changes under it
-    inner = all_inner_.size();
-  }
-  f.dram_bytes = leaf_count() * sizeof(Leaf) + inner * sizeof(Inner) +
-                 (bytes_ ? seps_.dram_bytes() : 0);
+  // Leaf metadata and inner nodes (dram_; replaced leaves count until the epoch frees them).
+  f.dram_bytes = dram_.bytes_in_use() + (bytes_ ? seps_.dram_bytes() : 0);
   return f;
 }
 

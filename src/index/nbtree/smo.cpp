@@ -46,7 +46,7 @@ Leaf* NBTree::new_leaf(std::uint64_t low, std::uint64_t high, Code* code) {
   const std::uint64_t off = pm_allocate(node_size_, code);
   if (off == 0) return nullptr;
   pm::zero(pool_->at<char>(off), node_size_);  // the allocator does not zero (S2)
-  auto* leaf = new Leaf;
+  auto* leaf = make_dram<Leaf>();
   leaf->data_off = off;
   leaf->low = low;
   leaf->high = high;
@@ -56,7 +56,7 @@ Leaf* NBTree::new_leaf(std::uint64_t low, std::uint64_t high, Code* code) {
 void NBTree::destroy_unpublished(SmoDesc* d) {
   for (int i = 0; i < d->count; ++i) {
     pm_free(d->leaves[i]->data_off, node_size_);
-    delete d->leaves[i];
+    drop_dram(d->leaves[i]);
   }
   // Bytes mode: the split bound was made for this copy and never published (S3 lost).
   if (bytes_ && d->split != 0) seps_.retire(d->split, epochs_);
@@ -338,7 +338,7 @@ void NBTree::link_phase(Leaf* leaf, SmoDesc* d) {
   const std::uint32_t bytes = node_size_;
   epochs_.retire([this, leaf, d, off, bytes] {
     pm_free(off, bytes);
-    delete leaf;
+    drop_dram(leaf);
     delete d;
   });
 }
@@ -448,7 +448,7 @@ void NBTree::insert_into_inner(std::vector<Inner*>& path, int idx, std::uint64_t
                               }),
              {key, child});
   const int left_n = static_cast<int>(all.size()) / 2;
-  auto* right = new Inner;
+  auto* right = make_dram<Inner>();
   all_inner_.push_back(right);
   right->level = node->level;
   for (std::size_t i = left_n; i < all.size(); ++i) {
@@ -474,7 +474,7 @@ void NBTree::insert_into_inner(std::vector<Inner*>& path, int idx, std::uint64_t
     insert_into_inner(path, idx - 1, sep, right);
     return;
   }
-  auto* root = new Inner;
+  auto* root = make_dram<Inner>();
   all_inner_.push_back(root);
   root->level = node->level + 1;
   root->keys[0].store(node->keys[0].load(std::memory_order_relaxed), std::memory_order_relaxed);
@@ -488,7 +488,7 @@ void NBTree::insert_into_inner(std::vector<Inner*>& path, int idx, std::uint64_t
 
 // Bulk-builds the inner levels over a leaf chain (recovery and bulk load; no readers yet).
 void NBTree::build_inner_from_leaves(const std::vector<Leaf*>& leaves) {
-  for (Inner* n : all_inner_) delete n;
+  for (Inner* n : all_inner_) drop_dram(n);
   all_inner_.clear();
   const int per = std::max(2, fanout_ * 3 / 4);
   std::vector<std::pair<std::uint64_t, void*>> level;
@@ -497,7 +497,7 @@ void NBTree::build_inner_from_leaves(const std::vector<Leaf*>& leaves) {
   for (;;) {
     std::vector<Inner*> nodes;
     for (std::size_t i = 0; i < level.size(); i += per) {
-      auto* n = new Inner;
+      auto* n = make_dram<Inner>();
       all_inner_.push_back(n);
       n->level = lvl;
       const std::size_t end = std::min(level.size(), i + per);
@@ -526,11 +526,11 @@ void NBTree::free_dram() {
   Leaf* l = head_.load(std::memory_order_acquire);
   while (l != nullptr) {
     Leaf* next = l->next.load(std::memory_order_acquire);
-    delete l;
+    drop_dram(l);
     l = next;
   }
   head_.store(nullptr, std::memory_order_release);
-  for (Inner* n : all_inner_) delete n;
+  for (Inner* n : all_inner_) drop_dram(n);
   all_inner_.clear();
   root_node_.store(nullptr, std::memory_order_release);
 }
