@@ -87,7 +87,7 @@ void apply_workload(Config& c) {
 }
 
 void validate(Config& c) {
-  if (c.list) return;
+  if (c.list || c.probe_memory) return;
   if (c.target.empty()) throw Invalid{"missing the index: a built-in name (see --list) or a path to a tree_api library"};
   apply_workload(c);
   double sum = 0;
@@ -175,6 +175,10 @@ int parse_command_line(int argc, const char* const* argv, Config* out, std::ostr
   app.add_option("--json", c.json_path, "write results as JSON to FILE");
   app.add_option("--csv", c.csv_path, "write results as CSV to FILE");
   app.add_flag("--list", c.list, "print the built-in index names and exit");
+  app.add_flag("--probe_memory", c.probe_memory,
+               "measure the machine's random-access memory latency (4 KiB and huge pages) and exit");
+  app.add_option("--probe_mib", c.probe_mib, "--probe_memory's working set (MiB)")
+      ->check(CLI::Range(2u, 65536u))->capture_default_str();
   app.add_flag("--verify", c.verify, "conformance mode: check every result, stop at the first mismatch");
   app.add_option("--dataset", c.dataset,
                  "keys from a file (SOSD binary, or text with one key per line) or a generator "

@@ -49,6 +49,8 @@ struct Config {
   std::string json_path;
   std::string csv_path;
   bool list = false;
+  bool probe_memory = false;        // measure memory latency (memprobe.h) instead of a run
+  unsigned probe_mib = 256;         // its working set
   bool verify = false;
   std::string dataset;               // a file, or gen:lognormal / gen:longlat
   std::string dataset_format = "auto";  // auto | sosd | text (bench/dataset.h)

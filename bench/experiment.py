@@ -16,7 +16,12 @@ SOSD files u64) unless the workload sets `key_type` or its args already carry on
 with its own `--dataset` in `args` ignores the experiment's `dataset`. A fetch that fails
 stops the experiment before any run (exit 2, datasets.py's message on stderr).
 
+Memory latency. `pmbench --probe_memory` runs before the first run and after the last one
+(`memory_probe_mib = N` sets its working set, default 256; 0 skips it); both results go into
+the manifest and the report, because on a shared VM every emulated-PM figure moves with it.
+
   <out>/manifest.json        the experiment, the environment and one entry per run
+  <out>/memory-before.json, memory-after.json   the two latency probes
   <out>/runs/<id>.json       pmbench --json output of each run
   <out>/runs/<id>.csv        pmbench --csv output
   <out>/runs/<id>.log        pmbench's stdout/stderr
@@ -124,6 +129,22 @@ def dataset_args(w, exp, resolved):
     return args, path
 
 
+def probe_memory(pmbench, out, when, mib):
+    """The machine's memory latency (pmbench --probe_memory over `mib` MiB), measured before
+    and after the runs: on a shared VM it drifts, and every emulated-PM figure moves with it.
+    None if the probe failed or mib is 0 (the experiment goes on; the report then says so)."""
+    if mib == 0:
+        return None
+    path = os.path.join(out, f"memory-{when}.json")
+    proc = subprocess.run([pmbench, "--probe_memory", "--probe_mib", str(mib), "-q", "--json", path],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        print(f"memory probe ({when}) failed: {proc.stderr.strip()}", file=sys.stderr)
+        return None
+    with open(path) as f:
+        return json.load(f)["memory_latency"]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("experiment")
@@ -145,6 +166,9 @@ def main():
     out = os.path.abspath(args.out or os.path.join("results", f"{exp.get('name', 'experiment')}-{stamp}"))
     os.makedirs(os.path.join(out, "runs"), exist_ok=True)
 
+    probe_mib = exp.get("memory_probe_mib", 256)
+    if not isinstance(probe_mib, int) or isinstance(probe_mib, bool) or not (probe_mib == 0 or 2 <= probe_mib <= 65536):
+        sys.exit("memory_probe_mib must be 0 (no probe) or an integer in [2, 65536]")
     indexes, kinds = expand_indexes(exp.get("indexes", ["@all"]), pmbench)
     plan = []
     for w in exp["workloads"]:
@@ -164,7 +188,8 @@ def main():
             resolved[(name, limit)] = fetch_dataset(args.datasets_py, name, limit, args.datasets_cache)
 
     manifest = {"experiment": exp, "experiment_file": os.path.abspath(args.experiment),
-                "started_utc": stamp, "pmbench": pmbench, "runs": []}
+                "started_utc": stamp, "pmbench": pmbench, "runs": [],
+                "memory_latency": {"before": probe_memory(pmbench, out, "before", probe_mib)}}
     failures = 0
     t_start = time.time()
     for n, (w, index, threads, rep) in enumerate(plan, 1):
@@ -211,6 +236,7 @@ def main():
               f"({elapsed:.1f}s, ~{eta:.0f}s left)", file=sys.stderr, flush=True)
         with open(os.path.join(out, "manifest.json"), "w") as f:
             json.dump(manifest, f, indent=2)
+    manifest["memory_latency"]["after"] = probe_memory(pmbench, out, "after", probe_mib)
     manifest["finished_utc"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     manifest["failures"] = failures
     with open(os.path.join(out, "manifest.json"), "w") as f:

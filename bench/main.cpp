@@ -7,8 +7,42 @@
 
 #include "config.h"
 #include "driver.h"
+#include "memprobe.h"
 #include "report.h"
 #include "target.h"
+
+namespace {
+
+// --probe_memory: the latency every emulated-PM result stands on (memprobe.h).
+int probe_memory(const pmbench::Config& c) {
+  const pmbench::MemoryLatency m =
+      pmbench::probe_memory_latency(std::size_t{c.probe_mib} << 20);
+  if (!m.error.empty()) {
+    std::cerr << "pmbench: memory probe: " << m.error << "\n";
+    return 1;
+  }
+  nlohmann::ordered_json j;
+  j["memory_latency"] = {{"bytes", m.bytes},        {"hops", m.hops},
+                         {"ns_4k_pages", m.ns_4k},  {"ns_huge_pages", m.ns_huge},
+                         {"huge_bytes", m.huge_bytes}};
+  j["environment"] = pmbench::environment(c, nullptr);
+  if (!c.quiet) {
+    std::cout << "Memory latency (pointer chase over " << (m.bytes >> 20) << " MiB, " << m.hops
+              << " dependent loads):\n  4 KiB pages: " << m.ns_4k << " ns\n  huge pages:  "
+              << m.ns_huge << " ns (" << (m.huge_bytes >> 20) << " MiB backed by THP)\n";
+  }
+  if (!c.json_path.empty()) {
+    std::ofstream f(c.json_path);
+    f << j.dump(2) << "\n";
+    if (!f) {
+      std::cerr << "pmbench: cannot write " << c.json_path << "\n";
+      return 1;
+    }
+  }
+  return 0;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   pmbench::Config c;
@@ -19,6 +53,7 @@ int main(int argc, char** argv) {
     for (const auto& n : pmbench::dram_comparator_names()) std::cout << n << "\tDRAM comparator\n";
     return 0;
   }
+  if (c.probe_memory) return probe_memory(c);
   std::vector<pmbench::RunResult> runs;
   int status = 0;
   for (unsigned rep = 0; rep < c.repeat; ++rep) {

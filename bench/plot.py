@@ -213,6 +213,17 @@ def fmt(v, digits=3):
     return str(v)
 
 
+def memory_latency_row(probes):
+    """The environment row for experiment.py's memory probes (before and after the runs)."""
+    def one(p):
+        if not p:
+            return "not measured"
+        return f"{p['ns_4k_pages']:.0f} ns (4 KiB pages) / {p['ns_huge_pages']:.0f} ns (huge pages)"
+    probes = probes or {}
+    return (f"| memory latency, random loads over 256 MiB (`pmbench --probe_memory`) | "
+            f"before the runs {one(probes.get('before'))}; after {one(probes.get('after'))} |")
+
+
 def main():
     if len(sys.argv) != 2:
         print(__doc__, file=sys.stderr)
@@ -260,6 +271,7 @@ def main():
                   "On a shared 2-core machine throughput is noisy; compare shapes, not absolute values.", ""]
     lines += ["## Environment", "", "| | |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in env.items()]
+    lines += [memory_latency_row(manifest.get("memory_latency"))]
     lines += ["", "## Figures", ""]
     for title, rel in figs:
         lines += [f"### {title}", "", f"![{title}]({rel})", ""]

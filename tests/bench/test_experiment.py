@@ -77,13 +77,19 @@ class EndToEnd(unittest.TestCase):
         datasets.write_sosd(path, sorted(set(keys)), doubles=True)
         proc, out = run_experiment(
             'name = "t"\nrecords = 1500\nmode = "operation"\nindexes = ["lbtree", "fptree", "apex"]\n'
-            'dataset = "gshhg-longitudes"\n'
+            'dataset = "gshhg-longitudes"\nmemory_probe_mib = 4\n'
             '[[workloads]]\nname = "mix"\nargs = ["-p", "2000", "-r", "0.4", "-i", "0.2", "-u", "0.2", '
             '"-d", "0.1", "-s", "0.1", "--verify"]\n', self.work, "--datasets-cache", self.cache)
         self.assertEqual(proc.returncode, 0, proc.stderr)
         with open(os.path.join(out, "manifest.json")) as f:
             manifest = json.load(f)
         self.assertEqual([r["index"] for r in manifest["runs"]], ["lbtree", "fptree", "apex"])
+        # the memory latency was probed before and after the runs (memory_probe_mib = 4)
+        for when in ("before", "after"):
+            probe = manifest["memory_latency"][when]
+            self.assertEqual(probe["bytes"], 4 << 20, when)
+            self.assertGreater(probe["ns_4k_pages"], 0, when)
+            self.assertGreater(probe["ns_huge_pages"], 0, when)
         for r in manifest["runs"]:
             self.assertEqual(r["exit_code"], 0, r)
             self.assertEqual(r["dataset"], os.path.abspath(path))
@@ -110,6 +116,13 @@ class EndToEnd(unittest.TestCase):
                                  "--datasets-py", stub)
         self.assertEqual(proc.returncode, 2, proc.stderr)
         self.assertIn("dataset gshhg-longlat", proc.stderr)
+
+    def test_bad_memory_probe_size_is_refused(self):
+        proc, out = run_experiment('name = "t"\nindexes = ["lbtree"]\nmemory_probe_mib = 1\n'
+                                   '[[workloads]]\nname = "w"\nargs = ["-p", "10"]\n', self.work)
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertIn("memory_probe_mib must be 0", proc.stderr)
+        self.assertFalse(os.path.exists(os.path.join(out, "manifest.json")))
 
     def test_bad_limit_is_refused(self):
         proc, _ = run_experiment('name = "t"\nindexes = ["lbtree"]\ndataset = "gshhg-longlat"\n'
