@@ -218,9 +218,10 @@ def memory_latency_row(probes):
     def one(p):
         if not p:
             return "not measured"
-        return f"{p['ns_4k_pages']:.0f} ns (4 KiB pages) / {p['ns_huge_pages']:.0f} ns (huge pages)"
+        return (f"{p['ns_4k_pages']:.0f} ns (4 KiB pages) / {p['ns_huge_pages']:.0f} ns (huge pages), "
+                f"over {p['bytes'] >> 20} MiB")
     probes = probes or {}
-    return (f"| memory latency, random loads over 256 MiB (`pmbench --probe_memory`) | "
+    return (f"| memory latency, dependent random loads (`pmbench --probe_memory`) | "
             f"before the runs {one(probes.get('before'))}; after {one(probes.get('after'))} |")
 
 
