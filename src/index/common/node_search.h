@@ -21,7 +21,8 @@ namespace pmindex::index_common {
 // "probe < s". capacity: the node's separator slots (cnt <= capacity); sep(i) is called for
 // i < capacity only (the counted window is clamped there; slots at or past cnt are masked).
 template <unsigned kWindow, class Sep, class ProbeLess>
-unsigned count_not_above(unsigned cnt, unsigned capacity, Sep sep, ProbeLess probe_less) {
+[[gnu::always_inline]] inline unsigned count_not_above(unsigned cnt, unsigned capacity, Sep sep,
+                                                    ProbeLess probe_less) {
   unsigned lo = 0, len = cnt;
   while (len > kWindow) {
     const unsigned half = len / 2;
