@@ -179,7 +179,8 @@ class InnerTree {
 // --- templates ---------------------------------------------------------------------------------
 
 template <class ProbeLess>
-unsigned InnerTree::child_index(const Node* n, unsigned cnt, ProbeLess probe_less) const {
+[[gnu::always_inline]] inline unsigned InnerTree::child_index(const Node* n, unsigned cnt,
+                                                          ProbeLess probe_less) const {
   // The number of separators <= probe (keys strictly increase), by node_search.h. Integer keys
   // count the last 16 slots (the whole node for LB+-Tree's 14 keys): LB+-Tree lookups went
   // from 1.74-2.00 to 2.24-2.45 Mops/s, FPTree's from 1.65-1.84 to 1.82-1.89 (10M keys,
