@@ -11,8 +11,9 @@
 namespace pmindex::lbtree {
 
 
-// Splits the locked, full leaf `off` and inserts the new entry. The new leaf stays locked
-// (DRAM version) until the inner tree holds its separator, so no reader can miss a moved key.
+// Splits the locked, full leaf `off` and inserts the new entry. The new leaf is locked (DRAM
+// version) before the inner tree holds its separator and stays locked until the split is
+// complete, so no reader can miss a moved key.
 template <unsigned M>
 Code LBTree<M>::split_insert(std::uint64_t off, std::uint64_t key_word,
                              std::uint64_t value_word, std::uint8_t fp) {
@@ -51,6 +52,23 @@ Code LBTree<M>::split_insert(std::uint64_t off, std::uint64_t key_word,
   index_common::recycle_locked(versions_->at(new_off));
   LeafT* nl = leaf_at(new_off);
 
+  // DRAM first: the separator goes into the inner tree while both leaves are locked, so a
+  // reader routed to either leaf waits until the split below is complete. It comes before the
+  // PM steps because its mutex and CASes are locked instructions, which wait for every earlier
+  // write-back to finish: after S7 they would wait out S7's (and S8's) write-backs, which
+  // otherwise overlap the next operation's descent.
+  const std::uint64_t sep = make_separator(sep_key);
+  {
+    auto smo = inner_.smo_lock();
+    index_common::InnerTree::Path path;
+    const std::string sep_bytes = keys_.key_bytes(sep_key);
+    const Probe sp = keys_.probe(sep_bytes);
+    inner_.path_to([&](std::uint64_t s) { return keys_.below(sp, s); }, &path);
+    if (!inner_.insert_separator(path, off, sep, new_off))
+      index_common::fatal("lbtree",
+                          "split: the separator's path does not end at the split leaf");
+  }
+
   // S1: build the new leaf (unused space): the top half goes into its LAST slots so that
   // later inserts find free slots in block 0, line 0; all headers front, alt = 0.
   DWord nd[M];
@@ -84,7 +102,10 @@ Code LBTree<M>::split_insert(std::uint64_t off, std::uint64_t key_word,
     detail::put(&nl->block[b].tail[1], 0);
   }
   detail::put(&nl->block[0].tail[0], optimistic_read(l->block[0].tail[alt ? 1 : 0]));
-  pm::persist(nl, LeafT::kBytes);  // S2: the new leaf is durable before anything links it
+  // S2: write the new leaf back. Its fence is S5's: S3 and S4 write unused space too, so one
+  // fence makes S1-S4 durable before S6 links the new leaf (a split waits for one write-back
+  // round trip fewer).
+  pm::flush(nl, LeafT::kBytes);
 
   // S3: the old leaf's headers of blocks 1..M-1 after the split go into their inactive
   // (alternative) places, and S4: the unused sibling pointer gets the new leaf. Unused space.
@@ -96,7 +117,7 @@ Code LBTree<M>::split_insert(std::uint64_t off, std::uint64_t key_word,
   }
   detail::put(&l->block[0].tail[alt ? 0 : 1], new_off);
   pm::flush(&l->block[0].tail[0], 16);
-  pm::fence();  // S5: S3 and S4 are durable before the commit
+  pm::fence();  // S5: S1-S4 are durable before the commit
   // S6: NAW - block 0's word0 with the moved bits cleared and alt flipped switches the sibling
   // pointer and every block's header at once: the split is committed.
   od[0].w[0] ^= kAltBit;
@@ -109,18 +130,6 @@ Code LBTree<M>::split_insert(std::uint64_t off, std::uint64_t key_word,
     leaf_insert(l, od[0], key_word, value_word, fp);
   }
 
-  // DRAM: the separator goes into the inner tree while both leaves are locked.
-  const std::uint64_t sep = make_separator(sep_key);
-  {
-    auto smo = inner_.smo_lock();
-    index_common::InnerTree::Path path;
-    const std::string sep_bytes = keys_.key_bytes(sep_key);
-    const Probe sp = keys_.probe(sep_bytes);
-    inner_.path_to([&](std::uint64_t s) { return keys_.below(sp, s); }, &path);
-    if (!inner_.insert_separator(path, off, sep, new_off))
-      index_common::fatal("lbtree",
-                          "split: the separator's path does not end at the split leaf");
-  }
   versions_->at(new_off).writeUnlock();
   return Code::ok;
 }
