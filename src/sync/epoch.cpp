@@ -140,7 +140,7 @@ void EpochManager::retire(void* ctx, Deleter fn, std::uint64_t arg) {
   }
   // An unattached thread: tag the item now (S1, S2 of the argument in epoch.h) and leave it
   // with the orphans.
-  detail::store_load_fence();
+  AsymmetricFence::heavy();
   const std::uint64_t tag = global_epoch_.load(std::memory_order_relaxed);
   orphan_retired_.fetch_add(1, std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(orphan_mu_);
@@ -156,9 +156,14 @@ void EpochManager::retire(std::function<void()> fn) {
 void EpochManager::seal(Record* record) {
   if (record->bag.empty()) return;
   // S1: the unlinks of the bag's items (all before their retire calls) are ordered before the
-  // epoch read, against the readers' P2.
-  detail::store_load_fence();
-  // S2. relaxed: the fence orders it (epoch.h).
+  // epoch read, against the readers' P2 (the heavy side of their light fence).
+  AsymmetricFence::heavy();
+  seal_fenced(record);
+}
+
+void EpochManager::seal_fenced(Record* record) {
+  if (record->bag.empty()) return;
+  // S2. relaxed: the caller's heavy fence (S1) orders it (epoch.h).
   const std::uint64_t tag = global_epoch_.load(std::memory_order_relaxed);
   if (!record->limbo.empty() && record->limbo.back().epoch == tag) {
     std::vector<Retired>& items = record->limbo.back().items;
@@ -175,8 +180,12 @@ void EpochManager::seal(Record* record) {
 bool EpochManager::try_advance() {
   pm::yield_point("epoch.advance");
   // A1. relaxed: the fence below orders it (epoch.h).
-  std::uint64_t e = global_epoch_.load(std::memory_order_relaxed);
-  detail::store_load_fence();  // A2
+  const std::uint64_t e = global_epoch_.load(std::memory_order_relaxed);
+  AsymmetricFence::heavy();  // A2, against the readers' P2
+  return advance_fenced(e);
+}
+
+bool EpochManager::advance_fenced(std::uint64_t e) {
   // A3. acquire (list walk): records are published with release. acquire (state): a thread
   // seen unpinned, or pinned again, has its earlier pinned sections happen before this scan.
   for (Record* r = records_.load(std::memory_order_acquire); r != nullptr; r = r->next) {
@@ -197,8 +206,15 @@ std::size_t EpochManager::run(std::vector<Retired>& items) {
 }
 
 std::size_t EpochManager::collect_record(Record* record) {
-  seal(record);
-  try_advance();
+  // seal + try_advance with one heavy fence (a membarrier IPIs every other running thread of
+  // the process, ~15 us on this VM): A1 reads E before it, S2 after it, so it is both the
+  // S1 between the bag's unlinks and S2 and the A2 between A1 and A3 (epoch.h). A tag read
+  // after A1 can only be newer, which frees the bag later, never earlier.
+  pm::yield_point("epoch.advance");
+  const std::uint64_t e = global_epoch_.load(std::memory_order_relaxed);  // A1
+  AsymmetricFence::heavy();                                                // S1 and A2
+  seal_fenced(record);                                                     // S2
+  advance_fenced(e);                                                       // A3, A4
   // acquire: the deleters below run after every A3 that let the epoch reach this value.
   const std::uint64_t global = global_epoch_.load(std::memory_order_acquire);
   std::vector<Retired> ready;

@@ -190,7 +190,7 @@ TEST(Epoch, AttachTwiceSharesOneRegistration) {
 }
 
 TEST(Epoch, EveryDeleterRunsExactlyOnce) {
-  constexpr std::size_t kItems = 1000;  // several bags and collects
+  constexpr std::size_t kItems = 4 * EpochManager::kBagCapacity;  // several bags and collects
   std::vector<int> ran(kItems, 0);
   {
     EpochManager epochs;

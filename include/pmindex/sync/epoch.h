@@ -24,6 +24,12 @@
 //   retire  U unlink (before retire())         S1 fence(seq_cst)  S2 tag = E.load(relaxed)
 //   advance A1 g = E.load(relaxed)  A2 fence(seq_cst)  A3 state.load(acquire) of every thread
 //           A4 E.compare_exchange(g, g+1, seq_cst)
+// P2 runs at every operation, S1 and A2 once per collect (at most one in kUnpinsPerCollect
+// unpins, and one fence serves as both: collect_record), so P2 is the light side of an asymmetric fence and S1, A2 its heavy side
+// (asymmetric_fence.h): a heavy() puts a full barrier into every other running thread, which
+// acts as a seq_cst fence at some point of its program, and the argument below is about the
+// relative order of P2 and S1 / A2 only, so it holds for that point as it does for P2. (Where
+// membarrier is unavailable, all three are seq_cst fences.)
 // Suppose a reader's P3 saw the object (read the link before U). Then P2 precedes S1 in the
 // single total order S of seq_cst operations ([atomics.order]: P2 happens before P3, P3 is
 // coherence-ordered before U, U happens before S1). (i) The reader announced e <= tag: had
@@ -74,24 +80,10 @@
 #include <vector>
 
 #include "pmindex/pm/persist.h"
+#include "pmindex/sync/asymmetric_fence.h"
 
 namespace pmindex::sync {
 
-namespace detail {
-// The StoreLoad fence of the handshake described above. g++ warns (-Wtsan) that TSan does
-// not model fences; that is expected here: the fence decides which values are read, and the
-// happens-before edges TSan checks come from release/acquire accesses.
-inline void store_load_fence() noexcept {
-#if defined(__GNUC__) && !defined(__clang__) && defined(__SANITIZE_THREAD__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wtsan"
-#endif
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-#if defined(__GNUC__) && !defined(__clang__) && defined(__SANITIZE_THREAD__)
-#pragma GCC diagnostic pop
-#endif
-}
-}  // namespace detail
 
 class EpochManager {
  public:
@@ -102,8 +94,11 @@ class EpochManager {
   // A thread collects (seals its bag, tries to advance, frees what is safe) when its bag
   // holds kBagCapacity items and it is not pinned, or at an outermost unpin once the bag is
   // that full or kUnpinsPerCollect unpins have passed with items pending.
-  static constexpr std::size_t kBagCapacity = 64;
-  static constexpr std::uint32_t kUnpinsPerCollect = 128;
+  // Large, because a collect costs one heavy fence (asymmetric_fence.h: a membarrier, ~15 us
+  // on this VM when another thread of the process is running): at most ~15 ns per operation
+  // even when every operation retires something.
+  static constexpr std::size_t kBagCapacity = 1024;
+  static constexpr std::uint32_t kUnpinsPerCollect = 1024;
 
   struct Stats {
     std::uint64_t epoch = 0;     // the global epoch
@@ -191,6 +186,8 @@ class EpochManager {
   void push_retired(Record* record, Retired item);
   void after_unpin(Record* record);
   void seal(Record* record);
+  void seal_fenced(Record* record);      // seal after the caller's heavy fence (S1)
+  bool advance_fenced(std::uint64_t e);  // A3, A4 after A1 read e and the caller's A2
   std::size_t collect_record(Record* record);
   std::size_t free_orphans(std::uint64_t global, bool everything);
   static std::size_t run(std::vector<Retired>& items);
@@ -335,8 +332,9 @@ inline void EpochManager::pin_record(Record* record) {
   // did in its earlier pinned sections (C++20 release sequences no longer include later plain
   // stores, so the unpin's release alone would not carry over to this store).
   record->state.store(pinned_word(e), std::memory_order_release);
-  // P2: the announcement is visible before we read the structure (StoreLoad).
-  detail::store_load_fence();
+  // P2: the announcement is visible before we read the structure (StoreLoad). The light side
+  // of an asymmetric fence: its heavy side is in seal (S1) and try_advance (A2).
+  AsymmetricFence::light();
 }
 
 inline void EpochManager::unpin_record(Record* record) {
