@@ -53,9 +53,11 @@ class AsymmetricFence {
 
   static void heavy() noexcept;
 
+  // A plain seq_cst fence: what both sides are in the fallback.
+  static void full_fence() noexcept;
+
  private:
   static bool init() noexcept;
-  static void full_fence() noexcept;
 };
 
 }  // namespace pmindex::sync
