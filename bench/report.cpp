@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "pmindex/pm/persist.h"
+#include "pmindex/sync/asymmetric_fence.h"
 
 #ifndef PMBENCH_GIT_REVISION
 #define PMBENCH_GIT_REVISION "unknown"
@@ -84,6 +85,9 @@ ordered_json environment(const Config& c, const RunResult* first) {
   if (::uname(&u) == 0) e["kernel"] = std::string(u.sysname) + " " + u.release + " " + u.machine;
   e["persistence"] = c.persistence;
   e["adr_instruction"] = std::string(pmindex::pm::Runtime::adr_instruction());
+  e["ebr_fences"] = pmindex::sync::AsymmetricFence::enabled()
+                        ? "asymmetric (membarrier)"
+                        : "symmetric (seq_cst fences)";
   if (first != nullptr) {
     e["pool_backing"] = first->backing.empty() ? (first->target_kind == "dram" ? "none (DRAM index)" : "unknown")
                                                : first->backing;
