@@ -97,6 +97,35 @@ TEST(Pool, CreateReopenKeepsRootAndReportsBacking) {
   EXPECT_EQ(again->generation, 2u);
 }
 
+// DAX and huge-page tmpfs map a pool with 2 MiB pages only at a 2 MiB-aligned address, so
+// create, open and the crash simulator's private open all map there. A size that is not a
+// whole number of pages (1 MiB + 256 B) checks that the slack around the mapping is given back
+// without cutting into it: every byte of the pool stays writable.
+TEST(Pool, MappingsStartOn2MiBBoundaries) {
+  TempDir dir;
+  const std::string path = dir.file("aligned.pool");
+  const std::size_t size = (std::size_t{1} << 20) + 256;
+  const auto aligned = [](const Pool& p) {
+    return reinterpret_cast<std::uintptr_t>(p.base()) % (std::uintptr_t{2} << 20) == 0;
+  };
+  {
+    auto p = Pool::create(opts(path, size));
+    ASSERT_TRUE(p.ok()) << p.status().to_string();
+    EXPECT_TRUE(aligned(**p));
+    ASSERT_EQ((*p)->size(), size);
+    std::memset((*p)->base() + kHeaderSize, 0x5a, size - kHeaderSize);
+    (*p)->close_clean();
+  }
+  for (const bool private_mapping : {false, true}) {
+    PoolOptions o = opts(path, size);
+    o.private_mapping = private_mapping;
+    auto p = Pool::open(o);
+    ASSERT_TRUE(p.ok()) << p.status().to_string();
+    EXPECT_TRUE(aligned(**p)) << "private " << private_mapping;
+    EXPECT_EQ((*p)->base()[size - 1], 0x5a);
+  }
+}
+
 TEST(Pool, AnonymousPoolNeedsNoFile) {
   auto p = Pool::create(opts(""));
   ASSERT_TRUE(p.ok()) << p.status().to_string();
