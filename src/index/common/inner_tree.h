@@ -48,6 +48,7 @@
 
 #include "index/common/node_search.h"
 #include "index/common/olc.h"
+#include "index/common/prefetch.h"
 #include "pmindex/pm/dram_arena.h"
 #include "pmindex/status.h"
 
@@ -152,10 +153,7 @@ class InnerTree {
   template <class ProbeLess>
   unsigned child_index(const Node* n, unsigned cnt, ProbeLess probe_less) const;
   // All lines of a node at once: the binary search would otherwise miss on them one by one.
-  void prefetch_node(const Node* n) const {
-    const char* p = reinterpret_cast<const char*>(n);
-    for (std::size_t off = 0; off < node_bytes_; off += 64) __builtin_prefetch(p + off);
-  }
+  void prefetch_node(const Node* n) const { prefetch_lines(n, node_bytes_); }
 
   // Allocates a node, locked (invariant 3: a recycled node keeps its counter).
   Node* new_node(std::uint32_t lvl);

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "index/common/pm_record.h"
+#include "index/common/prefetch.h"
 #include "index/lbtree/lbtree.h"
 
 namespace pmindex::lbtree {
@@ -110,8 +111,7 @@ std::pair<std::uint64_t, std::uint64_t> LBTree<M>::descend_read(const Probe& p) 
   const auto on_leaf = [&](std::uint64_t leaf) {
     // Alg. 1: prefetch the leaf's lines as soon as the parent names it, so the fetch overlaps
     // the version read and the parent's validation.
-    const char* base = reinterpret_cast<const char*>(leaf_at(leaf));
-    for (unsigned i = 0; i < LeafT::kBytes / 64; ++i) __builtin_prefetch(base + 64 * i);
+    index_common::prefetch_lines(leaf_at(leaf), LeafT::kBytes);
     return versions_->read(leaf);
   };
   // Integer keys compare words directly (no key-mode test per separator).

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "index/common/node_search.h"
+#include "index/common/prefetch.h"
 #include "index/nbtree/nbtree.h"
 
 namespace pmindex::nbtree {
@@ -214,11 +215,7 @@ std::uint8_t NBTree::fingerprint(std::uint64_t key) {
 //               acquire (kLoad) because they are dereferenced before N2's fence: the writer's
 //               release fence (InnerWrite, N1) then orders the bound's creation before the read.
 namespace {
-// Prefetches the cache lines of [p, p + bytes).
-void prefetch_lines(const void* p, std::size_t bytes) {
-  const char* c = static_cast<const char*>(p);
-  for (std::size_t off = 0; off < bytes; off += 64) __builtin_prefetch(c + off);
-}
+using index_common::prefetch_lines;
 
 struct U64Order {
   static constexpr std::memory_order kLoad = std::memory_order_relaxed;
