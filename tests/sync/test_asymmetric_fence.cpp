@@ -47,10 +47,13 @@ template <class Light, class Heavy>
 std::uint64_t both_zero(std::uint64_t iterations, std::chrono::seconds budget, Light light,
                         Heavy heavy, std::uint64_t* ran, bool stop_at_first_bad = false) {
   Litmus t;
-  std::atomic<std::uint64_t> last{UINT64_MAX};  // the final round, once main knows it
+  // The final round, set by main before it arrives at the barrier of the round after it; h
+  // reads it only after that barrier (whose acq_rel RMWs order the two), so it never misses
+  // the barrier main waits at.
+  std::atomic<std::uint64_t> last{UINT64_MAX};
   std::thread h([&] {
     std::uint64_t rng = 2;
-    for (std::uint64_t i = 1; i <= last.load(std::memory_order_acquire); ++i) {
+    for (std::uint64_t i = 1;; ++i) {
       arrive_and_jitter(t, i, rng);
       if (i > last.load(std::memory_order_acquire)) return;
       t.y.v.store(1, std::memory_order_relaxed);
