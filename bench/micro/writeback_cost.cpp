@@ -98,7 +98,8 @@ int main(int argc, char** argv) {
   std::mt19937_64 rng(1729);
   std::vector<std::size_t> offs(lines);
   for (auto& o : offs) o = (rng() % (bytes / 64)) * 64;
-  std::printf("write-back cost, %zu random lines of a %zu MiB MAP_SHARED file in %s (ns per line):\n",
+  std::printf("write-back cost, %zu random lines of a %zu MiB MAP_SHARED file in %s "
+              "(ns per line):\n",
               lines, mib, dir.c_str());
   for (int c = 0; c < 6; ++c)
     std::printf("  %-46s %7.1f\n", kNames[c], run(base, offs, static_cast<Case>(c)));

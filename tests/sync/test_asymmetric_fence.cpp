@@ -37,7 +37,8 @@ inline void arrive_and_jitter(Litmus& t, std::uint64_t round, std::uint64_t& rng
   while (t.ready.v.load(std::memory_order_acquire) < 2 * round) {
   }
   rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
-  for (std::uint64_t k = (rng >> 58); k != 0; --k) std::atomic_signal_fence(std::memory_order_seq_cst);
+  for (std::uint64_t k = rng >> 58; k != 0; --k)
+    std::atomic_signal_fence(std::memory_order_seq_cst);
 }
 
 // Runs up to `iterations` rounds (or until `budget` passes); returns how many ended with

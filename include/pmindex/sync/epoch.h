@@ -25,11 +25,12 @@
 //   advance A1 g = E.load(relaxed)  A2 fence(seq_cst)  A3 state.load(acquire) of every thread
 //           A4 E.compare_exchange(g, g+1, seq_cst)
 // P2 runs at every operation, S1 and A2 once per collect (at most one in kUnpinsPerCollect
-// unpins, and one fence serves as both: collect_record), so P2 is the light side of an asymmetric fence and S1, A2 its heavy side
-// (asymmetric_fence.h): a heavy() puts a full barrier into every other running thread, which
-// acts as a seq_cst fence at some point of its program, and the argument below is about the
-// relative order of P2 and S1 / A2 only, so it holds for that point as it does for P2. (Where
-// membarrier is unavailable, all three are seq_cst fences.)
+// unpins, and one fence serves as both: collect_record), so P2 is the light side of an
+// asymmetric fence and S1, A2 its heavy side (asymmetric_fence.h): a heavy() puts a full
+// barrier into every other running thread, which acts as a seq_cst fence at some point of its
+// program, and the argument below is about the relative order of P2 and S1 / A2 only, so it
+// holds for that point as it does for P2. (Where membarrier is unavailable, all three are
+// seq_cst fences.)
 // Suppose a reader's P3 saw the object (read the link before U). Then P2 precedes S1 in the
 // single total order S of seq_cst operations ([atomics.order]: P2 happens before P3, P3 is
 // coherence-ordered before U, U happens before S1). (i) The reader announced e <= tag: had
@@ -83,7 +84,6 @@
 #include "pmindex/sync/asymmetric_fence.h"
 
 namespace pmindex::sync {
-
 
 class EpochManager {
  public:
