@@ -2,6 +2,8 @@
 
 #include <sys/mman.h>
 
+#include "pm/aligned_mapping.h"
+
 namespace pmindex::pm {
 
 namespace {
@@ -21,18 +23,11 @@ void* DramArena::allocate(std::size_t bytes) {
     return p;
   }
   if (bump_ == nullptr || static_cast<std::size_t>(bump_end_ - bump_) < size) {
-    // Map 2 MiB more than needed and trim, so the region is 2 MiB aligned for THP.
+    // 2 MiB aligned for THP.
     const std::size_t region = round_up(size, kRegionSize);
-    void* raw = mmap(nullptr, region + kRegionSize, PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    void* raw = detail::map_aligned_anonymous(region, kRegionSize, PROT_READ | PROT_WRITE);
     if (raw == MAP_FAILED) return nullptr;
-    auto addr = reinterpret_cast<std::uintptr_t>(raw);
-    const std::uintptr_t aligned = round_up(addr, kRegionSize);
-    if (aligned > addr) munmap(raw, aligned - addr);
-    const std::uintptr_t tail = aligned + region;
-    const std::uintptr_t raw_end = addr + region + kRegionSize;
-    if (raw_end > tail) munmap(reinterpret_cast<void*>(tail), raw_end - tail);
-    char* base = reinterpret_cast<char*>(aligned);
+    char* base = static_cast<char*>(raw);
     if (madvise(base, region, MADV_HUGEPAGE) == 0) huge_pages_.store(true, std::memory_order_relaxed);
     regions_.push_back({base, region});
     reserved_.fetch_add(region, std::memory_order_relaxed);

@@ -18,6 +18,8 @@
 #include <random>
 #include <sstream>
 
+#include "pm/aligned_mapping.h"
+
 namespace pmindex::pm {
 
 #ifndef MAP_SHARED_VALIDATE
@@ -175,28 +177,21 @@ Backing detect_backing(const std::string& path, int fd) {
 // Maps `size` bytes of `fd` at a 2 MiB-aligned address. A DAX file (fsdax with aligned
 // extents, devdax) or a huge-page tmpfs can then be mapped with 2 MiB pages, one TLB entry
 // where 4 KiB pages need 512; MADV_HUGEPAGE asks for them where the policy is "advise". On a
-// 4 KiB-page tmpfs (this VM's /dev/shm) neither changes anything. The alignment comes from
-// reserving 2 MiB more address space than needed and mapping the file over its aligned part.
+// 4 KiB-page tmpfs (this VM's /dev/shm) neither changes anything. The file is mapped over an
+// aligned PROT_NONE reservation of the same (page-rounded) size.
 void* map_aligned(std::size_t size, int flags, int fd) {
-  constexpr std::uintptr_t kHuge = std::uintptr_t{2} << 20;
-  const auto page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
-  const std::size_t span = size + kHuge;
-  void* r = mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  constexpr std::size_t kHuge = std::size_t{2} << 20;
+  const auto page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  const std::size_t reserved = (size + page - 1) / page * page;
+  void* r = detail::map_aligned_anonymous(reserved, kHuge, PROT_NONE, MAP_NORESERVE);
   if (r == MAP_FAILED) return MAP_FAILED;
-  const auto lo = reinterpret_cast<std::uintptr_t>(r);
-  const std::uintptr_t at = (lo + kHuge - 1) & ~(kHuge - 1);
-  void* p = mmap(reinterpret_cast<void*>(at), size, PROT_READ | PROT_WRITE, flags | MAP_FIXED,
-                 fd, 0);
+  void* p = mmap(r, size, PROT_READ | PROT_WRITE, flags | MAP_FIXED, fd, 0);
   if (p == MAP_FAILED) {
     const int err = errno;
-    munmap(r, span);
+    munmap(r, reserved);
     errno = err;
     return MAP_FAILED;
   }
-  // Give back the reservation around the mapping (its end rounded up to whole pages).
-  const std::uintptr_t end = (at + size + page - 1) & ~(page - 1);
-  if (at > lo) munmap(r, at - lo);
-  if (lo + span > end) munmap(reinterpret_cast<void*>(end), lo + span - end);
   madvise(p, size, MADV_HUGEPAGE);  // advisory: refusals (e.g. DAX) change nothing
   return p;
 }
