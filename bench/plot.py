@@ -43,6 +43,15 @@ def mean_throughput(rs):
     return sum(r["data"]["run"]["throughput"] for r in rs) / len(rs)
 
 
+def throughput_cell(rs):
+    """Mops/s of a table cell: the mean, and with repeats the range they spanned."""
+    cell = f"{mean_throughput(rs) / 1e6:.3f}"
+    if len(rs) > 1:
+        ops = [r["data"]["run"]["throughput"] / 1e6 for r in rs]
+        cell += f" ({min(ops):.2f}-{max(ops):.2f})"
+    return cell
+
+
 def group(runs, *keys):
     g = defaultdict(list)
     for r in runs:
@@ -188,7 +197,9 @@ def recovery(runs, path):
         labels.append(f"{r['index']}\n{rc['kind']}")
         answer.append(rc["answer_seconds"] * 1e3)
         normal.append((rc["normal_throughput_seconds"] or 0) * 1e3)
-        table.append((r["index"], rc["kind"], rc["answer_seconds"], rc["normal_throughput_seconds"], rc["records_found"]))
+        found = rc["records_found"]  # null: a lazy (instant) recovery walks no records at open
+        table.append((r["index"], rc["kind"], rc["answer_seconds"], rc["normal_throughput_seconds"],
+                      "not counted (lazy recovery)" if found is None else found))
     fig, ax = plt.subplots(figsize=(max(5, 1.2 * len(labels)), 3.4))
     xs = range(len(labels))
     ax.bar([x - 0.2 for x in xs], answer, 0.4, label="until the index answers")
@@ -277,7 +288,7 @@ def main():
     for title, rel in figs:
         lines += [f"### {title}", "", f"![{title}]({rel})", ""]
 
-    lines += ["## Throughput (Mops/s, mean over repeats)", "",
+    lines += ["## Throughput (Mops/s, mean over repeats, their range in parentheses)", "",
               "| workload | threads | " + " | ".join(short(i) for i in sorted({r['index'] for r in runs})) + " |",
               "|---|---|" + "---|" * len({r['index'] for r in runs})]
     indexes = sorted({r["index"] for r in runs})
@@ -286,7 +297,7 @@ def main():
         cells = []
         for index in indexes:
             sel = [r for r in g if r["index"] == index]
-            cells.append(f"{mean_throughput(sel) / 1e6:.3f}" if sel else "")
+            cells.append(throughput_cell(sel) if sel else "")
         lines.append(f"| {w} | {t} | " + " | ".join(cells) + " |")
 
     footprints = footprint_rows(runs, manifest["experiment"].get("records"))

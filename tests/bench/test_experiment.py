@@ -5,11 +5,13 @@ A tiny SOSD file of doubles is put where `datasets.py fetch gshhg-longitudes --c
 its cached output, so the runner's real fetch path runs (datasets.py, no download) and pmbench
 then runs the keys with --verify on lbtree, fptree and apex. Failures checked: an unknown
 dataset name and a fetch that prints no file stop the experiment before any run (exit 2).
+Report: with repeats, bench/plot.py's throughput table gives each cell's mean and range.
 
 Usage: test_experiment.py PMBENCH [unittest args]
 """
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -129,6 +131,35 @@ class EndToEnd(unittest.TestCase):
                                  'dataset_limit = 0\n[[workloads]]\nname = "w"\n', self.work)
         self.assertNotEqual(proc.returncode, 0)
         self.assertIn("dataset_limit must be a positive integer", proc.stderr)
+
+
+class Report(unittest.TestCase):
+    def setUp(self):
+        self._tmp = tempfile.TemporaryDirectory()
+        self.work = self._tmp.name
+
+    def tearDown(self):
+        self._tmp.cleanup()
+
+    def test_repeats_show_their_range(self):
+        proc, out = run_experiment('name = "t"\nindexes = ["lbtree"]\nrecords = 2000\nrepeats = 2\n'
+                                   'memory_probe_mib = 0\n[[workloads]]\nname = "w"\nargs = ["-p", "2000"]\n',
+                                   self.work)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        # plot.py needs matplotlib: Debian's python3 has it (python3-matplotlib), as in
+        # tools/run-main-job.sh; a pyenv python3 on PATH usually has not.
+        python = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+        plot = subprocess.run([python, os.path.join(BENCH, "plot.py"), out], capture_output=True, text=True)
+        self.assertEqual(plot.returncode, 0, plot.stderr)
+        with open(os.path.join(out, "report.md")) as f:
+            rows = [line for line in f if line.startswith("| w | 1 |")]
+        self.assertEqual(len(rows), 1, rows)
+        # "mean (min-max)", and the mean lies within the range.
+        m = re.search(r"\| (\d+\.\d{3}) \((\d+\.\d{2})-(\d+\.\d{2})\) \|", rows[0])
+        self.assertIsNotNone(m, rows[0])
+        mean, lo, hi = (float(g) for g in m.groups())
+        self.assertLessEqual(lo, hi)
+        self.assertTrue(lo - 0.005 <= mean <= hi + 0.005, rows[0])
 
 
 if __name__ == "__main__":
