@@ -530,6 +530,7 @@ bool measure_recovery(const Config& c, const WorkloadSpec& spec, std::unique_ptr
   r->answer_seconds = seconds_since(t0);
   const auto rs = target->native()->recovery_stats();
   r->records_found = rs.records;
+  r->records_counted = rs.records_counted;
   r->clean_shutdown = rs.clean_shutdown;
   while (seconds_since(t0) < 5.0) {
     if (probe.window(*s) >= 0.9 * r->baseline_ops_per_second) {

@@ -38,6 +38,7 @@ struct RecoveryResult {
   double normal_seconds = -1;       // until a 10 ms read window reaches 90% of the baseline
   double baseline_ops_per_second = 0;
   std::uint64_t records_found = 0;
+  bool records_counted = true;  // false: the index recovers lazily and did not count them
   bool clean_shutdown = false;
   std::string error;
 };

@@ -148,7 +148,7 @@ ordered_json to_json(const Config& c, const RunResult& r) {
                      {"answer_seconds", rc.answer_seconds},
                      {"normal_throughput_seconds", rc.normal_seconds < 0 ? ordered_json(nullptr) : ordered_json(rc.normal_seconds)},
                      {"baseline_read_ops_per_second", rc.baseline_ops_per_second},
-                     {"records_found", rc.records_found}, {"clean_shutdown", rc.clean_shutdown},
+                     {"records_found", rc.records_counted ? ordered_json(rc.records_found) : ordered_json(nullptr)}, {"clean_shutdown", rc.clean_shutdown},
                      {"error", rc.error}};
   }
   return j;

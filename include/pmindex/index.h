@@ -100,7 +100,8 @@ struct RecoveryStats {
   bool clean_shutdown = false;      // the previous session closed cleanly
   bool created = false;             // the pool was created, not recovered
   double seconds = 0;               // open -> index answers requests
-  std::uint64_t records = 0;        // records found
+  std::uint64_t records = 0;        // records found (when records_counted)
+  bool records_counted = true;      // false: recovery is lazy (APEX) and did not walk the records
   std::uint64_t nodes = 0;          // PM nodes walked
   std::uint64_t repaired = 0;       // interrupted operations finished or rolled back
   unsigned threads = 1;

@@ -102,6 +102,7 @@ Result<std::unique_ptr<Index>> Apex::recover(std::unique_ptr<pm::Pool> pool, con
   std::unique_ptr<Apex> idx(new Apex(std::move(pool)));
   pm::Pool& p = *idx->pool_;
   idx->recovery_.clean_shutdown = p.was_clean();
+  idx->recovery_.records_counted = false;  // instant recovery: nodes are rebuilt on first access
   const std::uint64_t root_off = p.root();
   if (root_off == 0) {
     // Crash before A0: nothing was published; start over on this pool.
