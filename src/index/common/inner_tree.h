@@ -181,7 +181,8 @@ template <class ProbeLess>
                                                           ProbeLess probe_less) const {
   // The number of separators <= probe (keys strictly increase), by node_search.h. Integer keys
   // count the last 16 slots (the whole node for LB+-Tree's 14 keys): LB+-Tree lookups after a
-  // 10M-key bulk load x1.16, FPTree's x1.05 (medians of four interleaved pairs, README).
+  // 10M-key bulk load x1.16, FPTree's x1.05 (medians of four interleaved pairs,
+  // docs/performance-history.md).
   const std::uint64_t* k = keys(n);
   const auto sep = [k](unsigned i) { return optimistic_read(k[i]); };
   constexpr unsigned kWindow = std::is_same_v<ProbeLess, WordProbe> ? kLinearKeys : 0;

@@ -140,7 +140,8 @@ std::uint64_t LBTree<M>::lock_leaf_for(const Probe& p) {
 // hold both no other thread writes word0 and a release store clears the bit. A CAS here would
 // wait for the line: the NAW just before it wrote the line back (clwb), and writing a line
 // after its write-back refetches it for ownership, which a locked instruction waits for and a
-// store does not (inserts into a bulk-loaded 10M-key tree x1.51 for this step alone, README).
+// store does not (inserts into a bulk-loaded 10M-key tree x1.51 for this step alone,
+// docs/performance-history.md).
 template <unsigned M>
 void LBTree<M>::unlock_leaf(std::uint64_t off) {
   std::uint64_t* w0 = &leaf_at(off)->block[0].front[0];
