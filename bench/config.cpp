@@ -22,6 +22,14 @@ const char* op_name(OpType t) {
   return "?";
 }
 
+std::uint64_t Config::expected_records() const {
+  if (mode == RunMode::operation) return records + operations;  // at most one insert per op
+  const double inserts = ratio[static_cast<int>(OpType::insert)] *
+                         std::min(kTimeModeInsertBound * seconds * threads,
+                                  static_cast<double>(kMaxTimeModeOperations));
+  return records + std::max<std::uint64_t>(operations, static_cast<std::uint64_t>(inserts));
+}
+
 KeyKind Config::key_kind() const {
   if (key_type == "double") return KeyKind::f64;
   if (key_type == "bytes") return KeyKind::bytes;

@@ -23,6 +23,13 @@ inline const char* op_name(int t) { return op_name(static_cast<OpType>(t)); }
 
 enum class RunMode : std::uint8_t { operation, time };
 
+// Time mode pre-generates at most this many operations (all threads together).
+inline constexpr std::uint64_t kMaxTimeModeOperations = std::uint64_t{1} << 27;
+// Time mode sizes a built-in index's pool before it knows the run's speed (the schedule is
+// sized after the load), so it assumes at most this many inserts per second per thread: above
+// every insert rate measured here (the fastest, LB+-Tree in dram mode, 4.3 Mops/s).
+inline constexpr double kTimeModeInsertBound = 5e6;
+
 struct Config {
   std::string target;               // positional: built-in name or path to a tree_api library
   std::uint64_t records = 1'000'000;
@@ -75,6 +82,10 @@ struct Config {
   // Each thread operates only on ids it owns (needed with removes and in conformance mode).
   bool owned_ids() const { return has_removes() || verify; }
   KeyKind key_kind() const;
+  // Records the index may hold by the end of the run: the loaded ones plus one per insert
+  // (operation mode: its inserts; time mode: kTimeModeInsertBound for the run's length, within
+  // kMaxTimeModeOperations). Built-in pools are sized from it unless pool_size is given.
+  std::uint64_t expected_records() const;
   // Every flag and its value, for the JSON "config" block.
   std::vector<std::pair<std::string, std::string>> as_pairs() const;
 };

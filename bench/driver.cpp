@@ -339,6 +339,7 @@ struct ThreadOutcome {
   bool exhausted = false;
   std::string verify_error;
   std::uint64_t checked = 0;
+  bool pool_full = false;  // an operation failed with Code::pool_full: the run is void
 };
 
 void run_thread(const Config& c, const WorkloadSpec& spec, const Schedule& sc, unsigned t,
@@ -364,7 +365,7 @@ void run_thread(const Config& c, const WorkloadSpec& spec, const Schedule& sc, u
   std::size_t i = 0;
   const std::size_t n = sc.size();
   for (; i < n; ++i) {
-    if ((time_mode || c.verify) && stop.load(std::memory_order_relaxed)) break;
+    if (stop.load(std::memory_order_relaxed)) break;
     const OpType type = sc.types[i];
     const std::string_view key = sc.key(i);
     PmTotals before;
@@ -388,6 +389,11 @@ void run_thread(const Config& c, const WorkloadSpec& spec, const Schedule& sc, u
         }
         ok = ok && s->update(key, std::string_view(sc.value(i), vs));
         break;
+    }
+    if (!ok && s->last_code() == pmindex::Code::pool_full) {
+      // Everything after this measures a full pool, not the index: stop every thread.
+      out->pool_full = true;
+      stop.store(true, std::memory_order_relaxed);
     }
     OpResult& r = out->ops[static_cast<int>(type)];
     if (timed) {
@@ -436,7 +442,7 @@ std::uint64_t calibrate_operations(const Config& c, const WorkloadSpec& spec, Ta
   }
   const double rate = done / seconds_since(t0);  // one thread, reads: an upper bound for writes
   const double want = rate * c.seconds * 1.5 * c.threads;
-  const double cap = static_cast<double>(std::uint64_t{1} << 27);
+  const double cap = static_cast<double>(kMaxTimeModeOperations);
   return static_cast<std::uint64_t>(std::clamp(want, 10000.0 * c.threads, cap));
 }
 
@@ -722,6 +728,12 @@ bool run_once(const Config& config, unsigned repeat, RunResult* r, std::string* 
   for (const auto& op : r->ops) {
     r->completed += op.completed;
     r->succeeded += op.succeeded;
+  }
+  if (std::any_of(outcomes.begin(), outcomes.end(), [](const ThreadOutcome& o) { return o.pool_full; })) {
+    *error = "the pool filled up during the run (an operation failed with pool_full after " +
+             std::to_string(r->succeeded) + " operations succeeded); give a larger --pool_size " +
+             "(bytes; the default is sized for --records plus the inserts the run can make)";
+    return false;
   }
   r->verified = c.verify;
   r->structure_error = target->verify();

@@ -83,7 +83,7 @@ std::unique_ptr<Target> make_native_target(const Config& c, const std::string& p
   o.kind = c.target;
   o.path = pool_path;
   o.pool_size = c.pool_size;
-  o.expected_records = c.records + c.operations;  // loaded + at most one insert per op
+  o.expected_records = c.expected_records();
   if (!pmindex::pm::parse_mode(c.persistence, &o.persistence)) {
     *error = "bad persistence mode";
     return nullptr;

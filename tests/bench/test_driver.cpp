@@ -118,6 +118,46 @@ TEST(Driver, RecoveryAfterCleanCloseAndKill9) {
   }
 }
 
+// A run whose pool fills up measures the full pool, not the index: it fails, saying what to do.
+TEST(Driver, PoolFullVoidsTheRun) {
+  Config c = small("lbtree");
+  c.records = 1000;
+  c.operations = 2'000'000;
+  c.ratio[0] = 0;
+  c.ratio[1] = 1;
+  c.pool_size = 16 << 20;  // holds about 650,000 records
+  RunResult r;
+  std::string error;
+  EXPECT_FALSE(run_once(c, 0, &r, &error));
+  EXPECT_NE(error.find("the pool filled up during the run"), std::string::npos) << error;
+  EXPECT_NE(error.find("--pool_size"), std::string::npos) << error;
+}
+
+// Time mode sizes the default pool for the inserts its run can make (it used to size it for
+// --records + --operations only, and APEX's 1M-key insert runs at 1 s filled it).
+TEST(Driver, TimeModeSizesThePoolForItsInserts) {
+  Config c = small("lbtree");
+  c.mode = RunMode::time;
+  c.seconds = 0.5;
+  c.operations = 1000;
+  c.ratio[0] = 0;
+  c.ratio[1] = 1;
+  EXPECT_GE(c.expected_records(), c.records + 2'500'000);  // 0.5 s at kTimeModeInsertBound
+  c.ratio[1] = 0.25;
+  c.ratio[0] = 0.75;
+  EXPECT_GE(c.expected_records(), c.records + 625'000);
+  c.mode = RunMode::operation;
+  EXPECT_EQ(c.expected_records(), c.records + c.operations);
+  c.mode = RunMode::time;
+  c.ratio[1] = 1;
+  c.ratio[0] = 0;
+  RunResult r;
+  std::string error;
+  ASSERT_TRUE(run_once(c, 0, &r, &error)) << error;
+  EXPECT_EQ(r.succeeded, r.completed);
+  EXPECT_GT(r.completed, c.records + c.operations);  // more inserts than the old sizing allowed for
+}
+
 // APEX recovers instantly (nodes rebuilt on first access): it counts no records at open, and
 // the result says so instead of reporting 0 records found.
 TEST(Driver, LazyRecoveryReportsRecordsAsNotCounted) {
