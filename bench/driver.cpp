@@ -729,7 +729,8 @@ bool run_once(const Config& config, unsigned repeat, RunResult* r, std::string* 
     r->completed += op.completed;
     r->succeeded += op.succeeded;
   }
-  if (std::any_of(outcomes.begin(), outcomes.end(), [](const ThreadOutcome& o) { return o.pool_full; })) {
+  const auto filled = [](const ThreadOutcome& o) { return o.pool_full; };
+  if (std::any_of(outcomes.begin(), outcomes.end(), filled)) {
     *error = "the pool filled up during the run (an operation failed with pool_full after " +
              std::to_string(r->succeeded) + " operations succeeded); give a larger --pool_size " +
              "(bytes; the default is sized for --records plus the inserts the run can make)";
