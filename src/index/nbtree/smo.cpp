@@ -418,12 +418,12 @@ void NBTree::insert_into_inner(std::vector<Inner*>& path, int idx, std::uint64_t
       int pos = n;
       while (pos > 1 && bound_less(key, node->keys[pos - 1].load(std::memory_order_relaxed))) {
         node->keys[pos].store(node->keys[pos - 1].load(std::memory_order_relaxed),
-                              std::memory_order_relaxed);
+                              std::memory_order_release);
         node->children[pos].store(node->children[pos - 1].load(std::memory_order_relaxed),
                                   std::memory_order_relaxed);
         --pos;
       }
-      node->keys[pos].store(key, std::memory_order_relaxed);
+      node->keys[pos].store(key, std::memory_order_release);
       node->children[pos].store(child, std::memory_order_relaxed);
       node->count.store(n + 1, std::memory_order_relaxed);
     }
@@ -452,21 +452,21 @@ void NBTree::insert_into_inner(std::vector<Inner*>& path, int idx, std::uint64_t
   all_inner_.push_back(right);
   right->level = node->level;
   for (std::size_t i = left_n; i < all.size(); ++i) {
-    right->keys[i - left_n].store(all[i].first, std::memory_order_relaxed);
+    right->keys[i - left_n].store(all[i].first, std::memory_order_release);
     right->children[i - left_n].store(all[i].second, std::memory_order_relaxed);
   }
   right->count.store(static_cast<int>(all.size()) - left_n, std::memory_order_relaxed);
-  right->high.store(node->high.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  right->high.store(node->high.load(std::memory_order_relaxed), std::memory_order_release);
   right->sibling.store(node->sibling.load(std::memory_order_relaxed), std::memory_order_relaxed);
   const std::uint64_t sep = all[left_n].first;
   {
     InnerWrite w(node);
     for (int i = 0; i < left_n; ++i) {
-      node->keys[i].store(all[i].first, std::memory_order_relaxed);
+      node->keys[i].store(all[i].first, std::memory_order_release);
       node->children[i].store(all[i].second, std::memory_order_relaxed);
     }
     node->count.store(left_n, std::memory_order_relaxed);
-    node->high.store(high_before(sep), std::memory_order_relaxed);
+    node->high.store(high_before(sep), std::memory_order_release);
     node->sibling.store(right, std::memory_order_release);  // N3: right is complete
   }
   hook(HookPoint::inner_node_written, nullptr);
@@ -477,9 +477,9 @@ void NBTree::insert_into_inner(std::vector<Inner*>& path, int idx, std::uint64_t
   auto* root = make_dram<Inner>();
   all_inner_.push_back(root);
   root->level = node->level + 1;
-  root->keys[0].store(node->keys[0].load(std::memory_order_relaxed), std::memory_order_relaxed);
+  root->keys[0].store(node->keys[0].load(std::memory_order_relaxed), std::memory_order_release);
   root->children[0].store(node, std::memory_order_relaxed);
-  root->keys[1].store(sep, std::memory_order_relaxed);
+  root->keys[1].store(sep, std::memory_order_release);
   root->children[1].store(right, std::memory_order_relaxed);
   root->count.store(2, std::memory_order_relaxed);
   root_node_.store(root, std::memory_order_release);
@@ -502,12 +502,12 @@ void NBTree::build_inner_from_leaves(const std::vector<Leaf*>& leaves) {
       n->level = lvl;
       const std::size_t end = std::min(level.size(), i + per);
       for (std::size_t j = i; j < end; ++j) {
-        n->keys[j - i].store(level[j].first, std::memory_order_relaxed);
+        n->keys[j - i].store(level[j].first, std::memory_order_release);
         n->children[j - i].store(level[j].second, std::memory_order_relaxed);
       }
       n->count.store(static_cast<int>(end - i), std::memory_order_relaxed);
       if (!nodes.empty()) {
-        nodes.back()->high.store(high_before(level[i].first), std::memory_order_relaxed);
+        nodes.back()->high.store(high_before(level[i].first), std::memory_order_release);
         nodes.back()->sibling.store(n, std::memory_order_relaxed);
       }
       nodes.push_back(n);
