@@ -83,8 +83,9 @@ struct Config {
   bool owned_ids() const { return has_removes() || verify; }
   KeyKind key_kind() const;
   // Records the index may hold by the end of the run: the loaded ones plus one per insert
-  // (operation mode: its inserts; time mode: kTimeModeInsertBound for the run's length, within
-  // kMaxTimeModeOperations). Built-in pools are sized from it unless pool_size is given.
+  // (operation mode: its inserts; time mode: kTimeModeInsertBound per thread for the run's
+  // length, within the inserts' share of kMaxTimeModeOperations). Built-in pools are sized
+  // from it unless pool_size is given.
   std::uint64_t expected_records() const;
   // Every flag and its value, for the JSON "config" block.
   std::vector<std::pair<std::string, std::string>> as_pairs() const;
