@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <fstream>
-#include <iterator>
 #include <numeric>
+#include <sstream>
 
 #include "rng.h"
 #include "synthetic.h"
@@ -145,7 +145,15 @@ bool load_text_keys(const std::string& path, std::vector<std::string>* keys, std
     *error = path + ": cannot open";
     return false;
   }
-  const std::string all((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  // Read through a stringstream, not istreambuf_iterator: g++ 12 flags the iterator's inlined
+  // streambuf accesses with -Wnull-dereference in release builds.
+  std::ostringstream contents;
+  contents << f.rdbuf();
+  if (f.bad()) {
+    *error = path + ": read failed";
+    return false;
+  }
+  const std::string all = std::move(contents).str();
   keys->clear();
   std::size_t start = 0;
   while (start < all.size()) {

@@ -25,5 +25,17 @@ echo "install-deps: installing ${missing[*]}"
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# A fresh cloud machine often runs its own apt at boot: wait for the dpkg lock (the option) and
+# retry while another apt holds the list lock, up to 10 minutes each, instead of failing.
+lock_wait=(-o DPkg::Lock::Timeout=600)
+retry() {
+  local tries=60
+  until "$@"; do
+    tries=$((tries - 1))
+    [ "$tries" -gt 0 ] || return 1
+    echo "install-deps: '$*' failed (another package manager running?); retrying in 10 s" >&2
+    sleep 10
+  done
+}
+retry $SUDO apt-get "${lock_wait[@]}" update -qq
+retry $SUDO apt-get "${lock_wait[@]}" install -y -qq --no-install-recommends "${missing[@]}"

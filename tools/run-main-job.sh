@@ -20,7 +20,8 @@ fi
 
 tools/install-deps.sh >&2
 cmake --preset release >/dev/null
-targets="pmbench pmbench-counting"
+# pmpool too: the README sends users to it to inspect the pools a run leaves.
+targets="pmbench pmbench-counting pmpool"
 # Experiments that name tree_api libraries by path (e.g. goals-10m.toml) need the wrappers.
 for kind in $(grep -o 'libpmindex_[a-z]*_tree' "$experiment" | sort -u | sed 's/^lib//'); do
   targets="$targets $kind"

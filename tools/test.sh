@@ -17,6 +17,18 @@ export PMINDEX_CRASH_SEED=${PMINDEX_CRASH_SEED:-$((16#$rev))}
 export PMINDEX_STRESS_SECONDS=${PMINDEX_STRESS_SECONDS:-3}
 jobs=$(nproc)
 
+# Each stage's wall time, printed in the summary at the end.
+summary=()
+stage_start=$SECONDS
+stage_done() {
+  summary+=("$(printf '%-28s %4d s  %s' "$1" $((SECONDS - stage_start)) "$2")")
+  stage_start=$SECONDS
+}
+print_summary() {
+  echo "== summary (total $SECONDS s)"
+  printf '  %s\n' "${summary[@]}"
+}
+
 # g++ 12's TSan cannot cope with the high mmap ASLR entropy of recent kernels ("unexpected
 # memory mapping"); run sanitized binaries with ASLR off where setarch allows it.
 norand=""
@@ -36,19 +48,26 @@ echo "== crash seed $PMINDEX_CRASH_SEED, $PMINDEX_CRASH_IMAGES images per index 
 
 echo "== ASan+UBSan: unit and crash"
 cmake --preset asan >/dev/null && cmake --build --preset asan -j "$jobs"
+stage_done "asan build" "built"
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-  $norand ctest --test-dir build/asan -L 'unit|crash' -LE long --output-on-failure -j "$jobs"
+  $norand ctest --test-dir build/asan -L 'unit|crash' -LE long --output-on-failure -j "$jobs" \
+  | tee build/asan/ctest.log
+stage_done "asan unit+crash tests" "$(grep -E 'tests passed' build/asan/ctest.log | tail -n 1)"
 
 echo "== TSan: stress"
 cmake --preset tsan >/dev/null
 # Build only what the stress label runs (each test is named after its executable).
 stress=$(ctest --test-dir build/tsan -L stress -LE long -N | awk '/Test +#/{print $3}')
 cmake --build --preset tsan -j "$jobs" --target $stress
+stage_done "tsan build" "built"
 TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/tools/tsan.supp" \
-  $norand ctest --test-dir build/tsan -L stress -LE long --output-on-failure -j 1
+  $norand ctest --test-dir build/tsan -L stress -LE long --output-on-failure -j 1 \
+  | tee build/tsan/ctest.log
+stage_done "tsan stress tests" "$(grep -E 'tests passed' build/tsan/ctest.log | tail -n 1)"
 
 echo "== libFuzzer: pool open + recovery"
 cmake --preset fuzz >/dev/null && cmake --build --preset fuzz -j "$jobs"
+stage_done "fuzz build" "built"
 fuzz=build/fuzz/tests/fuzz/fuzz_pool_open
 # Known crashers first (each was a real bug), then a run seeded like the crash suites, so a
 # commit's CI run is reproducible: same seed, same number of runs, same result.
@@ -65,3 +84,5 @@ if ! $norand $fuzz -seed=$((PMINDEX_CRASH_SEED % 2147483647)) -runs="$runs" \
 fi
 grep -E "stat::number_of_executed_units|Done" build/fuzz/fuzz.log
 echo "fuzz: no crash in $runs runs (seed $((PMINDEX_CRASH_SEED % 2147483647)))"
+stage_done "fuzz" "no crash in $runs runs"
+print_summary

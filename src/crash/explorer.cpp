@@ -117,7 +117,10 @@ class Worker {
 std::string choice_text(std::span<const std::uint32_t> c) {
   if (c.empty()) return "-";
   std::string s;
-  for (std::size_t i = 0; i < c.size(); ++i) s += (i ? "." : "") + std::to_string(c[i]);
+  for (std::size_t i = 0; i < c.size(); ++i) {
+    if (i != 0) s += '.';
+    s += std::to_string(c[i]);
+  }
   return s;
 }
 
