@@ -1,4 +1,5 @@
 # One helper per kind of target, so every target declares its dependencies explicitly.
+include(GNUInstallDirs)
 #
 # The library is compiled once per persistence-API flavour (docs/architecture.md, "Build flavours"):
 #   pmindex            production: raw store/clwb/sfence plus always-on flush and fence counters
@@ -36,13 +37,54 @@ function(pmindex_add_library)
     pmindex_flavour_target(lib ${flavour})
     pmindex_flavour_number(num ${flavour})
     add_library(${lib} STATIC ${ARG_SOURCES})
-    target_include_directories(${lib} PUBLIC ${PROJECT_SOURCE_DIR}/include
-                                      PRIVATE ${PROJECT_SOURCE_DIR}/src)
-    target_compile_definitions(${lib} PUBLIC PMINDEX_PM_FLAVOUR=${num})
-    target_compile_options(${lib} PRIVATE ${PMINDEX_WARNINGS})
-    target_compile_options(${lib} PUBLIC -mclwb -mclflushopt -mavx2 -msse4.2)
-    target_link_libraries(${lib} PUBLIC ${ARG_DEPS})
+    pmindex_library_usage(${lib} ${num} "${ARG_DEPS}")
+    add_library(pmindex::${flavour} ALIAS ${lib})
   endforeach()
+  # The production library is pmindex::pmindex, in the build tree as in an installed package.
+  if("production" IN_LIST PMINDEX_FLAVOURS)
+    add_library(pmindex::pmindex ALIAS pmindex)
+    set_target_properties(pmindex PROPERTIES EXPORT_NAME pmindex)
+  endif()
+  # libpmindex.so: the production sources once more as position-independent code (the static
+  # library stays non-PIC). The same objects also make pmindex_pic, the archive that the
+  # PiBench tree_api wrappers embed (bench/CMakeLists.txt).
+  if("production" IN_LIST PMINDEX_FLAVOURS AND (PMINDEX_BUILD_SHARED OR PMINDEX_BUILD_BENCH))
+    add_library(pmindex_pic_objects OBJECT ${ARG_SOURCES})
+    set_target_properties(pmindex_pic_objects PROPERTIES POSITION_INDEPENDENT_CODE ON)
+    pmindex_library_usage(pmindex_pic_objects 0 "${ARG_DEPS}")
+    if(PMINDEX_BUILD_BENCH)
+      add_library(pmindex_pic STATIC $<TARGET_OBJECTS:pmindex_pic_objects>)
+      pmindex_library_usage(pmindex_pic 0 "${ARG_DEPS}")
+    endif()
+    if(PMINDEX_BUILD_SHARED)
+      add_library(pmindex_shared SHARED $<TARGET_OBJECTS:pmindex_pic_objects>)
+      pmindex_library_usage(pmindex_shared 0 "${ARG_DEPS}")
+      # 0.x: every minor version may change the ABI, so the SONAME carries major.minor.
+      if(PROJECT_VERSION_MAJOR EQUAL 0)
+        set(_soversion "0.${PROJECT_VERSION_MINOR}")
+      else()
+        set(_soversion "${PROJECT_VERSION_MAJOR}")
+      endif()
+      set_target_properties(pmindex_shared PROPERTIES OUTPUT_NAME pmindex EXPORT_NAME shared
+                            VERSION ${PROJECT_VERSION} SOVERSION ${_soversion})
+      add_library(pmindex::shared ALIAS pmindex_shared)
+    endif()
+  endif()
+endfunction()
+
+# What every pmindex library target carries: public headers, the flavour, warnings, and the
+# ISA flags for its own code only. The flags are PRIVATE: public headers use no intrinsic that
+# needs them (persist.h issues clwb as inline assembly, chosen at run time), so a consumer
+# compiles its own code for whatever CPU it likes.
+set(PMINDEX_ISA_FLAGS -mclwb -mclflushopt -mavx2 -msse4.2)
+function(pmindex_library_usage lib flavour_number deps)
+  target_include_directories(${lib} PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
+                                           $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>
+                                    PRIVATE ${PROJECT_SOURCE_DIR}/src)
+  target_compile_definitions(${lib} PUBLIC PMINDEX_PM_FLAVOUR=${flavour_number})
+  target_compile_options(${lib} PRIVATE ${PMINDEX_WARNINGS} ${PMINDEX_ISA_FLAGS})
+  target_compile_features(${lib} PUBLIC cxx_std_20)
+  target_link_libraries(${lib} PUBLIC ${deps})
 endfunction()
 
 # pmindex_add_executable(NAME SOURCES ... FLAVOUR f DEPS ...)
@@ -53,7 +95,9 @@ function(pmindex_add_executable name)
   endif()
   pmindex_flavour_target(lib ${ARG_FLAVOUR})
   add_executable(${name} ${ARG_SOURCES})
-  target_compile_options(${name} PRIVATE ${PMINDEX_WARNINGS})
+  # The project's own programs include internal headers (src/) compiled into the library, so
+  # they get the library's ISA flags too.
+  target_compile_options(${name} PRIVATE ${PMINDEX_WARNINGS} ${PMINDEX_ISA_FLAGS})
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/src)
   target_link_libraries(${name} PRIVATE ${lib} ${ARG_DEPS})
 endfunction()

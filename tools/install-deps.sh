@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(
-  g++ cmake ninja-build git pkg-config          # toolchain
+  g++ cmake ninja-build git pkg-config dpkg-dev # toolchain (dpkg-dev: CPack .deb dependencies)
   libgtest-dev                                  # tests
   zlib1g-dev                                    # pool header CRC-32
   libcli11-dev nlohmann-json3-dev libfmt-dev    # pmpool / pmbench CLI and output

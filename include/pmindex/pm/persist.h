@@ -25,7 +25,7 @@
 // may only change while no index is open (Runtime enforces this with a reference count).
 #pragma once
 
-#include <immintrin.h>
+#include <xmmintrin.h>  // _mm_sfence: SSE, part of the x86-64 baseline
 
 #include <atomic>
 #include <cstddef>
@@ -130,6 +130,13 @@ inline void after_store(const void* dst, std::size_t n) {
 inline std::uintptr_t line_of(const void* p) {
   return reinterpret_cast<std::uintptr_t>(p) & ~(kCacheLine - 1);
 }
+// clwb of one line, as inline assembly rather than _mm_clwb: the intrinsic needs -mclwb in
+// every translation unit that includes this header, which would impose an ISA flag on users.
+// Run-time dispatch (FlushKind) guarantees the instruction runs only on CPUs that have it.
+// The "memory" clobber keeps every earlier store to the line before the write-back.
+inline void clwb_line(std::uintptr_t line) {
+  __asm__ __volatile__("clwb %0" : : "m"(*reinterpret_cast<const char*>(line)) : "memory");
+}
 // clwb on every line of [p, p+n), n >= 1; returns the number of lines. A do-while: the range
 // always covers at least one line, so the loop needs no entry check.
 inline std::uint64_t clwb_range(const void* p, std::size_t n) {
@@ -137,7 +144,7 @@ inline std::uint64_t clwb_range(const void* p, std::size_t n) {
   std::uintptr_t line = line_of(p);
   std::uint64_t lines = 0;
   do {
-    _mm_clwb(reinterpret_cast<void*>(line));
+    clwb_line(line);
     line += kCacheLine;
     ++lines;
   } while (line < end);

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Installs pmindex to a temporary prefix and uses it the three ways a project can
+# (README "Using pmindex in your project"), building every example in examples/ and running it:
+#   1. find_package(pmindex CONFIG) against the installed prefix;
+#   2. pkg-config (shared library, then --static);
+#   3. as a subproject (add_subdirectory): tests, benchmark and tools must stay off.
+# The examples are compiled without any ISA flag (checked in the compile commands): the library
+# must not impose one. With --deb it also builds the Debian packages with CPack, installs them
+# with dpkg, builds an example against /usr and removes the packages again.
+# Run by tools/test.sh (CI) after the sanitizer stages.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+work=${PMINDEX_INSTALL_TEST_DIR:-$root/build/install-test}
+jobs=$(nproc)
+rm -rf "$work"
+mkdir -p "$work"
+prefix=$work/prefix
+
+step() { echo "-- test-install: $*"; }
+run_examples() {  # DIR
+  local dir=$1 pools=$work/pools
+  "$dir/open_and_recover" "$pools/o.pool"
+  "$dir/open_and_recover" "$pools/o.pool" | grep -q "recovered pool"
+  for kind in lbtree fptree nbtree apex reflist; do "$dir/insert_and_scan" "$kind" >/dev/null; done
+  "$dir/variable_keys" >/dev/null
+  for mode in adr eadr dram; do "$dir/choose_mode" "$mode" "$pools/m.pool"; done
+  "$dir/choose_mode" dram
+  "$dir/crash_and_recover" nbtree "$pools/c.pool"
+  "$dir/crash_and_recover" lbtree "$pools/c.pool"
+}
+no_isa_flags() {  # BUILD_DIR: the examples' compile commands carry no -m flag
+  if grep -E '"command".*examples/.*\.cpp' "$1/compile_commands.json" | grep -qE ' -m[a-z0-9]'; then
+    echo "an ISA flag reached a consumer's compile command:"; grep -E ' -m[a-z0-9]' "$1/compile_commands.json"
+    exit 1
+  fi
+}
+
+step "build and install (release, production flavour, shared + static) to $prefix"
+cmake -S . -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPMINDEX_BUILD_TESTS=OFF \
+  -DPMINDEX_BUILD_BENCH=OFF -DPMINDEX_FLAVOURS=production >/dev/null
+cmake --build "$work/build" -j "$jobs" >/dev/null
+cmake --install "$work/build" --prefix "$prefix" >/dev/null
+for f in lib/libpmindex.a lib/libpmindex.so lib/cmake/pmindex/pmindexConfig.cmake \
+         lib/cmake/pmindex/pmindexConfigVersion.cmake lib/pkgconfig/pmindex.pc \
+         include/pmindex/index.h bin/pmpool; do
+  [ -e "$prefix/$f" ] || { echo "not installed: $f"; exit 1; }
+done
+ls "$prefix"/lib/libpmindex.so.* >/dev/null
+
+step "examples through find_package(pmindex)"
+cmake -S examples -B "$work/examples" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" \
+  -DCMAKE_EXPORT_COMPILE_COMMANDS=ON >/dev/null
+cmake --build "$work/examples" -j "$jobs" >/dev/null
+no_isa_flags "$work/examples"
+run_examples "$work/examples"
+
+step "examples through pkg-config (shared, then static)"
+export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
+mkdir -p "$work/pc"
+for ex in insert_and_scan crash_and_recover; do
+  # shellcheck disable=SC2046
+  g++ -O2 examples/$ex.cpp -o "$work/pc/$ex" $(pkg-config --cflags --libs pmindex)
+done
+# shellcheck disable=SC2046
+g++ -O2 examples/insert_and_scan.cpp -o "$work/pc/insert_and_scan-static" \
+  $(pkg-config --cflags pmindex) $(pkg-config --static --libs pmindex | sed 's/-lpmindex/-l:libpmindex.a/')
+LD_LIBRARY_PATH=$prefix/lib ldd "$work/pc/insert_and_scan" | grep -q "libpmindex.so.* => $prefix/lib/" ||
+  { echo "the pkg-config build did not link libpmindex.so"; exit 1; }
+LD_LIBRARY_PATH=$prefix/lib "$work/pc/insert_and_scan" apex >/dev/null
+LD_LIBRARY_PATH=$prefix/lib "$work/pc/crash_and_recover" fptree "$work/pools/p.pool"
+if ldd "$work/pc/insert_and_scan-static" | grep -q libpmindex; then
+  echo "the --static build links libpmindex.so"; exit 1
+fi
+"$work/pc/insert_and_scan-static" lbtree >/dev/null
+
+step "examples with pmindex as a subproject"
+cmake -S tests/install/subproject -B "$work/sub" -G Ninja -DCMAKE_BUILD_TYPE=Debug \
+  -DPMINDEX_SOURCE_DIR="$root" -DCMAKE_EXPORT_COMPILE_COMMANDS=ON >/dev/null
+cmake --build "$work/sub" -j "$jobs" >/dev/null
+no_isa_flags "$work/sub"
+"$work/sub/examples/insert_and_scan" nbtree >/dev/null
+"$work/sub/examples/variable_keys" >/dev/null
+
+if [ "${1:-}" = "--deb" ]; then
+  step "Debian packages (CPack), installed with dpkg"
+  (cd "$work/build" && cpack -G DEB >/dev/null)
+  debs=("$work"/build/*.deb)
+  printf '   %s\n' "${debs[@]##*/}"
+  dpkg -i "${debs[@]}" >/dev/null
+  trap 'dpkg -r pmindex-tools libpmindex-dev libpmindex >/dev/null 2>&1 || true' EXIT
+  cmake -S examples -B "$work/deb-examples" -G Ninja >/dev/null
+  cmake --build "$work/deb-examples" -j "$jobs" >/dev/null
+  "$work/deb-examples/insert_and_scan" apex >/dev/null
+  pmpool --help >/dev/null
+fi
+step "passed"
