@@ -16,6 +16,12 @@ SOSD files u64) unless the workload sets `key_type` or its args already carry on
 with its own `--dataset` in `args` ignores the experiment's `dataset`. A fetch that fails
 stops the experiment before any run (exit 2, datasets.py's message on stderr).
 
+A workload with `needs_variable_keys = true` skips the built-in indexes whose registry traits say
+they take no byte-string keys (APEX), so a new index joins such workloads by its traits alone.
+
+Threads. A workload's `threads` lists integers, "@cores" (the machine's core count) or
+"@ladder" (1, 2, 4, ... up to the core count).
+
 Memory latency. `pmbench --probe_memory` runs before the first run and after the last one
 (`memory_probe_mib = N` sets its working set, default 256; 0 skips it); both results go into
 the manifest and the report, because on a shared VM every emulated-PM figure moves with it.
@@ -62,6 +68,51 @@ def expand_indexes(spec, pmbench):
     seen = set()
     ordered = [n for n in names if not (n in seen or seen.add(n))]
     return ordered, kinds
+
+
+def index_metadata(pmbench):
+    """The registry's description and design traits of every index (`pmbench --list --json`),
+    from which the report draws the survey's Table 2."""
+    path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"pmbench-list-{os.getpid()}.json")
+    try:
+        subprocess.run([pmbench, "--list", "--json", path], check=True, capture_output=True)
+        with open(path) as f:
+            return json.load(f)
+    finally:
+        if os.path.exists(path):
+            os.remove(path)
+
+
+def takes_variable_keys(meta, index):
+    """Whether an index takes byte-string keys, from its registry traits ("no..." means it does
+    not); DRAM comparators and tree_api libraries are assumed to."""
+    for m in meta:
+        if m["name"] == index and m.get("kind") == "builtin":
+            return not m.get("traits", {}).get("variable_keys", "").startswith("no")
+    return True
+
+
+def expand_threads(spec, cores=None):
+    """A workload's thread counts. Besides integers: "@cores" is the machine's core count and
+    "@ladder" the powers of two below it plus the count itself (1, 2, 4, ..., cores), so one
+    experiment file makes the survey's thread curves on any machine."""
+    cores = cores or os.cpu_count() or 1
+    out = []
+    for t in spec:
+        if t == "@cores":
+            out.append(cores)
+        elif t == "@ladder":
+            p = 1
+            while p < cores:
+                out.append(p)
+                p *= 2
+            out.append(cores)
+        elif isinstance(t, int) and not isinstance(t, bool) and t >= 1:
+            out.append(t)
+        else:
+            raise SystemExit(f"experiment.py: bad thread count {t!r} (an integer >= 1, \"@cores\" or \"@ladder\")")
+    seen = set()
+    return [t for t in out if not (t in seen or seen.add(t))]
 
 
 def dataset_spec(w, exp):
@@ -170,13 +221,16 @@ def main():
     if not isinstance(probe_mib, int) or isinstance(probe_mib, bool) or not (probe_mib == 0 or 2 <= probe_mib <= 65536):
         sys.exit("memory_probe_mib must be 0 (no probe) or an integer in [2, 65536]")
     indexes, kinds = expand_indexes(exp.get("indexes", ["@all"]), pmbench)
+    meta = index_metadata(pmbench)
     plan = []
     for w in exp["workloads"]:
         w_indexes = expand_indexes(w["indexes"], pmbench)[0] if "indexes" in w else indexes
         for index in w_indexes:
             if w.get("builtin_only") and kinds.get(index) != "builtin":
                 continue
-            for threads in w.get("threads", [1]):
+            if w.get("needs_variable_keys") and not takes_variable_keys(meta, index):
+                continue
+            for threads in expand_threads(w.get("threads", [1])):
                 for rep in range(int(w.get("repeats", exp.get("repeats", 1)))):
                     plan.append((w, index, threads, rep))
 
@@ -189,6 +243,7 @@ def main():
 
     manifest = {"experiment": exp, "experiment_file": os.path.abspath(args.experiment),
                 "started_utc": stamp, "pmbench": pmbench, "runs": [],
+                "cores": os.cpu_count(), "indexes_meta": meta,
                 "memory_latency": {"before": probe_memory(pmbench, out, "before", probe_mib)}}
     failures = 0
     t_start = time.time()

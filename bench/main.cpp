@@ -5,10 +5,13 @@
 #include <fstream>
 #include <iostream>
 
+#include <nlohmann/json.hpp>
+
 #include "config.h"
 #include "driver.h"
 #include "memprobe.h"
 #include "report.h"
+#include "pmindex/index.h"
 #include "target.h"
 
 namespace {
@@ -42,6 +45,35 @@ int probe_memory(const pmbench::Config& c) {
   return 0;
 }
 
+// --list --json FILE: every index with its registry description and design traits (the survey
+// report's Table 2 is drawn from this), and the DRAM comparators.
+int write_index_list(const std::string& path) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const pmindex::IndexRegistry::Entry& e : pmindex::IndexRegistry::entries()) {
+    const pmindex::IndexTraits& t = e.traits;
+    list.push_back({{"name", e.name},
+                    {"kind", "builtin"},
+                    {"description", e.description},
+                    {"traits",
+                     {{"architecture", t.architecture},
+                      {"node_structure", t.node_structure},
+                      {"concurrency", t.concurrency},
+                      {"variable_keys", t.variable_keys},
+                      {"allocator", t.allocator},
+                      {"numa", t.numa},
+                      {"recovery", t.recovery}}}});
+  }
+  for (const auto& n : pmbench::dram_comparator_names())
+    list.push_back({{"name", n}, {"kind", "dram"}, {"description", "DRAM comparator (one lock)"}});
+  std::ofstream f(path);
+  f << list.dump(2) << "\n";
+  if (!f) {
+    std::cerr << "pmbench: cannot write " << path << "\n";
+    return 1;
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -51,6 +83,7 @@ int main(int argc, char** argv) {
   if (c.list) {
     for (const auto& n : pmindex::IndexRegistry::names()) std::cout << n << "\tbuilt-in PM index\n";
     for (const auto& n : pmbench::dram_comparator_names()) std::cout << n << "\tDRAM comparator\n";
+    if (!c.json_path.empty()) return write_index_list(c.json_path);
     return 0;
   }
   if (c.probe_memory) return probe_memory(c);

@@ -111,7 +111,9 @@ def mixed(runs, path):
 
 
 def tail_latency(runs, path):
-    rs = [r for r in runs if r["figure"] == "throughput-uniform"
+    # Latency comes from sampled runs: the uniform throughput workloads of the default
+    # experiment, or the survey's dedicated 10 s "latency" workloads (named "<op>-latency").
+    rs = [r for r in runs if r["figure"] in ("throughput-uniform", "latency")
           and r["data"]["latency_ns"].get(OP_OF_WORKLOAD.get(r["workload"].split("-")[0], "read"), {}).get("samples", 0) > 0]
     if not rs:
         return None
@@ -216,6 +218,42 @@ def recovery(runs, path):
     return path, table
 
 
+TRAIT_COLUMNS = [("architecture", "Architecture"), ("node_structure", "Node structure"),
+                 ("concurrency", "Concurrency"), ("variable_keys", "Var. keys"),
+                 ("allocator", "PM allocator"), ("numa", "NUMA-aware"), ("recovery", "Recovery")]
+
+
+def design_matrix(manifest, runs):
+    """The survey's Table 2 for the built-in indexes of this run, from the registry's traits
+    (`indexes_meta` in the manifest, written by experiment.py from `pmbench --list --json`).
+    Returns Markdown lines, or [] when the manifest predates the metadata."""
+    meta = [m for m in manifest.get("indexes_meta", []) if m.get("kind") == "builtin"]
+    ran = {r["index"] for r in runs}
+    meta = [m for m in meta if m["name"] in ran] or meta
+    if not meta:
+        return []
+    lines = ["## Design matrix (survey Table 2)", "",
+             "From each index's registry entry (`IndexTraits`), not typed into the report.", "",
+             "| index | " + " | ".join(title for _, title in TRAIT_COLUMNS) + " |",
+             "|---|" + "---|" * len(TRAIT_COLUMNS)]
+    for m in meta:
+        t = m.get("traits", {})
+        cells = [str(t.get(key, "")).replace("|", "/") for key, _ in TRAIT_COLUMNS]
+        lines.append(f"| {m['name']} | " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
+def not_measured(manifest):
+    """Items of the survey an experiment declares it cannot measure here, with the reason
+    (`[[not_measured]]` tables in the experiment file): shown as such, never as a 0."""
+    items = manifest["experiment"].get("not_measured", [])
+    if not items:
+        return []
+    lines = ["## Not measured here", "", "| survey item | why |", "|---|---|"]
+    lines += [f"| {i.get('item', '?')} | {i.get('reason', 'no reason given')} |" for i in items]
+    return lines + [""]
+
+
 def fmt(v, digits=3):
     if v is None:
         return "n/a"
@@ -284,7 +322,8 @@ def main():
     lines += ["## Environment", "", "| | |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in env.items()]
     lines += [memory_latency_row(manifest.get("memory_latency"))]
-    lines += ["", "## Figures", ""]
+    lines += [""] + design_matrix(manifest, runs) + not_measured(manifest)
+    lines += ["## Figures", ""]
     for title, rel in figs:
         lines += [f"### {title}", "", f"![{title}]({rel})", ""]
 

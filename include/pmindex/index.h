@@ -155,6 +155,18 @@ class Index {
   virtual ThreadScope attach_thread() { return {}; }
 };
 
+// What an index is, in the survey's terms (its Table 2 columns, plus recovery): reports draw the
+// design matrix from these, so a new index fills them when it registers.
+struct IndexTraits {
+  std::string_view architecture;    // e.g. "B+-tree; DRAM (inner) + PM (leaf)"
+  std::string_view node_structure;  // e.g. "unsorted leaf; fingerprints"
+  std::string_view concurrency;     // e.g. "optimistic locks (inner) + leaf locks"
+  std::string_view variable_keys;   // "pointer (PM key records)", "inlined", or "no" and why
+  std::string_view allocator;       // the PM allocator and how it avoids leaks
+  std::string_view numa;            // NUMA awareness
+  std::string_view recovery;        // what opening a pool does, and its cost
+};
+
 // Index kinds by name. Each index adds one entry in src/index/registry.cpp. Index::open does
 // the common part (create-or-open decision, pool creation and header checks) and then calls
 // the entry's create (fresh pool) or recover (existing pool, or a crash image).
@@ -173,6 +185,7 @@ class IndexRegistry {
     // Validates and recovers the index in an existing pool (never trusting its contents),
     // then calls pool->commit_open().
     Result<std::unique_ptr<Index>> (*recover)(PoolPtr pool, const Options&);
+    IndexTraits traits;
   };
   static const std::vector<Entry>& entries();
   static const Entry* find(std::string_view name);

@@ -1,6 +1,7 @@
 // The built-in index kinds. An index adds one line here (explicit registration: static
 // self-registration would be dropped by the linker from a static library).
 #include "index/apex/apex.h"
+#include "index/common/traits.h"
 #include "index/fptree/fptree.h"
 #include "index/lbtree/lbtree.h"
 #include "index/nbtree/nbtree.h"
@@ -13,15 +14,45 @@ const std::vector<IndexRegistry::Entry>& IndexRegistry::entries() {
   static const std::vector<Entry> kEntries = {
       {"reflist", "reference index: persistent sorted list with a DRAM map over it",
        &reflist::RefList::layout_for, &reflist::RefList::default_pool_size,
-       &reflist::RefList::create, &reflist::RefList::recover},
+       &reflist::RefList::create, &reflist::RefList::recover,
+       {.architecture = "sorted list; PM (records) + DRAM (std::map over them)",
+        .node_structure = "one record per list node, key and value inline",
+        .concurrency = "one mutex (reference index, not concurrent)",
+        .variable_keys = "inlined",
+        .allocator = traits::kPmindexAllocator,
+        .numa = "no",
+        .recovery = "walk of the list; DRAM map rebuilt"}},
       {"apex", "APEX: persistent learned index (probe-and-stash, DRAM accelerators, logged SMOs)",
        &apex::Apex::layout_for, &apex::Apex::default_pool_size, &apex::Apex::create,
-       &apex::Apex::recover},
+       &apex::Apex::recover,
+       {.architecture = "learned index (ALEX); PM (inner and data nodes) + DRAM (accelerators)",
+        .node_structure = "gapped arrays placed by linear models; probe-and-stash; fingerprints "
+                          "and overflow buckets in DRAM",
+        .concurrency = "optimistic node versions + node locks (paper section 5); HTM not used",
+        .variable_keys = "no: 8-byte integer or double keys (models need numbers)",
+        .allocator = traits::kPmindexAllocatorStartNow,
+        .numa = "no",
+        .recovery = "instant: DRAM state rebuilt lazily on first touch"}},
       {"lbtree", "LB+-Tree: PM leaves (256 B x m) with entry moving and logless splits, DRAM inner nodes",
-       &lbtree::layout_for, &lbtree::default_pool_size, &lbtree::create, &lbtree::recover},
+       &lbtree::layout_for, &lbtree::default_pool_size, &lbtree::create, &lbtree::recover,
+       {.architecture = "B+-tree; DRAM (inner) + PM (leaf)",
+        .node_structure = "unsorted 256 B x m leaves; 1-byte fingerprints in the header line; "
+                          "alternate headers (logless split)",
+        .concurrency = "optimistic locks (inner) + leaf versions and locks (HTM in the paper)",
+        .variable_keys = "pointer (PM key records)",
+        .allocator = traits::kPmindexAllocator,
+        .numa = "no",
+        .recovery = "leaf-chain walk and inner-node rebuild, in parallel"}},
       {"nbtree", "NBTree: lock-free two-layer-leaf B+-tree (DRAM metadata, PM key-value layer)",
        &nbtree::NBTree::layout_for, &nbtree::NBTree::default_pool_size,
-       &nbtree::NBTree::create, &nbtree::NBTree::recover},
+       &nbtree::NBTree::create, &nbtree::NBTree::recover,
+       {.architecture = "B+-tree; DRAM (inner, leaf metadata) + PM (leaf key-value layer)",
+        .node_structure = "two-layer leaf: unsorted PM slots + DRAM metadata with fingerprints",
+        .concurrency = "lock-free leaves (CAS); versioned inner nodes; cooperative SMOs",
+        .variable_keys = "pointer (PM key records)",
+        .allocator = traits::kPmindexAllocator,
+        .numa = "no",
+        .recovery = "leaf-chain walk; DRAM layer rebuilt"}},
       fptree::registry_entry(),
   };
   return kEntries;

@@ -162,6 +162,50 @@ class Report(unittest.TestCase):
         self.assertTrue(lo - 0.005 <= mean <= hi + 0.005, rows[0])
 
 
+    def plot(self, out):
+        python = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+        plot = subprocess.run([python, os.path.join(BENCH, "plot.py"), out], capture_output=True, text=True)
+        self.assertEqual(plot.returncode, 0, plot.stderr)
+        with open(os.path.join(out, "report.md")) as f:
+            return f.read()
+
+    def test_design_matrix_comes_from_the_registry(self):
+        proc, out = run_experiment('name = "t"\nindexes = ["lbtree", "apex", "btreemap"]\nrecords = 2000\n'
+                                   'memory_probe_mib = 0\n[[not_measured]]\nitem = "Fig. 8 (NUMA)"\n'
+                                   'reason = "one socket"\n[[workloads]]\nname = "w"\nargs = ["-p", "2000"]\n',
+                                   self.work)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        with open(os.path.join(out, "manifest.json")) as f:
+            manifest = json.load(f)
+        meta = {m["name"]: m for m in manifest["indexes_meta"]}
+        self.assertEqual(meta["btreemap"]["kind"], "dram")
+        arch = meta["lbtree"]["traits"]["architecture"]
+        self.assertTrue(arch)
+        report = self.plot(out)
+        self.assertIn("## Design matrix (survey Table 2)", report)
+        row = [line for line in report.splitlines() if line.startswith("| lbtree |")]
+        self.assertEqual(len(row), 1)
+        self.assertIn(arch, row[0])
+        section = report.split("## Design matrix (survey Table 2)")[1].split("\n## ")[0]
+        self.assertIn("| apex |", section)
+        self.assertNotIn("btreemap", section)  # DRAM comparators are not in the design matrix
+        self.assertIn("| Fig. 8 (NUMA) | one socket |", report)
+        # Drawn from the data: change the registry's word in the manifest and the table follows.
+        meta["lbtree"]["traits"]["architecture"] = "a planted architecture"
+        with open(os.path.join(out, "manifest.json"), "w") as f:
+            json.dump(manifest, f)
+        self.assertIn("a planted architecture", self.plot(out))
+
+    def test_thread_ladders_follow_the_core_count(self):
+        self.assertEqual(experiment.expand_threads(["@ladder"], 40), [1, 2, 4, 8, 16, 32, 40])
+        self.assertEqual(experiment.expand_threads(["@ladder"], 2), [1, 2])
+        self.assertEqual(experiment.expand_threads([1, "@cores"], 8), [1, 8])
+        with self.assertRaises(SystemExit):
+            experiment.expand_threads([0], 2)
+        with self.assertRaises(SystemExit):
+            experiment.expand_threads(["@many"], 2)
+
+
 if __name__ == "__main__":
     if len(sys.argv) < 2:
         print(__doc__, file=sys.stderr)

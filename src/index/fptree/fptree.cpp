@@ -13,6 +13,7 @@
 #include "index/common/leaf_chain.h"
 #include "index/common/leaf_recovery.h"
 #include "index/common/recovery_frame.h"
+#include "index/common/traits.h"
 #include "index/fptree/fptree_smo.h"
 
 namespace pmindex::fptree {
@@ -395,7 +396,15 @@ IndexRegistry::Entry registry_entry() {
   return {"fptree",
           "FPTree: PM leaves with bitmap and fingerprints (8..64 entries), split/delete "
           "micro-logs, DRAM inner nodes",
-          &fptree_layout, &fptree_pool_size, &fptree_create, &fptree_recover};
+          &fptree_layout, &fptree_pool_size, &fptree_create, &fptree_recover,
+          {.architecture = "B+-tree; DRAM (inner) + PM (leaf)",
+           .node_structure = "unsorted leaf (8-64 entries); bitmap; 1-byte fingerprints; "
+                             "split and delete micro-logs",
+           .concurrency = "optimistic locks (inner) + leaf locks (HTM in the paper)",
+           .variable_keys = "pointer (PM key records)",
+           .allocator = traits::kPmindexAllocator,
+           .numa = "no",
+           .recovery = "leaf-chain walk and inner-node rebuild, in parallel"}};
 }
 
 }  // namespace pmindex::fptree
