@@ -402,6 +402,30 @@ std::string ExploreReport::to_string() const {
   return out.str();
 }
 
+ExploreReport::Coverage ExploreReport::coverage(const ExploreOptions& o) const {
+  if (candidate_images > 0 && images_checked >= candidate_images) return Coverage::exhausted;
+  if (o.images_budget > 0 &&
+      static_cast<double>(images_checked) >= kBudgetShare * static_cast<double>(o.images_budget))
+    return Coverage::budget_reached;
+  return Coverage::short_of_budget;
+}
+
+std::string ExploreReport::coverage_text(const ExploreOptions& o) const {
+  switch (coverage(o)) {
+    case Coverage::budget_reached:
+      return "budget reached: " + std::to_string(images_checked) + " of " +
+             std::to_string(o.images_budget) + " images";
+    case Coverage::exhausted:
+      return "explored space exhausted: all " + std::to_string(candidate_images) +
+             " candidate images checked (budget " + std::to_string(o.images_budget) + ")";
+    case Coverage::short_of_budget:
+      break;
+  }
+  return "SHORT of the budget: " + std::to_string(images_checked) + " of " +
+         std::to_string(o.images_budget) + " images checked, " +
+         std::to_string(candidate_images) + " candidates";
+}
+
 // --- candidates ----------------------------------------------------------------------------------
 
 std::vector<std::vector<std::uint32_t>> candidate_choices(std::span<const std::uint32_t> len,

@@ -346,5 +346,28 @@ TEST(Toys, BudgetIsRespected) {
   EXPECT_GT(r2.candidate_images, 20u);
 }
 
+// The crash kit's coverage rule: budget reached (>= 90%), or every candidate checked, else short.
+TEST(Toys, CoverageSaysWhetherTheBudgetWasExplored) {
+  ExploreOptions o;
+  o.images_budget = 1000;
+  ExploreReport r;
+  r.candidate_images = 5000;
+  r.images_checked = 51;  // what the old "> min(budget, 100) / 2" check let pass
+  EXPECT_EQ(r.coverage(o), ExploreReport::Coverage::short_of_budget);
+  EXPECT_NE(r.coverage_text(o).find("SHORT"), std::string::npos);
+  r.images_checked = 899;
+  EXPECT_EQ(r.coverage(o), ExploreReport::Coverage::short_of_budget);
+  r.images_checked = 900;
+  EXPECT_EQ(r.coverage(o), ExploreReport::Coverage::budget_reached);
+  r.candidate_images = 412;  // a small workload checked all it offered
+  r.images_checked = 412;
+  EXPECT_EQ(r.coverage(o), ExploreReport::Coverage::exhausted);
+  // A real run: the toy offers more than 5 images and a budget of 5 is met exactly.
+  ToyScenario s(kDataBeforeFlag);
+  o.label = "coverage";
+  o.images_budget = 5;
+  EXPECT_EQ(explore(s, o).coverage(o), ExploreReport::Coverage::budget_reached);
+}
+
 }  // namespace
 }  // namespace pmindex::crash

@@ -140,6 +140,17 @@ struct ExploreReport {
 
   bool ok() const { return failures.empty(); }
   std::string to_string() const;      // summary plus every failure with its replay command
+
+  // Whether the run checked what its budget promised: at least 90% of a non-zero budget, or
+  // every distinct candidate image (the explored space was exhausted before the budget).
+  // Anything else (a workload too small for its budget) is short_of_budget, which the test
+  // kit (tests/index/common/crash_kit.h) fails.
+  enum class Coverage { budget_reached, exhausted, short_of_budget };
+  static constexpr double kBudgetShare = 0.9;
+  Coverage coverage(const ExploreOptions& options) const;
+  // "budget reached: 987 of 1000 images", "exhausted: all 412 candidate images",
+  // "SHORT: 51 of 1000 images (1200 candidates)".
+  std::string coverage_text(const ExploreOptions& options) const;
 };
 
 ExploreReport explore(Scenario& scenario, const ExploreOptions& options);

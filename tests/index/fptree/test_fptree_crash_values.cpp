@@ -22,6 +22,7 @@
 #include "index/fptree/fptree.h"
 #include "pmindex/crash/explorer.h"
 #include "pmindex/crash/index_driver.h"
+#include "index/common/crash_kit.h"
 
 namespace pmindex::crash {
 namespace {
@@ -38,12 +39,8 @@ void run_driver(pm::Mode mode) {
   const ExploreOptions opt = ExploreOptions::from_env(label, mode);
   cfg.ops = std::max<std::size_t>(200, default_crash_ops(opt.images_budget));
   const ExploreReport r = run_index_crash(cfg, opt);
-  std::cout << label << " seed " << opt.seed << ": " << r.to_string() << "\n";
   if (r.replay_skipped) GTEST_SKIP() << "PMINDEX_CRASH_REPLAY names another configuration";
-  EXPECT_TRUE(r.ok()) << r.to_string();
-  if (!opt.replay) {
-    EXPECT_GT(r.images_checked, std::min<std::size_t>(opt.images_budget, 100) / 2);
-  }
+  crash_kit::expect_explored(r, opt);
 }
 
 TEST(CrashFPTreeValues, DriverAdr) { run_driver(pm::Mode::adr); }
@@ -194,12 +191,8 @@ void run_scenario(pm::Mode mode) {
   const ExploreOptions opt = ExploreOptions::from_env(label, mode);
   ValuesScenario scenario(mode, opt.seed, std::max<std::size_t>(60, opt.images_budget / 6));
   const ExploreReport r = explore(scenario, opt);
-  std::cout << label << " seed " << opt.seed << ": " << r.to_string() << "\n";
   if (r.replay_skipped) GTEST_SKIP() << "PMINDEX_CRASH_REPLAY names another configuration";
-  EXPECT_TRUE(r.ok()) << r.to_string();
-  if (!opt.replay) {
-    EXPECT_GT(r.images_checked, std::min<std::size_t>(opt.images_budget, 100) / 2);
-  }
+  crash_kit::expect_explored(r, opt);
 }
 
 TEST(CrashFPTreeValues, ScenarioAdr) { run_scenario(pm::Mode::adr); }
