@@ -33,11 +33,14 @@ std::uint64_t mix(std::uint64_t h, std::uint64_t v) {
 }
 
 // --- naming the image under check if the process dies -----------------------------------------
-// A recovery that crashes on a bad image must still print its replay token. The text is
-// written before each check into a fixed buffer that the death callback / signal handler
-// writes out with write(2) (async-signal-safe).
-char g_current[512];
-std::size_t g_current_len = 0;
+// A recovery that crashes on a bad image must still print its replay token. The thread that
+// runs a check writes the token into its own fixed buffer first; the death callback / signal
+// handler, which runs on the thread that died, writes that thread's buffer out with write(2)
+// (async-signal-safe). Thread-local, so explorations on several threads (and a nested
+// exploration of a crash during recovery, whose checks run on a worker of its own) never share
+// or overwrite each other's text.
+thread_local char g_current[512];
+thread_local std::size_t g_current_len = 0;
 
 void print_current() {
   if (g_current_len == 0) return;
@@ -250,17 +253,14 @@ struct Run {
            token(at, choice));
       return;
     }
-    // A nested exploration (crash during recovery) runs inside the check: keep the outer
-    // image's token for the death report once it is done.
-    const std::string outer(g_current, g_current_len);
-    set_current(token(at, choice).to_string());
+    const std::string current = token(at, choice).to_string();
     Status status;
     const std::function<void()> job = [&] {
+      set_current(current);  // on the worker: the thread a failing recovery dies on
       status = check_image({image.data(), image.size()}, at, mix(opt.seed, key));
+      g_current_len = 0;
     };
     worker.run(job);
-    std::memcpy(g_current, outer.data(), outer.size());
-    g_current_len = outer.size();
     ++report.images_checked;
     if (!status.ok()) {
       fail("op " + std::to_string(at.op) + ", crash point " + std::to_string(at.index) +

@@ -33,10 +33,17 @@ LineStats measure(bool traditional, std::size_t warm, std::size_t measured) {
   o.node_size = 256 * M;
   o.pool_size = std::size_t{256} << 20;
   auto r = Index::open(o);
-  EXPECT_TRUE(r.ok()) << r.status().to_string();
+  // A function returning a value cannot ASSERT: stop here rather than use what failed.
+  if (!r.ok()) {
+    ADD_FAILURE() << r.status().to_string();
+    return {};
+  }
   std::unique_ptr<Index> idx = std::move(r).value();
   auto* tree = dynamic_cast<lbtree::LBTree<M>*>(idx.get());
-  EXPECT_NE(tree, nullptr);
+  if (tree == nullptr) {
+    ADD_FAILURE() << "an lbtree pool did not open as LBTree<" << M << ">";
+    return {};
+  }
   tree->set_traditional_inserts(traditional);
   std::mt19937_64 rng(99);
   for (std::size_t i = 0; i < warm; ++i) {
