@@ -349,7 +349,10 @@ def main():
         lines.append(f"| {short(index)} | {kind} | {recs} | {fmt(dram)} | {fmt(pm)} | {fmt(mal)} |")
     if pm_table:
         lines += ["", "## PM work per operation (pmbench-counting)", "",
-                  "| workload | index | flushes | fences | lines written | media bytes written | media bytes read |",
+                  "The counting build traces stores, not loads: `media RMW reads` are the XPBuffer's "
+                  "read-modify-write reads caused by partial-line writes; what lookups and scans read "
+                  "from the media is not measured.", "",
+                  "| workload | index | flushes | fences | lines written | media bytes written | media RMW reads |",
                   "|---|---|---|---|---|---|---|"]
         lines += ["| " + " | ".join(fmt(c, 2) for c in row) + " |" for row in pm_table]
     if rec_table:

@@ -196,8 +196,12 @@ void write_human(std::ostream& out, const Config& c, const std::vector<RunResult
     out << "Load (" << r.load_method << "): " << r.loaded << " records in " << r.load_seconds << " s ("
         << std::setprecision(0) << (r.load_seconds > 0 ? r.loaded / r.load_seconds : 0) << " ops/s)\n";
     out << std::setprecision(3) << "Run: " << r.completed << " operations in " << r.run_seconds
-        << " s\n  Throughput: " << std::setprecision(0) << r.throughput() << " ops/s, succeeded "
-        << r.succeeded << "\n";
+        << " s\n";
+    // A recovery run's operations feed the recovery timer (see "Recovery" below); their rate
+    // measures nothing worth printing.
+    if (!r.has_recovery)
+      out << "  Throughput: " << std::setprecision(0) << r.throughput() << " ops/s, succeeded "
+          << r.succeeded << "\n";
     for (int k = 0; k < kOpTypes; ++k) {
       const OpResult& o = r.ops[k];
       if (o.completed == 0) continue;
@@ -213,9 +217,11 @@ void write_human(std::ostream& out, const Config& c, const std::vector<RunResult
     out << std::setprecision(2) << "  PM per op: flushes " << r.pm_total.flushes / n << ", fences "
         << r.pm_total.fences / n;
     if (pmindex::pm::kCounting)
-      out << ", lines written " << r.pm_total.lines_written / n << ", media bytes read "
-          << r.pm_total.media_bytes_read / n << ", written " << r.pm_total.media_bytes_written / n
-          << " (counting build)";
+      out << ", lines written " << r.pm_total.lines_written / n
+          << ", media bytes written " << r.pm_total.media_bytes_written / n
+          << ", media read-modify-write bytes read " << r.pm_total.media_bytes_read / n
+          << " (counting build; loads are not traced, so reads by lookups and scans are not "
+             "measured)";
     out << "\n";
     if (r.dram_bytes >= 0) out << "  Footprint after load: DRAM " << r.dram_bytes << " B, PM " << r.pm_bytes << " B\n";
     out << "  malloc in use after load: " << r.malloc_delta_bytes << " B\n";
