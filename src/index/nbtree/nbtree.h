@@ -120,7 +120,7 @@ inline constexpr std::uint32_t kMinNodeSize = 64;
 inline constexpr std::uint32_t kMaxNodeSize = 1024;  // capacity 63 + the smo bit fit one word
 inline constexpr int kMaxSlots = 63;
 inline constexpr std::uint32_t kMaxValueSize = 4096;
-// Documented limit (README.md / PROTOCOL.md): KeyType::bytes keys are 0..max_key_size bytes and
+// Documented limit (README / PROTOCOL.md): KeyType::bytes keys are 0..max_key_size bytes and
 // max_key_size is at most kMaxKeyBytes; a longer key is Code::key_too_large.
 inline constexpr std::uint32_t kMaxKeyBytes = 8192;
 // The "no upper bound" value of a leaf's or inner node's `high` (both key modes).
