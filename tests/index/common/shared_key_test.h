@@ -23,6 +23,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <functional>
+#include <mutex>
 #include <memory>
 #include <random>
 #include <string>
@@ -49,6 +51,9 @@ struct SharedKeyConfig {
   // Known-bad drivers for the checker's own tests (never a change to the index).
   enum class Fault { none, untallied_remove, foreign_value };
   Fault fault = Fault::none;
+  // Optional, around the concurrent phase only (e.g. install and remove an index's test
+  // hooks that inject delays; the checks run on a quiescent index after after_run).
+  std::function<void(Index&)> before_run, after_run;
 };
 
 // Key id -> key: spread over the whole 64-bit space (top bits set, key 0 included).
@@ -279,7 +284,9 @@ inline std::vector<std::string> run_shared_key_test(SharedKeyConfig cfg,
     auto r = Index::open(cfg.options);
     if (!r.ok()) return {"open: " + r.status().to_string()};
     std::unique_ptr<Index> idx = std::move(r).value();
+    if (cfg.before_run) cfg.before_run(*idx);
     run.run(*idx);
+    if (cfg.after_run) cfg.after_run(*idx);
     if (Status s = idx->verify(); !s.ok()) out.push_back("verify at the end: " + s.to_string());
     run.check(*idx, "end");
     if (Status s = idx->close(); !s.ok()) out.push_back("close: " + s.to_string());
