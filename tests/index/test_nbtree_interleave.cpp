@@ -4,6 +4,7 @@
 // linearization the schedule allows (an std::map that replays it).
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <map>
@@ -321,24 +322,108 @@ TEST_P(Interleave, SmoStalledMidLink) {
   EXPECT_EQ(get(105000), 1u);
 }
 
-// A slow update found the old leaf, then stalls before its CAS while the old leaf's SMO
-// completes and the new leaf fills and goes through an SMO of its own. When the update
-// resumes it writes the (dead) old leaf; sync-on-write must carry it through both SMOs (W3),
-// or the completed update is lost.
-TEST_P(Interleave, SlowUpdaterCrossesTwoSmos) {
+// Counts the SMO's drain waits (S8b, any thread) and passes every point on to the Pauser.
+class DrainWatch final : public nbtree::Hooks {
+ public:
+  explicit DrainWatch(Pauser& p) : pauser_(p) {}
+  void at(HookPoint p, const nbtree::Leaf* leaf) override {
+    if (p == HookPoint::smo_drain_wait) waits.fetch_add(1);
+    pauser_.at(p, leaf);
+  }
+  std::atomic<int> waits{0};
+
+ private:
+  Pauser& pauser_;
+};
+
+// Waits up to 20 s until `done` or at least `n` drain waits.
+bool wait_until(const std::atomic<bool>& done, const DrainWatch& w, int n) {
+  for (int i = 0; i < 20000; ++i) {
+    if (done.load() || w.waits.load() >= n) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return false;
+}
+
+// A slow update found the old leaf and stalls before its CAS (registered, W2). The SMO of
+// that leaf seals it and, before its new leaves become reachable, waits for the update
+// (S8b); readers are not blocked meanwhile. Released, the update lands in the old leaf and
+// its sync-on-write carries it over; a second SMO of the new leaf keeps it.
+TEST_P(Interleave, SlowUpdaterIsSyncedBeforeTheNewLeavesAreReachable) {
+  DrainWatch watch(pauser_);
+  nb_->set_hooks(&watch);
   pauser_.arm(HookPoint::update_before_cas);
   start_worker([this] { EXPECT_EQ(idx_->update(K(20), V(2000)), Code::ok); });
   ASSERT_TRUE(pauser_.wait_arrivals(1));
-  put(80, 80);  // SMO of the leaf the update is working on: {10,20,30} {40..80}
+  std::atomic<bool> smo_done{false};
+  std::thread smo([&] {
+    EXPECT_EQ(idx_->insert(K(80), V(80)), Code::ok);  // the SMO: {10,20,30} {40..80}
+    smo_done.store(true);
+  });
+  ASSERT_TRUE(wait_until(smo_done, watch, 1));
+  EXPECT_FALSE(smo_done.load()) << "the SMO went on while an update of its old leaf was in flight";
+  EXPECT_EQ(get(20), 20u);  // readers proceed; the update has not taken effect yet
+  pauser_.release();
+  worker_.join();
+  smo.join();
+  oracle_[80] = 80;
+  oracle_[20] = 2000;
+  EXPECT_EQ(get(20), 2000u);
+  nb_->set_hooks(nullptr);
   nbtree::Leaf* left = nb_->leaf_for_testing(20);
   for (std::uint64_t k = 11; left->num.load() < 7; ++k) put(k, k);
   put(15, 15);  // the left leaf splits again
   ASSERT_NE(nb_->leaf_for_testing(20), left);
-  EXPECT_EQ(get(20), 20u);  // the update has not taken effect yet
+  EXPECT_EQ(get(20), 2000u);
+}
+
+// Issue 18: a delete that found key 20 in the old leaf stalls before its CAS. Meanwhile the
+// leaf's SMO runs, and a second thread removes 20 and inserts it again. Before the fix the
+// SMO completed, the second thread did both in the new leaf (remove ok, insert ok), and the
+// stalled delete then cleared the dead old slot, found the new copy already deleted and also
+// answered ok: two removes and one insert after one initial insert, yet 20 is present. Now
+// the SMO seals the old leaf and waits for the delete (S8a/S8b, W2); the second thread's
+// remove, finding the seal, helps and retries on the new leaf. Whatever the outcome, it must
+// be linearizable: 1 (initial) - removes_ok + inserts_ok == presence at the end.
+TEST_P(Interleave, StalledDeleteOfOldLeafRacesRemoveAndReinsert) {
+  DrainWatch watch(pauser_);
+  nb_->set_hooks(&watch);
+  pauser_.arm(HookPoint::delete_before_cas);
+  std::atomic<Code> a_remove{Code::unsupported};
+  start_worker([&] { a_remove.store(idx_->remove(K(20))); });
+  ASSERT_TRUE(pauser_.wait_arrivals(1));
+  std::atomic<bool> smo_done{false};
+  std::thread smo([&] {
+    EXPECT_EQ(idx_->insert(K(80), V(80)), Code::ok);  // starts the SMO of the leaf
+    smo_done.store(true);
+  });
+  ASSERT_TRUE(wait_until(smo_done, watch, 1));  // done (old code) or sealed and draining
+  std::atomic<bool> b_done{false};
+  std::atomic<Code> b_remove{Code::unsupported}, b_insert{Code::unsupported};
+  std::thread b([&] {
+    b_remove.store(idx_->remove(K(20)));
+    b_insert.store(idx_->insert(K(20), V(2)));
+    b_done.store(true);
+  });
+  ASSERT_TRUE(wait_until(b_done, watch, 2));  // done (old code) or waiting in the drain too
   pauser_.release();
   worker_.join();
-  oracle_[20] = 2000;
-  EXPECT_EQ(get(20), 2000u);
+  smo.join();
+  b.join();
+  nb_->set_hooks(nullptr);
+  const int removes = (a_remove.load() == Code::ok) + (b_remove.load() == Code::ok);
+  const int inserts = b_insert.load() == Code::ok;
+  const bool present = get(20).has_value();
+  EXPECT_EQ(1 - removes + inserts, present ? 1 : 0)
+      << "not linearizable: stalled remove " << to_string(a_remove.load()) << ", remove "
+      << to_string(b_remove.load()) << ", insert " << to_string(b_insert.load())
+      << ", key present at the end: " << present;
+  EXPECT_EQ(a_remove.load(), Code::ok);  // it found 20 first; the others wait for it
+  EXPECT_EQ(b_remove.load(), Code::not_found);
+  EXPECT_EQ(b_insert.load(), Code::ok);
+  oracle_[80] = 80;
+  if (present) oracle_[20] = 2;
+  else oracle_.erase(20);
 }
 
 // The link phase takes no lock: with the SMO of the left leaf stalled after its DRAM switch

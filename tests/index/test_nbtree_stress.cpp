@@ -16,6 +16,7 @@
 #include <random>
 #include <thread>
 
+#include "index/common/shared_key_test.h"
 #include "index/nbtree/nbtree.h"
 #include "pmindex/index.h"
 
@@ -288,6 +289,32 @@ TEST(NBTreeStress, TwoThreadsAdr) { run(pm::Mode::adr); }
 TEST(NBTreeStress, TwoThreadsEadr) { run(pm::Mode::eadr); }
 TEST(NBTreeStress, TwoThreadsBytesKeysAdr) { run(pm::Mode::adr, KeyType::bytes); }
 TEST(NBTreeStress, TwoThreadsBytesKeysEadr) { run(pm::Mode::eadr, KeyType::bytes); }
+
+// The shared-key counting test (tests/index/common/shared_key_test.h) with the random delays
+// at every hook: both threads insert and remove the same 64 keys while SMOs stall at their
+// phase boundaries and writers before their CAS (W2's race, issue 18, shows far more often).
+void run_shared(pm::Mode mode) {
+  index_test::SharedKeyConfig cfg;
+  cfg.options.kind = "nbtree";
+  cfg.options.node_size = 128;
+  cfg.options.persistence = mode;
+  cfg.options.pool_size = 64 << 20;
+  RandomDelays delays;
+  cfg.before_run = [&delays](Index& idx) {
+    dynamic_cast<nbtree::NBTree&>(idx).set_hooks(&delays);
+  };
+  cfg.after_run = [](Index& idx) { dynamic_cast<nbtree::NBTree&>(idx).set_hooks(nullptr); };
+  std::uint64_t ops = 0;
+  const auto failures = index_test::run_shared_key_test(cfg, &ops);
+  std::string all;
+  for (const auto& f : failures) all += "\n  " + f;
+  EXPECT_TRUE(failures.empty()) << all;
+  EXPECT_GT(ops, 1000u);
+}
+
+TEST(NBTreeStress, SharedKeysWithDelaysAdr) { run_shared(pm::Mode::adr); }
+TEST(NBTreeStress, SharedKeysWithDelaysEadr) { run_shared(pm::Mode::eadr); }
+TEST(NBTreeStress, SharedKeysWithDelaysDram) { run_shared(pm::Mode::dram); }
 
 }  // namespace
 }  // namespace pmindex

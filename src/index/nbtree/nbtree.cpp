@@ -22,6 +22,7 @@ std::string_view to_string(HookPoint p) {
     case HookPoint::smo_started: return "smo_started";
     case HookPoint::smo_before_copy_ptr_cas: return "smo_before_copy_ptr_cas";
     case HookPoint::smo_after_copy_ptr: return "smo_after_copy_ptr";
+    case HookPoint::smo_drain_wait: return "smo_drain_wait";
     case HookPoint::smo_after_sync: return "smo_after_sync";
     case HookPoint::smo_link_before_pm: return "smo_link_before_pm";
     case HookPoint::smo_link_after_list: return "smo_link_after_list";
@@ -374,21 +375,35 @@ std::uint64_t NBTree::read_word(const Leaf* leaf, int slot, std::uint64_t* key_o
   return w;
 }
 
+// Every write of a committed slot (update, delete, and the sync CASes) counts itself in
+// pending[slot] (W2, R1). seq_cst, sequenced before the PM CAS (release): a reader that sees
+// the new word sees this increment (or the decrement that follows the write-back), and the
+// SMO's drain (S8b) that set the seal first sees it.
 void NBTree::begin_write(Leaf* leaf, int slot) const {
-  if (adr()) {
-    pm::yield_point("nbtree.pending.inc");
-    // seq_cst, sequenced before the PM CAS (release): a reader that sees the new word sees
-    // this increment (or the decrement that follows the write-back).
-    leaf->pending[slot].fetch_add(1, std::memory_order_seq_cst);
-  }
+  pm::yield_point("nbtree.pending.inc");
+  leaf->pending[slot].fetch_add(1, std::memory_order_seq_cst);
 }
 
 void NBTree::end_write(Leaf* leaf, int slot, const void* line) const {
   pm::persist(line, sizeof(Entry));  // U3 / D3 / S7: one write-back of the entry's line
-  if (adr()) {
-    pm::yield_point("nbtree.pending.dec");
-    leaf->pending[slot].fetch_sub(1, std::memory_order_release);
-  }
+  leave_write(leaf, slot);
+}
+
+// W2: an update or delete registers on its slot, then checks the seal (S8a). A writer that
+// does not see the seal is seen by the drain (S8b): both sides store, then load, seq_cst. It
+// stays registered through its sync-on-write (W1), so by the time the new leaves become
+// reachable for direct writes (S13) every write of the old leaf has reached them.
+bool NBTree::enter_write(Leaf* leaf, int slot) const {
+  begin_write(leaf, slot);
+  if ((leaf->flag.load(std::memory_order_seq_cst) & Leaf::kSealed) == 0) return true;
+  leave_write(leaf, slot);
+  return false;
+}
+
+void NBTree::leave_write(Leaf* leaf, int slot) const {
+  pm::yield_point("nbtree.pending.dec");
+  // release: the writes (and write-backs) before it happen-before a drain that sees 0.
+  leaf->pending[slot].fetch_sub(1, std::memory_order_release);
 }
 
 // --- insert ---------------------------------------------------------------------------------------
@@ -490,64 +505,78 @@ Code NBTree::insert_word(const Probe& p, std::uint64_t key, std::uint64_t word) 
 // --- update / delete --------------------------------------------------------------------------------
 
 Code NBTree::update_word(const Probe& p, std::uint64_t word, std::uint64_t* old_word) {
-  Leaf* leaf = find_leaf(p);
-  std::uint64_t key = 0;
-  const int slot = find_slot(leaf, p, leaf->bitmap.load(std::memory_order_acquire), &key);
-  if (slot < 0) return Code::not_found;
-  Entry* e = &entries(leaf)[slot];
-  begin_write(leaf, slot);
-  std::uint64_t cur = pm::load_acquire(&e->value);
-  bool ok = false;
   for (;;) {
-    if (pm::load_acquire(&e->key) != key) break;  // deleted meanwhile: linearised after it
-    hook(HookPoint::update_before_cas, leaf);
-    pm::yield_point("nbtree.update.cas");
-    if (pm::cas(&e->value, cur, word)) {  // U2: in-place update, clean word
-      ok = true;
-      break;
+    Leaf* leaf = find_leaf(p);
+    std::uint64_t key = 0;
+    const int slot = find_slot(leaf, p, leaf->bitmap.load(std::memory_order_acquire), &key);
+    if (slot < 0) return Code::not_found;
+    if (!enter_write(leaf, slot)) {  // W2: sealed, its new leaves take the write: help, retry
+      help_smo(leaf);
+      continue;
     }
+    Entry* e = &entries(leaf)[slot];
+    std::uint64_t cur = pm::load_acquire(&e->value);
+    bool ok = false;
+    for (;;) {
+      if (pm::load_acquire(&e->key) != key) break;  // deleted meanwhile: linearised after it
+      hook(HookPoint::update_before_cas, leaf);
+      pm::yield_point("nbtree.update.cas");
+      if (pm::cas(&e->value, cur, word)) {  // U2: in-place update, clean word
+        ok = true;
+        break;
+      }
+    }
+    pm::persist(e, sizeof(Entry));  // U3
+    if (ok) {
+      full_fence();
+      *old_word = cur;
+      // V4: the record this update replaced is ours to free only if no SMO can have copied it.
+      if ((leaf->bitmap.load(std::memory_order_seq_cst) & Leaf::kSmoBit) == 0) retire_value(cur);
+      if (const SmoDesc* d = leaf->copy_ptr.load(std::memory_order_seq_cst)) {
+        sync_slot(leaf, slot, d);  // W1: sync-on-write
+      }
+    }
+    leave_write(leaf, slot);  // W2: after W1
+    return ok ? Code::ok : Code::not_found;
   }
-  end_write(leaf, slot, e);  // U3
-  if (!ok) return Code::not_found;
-  full_fence();
-  *old_word = cur;
-  // V4: the record this update replaced is ours to free only if no SMO can have copied it.
-  if ((leaf->bitmap.load(std::memory_order_seq_cst) & Leaf::kSmoBit) == 0) retire_value(cur);
-  if (const SmoDesc* d = leaf->copy_ptr.load(std::memory_order_seq_cst)) {
-    sync_slot(leaf, slot, d);  // W1: sync-on-write
-  }
-  return Code::ok;
 }
 
 Code NBTree::remove_key(const Probe& p) {
-  Leaf* leaf = find_leaf(p);
-  std::uint64_t key = 0;
-  const int slot = find_slot(leaf, p, leaf->bitmap.load(std::memory_order_acquire), &key);
-  if (slot < 0) return Code::not_found;
-  Entry* e = &entries(leaf)[slot];
-  begin_write(leaf, slot);
-  hook(HookPoint::delete_before_cas, leaf);
-  pm::yield_point("nbtree.delete.cas");
-  std::uint64_t expected = key;
-  const bool ok = pm::cas(&e->key, expected, 0);  // D2: key := empty
-  std::uint64_t v = 0;
-  if (ok) {
-    // D2b: an out-of-line value is taken out of the slot too, so exactly one thread frees it.
-    v = pm::load_acquire(&e->value);
-    while ((payload_of(v) & kOutOfLine) != 0 && !pm::cas(&e->value, v, 0)) {
+  for (;;) {
+    Leaf* leaf = find_leaf(p);
+    std::uint64_t key = 0;
+    const int slot = find_slot(leaf, p, leaf->bitmap.load(std::memory_order_acquire), &key);
+    if (slot < 0) return Code::not_found;
+    if (!enter_write(leaf, slot)) {  // W2: sealed, its new leaves take the delete: help, retry
+      help_smo(leaf);
+      continue;
     }
+    Entry* e = &entries(leaf)[slot];
+    hook(HookPoint::delete_before_cas, leaf);
+    pm::yield_point("nbtree.delete.cas");
+    std::uint64_t expected = key;
+    const bool ok = pm::cas(&e->key, expected, 0);  // D2: key := empty
+    std::uint64_t v = 0;
+    if (ok) {
+      // D2b: an out-of-line value is taken out of the slot too, so exactly one thread frees it.
+      v = pm::load_acquire(&e->value);
+      while ((payload_of(v) & kOutOfLine) != 0 && !pm::cas(&e->value, v, 0)) {
+      }
+    }
+    pm::persist(e, sizeof(Entry));  // D3
+    if (ok) {
+      full_fence();
+      if ((leaf->bitmap.load(std::memory_order_seq_cst) & Leaf::kSmoBit) == 0) {
+        retire_value(v);
+        retire_key(key);  // K3 (bytes mode), under V4's rule
+      }
+      if (const SmoDesc* d = leaf->copy_ptr.load(std::memory_order_seq_cst)) {
+        sync_slot(leaf, slot, d);  // W1: sync-on-write of the deletion
+      }
+    }
+    leave_write(leaf, slot);  // W2: after W1
+    return ok ? Code::ok : Code::not_found;
   }
-  end_write(leaf, slot, e);  // D3
-  if (!ok) return Code::not_found;
-  full_fence();
-  if ((leaf->bitmap.load(std::memory_order_seq_cst) & Leaf::kSmoBit) == 0) {
-    retire_value(v);
-    retire_key(key);  // K3 (bytes mode), under V4's rule
-  }
-  if (const SmoDesc* d = leaf->copy_ptr.load(std::memory_order_seq_cst)) {
-    sync_slot(leaf, slot, d);  // W1: sync-on-write of the deletion
-  }
-  return Code::ok;
 }
 
 // --- search ------------------------------------------------------------------------------------------

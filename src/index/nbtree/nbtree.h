@@ -5,7 +5,9 @@
 // Thread safety: every public operation may be called from any thread concurrently, except
 // bulk_load(), verify(), close() and set_hooks(), which need a quiescent index.
 //   * Leaf operations are lock-free (FAA/CAS on the DRAM metadata, CAS on PM words), except
-//     that two inserts of the SAME key into the same leaf wait for each other (I2). The link
+//     that two inserts of the SAME key into the same leaf wait for each other (I2), and an
+//     SMO, before its new leaves become reachable, waits for the updates and deletes already
+//     in flight on its old leaf to finish their sync-on-write (S8b, W2). The link
 //     phase of an SMO is lock-free and cooperative (CAS into both layers' lists, S9..S12);
 //     only its parent install (S13) takes the inner-node writer lock (no HTM on this CPU).
 //     Key 0 (u64/f64) lives in a side record guarded by its own spin lock (Z1..Z4). Keys of
@@ -144,6 +146,7 @@ struct alignas(64) Leaf {
   // flag bits
   static constexpr std::uint32_t kSynced = 1;  // sync phase finished (S8)
   static constexpr std::uint32_t kLinked = 2;  // link phase finished (S14)
+  static constexpr std::uint32_t kSealed = 4;  // no new update/delete may start here (S8a, W2)
   // slot states (state[])
   static constexpr std::uint8_t kFree = 0;     // not claimed, or claimed but not announced
   static constexpr std::uint8_t kPending = 1;  // claimed, key announced in keys[] (I2)
@@ -177,8 +180,9 @@ struct alignas(64) Leaf {
     fpw[i >> 3].fetch_or(std::uint64_t{f} << ((i & 7) * 8), std::memory_order_relaxed);
   }
   std::atomic<std::uint8_t> state[kMaxSlots] = {};
-  // ADR only: writers of a committed slot in flight (R1). A reader that sees it non-zero
-  // writes the entry's line back itself before returning what it read.
+  // Writers of a committed slot in flight, from before their CAS to the end of their
+  // sync-on-write (W2): the SMO's drain (S8b) waits for them. ADR also uses it for R1: a reader
+  // that sees it non-zero writes the entry's line back itself before returning what it read.
   std::atomic<std::uint8_t> pending[kMaxSlots] = {};
   // The key each claimed slot announced (I2); also lets the sync phase know a deleted key.
   std::atomic<std::uint64_t> keys[kMaxSlots] = {};
@@ -219,6 +223,7 @@ enum class HookPoint : int {
   smo_started,               // S1 done
   smo_before_copy_ptr_cas,   // copy phase built, S3 next
   smo_after_copy_ptr,        // copy phase done (S3)
+  smo_drain_wait,            // S8b: an update/delete of the old leaf is in flight; waiting
   smo_after_sync,            // sync phase done (S8)
   smo_link_before_pm,        // link phase, DRAM predecessor switched, S11 (PM) next
   smo_link_after_list,       // link phase, lists switched, parent not yet installed (S13)
@@ -359,6 +364,9 @@ class NBTree final : public Index {
   Code find_word(const Probe& p, std::uint64_t* word) const;
   void begin_write(Leaf* leaf, int slot) const;
   void end_write(Leaf* leaf, int slot, const void* line) const;
+  bool enter_write(Leaf* leaf, int slot) const;  // W2: false if the leaf is sealed
+  void leave_write(Leaf* leaf, int slot) const;
+  void drain_writers(Leaf* leaf) const;          // S8b
 
   // SMO
   void help_smo(Leaf* leaf);

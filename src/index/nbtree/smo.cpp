@@ -10,6 +10,10 @@ namespace pmindex::nbtree {
 
 namespace {
 inline void full_fence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+inline void spin_pause(const char* tag) {
+  pm::yield_point(tag);
+  std::this_thread::yield();
+}
 
 // N1: seqlock writer side (inner_mu_ held). The version is odd while the node changes.
 class InnerWrite {
@@ -247,16 +251,36 @@ void NBTree::help_smo(Leaf* leaf) {
   full_fence();
   hook(HookPoint::smo_after_copy_ptr, leaf);
   if ((leaf->flag.load(std::memory_order_acquire) & Leaf::kSynced) == 0) {
+    // S8a: seal the old leaf: an update or delete that has not registered yet (W2) goes to
+    // the new leaves instead (it helps this SMO, then retries).
+    pm::yield_point("nbtree.smo.seal");
+    leaf->flag.fetch_or(Leaf::kSealed, std::memory_order_seq_cst);
     // S4-S7: sync every committed slot the copy phase may have missed an update or delete of.
     const std::uint64_t b = leaf->bitmap.load(std::memory_order_acquire) & ~Leaf::kSmoBit;
     for (std::uint64_t bits = b; bits != 0; bits &= bits - 1) {
       sync_slot(leaf, __builtin_ctzll(bits), d);
     }
+    drain_writers(leaf);  // S8b
     pm::yield_point("nbtree.smo.flag");
     leaf->flag.fetch_or(Leaf::kSynced, std::memory_order_acq_rel);  // S8
     hook(HookPoint::smo_after_sync, leaf);
   }
   if ((leaf->flag.load(std::memory_order_acquire) & Leaf::kLinked) == 0) link_phase(leaf, d);
+}
+
+// S8b: wait until no update or delete registered before the seal (W2) is still in flight on
+// the old leaf: each finishes its CAS and its sync-on-write (W1) into the new leaves. Only
+// then may S8 let the link phase make the new leaves reachable (S13, S14); otherwise a
+// direct write of a new leaf could come first and the old leaf's late write would be lost
+// or, for a delete, counted twice (issue 18: a delete of the old slot returned ok after a
+// remove and a re-insert of the same key in the new leaf, and the key stayed present).
+// A writer never waits while registered, so this wait ends.
+void NBTree::drain_writers(Leaf* leaf) const {
+  for (int i = 0; i < cap_; ++i) {
+    if (leaf->pending[i].load(std::memory_order_seq_cst) == 0) continue;
+    hook(HookPoint::smo_drain_wait, leaf);
+    while (leaf->pending[i].load(std::memory_order_seq_cst) != 0) spin_pause("nbtree.smo.drain");
+  }
 }
 
 // S9-S14, lock-free and cooperative: any number of helpers may run it at once; every step is
