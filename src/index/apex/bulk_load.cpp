@@ -251,5 +251,4 @@ void Apex::free_tree(std::uint64_t off) {
   retire_node(off);
 }
 
-
 }  // namespace pmindex::apex
