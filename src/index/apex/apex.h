@@ -275,6 +275,7 @@ class Apex final : public Index {
   DataMeta* build_meta(std::uint64_t off) const;  // meta_for's slow path
   // nullptr, with *why set, if the node or one of its records is damaged.
   std::unique_ptr<DataMeta> rebuild_meta(std::uint64_t off, std::string* why) const;
+  bool rebuild_ext(std::uint64_t off, DataMeta& m, std::string* why) const;
   // `p`: the key's prediction if the caller has it (kNoPrediction: computed here).
   Location locate(std::uint64_t off, const DataMeta& m, std::uint64_t key, bool use_pa_fp,
                   std::uint32_t p = kNoPrediction) const;

@@ -128,6 +128,18 @@ std::unique_ptr<DataMeta> Apex::rebuild_meta(std::uint64_t off, std::string* why
     m->add_keys(1);
     m->add_stash(1);
   }
+  if (!rebuild_ext(off, *m, why)) return nullptr;
+  m->created_cost = search_cost(*m);
+  m->built_keys = m->keys();
+  return m;
+}
+
+// rebuild_meta's extended stash part: indexes the chain's records, checking every block
+// (in the heap, 256 B aligned, outside the node, no cycle) and key (in the node's range).
+bool Apex::rebuild_ext(std::uint64_t off, DataMeta& m, std::string* why) const {
+  const DataNode* dn = data(off);
+  const std::uint64_t inv = dn->invalid_key;
+  auto* self = const_cast<Apex*>(this);
   // Brent's cycle check: `mark` is revisited iff the chain loops (O(1) memory).
   std::uint64_t mark = 0, steps = 0, lap = 1;
   for (std::uint64_t b = dn->ext_head; b != 0; b = pool_->at<ExtStash>(b)->next) {
@@ -135,7 +147,7 @@ std::unique_ptr<DataMeta> Apex::rebuild_meta(std::uint64_t off, std::string* why
         (b + sizeof(ExtStash) > off && b < off + dn->bytes)) {
       *why = "extended stash block " + std::to_string(b) + " is out of bounds, misaligned, "
              "inside the node or on a cycle";
-      return nullptr;
+      return false;
     }
     if (++steps == lap) {
       mark = b;
@@ -143,24 +155,22 @@ std::unique_ptr<DataMeta> Apex::rebuild_meta(std::uint64_t off, std::string* why
       steps = 0;
     }
     ExtInfo info{b, 0};
-    ExtStash* blk = pool_->at<ExtStash>(b);
+    const ExtStash* blk = pool_->at<ExtStash>(b);
     for (std::uint32_t j = 0; j < kExtRecords; ++j) {
       const Record& r = blk->rec[j];
       if (r.key == inv) continue;
-      if (!in_range(r.key)) {
+      if (r.key < dn->lo || r.key > dn->hi) {
         *why = "extended stash block " + std::to_string(b) + " holds a key outside the range";
-        return nullptr;
+        return false;
       }
       info.used = static_cast<std::uint16_t>(info.used | (1u << j));
-      self->bucket_add(*m, predict(dn, r.key) / kGroup, r.key, pool_->offset_of(&r));
-      m->add_keys(1);
-      m->add_stash(1);
+      self->bucket_add(m, predict(dn, r.key) / kGroup, r.key, pool_->offset_of(&r));
+      m.add_keys(1);
+      m.add_stash(1);
     }
-    m->ext.push_back(info);
+    m.ext.push_back(info);
   }
-  m->created_cost = search_cost(*m);
-  m->built_keys = m->keys();
-  return m;
+  return true;
 }
 
 double Apex::search_cost(const DataMeta& m) const {

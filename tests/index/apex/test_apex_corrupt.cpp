@@ -201,17 +201,21 @@ void write_word(const std::string& path, std::uint64_t off, std::uint64_t word) 
   f.write(reinterpret_cast<const char*>(&word), 8);
 }
 
+std::uint64_t word_at(std::uint64_t off);
+
 // The base image with `word` at `off`; exercise() runs on it in a child under a timeout.
 // The child maps the pool privately, so the file holds the base image again once the word is
 // put back.
+// `extra`: more words for the few mutants one word cannot make (an extended stash cycle).
 Outcome run_mutant(const TempDir& dir, std::uint64_t off, std::uint64_t word,
-                   std::string* detail) {
+                   std::string* detail,
+                   const std::vector<std::pair<std::uint64_t, std::uint64_t>>& extra = {}) {
   const Base& b = base();
   const std::string path = dir.file("mutant.pool");
   if (!std::filesystem::exists(path)) write_file(path, b.image);
-  std::uint64_t old = 0;
-  std::memcpy(&old, b.image.data() + off, 8);
-  write_word(path, off, word);
+  auto words = extra;
+  words.emplace_back(off, word);
+  for (const auto& [o, w] : words) write_word(path, o, w);
   const pid_t pid = fork();
   if (pid == 0) {
     alarm(kTimeoutSeconds);
@@ -219,7 +223,7 @@ Outcome run_mutant(const TempDir& dir, std::uint64_t off, std::uint64_t word,
   }
   int status = 0;
   waitpid(pid, &status, 0);
-  write_word(path, off, old);
+  for (const auto& [o, w] : words) write_word(path, o, word_at(o));  // the base image again
   std::ostringstream why;
   why << "word at offset " << off << " := 0x" << std::hex << word << std::dec << ": ";
   Outcome o = Outcome::crash;
@@ -311,6 +315,8 @@ TEST(ApexCorrupt, TargetedMutantsAreDetected) {
     throw std::runtime_error("no second data node");
   }();
   const std::uint64_t slot = child_slot(data);
+  const auto* dn = at<apex::DataNode>(b.image, data.off);
+  const auto* in = at<apex::InnerNode>(b.image, mid.off);
   struct Case {
     const char* what;
     std::uint64_t off, word;
@@ -350,7 +356,14 @@ TEST(ApexCorrupt, TargetedMutantsAreDetected) {
       {"extended stash head = the node itself", data.off + offsetof(apex::DataNode, ext_head),
        data.off},
       {"a PA key moved out of the node's range", data.off + sizeof(apex::DataNode),
-       at<apex::DataNode>(b.image, data.off)->hi + 2},
+       dn->hi + 2},
+      {"an SA key moved out of the node's range", data.off + sizeof(apex::DataNode) +
+       16ull * dn->pa_slots, dn->hi + 2},
+      {"data invalid key changed", data.off + offsetof(apex::DataNode, invalid_key),
+       dn->invalid_key + 1},
+      {"child offset = a data node + 64 (not 256 B aligned)", slot, other.off + 64},
+      {"inner range lo > hi", mid.off + offsetof(apex::InnerNode, lo),
+       in->hi != ~std::uint64_t{0} ? in->hi + 1 : ~std::uint64_t{0}},
   };
   TempDir dir;
   for (const Case& c : cases) {
@@ -358,6 +371,16 @@ TEST(ApexCorrupt, TargetedMutantsAreDetected) {
     const Outcome o = run_mutant(dir, c.off, c.word, &detail);
     EXPECT_EQ(o, Outcome::detected) << c.what << ": " << detail;
   }
+  // An extended stash chain that loops: ext_head -> an unused 256 B block past the heap's
+  // high-water mark whose `next` is itself and whose slots are free (the invalid key).
+  const std::uint64_t blk = b.image.size() - 4096;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> loop = {{blk, blk}};
+  for (std::uint32_t j = 0; j < apex::kExtRecords; ++j)
+    loop.emplace_back(blk + offsetof(apex::ExtStash, rec) + 16ull * j, dn->invalid_key);
+  std::string detail;
+  EXPECT_EQ(run_mutant(dir, data.off + offsetof(apex::DataNode, ext_head), blk, &detail, loop),
+            Outcome::detected)
+      << "extended stash cycle: " << detail;
 }
 
 // The generation word set back to the value the building session started from: the next
