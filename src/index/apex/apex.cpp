@@ -46,15 +46,53 @@ std::uint32_t Apex::predict(const DataNode* dn, std::uint64_t key) const {
 std::uint64_t Apex::traverse(std::uint64_t key, std::vector<PathStep>* path) const {
   if (path != nullptr) path->clear();
   // acquire: child slots and the root word are published (release) after the node they
-  // point at is written, so its header and model are visible here.
-  std::uint64_t off = pm::load_acquire(&root_->root_node);
-  while (type_of(off) == NodeType::inner) {
+  // point at is written, so its header and model are visible here. The root offset was
+  // checked by recover() (R1); every later root is one this session built.
+  return walk_down(pm::load_acquire(&root_->root_node), key, path, 0);
+}
+
+std::uint64_t Apex::walk_down(std::uint64_t off, std::uint64_t key, std::vector<PathStep>* path,
+                              std::size_t depth) const {
+  // `off` is the root or a child of an admitted node, so its 64 B header lies in the heap
+  // (inner_damage checked every child offset). An inner node is admitted (checked) once per
+  // session, on first touch; after that the loop costs one compare of its L with the tag.
+  for (;; ++depth) {
+    const std::uint64_t tv = pm::load_acquire(pool_->at<std::uint64_t>(off));
+    if (static_cast<NodeType>(tv & kTypeMask) != NodeType::inner) return off;  // meta_for checks
+    if ((tv >> kVersionShift) != tag_ && !admit_inner(off)) return 0;
+    if (depth >= kMaxDepth) {
+      (void)damaged(off, "the path is deeper than kMaxDepth (a cycle of child offsets)");
+      return 0;
+    }
     const InnerNode* in = inner(off);
     const std::uint32_t slot = route(in, key);
     if (path != nullptr) path->push_back({off, slot});
     off = pm::load_acquire(&in->children()[slot]);
   }
-  return off;
+}
+
+DataMeta* Apex::leaf(std::uint64_t key, std::uint64_t* off, std::vector<PathStep>* path) const {
+  *off = traverse(key, path);
+  DataMeta* m = *off != 0 ? meta_for(*off) : nullptr;
+  if (m == nullptr) return nullptr;
+  // A sound tree routes a key from the root only to the node whose range holds it (a replaced
+  // node keeps its range), so a miss here is a child offset pointing at the wrong node. Two
+  // compares on the header line the model is read from.
+  const DataNode* dn = data(*off);
+  if (key < dn->lo || key > dn->hi) {
+    (void)damaged(*off, "a key is routed to a data node whose range does not hold it");
+    return nullptr;
+  }
+  return m;
+}
+
+Code Apex::damaged(std::uint64_t off, std::string_view what) const {
+  std::lock_guard<std::mutex> lock(damage_mu_);
+  if (damage_.ok())
+    damage_ = pool_->error(Code::corrupted,
+                           "apex node at offset " + std::to_string(off) + ": " + std::string(what));
+  corrupted_.store(true, std::memory_order_relaxed);  // relaxed: see refusing_writes()
+  return Code::corrupted;
 }
 
 std::uint64_t Apex::descend(std::uint64_t key, std::vector<PathStep>& path) const {
@@ -67,15 +105,9 @@ std::uint64_t Apex::descend(std::uint64_t key, std::vector<PathStep>& path) cons
     path.pop_back();
   }
   if (path.empty()) return traverse(key, &path);
-  std::uint64_t off = path.back().inner;
+  const std::uint64_t off = path.back().inner;
   path.pop_back();
-  while (type_of(off) == NodeType::inner) {
-    const InnerNode* in = inner(off);
-    const std::uint32_t slot = route(in, key);
-    path.push_back({off, slot});
-    off = pm::load_acquire(&in->children()[slot]);
-  }
-  return off;
+  return walk_down(off, key, &path, path.size());
 }
 
 Index::ThreadScope Apex::attach_thread() {
@@ -89,12 +121,15 @@ Code Apex::insert(std::string_view key, std::string_view value) {
   if (value.size() != 8) return value.size() > 8 ? Code::value_too_large : Code::invalid_argument;
   std::uint64_t payload = 0;
   std::memcpy(&payload, value.data(), 8);
+  if (refusing_writes()) return Code::corrupted;
   const AnswerNote answered{this};  // records the time when this answer is complete
   for (;;) {
     {
       const auto guard = epochs_.pin();
-      const std::uint64_t off = traverse(k, nullptr);
-      DataMeta& m = meta_for(off);
+      std::uint64_t off = 0;
+      DataMeta* mp = leaf(k, &off, nullptr);
+      if (mp == nullptr) return Code::corrupted;
+      DataMeta& m = *mp;
       const DataNode* dn = data(off);
       const LockSpan span = lock_span(dn, k);
       if (!lock_window(m, span)) continue;  // replaced by an SMO: restart from the root
@@ -149,12 +184,13 @@ Code Apex::smo_locked(std::uint64_t k, bool contract) {
   bool parent_exclusive = false;
   std::vector<PathStep> path;
   for (;;) {
-    const std::uint64_t off = traverse(k, &path);
+    std::uint64_t off = 0;
+    if (leaf(k, &off, &path) == nullptr) return Code::corrupted;
     const std::uint64_t parent = path.back().inner;
     // Grandparent (or the root word's lock) shared: its slot of the parent stays put.
     std::shared_lock<std::shared_mutex> gp_lock;
     if (path.size() >= 2) {
-      InnerMeta& g = inner_meta_for(path[path.size() - 2].inner);
+      InnerMeta& g = *inner_meta_for(path[path.size() - 2].inner);  // admitted by traverse
       gp_lock = std::shared_lock<std::shared_mutex>(g.mu);
       if (g.obsolete || pm::load_acquire(&inner(path[path.size() - 2].inner)
                                               ->children()[path[path.size() - 2].slot]) != parent)
@@ -164,7 +200,7 @@ Code Apex::smo_locked(std::uint64_t k, bool contract) {
       if (pm::load_acquire(&root_->root_node) != parent) continue;
     }
     // Parent: shared to switch this child's slots, exclusive to replace the parent.
-    InnerMeta& pmeta = inner_meta_for(parent);
+    InnerMeta& pmeta = *inner_meta_for(parent);  // admitted by traverse
     std::shared_lock<std::shared_mutex> p_shared;
     std::unique_lock<std::shared_mutex> p_excl;
     if (parent_exclusive) {
@@ -174,7 +210,7 @@ Code Apex::smo_locked(std::uint64_t k, bool contract) {
     }
     if (pmeta.obsolete || pm::load_acquire(&inner(parent)->children()[path.back().slot]) != off)
       continue;
-    DataMeta& m = meta_for(off);
+    DataMeta& m = *meta_for(off);  // built by leaf()
     std::unique_lock<std::mutex> node_smo(m.smo_mu);
     if (m.retired || !lock_all(m)) continue;
     const DataNode* dn = data(off);
@@ -223,11 +259,14 @@ Code Apex::update(std::string_view key, std::string_view value) {
   if (value.size() != 8) return value.size() > 8 ? Code::value_too_large : Code::invalid_argument;
   std::uint64_t payload = 0;
   std::memcpy(&payload, value.data(), 8);
+  if (refusing_writes()) return Code::corrupted;
   const AnswerNote answered{this};  // records the time when this answer is complete
   const auto guard = epochs_.pin();
   for (;;) {
-    const std::uint64_t off = traverse(k, nullptr);
-    DataMeta& m = meta_for(off);
+    std::uint64_t off = 0;
+    DataMeta* mp = leaf(k, &off, nullptr);
+    if (mp == nullptr) return Code::corrupted;
+    DataMeta& m = *mp;
     const LockSpan span = lock_span(data(off), k);
     if (!lock_window(m, span)) continue;
     const Location loc = locate(off, m, k, true, span.p);
@@ -257,8 +296,10 @@ Code Apex::find(std::string_view key, std::string* value) const {
   const AnswerNote answered{this};  // records the time when this answer is complete
   const auto guard = epochs_.pin();
   for (;;) {
-    const std::uint64_t off = traverse(k, nullptr);
-    const DataMeta& m = meta_for(off);
+    std::uint64_t off = 0;
+    const DataMeta* mp = leaf(k, &off, nullptr);
+    if (mp == nullptr) return Code::corrupted;
+    const DataMeta& m = *mp;
     const LockSpan span = lock_span(data(off), k);
     bool restart = false;
     const std::uint64_t v1 = m.locks[span.first].readLockOrRestart(restart);
@@ -280,11 +321,14 @@ Code Apex::find(std::string_view key, std::string* value) const {
 Code Apex::remove(std::string_view key) {
   std::uint64_t k = 0;
   if (Code c = check_key(key, &k); c != Code::ok) return c;
+  if (refusing_writes()) return Code::corrupted;
   const AnswerNote answered{this};  // records the time when this answer is complete
   const auto guard = epochs_.pin();
   for (;;) {
-    const std::uint64_t off = traverse(k, nullptr);
-    DataMeta& m = meta_for(off);
+    std::uint64_t off = 0;
+    DataMeta* mp = leaf(k, &off, nullptr);
+    if (mp == nullptr) return Code::corrupted;
+    DataMeta& m = *mp;
     const LockSpan span = lock_span(data(off), k);
     if (!lock_window(m, span)) continue;
     const Location loc = locate(off, m, k, true, span.p);
@@ -318,14 +362,25 @@ std::size_t Apex::scan(std::string_view start, std::size_t max, ScanBuffer& out)
   std::uint64_t cur = k;
   bool fresh = true;  // path must be rebuilt from the root
   for (;;) {
+    const bool from_root = fresh;
     const std::uint64_t off = fresh ? traverse(cur, &path) : descend(cur, path);
     fresh = false;
+    const DataMeta* mp = off != 0 ? meta_for(off) : nullptr;
+    if (mp == nullptr) {  // damaged (recorded): scan has no code to answer, so it returns none
+      out.clear();
+      return 0;
+    }
     const DataNode* dn = data(off);
-    if (cur < dn->lo || cur > dn->hi) {  // a stale cursor: not the node holding cur
-      fresh = true;
+    if (cur < dn->lo || cur > dn->hi) {
+      if (from_root) {  // see leaf(): a sound tree never routes there from the root
+        (void)damaged(off, "a key is routed to a data node whose range does not hold it");
+        out.clear();
+        return 0;
+      }
+      fresh = true;  // a stale cursor: not the node holding cur
       continue;
     }
-    const DataMeta& m = meta_for(off);
+    const DataMeta& m = *mp;
     const std::uint64_t inv = dn->invalid_key;
     const std::size_t need = max - out.size();
     bool restart = false, obsolete = false;
@@ -418,15 +473,17 @@ Record* Apex::debug_record(std::string_view key) {
   std::uint64_t k = 0;
   if (check_key(key, &k) != Code::ok) return nullptr;
   std::unique_lock<std::shared_mutex> global(smo_mu_);
-  const std::uint64_t off = traverse(k, nullptr);
-  return locate(off, meta_for(off), k, false).rec;
+  std::uint64_t off = 0;
+  const DataMeta* m = leaf(k, &off, nullptr);
+  return m != nullptr ? locate(off, *m, k, false).rec : nullptr;
 }
 
 DataNode* Apex::debug_data_node(std::string_view key) {
   std::uint64_t k = 0;
   if (check_key(key, &k) != Code::ok) return nullptr;
   std::unique_lock<std::shared_mutex> global(smo_mu_);
-  return data(traverse(k, nullptr));
+  const std::uint64_t off = traverse(k, nullptr);
+  return off != 0 ? data(off) : nullptr;
 }
 
 RecoveryStats Apex::recovery_stats() const {
@@ -462,6 +519,10 @@ Status Apex::close() {
   std::unique_lock<std::shared_mutex> global(smo_mu_);
   epochs_.drain();
   if (!walk_status_.ok()) return walk_status_;
+  if (refusing_writes()) {  // not marked clean: the next open recovers (and checks) again
+    std::lock_guard<std::mutex> lock(damage_mu_);
+    return damage_;
+  }
   if (!closed_) {
     pool_->close_clean();
     closed_ = true;

@@ -20,6 +20,10 @@
 //     hold it exclusive. verify/stats/footprint also need writers to be quiescent.
 //   * A node's DRAM state is found through the node header (`dram`, valid when L == tag); a
 //     missing one is built under metas_mu_, which also owns every state (metas_).
+//   * Lazy recovery never trusts PM: a node is checked when its DRAM state is built (first
+//     touch in a session: offsets, sizes, model, records; see PROTOCOL.md R4) and trusted
+//     after that; traversals are depth-bounded. A damaged node makes the operation answer
+//     Code::corrupted and the index refuse every later write (corrupted_).
 // Invariants (checked by verify()):
 //   (1) the root is an inner node; every inner node's children, in slot order, cover its
 //       [lo, hi] exactly: a child occupying slots [s, e] has [lo, hi] equal to the keys the
@@ -41,6 +45,7 @@
 #include <shared_mutex>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "index/apex/layout.h"
@@ -234,7 +239,16 @@ class Apex final : public Index {
   Status init_empty(std::uint64_t data_max, std::uint64_t inner_max, KeyType kt);
 
   // --- traversal and node access (apex.cpp) --------------------------------------------------
+  // The data node `key` routes to; 0 if a node on the way is damaged (recorded by damaged()).
   std::uint64_t traverse(std::uint64_t key, std::vector<PathStep>* path) const;
+  // Descends from `off` (at depth `depth`) to the data node routing `key`, admitting inner
+  // nodes not yet checked in this session; 0 if one is damaged or the path is deeper than
+  // kMaxDepth (a cycle).
+  std::uint64_t walk_down(std::uint64_t off, std::uint64_t key, std::vector<PathStep>* path,
+                          std::size_t depth) const;
+  // traverse() + meta_for() + the node's range holds `key` (a sound tree routes nowhere else);
+  // nullptr if not (damaged() was called).
+  DataMeta* leaf(std::uint64_t key, std::uint64_t* off, std::vector<PathStep>* path) const;
   double x_of(std::uint64_t key, std::uint64_t lo) const { return model_input(kt_, key, lo); }
   std::uint32_t route(const InnerNode* in, std::uint64_t key) const;
   std::uint32_t predict(const DataNode* dn, std::uint64_t key) const;
@@ -256,8 +270,12 @@ class Apex final : public Index {
   // Locks the span left to right; false (nothing held) if the node is obsolete.
   bool lock_window(DataMeta& m, LockSpan span) const;
   void unlock_window(DataMeta& m, LockSpan span) const;
-  DataMeta& meta_for(std::uint64_t off) const;
-  std::unique_ptr<DataMeta> rebuild_meta(std::uint64_t off) const;
+  // The node's DRAM state, built (and the node checked) on first touch; nullptr if damaged.
+  DataMeta* meta_for(std::uint64_t off) const;
+  DataMeta* build_meta(std::uint64_t off) const;  // meta_for's slow path
+  // nullptr, with *why set, if the node or one of its records is damaged.
+  std::unique_ptr<DataMeta> rebuild_meta(std::uint64_t off, std::string* why) const;
+  bool rebuild_ext(std::uint64_t off, DataMeta& m, std::string* why) const;
   // `p`: the key's prediction if the caller has it (kNoPrediction: computed here).
   Location locate(std::uint64_t off, const DataMeta& m, std::uint64_t key, bool use_pa_fp,
                   std::uint32_t p = kNoPrediction) const;
@@ -270,7 +288,8 @@ class Apex final : public Index {
   void bucket_remove(DataMeta& m, std::uint32_t group, std::uint64_t rec_off);
   void collect(std::uint64_t off, std::vector<Record>& out) const;  // valid records, unsorted
   double search_cost(const DataMeta& m) const;
-  InnerMeta& inner_meta_for(std::uint64_t off) const;
+  // The inner node's DRAM state; nullptr if the node is damaged (admit_inner).
+  InnerMeta* inner_meta_for(std::uint64_t off) const;
   // Runs an SMO for the insert of `key` (re-traversing and locking top-down first).
   // `contract`: shrink a node below the lower density bound instead (after a delete).
   Code smo_locked(std::uint64_t key, bool contract);
@@ -340,17 +359,33 @@ class Apex final : public Index {
   std::uint64_t bulk_build(std::span<const Record> recs, std::uint64_t lo, std::uint64_t hi,
                            bool is_root, double fill, Code* code);
   void free_tree(std::uint64_t off);
-  std::uint64_t stats_unlocked_records() const;
   double simulate_overflow(std::span<const Record> recs, std::uint64_t lo, std::uint32_t pa) const;
 
   // --- recovery and verification (recovery.cpp, verify.cpp) -----------------------------------
+  // First-touch checks: what is wrong with the node at `off`, empty if nothing. inner: header,
+  // fanout, model, every child offset (in the heap, aligned, not the node itself). data: the
+  // header only (offset, type, range, invalid key, sizes, stash ratio, model); rebuild_meta
+  // checks the records and the extended stash chain.
+  std::string inner_damage(std::uint64_t off) const;
+  std::string data_header_damage(std::uint64_t off) const;
+  // Checks an inner node not yet admitted in this session and builds its DRAM state (L := tag);
+  // false (damaged() called) if it is damaged.
+  bool admit_inner(std::uint64_t off) const;
+  // Records damage found at `off`: from now on writes answer Code::corrupted. Returns it.
+  Code damaged(std::uint64_t off, std::string_view what) const;
+  bool refusing_writes() const {
+    // relaxed: a flag only; nothing else is published through it.
+    return corrupted_.load(std::memory_order_relaxed);
+  }
   Status replay_logs();
-  Status walk_and_mark(std::uint64_t off, std::uint32_t depth);
+  Status walk_and_mark(std::uint64_t off, std::uint32_t depth,
+                       std::unordered_set<std::uint64_t>& seen_inner);
   void start_recovery_walk();
   Status verify_node(std::uint64_t off, std::uint64_t lo, std::uint64_t hi, std::uint32_t depth,
                      std::uint64_t* records) const;
   Status verify_data(std::uint64_t off, std::uint64_t* records) const;
-  void stats_node(std::uint64_t off, std::uint32_t depth, Stats* s) const;
+  // false if it met a damaged node (then `s` is partial).
+  bool stats_node(std::uint64_t off, std::uint32_t depth, Stats* s) const;
 
   std::unique_ptr<pm::Pool> pool_;
   Root* root_ = nullptr;
@@ -358,12 +393,18 @@ class Apex final : public Index {
   std::uint64_t data_max_ = kDefaultDataMax;
   std::uint64_t inner_max_ = kInnerMaxCap;
   std::uint64_t generation_ = 0;  // G: the pool generation of this session
-  std::uint64_t tag_ = 1;          // L value of DRAM states built in this session: G + 1
+  // L value of DRAM states built in this session: G + 1 in bits 0-15, random bits 16-55, so
+  // a stale L left in PM never equals it (even if the pool's generation word went back).
+  std::uint64_t tag_ = 1;
   mutable std::shared_mutex smo_mu_;
   mutable std::shared_mutex root_mu_;  // the "parent lock" of the root word (root_node)
   mutable std::mutex metas_mu_;
   mutable std::unordered_map<std::uint64_t, std::unique_ptr<DataMeta>> metas_;
   mutable std::unordered_map<std::uint64_t, std::unique_ptr<InnerMeta>> inner_metas_;
+  mutable std::unordered_set<std::uint64_t> bad_nodes_;  // failed their check; under metas_mu_
+  mutable std::atomic<bool> corrupted_{false};           // damage seen: writes are refused
+  mutable std::mutex damage_mu_;
+  mutable Status damage_;  // the first damage seen (guarded by damage_mu_)
   mutable sync::EpochManager epochs_;
   Counters counters_;
   RecoveryStats recovery_;

@@ -65,7 +65,11 @@ Status Apex::bulk_load(std::span<const KeyValue> sorted, double fill) {
   }
   std::unique_lock<std::shared_mutex> global(smo_mu_);
   const auto guard = epochs_.pin();
-  if (stats_unlocked_records() != 0)
+  Stats st;
+  // stats_node checks every node it visits: free_tree then walks only sound nodes.
+  if (refusing_writes() || !stats_node(root_->root_node, 0, &st))
+    return pool_->error(Code::corrupted, "bulk_load: the apex tree is damaged");
+  if (st.records != 0)
     return Status(Code::invalid_argument, "bulk_load needs an empty apex index");
   Code code = Code::ok;
   const std::uint64_t fresh = bulk_build(recs, 0, ~std::uint64_t{0}, true, fill, &code);
@@ -233,11 +237,11 @@ void Apex::free_tree(std::uint64_t off) {
     const InnerNode* in = inner(off);
     for (std::uint32_t i = 0; i < in->fanout; ++i)
       if (i == 0 || in->children()[i] != in->children()[i - 1]) free_tree(in->children()[i]);
-    InnerMeta& im = inner_meta_for(off);
+    InnerMeta& im = *inner_meta_for(off);  // sound: stats_node checked it (bulk_load)
     std::lock_guard<std::shared_mutex> lock(im.mu);
     im.obsolete = true;
-  } else {
-    DataMeta& m = meta_for(off);
+  } else if (DataMeta* mp = meta_for(off); mp != nullptr) {  // nullptr: damaged, never locked
+    DataMeta& m = *mp;
     std::lock_guard<std::mutex> node_smo(m.smo_mu);
     if (lock_all(m)) {
       m.retired = true;
@@ -245,12 +249,6 @@ void Apex::free_tree(std::uint64_t off) {
     }
   }
   retire_node(off);
-}
-
-std::uint64_t Apex::stats_unlocked_records() const {
-  Stats s;
-  stats_node(root_->root_node, 0, &s);
-  return s.records;
 }
 
 }  // namespace pmindex::apex

@@ -18,90 +18,159 @@ DataMeta::~DataMeta() {
   }
 }
 
-DataMeta& Apex::meta_for(std::uint64_t off) const {
+DataMeta* Apex::meta_for(std::uint64_t off) const {
   DataNode* dn = data(off);
-  // acquire: pairs with the release store of L below, so `dram` (stored before it) is visible.
+  // acquire: pairs with the release store of L in build_meta, so `dram` (stored before it) is
+  // visible.
   const std::uint64_t tv = pm::load_acquire(&dn->type_version);
   if ((tv >> kVersionShift) == tag_)
-    return *reinterpret_cast<DataMeta*>(pm::load_acquire(&dn->dram));
+    return reinterpret_cast<DataMeta*>(pm::load_acquire(&dn->dram));
+  return build_meta(off);
+}
+
+DataMeta* Apex::build_meta(std::uint64_t off) const {
   // First access in this session (L != tag). Built under metas_mu_: a node nobody has a
   // DataMeta for cannot be written (writers need its locks), so the rebuild reads a quiescent
-  // node; a second thread waits here and then finds the state.
+  // node; a second thread waits here and then finds the state. The rebuild checks the node
+  // (R4): a damaged one gets no state, so it is never written, and stays refused.
+  DataNode* dn = data(off);
   std::lock_guard<std::mutex> lock(metas_mu_);
   if ((pm::load_acquire(&dn->type_version) >> kVersionShift) == tag_)
-    return *reinterpret_cast<DataMeta*>(pm::load_acquire(&dn->dram));
-  auto m = rebuild_meta(off);
+    return reinterpret_cast<DataMeta*>(pm::load_acquire(&dn->dram));
+  if (bad_nodes_.count(off) != 0) return nullptr;
+  std::string why;
+  auto m = rebuild_meta(off, &why);
+  if (m == nullptr) {
+    bad_nodes_.insert(off);
+    (void)damaged(off, why);
+    return nullptr;
+  }
   DataMeta& ref = *m;
   metas_[off] = std::move(m);
   // R4: `dram` first, then L := tag (release; never flushed: a stale L means "rebuild").
   pm::publish(&dn->dram, reinterpret_cast<std::uint64_t>(&ref));
   pm::publish(&dn->type_version,
               static_cast<std::uint64_t>(NodeType::data) | (tag_ << kVersionShift));
-  return ref;
+  return &ref;
 }
 
-InnerMeta& Apex::inner_meta_for(std::uint64_t off) const {
+InnerMeta* Apex::inner_meta_for(std::uint64_t off) const {
   InnerNode* in = inner(off);
   const std::uint64_t tv = pm::load_acquire(&in->type_version);
-  if ((tv >> kVersionShift) == tag_)
-    return *reinterpret_cast<InnerMeta*>(pm::load_acquire(&in->dram));
+  if ((tv >> kVersionShift) != tag_ && !admit_inner(off)) return nullptr;
+  return reinterpret_cast<InnerMeta*>(pm::load_acquire(&in->dram));
+}
+
+bool Apex::admit_inner(std::uint64_t off) const {
+  InnerNode* in = inner(off);
   std::lock_guard<std::mutex> lock(metas_mu_);
-  if ((pm::load_acquire(&in->type_version) >> kVersionShift) == tag_)
-    return *reinterpret_cast<InnerMeta*>(pm::load_acquire(&in->dram));
+  if ((pm::load_acquire(&in->type_version) >> kVersionShift) == tag_) return true;
+  if (bad_nodes_.count(off) != 0) return false;
+  // R4: checked once per session; from here on traversals trust the node's header, model and
+  // child offsets (children an SMO of this session writes are nodes it built).
+  if (const std::string why = inner_damage(off); !why.empty()) {
+    bad_nodes_.insert(off);
+    (void)damaged(off, why);
+    return false;
+  }
   auto m = std::make_unique<InnerMeta>();
   InnerMeta& ref = *m;
   inner_metas_[off] = std::move(m);
   pm::publish(&in->dram, reinterpret_cast<std::uint64_t>(&ref));
   pm::publish(&in->type_version,
               static_cast<std::uint64_t>(NodeType::inner) | (tag_ << kVersionShift));
-  return ref;
+  return true;
 }
 
-// Rebuilds a node's DRAM state from PM (first access in this generation: L != G). Free slots
-// are the ones holding the node's invalid key; stash records are indexed in the overflow
-// bucket of the group their key predicts to.
-std::unique_ptr<DataMeta> Apex::rebuild_meta(std::uint64_t off) const {
+// Rebuilds a node's DRAM state from PM (first access in this session: L != tag), checking it
+// on the way (R4): the header (data_header_damage), every record (a used PA slot holds a key
+// of the node's range inside its probe window; a used SA or extended stash slot a key of the
+// range) and the extended stash chain (offsets in the heap, 256 B aligned, outside the node,
+// no cycle). Free slots are the ones holding the node's invalid key; stash records are
+// indexed in the overflow bucket of the group their key predicts to.
+std::unique_ptr<DataMeta> Apex::rebuild_meta(std::uint64_t off, std::string* why) const {
+  if (std::string d = data_header_damage(off); !d.empty()) {
+    *why = std::move(d);
+    return nullptr;
+  }
   DataNode* dn = data(off);
   auto m = std::make_unique<DataMeta>();
   const std::uint64_t inv = dn->invalid_key;
-  m->num_locks = (dn->pa_slots + 255) / 256;
+  auto in_range = [&](std::uint64_t k) { return k >= dn->lo && k <= dn->hi; };
+  m->num_locks = (dn->pa_slots + 255) / 256;  // <= kMaxRecordLocks: bytes <= data_max_ checked
   m->accel.assign(dn->pa_slots / kGroup, Accelerator{});
   for (std::uint32_t i = 0; i < dn->pa_slots; ++i) {
     Accelerator& a = m->accel[i / kGroup];
     const std::uint64_t k = dn->pa()[i].key;
     if (k == inv) {
       a.word |= std::uint64_t{1} << (i % kGroup);
-    } else {
-      a.fp[i % kGroup] = fingerprint(k);
-      m->add_keys(1);
+      continue;
     }
+    const std::uint32_t p = predict(dn, k);
+    if (!in_range(k) || i < p || i >= p + kProbeDistance) {
+      *why = "PA slot " + std::to_string(i) + " holds a key outside the range or probe window";
+      return nullptr;
+    }
+    a.fp[i % kGroup] = fingerprint(k);
+    m->add_keys(1);
   }
   m->stash_used.assign((dn->sa_slots + 63) / 64, 0);
   auto* self = const_cast<Apex*>(this);
   for (std::uint32_t i = 0; i < dn->sa_slots; ++i) {
     const Record& r = dn->sa()[i];
     if (r.key == inv) continue;
+    if (!in_range(r.key)) {
+      *why = "SA slot " + std::to_string(i) + " holds a key outside the node's range";
+      return nullptr;
+    }
     m->stash_used[i / 64] |= std::uint64_t{1} << (i % 64);
     self->bucket_add(*m, predict(dn, r.key) / kGroup, r.key, pool_->offset_of(&r));
     m->add_keys(1);
     m->add_stash(1);
   }
-  for (std::uint64_t b = dn->ext_head; b != 0; b = pool_->at<ExtStash>(b)->next) {
-    ExtInfo info{b, 0};
-    ExtStash* blk = pool_->at<ExtStash>(b);
-    for (std::uint32_t j = 0; j < kExtRecords; ++j) {
-      const Record& r = blk->rec[j];
-      if (r.key == inv) continue;
-      info.used = static_cast<std::uint16_t>(info.used | (1u << j));
-      self->bucket_add(*m, predict(dn, r.key) / kGroup, r.key, pool_->offset_of(&r));
-      m->add_keys(1);
-      m->add_stash(1);
-    }
-    m->ext.push_back(info);
-  }
+  if (!rebuild_ext(off, *m, why)) return nullptr;
   m->created_cost = search_cost(*m);
   m->built_keys = m->keys();
   return m;
+}
+
+// rebuild_meta's extended stash part: indexes the chain's records, checking every block
+// (in the heap, 256 B aligned, outside the node, no cycle) and key (in the node's range).
+bool Apex::rebuild_ext(std::uint64_t off, DataMeta& m, std::string* why) const {
+  const DataNode* dn = data(off);
+  const std::uint64_t inv = dn->invalid_key;
+  auto* self = const_cast<Apex*>(this);
+  // Brent's cycle check: `mark` is revisited iff the chain loops (O(1) memory).
+  std::uint64_t mark = 0, steps = 0, lap = 1;
+  for (std::uint64_t b = dn->ext_head; b != 0; b = pool_->at<ExtStash>(b)->next) {
+    if (b == mark || pool_->checked<ExtStash>(b, sizeof(ExtStash), 256) == nullptr ||
+        (b + sizeof(ExtStash) > off && b < off + dn->bytes)) {
+      *why = "extended stash block " + std::to_string(b) + " is out of bounds, misaligned, "
+             "inside the node or on a cycle";
+      return false;
+    }
+    if (++steps == lap) {
+      mark = b;
+      lap *= 2;
+      steps = 0;
+    }
+    ExtInfo info{b, 0};
+    const ExtStash* blk = pool_->at<ExtStash>(b);
+    for (std::uint32_t j = 0; j < kExtRecords; ++j) {
+      const Record& r = blk->rec[j];
+      if (r.key == inv) continue;
+      if (r.key < dn->lo || r.key > dn->hi) {
+        *why = "extended stash block " + std::to_string(b) + " holds a key outside the range";
+        return false;
+      }
+      info.used = static_cast<std::uint16_t>(info.used | (1u << j));
+      self->bucket_add(m, predict(dn, r.key) / kGroup, r.key, pool_->offset_of(&r));
+      m.add_keys(1);
+      m.add_stash(1);
+    }
+    m.ext.push_back(info);
+  }
+  return true;
 }
 
 double Apex::search_cost(const DataMeta& m) const {

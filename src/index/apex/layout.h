@@ -130,8 +130,10 @@ static_assert(offsetof(Root, root_node) == 8 && offsetof(Root, logs) == 40);
 static_assert(std::is_standard_layout_v<Root> && std::is_trivially_copyable_v<Root>);
 
 // Common node header words. type_version: bits 0-7 NodeType | bits 8-63 local version L: the
-// session tag (pool generation G + 1, so a freshly built node's L = 0 never matches) of the
-// session that built this node's DRAM state, whose address is in the header's `dram` word.
+// session tag (pool generation G + 1 in its low 16 bits and 40 random bits above, never 0, so
+// a freshly built node's L = 0 never matches) of the session that built this node's DRAM
+// state, whose address is in the header's `dram` word; L == tag also means the node passed
+// its first-touch check in this session (PROTOCOL.md R4).
 // Both words are written with release stores under the index's meta mutex, `dram` first, and
 // never flushed: after a restart G has moved on, so L != tag and the state is rebuilt.
 enum class NodeType : std::uint8_t { inner = 1, data = 2 };

@@ -3,11 +3,14 @@
 //   R2 allocator in start-now mode, commit_open(): G = pool generation, bumped by this open
 //   R3 finish in-flight SMOs: UNDO -> nothing to write (the new nodes were never linked and are
 //      simply not marked, so finish_recovery frees them); REDO -> redo the slot switch (A16)
-//   R4 answer requests; data nodes rebuild their DRAM state on first access (L != G)
+//   R4 answer requests; a node is checked and gets its DRAM state on first access (L != tag)
 //   R5 a background thread walks the tree, marks reachable blocks, calls finish_recovery()
+// No step trusts PM: every offset is bounds- and alignment-checked before it is followed,
+// every walk is bounded, and sizes and models are range-checked before they index anything.
 #include <algorithm>
 #include <bit>
 #include <chrono>
+#include <random>
 
 #include "index/apex/apex.h"
 
@@ -16,6 +19,16 @@ namespace pmindex::apex {
 namespace {
 std::uint64_t data_max_of(const Options& o) {
   return o.node_size != 0 ? o.node_size : kDefaultDataMax;
+}
+
+// The session tag (L of the DRAM states built in this session): G + 1 in bits 0-15 and 40
+// random bits above, never 0 (a fresh node's L). G alone would let a node whose L was left in
+// PM by an earlier session match again if the pool's generation word were set back.
+std::uint64_t session_tag(std::uint64_t generation) {
+  std::random_device rd;
+  const std::uint64_t r = (std::uint64_t{rd()} << 32) ^ rd();
+  const std::uint64_t tag = ((generation + 1) & 0xffff) | ((r & 0xffffffffffull) << 16);
+  return tag != 0 ? tag : 1;
 }
 }  // namespace
 
@@ -40,7 +53,7 @@ Result<std::unique_ptr<Index>> Apex::create(std::unique_ptr<pm::Pool> pool, cons
                        "apex node_size (maximum data node size) must be in [1 KiB, 256 KiB]");
   std::unique_ptr<Apex> idx(new Apex(std::move(pool)));
   idx->generation_ = idx->pool_->generation();
-  idx->tag_ = idx->generation_ + 1;
+  idx->tag_ = session_tag(idx->generation_);
   const std::uint64_t inner_max = std::min<std::uint64_t>(kInnerMaxCap, 64 * data_max);
   if (Status s = idx->init_empty(data_max, inner_max, o.key_type); !s.ok()) return s;
   idx->recovery_.created = true;
@@ -110,7 +123,7 @@ Result<std::unique_ptr<Index>> Apex::recover(std::unique_ptr<pm::Pool> pool, con
     if (Status s = p.allocator().finish_recovery(); !s.ok()) return s;
     p.commit_open();
     idx->generation_ = p.generation();
-    idx->tag_ = idx->generation_ + 1;
+    idx->tag_ = session_tag(idx->generation_);
     const std::uint64_t data_max = data_max_of(o);
     if (Status s = idx->init_empty(data_max, std::min<std::uint64_t>(kInnerMaxCap, 64 * data_max),
                                    o.key_type);
@@ -164,7 +177,7 @@ Result<std::unique_ptr<Index>> Apex::recover(std::unique_ptr<pm::Pool> pool, con
   p.allocator().begin_recovery(/*start_now=*/true);
   p.commit_open();
   idx->generation_ = p.generation();
-  idx->tag_ = idx->generation_ + 1;
+  idx->tag_ = session_tag(idx->generation_);
   idx->walk_pending_ = true;
   // R3: finish in-flight SMOs.
   for (std::size_t i = 0; i < kMaxLogs; ++i) {
@@ -193,16 +206,23 @@ void Apex::start_recovery_walk() {
     pm::Allocator& al = pool_->allocator();
     Status s = Status::Ok();
     const std::uint64_t root_off = pool_->root();
+    std::unordered_set<std::uint64_t> seen_inner;
     if (al.mark_reachable(root_off, sizeof(Root)) != Code::ok ||
         al.mark_reachable(root_->logs, kMaxLogs * sizeof(SmoLog)) != Code::ok) {
-      s = al.finish_recovery();
+      s = al.finish_recovery();  // returns the mark error; frees nothing
     } else {
-      s = walk_and_mark(root_->root_node, 0);
-      Status f = al.finish_recovery();
-      if (s.ok()) s = std::move(f);
+      s = walk_and_mark(root_->root_node, 0, seen_inner);
+      // Only a complete walk may free: an unvisited subtree's blocks are unmarked but live.
+      if (s.ok()) s = al.finish_recovery();
+    }
+    if (!s.ok()) {  // the walk found damage: writes are refused from now on
+      std::lock_guard<std::mutex> lock(damage_mu_);
+      if (damage_.ok()) damage_ = s;
+      corrupted_.store(true, std::memory_order_relaxed);  // relaxed: see refusing_writes()
+    } else {
+      walk_pending_ = false;  // on failure it stays set: blocks below the mark are never freed
     }
     walk_status_ = std::move(s);
-    walk_pending_ = false;
   });
 }
 
@@ -210,10 +230,64 @@ void Apex::wait_recovery_walk() {
   if (walker_.joinable()) walker_.join();
 }
 
-// Walks without trusting PM: offsets bounds-checked, sizes checked against the root's limits,
-// depth bounded, extended stash chains length-bounded. Blocks at or above the recovery
-// high-water mark were allocated in this session and are not marked.
-Status Apex::walk_and_mark(std::uint64_t off, std::uint32_t depth) {
+// First-touch check of an inner node (admit_inner, walk_and_mark). Reads only the node's own
+// bytes, after checking that they lie in the heap; children's headers are checked when they
+// are touched. A child may not be the node itself; deeper cycles are caught by the depth bound
+// (walk_down) and by the recovery walk's visited set.
+std::string Apex::inner_damage(std::uint64_t off) const {
+  const pm::Pool& p = *pool_;
+  if (p.checked<InnerNode>(off, sizeof(InnerNode), 64) == nullptr)
+    return "inner node offset is out of bounds or misaligned";
+  const InnerNode* in = inner(off);
+  if (type_of(off) != NodeType::inner) return "not an inner node";
+  const std::uint32_t f = in->fanout;
+  if (f < 2 || !std::has_single_bit(f) || inner_bytes(f) > inner_max_ ||
+      !p.in_heap(off, inner_bytes(f)))
+    return "inner node fanout " + std::to_string(f) + " is invalid";
+  if (in->lo > in->hi) return "inner node range is empty";
+  if (!(in->slope >= 0) || !std::isfinite(in->slope) || !std::isfinite(in->intercept))
+    return "inner node model is not monotone and finite";
+  const std::uint64_t* ch = in->children();
+  for (std::uint32_t i = 0; i < f; ++i) {
+    // acquire: an SMO of this session may switch a slot of a node built in this session.
+    const std::uint64_t c = pm::load_acquire(&ch[i]);
+    if (i > 0 && c == pm::load_acquire(&ch[i - 1])) continue;
+    if (c == off) return "child slot " + std::to_string(i) + " points at the node itself";
+    if (p.checked<InnerNode>(c, sizeof(InnerNode), 64) == nullptr)
+      return "child slot " + std::to_string(i) + " offset " + std::to_string(c) +
+             " is out of bounds or misaligned";
+  }
+  return {};
+}
+
+// First-touch check of a data node's header: everything that sizes or indexes its arrays and
+// locks, before any record is read (rebuild_meta checks the records).
+std::string Apex::data_header_damage(std::uint64_t off) const {
+  const pm::Pool& p = *pool_;
+  if (p.checked<DataNode>(off, sizeof(DataNode), 256) == nullptr)
+    return "data node offset is out of bounds or misaligned";
+  const DataNode* dn = data(off);
+  if (type_of(off) != NodeType::data) return "not a data node";
+  if (dn->lo > dn->hi || (dn->lo == 0 && dn->hi == ~std::uint64_t{0}) ||
+      dn->invalid_key != invalid_key_for(dn->lo, dn->hi))
+    return "data node range or invalid key is invalid";
+  // bytes <= data_max_ bounds pa_slots, hence the prediction range and the lock count.
+  if (dn->pa_slots == 0 || dn->pa_slots % kGroup != 0 ||
+      dn->bytes != data_bytes(dn->pa_slots, dn->sa_slots) || dn->bytes > data_max_ ||
+      !p.in_heap(off, dn->bytes) || !stash_ratio_ok(dn->pa_slots, dn->sa_slots))
+    return "data node sizes are invalid (PA " + std::to_string(dn->pa_slots) + ", SA " +
+           std::to_string(dn->sa_slots) + ", bytes " + std::to_string(dn->bytes) + ")";
+  if (!(dn->slope >= 0) || !std::isfinite(dn->slope) || !std::isfinite(dn->intercept))
+    return "data node model is not monotone and finite";
+  return {};
+}
+
+// Walks without trusting PM: every node passes its first-touch header check, depth is
+// bounded, an inner node visited twice is a cycle, extended stash chains are length-bounded.
+// Blocks at or above the recovery high-water mark were allocated in this session and are not
+// marked.
+Status Apex::walk_and_mark(std::uint64_t off, std::uint32_t depth,
+                           std::unordered_set<std::uint64_t>& seen_inner) {
   pm::Pool& p = *pool_;
   pm::Allocator& al = p.allocator();
   if (depth > kMaxDepth) return p.error(Code::corrupted, "apex tree deeper than kMaxDepth (a cycle?)");
@@ -221,28 +295,26 @@ Status Apex::walk_and_mark(std::uint64_t off, std::uint32_t depth) {
     if (o >= recovery_hwm_) return true;
     return al.mark_reachable(o, bytes) == Code::ok;
   };
+  auto bad = [&](const std::string& what) {
+    return p.error(Code::corrupted, "apex node at " + std::to_string(off) + ": " + what);
+  };
   if (p.checked<InnerNode>(off, sizeof(InnerNode), 64) == nullptr)
-    return p.error(Code::corrupted, "apex node offset " + std::to_string(off) + " is invalid");
+    return bad("offset is out of bounds or misaligned");
   ++recovery_.nodes;
   if (type_of(off) == NodeType::inner) {
+    if (std::string why = inner_damage(off); !why.empty()) return bad(why);
+    if (!seen_inner.insert(off).second) return bad("reached twice (a cycle of child offsets)");
     const InnerNode* in = inner(off);
-    if (in->fanout < 2 || !std::has_single_bit(in->fanout) ||
-        inner_bytes(in->fanout) > inner_max_ || !p.in_heap(off, inner_bytes(in->fanout)))
-      return p.error(Code::corrupted, "apex inner node at " + std::to_string(off) + " is invalid");
-    if (!mark(off, inner_bytes(in->fanout))) return al.finish_recovery();
+    if (!mark(off, inner_bytes(in->fanout))) return al.finish_recovery();  // the mark error
     for (std::uint32_t i = 0; i < in->fanout; ++i) {
       const std::uint64_t c = in->children()[i];
       if (i > 0 && c == in->children()[i - 1]) continue;
-      if (Status s = walk_and_mark(c, depth + 1); !s.ok()) return s;
+      if (Status s = walk_and_mark(c, depth + 1, seen_inner); !s.ok()) return s;
     }
     return Status::Ok();
   }
-  if (type_of(off) != NodeType::data)
-    return p.error(Code::corrupted, "apex node at " + std::to_string(off) + " has a bad type");
-  const DataNode* dn = p.checked<DataNode>(off, sizeof(DataNode), 64);
-  if (dn == nullptr || dn->bytes != data_bytes(dn->pa_slots, dn->sa_slots) || dn->bytes > data_max_ ||
-      !p.in_heap(off, dn->bytes) || dn->pa_slots % kGroup != 0 || dn->pa_slots == 0)
-    return p.error(Code::corrupted, "apex data node at " + std::to_string(off) + " is invalid");
+  if (std::string why = data_header_damage(off); !why.empty()) return bad(why);
+  const DataNode* dn = data(off);
   if (!mark(off, dn->bytes)) return al.finish_recovery();
   std::uint64_t limit = p.size() / sizeof(ExtStash);
   for (std::uint64_t b = pm::load_acquire(&dn->ext_head); b != 0; b = p.at<ExtStash>(b)->next) {

@@ -64,7 +64,7 @@ void Apex::slot_range(std::uint64_t parent, std::uint64_t child, std::uint32_t s
 Code Apex::smo(std::uint64_t off, const std::vector<PathStep>& path, std::uint64_t key,
                bool parent_exclusive, bool* parent_replaced) {
   *parent_replaced = false;
-  DataMeta& m = meta_for(off);
+  DataMeta& m = *meta_for(off);  // built when the SMO's path was taken
   const std::uint64_t parent = path.back().inner;
   std::uint32_t s = 0, e = 0;
   slot_range(parent, off, path.back().slot, &s, &e);
@@ -165,7 +165,7 @@ Code Apex::smo(std::uint64_t off, const std::vector<PathStep>& path, std::uint64
 
 Code Apex::expand_data(std::uint64_t off, std::uint64_t parent, std::uint32_t s, std::uint32_t e,
                        std::uint64_t key) {
-  DataMeta& m = meta_for(off);
+  DataMeta& m = *meta_for(off);  // built when the SMO's path was taken
   const DataNode* old = data(off);
   std::vector<Record> recs;
   collect(off, recs);
@@ -218,7 +218,13 @@ Code Apex::contract_locked(std::uint64_t off, DataMeta& m, std::uint64_t parent,
     const DataNode* on = data(other);
     if ((right ? dn->lo : on->lo) == 0 && (right ? on->hi : dn->hi) == ~std::uint64_t{0})
       continue;  // the smallest and largest keys must stay in different nodes (invariant 2)
-    DataMeta& om = meta_for(other);
+    DataMeta* omp = meta_for(other);  // checked now if not yet touched in this session
+    if (omp == nullptr) continue;     // damaged (recorded): no merge with it
+    if (right ? on->lo != dn->hi + 1 : on->hi + 1 != dn->lo) {  // not the neighbour's range
+      (void)damaged(other, "a data node's range does not adjoin its neighbour's");
+      continue;
+    }
+    DataMeta& om = *omp;
     std::unique_lock<std::mutex> other_smo(om.smo_mu, std::defer_lock);
     if (right) other_smo.lock(); else if (!other_smo.try_lock()) continue;
     if (om.retired || !lock_all(om)) continue;
@@ -284,7 +290,7 @@ Code Apex::merge_data(std::uint64_t off, std::uint64_t other, std::uint64_t pare
 
 Code Apex::split_sideways(std::uint64_t off, std::uint64_t parent, std::uint32_t s,
                           std::uint32_t e, std::uint32_t mid, std::uint64_t key) {
-  DataMeta& m = meta_for(off);
+  DataMeta& m = *meta_for(off);  // built when the SMO's path was taken
   const DataNode* old = data(off);
   const InnerNode* p = inner(parent);
   std::uint64_t bound = 0;
@@ -329,7 +335,7 @@ Code Apex::split_sideways(std::uint64_t off, std::uint64_t parent, std::uint32_t
 
 Code Apex::split_downward(std::uint64_t off, std::uint64_t parent, std::uint32_t s,
                           std::uint32_t e, std::uint64_t key) {
-  DataMeta& m = meta_for(off);
+  DataMeta& m = *meta_for(off);  // built when the SMO's path was taken
   const DataNode* old = data(off);
   std::vector<Record> recs;
   collect(off, recs);

@@ -10,6 +10,10 @@ namespace pmindex::apex {
 Status Apex::verify() const {
   std::unique_lock<std::shared_mutex> global(smo_mu_);
   if (!walk_status_.ok()) return walk_status_;
+  if (refusing_writes()) {  // damage found by an operation (first-touch check or routing)
+    std::lock_guard<std::mutex> lock(damage_mu_);
+    return damage_;
+  }
   const SmoLog* logs = pool_->at<SmoLog>(root_->logs);
   for (std::size_t i = 0; i < kMaxLogs; ++i)
     if (stage_of(logs[i].stage_kind) != SmoStage::none)
@@ -30,6 +34,7 @@ Status Apex::verify_node(std::uint64_t off, std::uint64_t lo, std::uint64_t hi,
   if (depth > kMaxDepth) return fail("tree deeper than kMaxDepth levels");
   if (p.checked<InnerNode>(off, sizeof(InnerNode), 64) == nullptr) return fail("bad offset");
   if (type_of(off) == NodeType::data) {
+    if (p.checked<DataNode>(off, sizeof(DataNode), 64) == nullptr) return fail("bad offset");
     const DataNode* dn = data(off);
     if (dn->lo != lo || dn->hi != hi)
       return fail("data node range [" + std::to_string(dn->lo) + ", " + std::to_string(dn->hi) +
@@ -175,17 +180,23 @@ Status Apex::verify_data(std::uint64_t off, std::uint64_t* records) const {
   return Status::Ok();
 }
 
-void Apex::stats_node(std::uint64_t off, std::uint32_t depth, Stats* s) const {
+bool Apex::stats_node(std::uint64_t off, std::uint32_t depth, Stats* s) const {
+  // Checked like the recovery walk (stats may run before it has): header checks, bounded
+  // depth and extended stash chains.
+  if (depth > kMaxDepth) return false;
   s->max_depth = std::max(s->max_depth, depth);
+  if (pool_->checked<InnerNode>(off, sizeof(InnerNode), 64) == nullptr) return false;
   if (type_of(off) == NodeType::inner) {
+    if (!inner_damage(off).empty()) return false;
     ++s->inner_nodes;
     const InnerNode* in = inner(off);
     s->inner_bytes += inner_bytes(in->fanout);
     for (std::uint32_t i = 0; i < in->fanout; ++i)
       if (i == 0 || in->children()[i] != in->children()[i - 1])
-        stats_node(in->children()[i], depth + 1, s);
-    return;
+        if (!stats_node(in->children()[i], depth + 1, s)) return false;
+    return true;
   }
+  if (!data_header_damage(off).empty()) return false;
   ++s->data_nodes;
   const DataNode* dn = data(off);
   s->data_bytes += dn->bytes;
@@ -196,7 +207,10 @@ void Apex::stats_node(std::uint64_t off, std::uint32_t depth, Stats* s) const {
     ++s->records;
     if (i >= dn->pa_slots) ++s->stash_records;
   }
+  std::uint64_t limit = pool_->size() / sizeof(ExtStash);
   for (std::uint64_t b = dn->ext_head; b != 0; b = pool_->at<ExtStash>(b)->next) {
+    if (limit-- == 0 || pool_->checked<ExtStash>(b, sizeof(ExtStash), 256) == nullptr)
+      return false;
     ++s->ext_blocks;
     s->ext_bytes += sizeof(ExtStash);
     for (const Record& r : pool_->at<ExtStash>(b)->rec)
@@ -205,12 +219,13 @@ void Apex::stats_node(std::uint64_t off, std::uint32_t depth, Stats* s) const {
         ++s->stash_records;
       }
   }
+  return true;
 }
 
 Apex::Stats Apex::stats() const {
   std::unique_lock<std::shared_mutex> global(smo_mu_);
   Stats s;
-  stats_node(root_->root_node, 0, &s);
+  if (!stats_node(root_->root_node, 0, &s)) return Stats{};  // damaged: verify() says where
   if (s.data_nodes > 0) {
     s.avg_depth = static_cast<double>(s.depth_sum) / static_cast<double>(s.data_nodes);
     s.avg_stash_ratio = s.stash_ratio_sum / static_cast<double>(s.data_nodes);
