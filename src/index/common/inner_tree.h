@@ -195,20 +195,9 @@ template <unsigned kKeys, class ProbeLess>
   const auto sep = [k](unsigned i) { return optimistic_read(k[i]); };
   constexpr bool kWords = std::is_same_v<ProbeLess, WordProbe>;
   if constexpr (kWords && kKeys != 0) {
-    // Capacity known: the window is counted by count_u64_window. It reads up to 16 words
-    // from k + lo; lo + 16 <= cnt + 16 stays inside the node, whose children follow its keys.
-    if constexpr (kKeys <= kLinearKeys) {
-      return count_u64_window<kKeys>(k, cnt, probe_less.word);
-    } else {
-      unsigned lo = 0, len = cnt;  // binary steps as in count_not_above
-      while (len > kLinearKeys) {
-        const unsigned half = len / 2;
-        const unsigned right = 0u - static_cast<unsigned>(!probe_less(sep(lo + half)));
-        lo += (half + 1) & right;
-        len = half + ((len - 2 * half - 1) & right);
-      }
-      return lo + count_u64_window<kLinearKeys>(k + lo, len, probe_less.word);
-    }
+    // Capacity known: node_search.h's vector window. It reads up to 16 words past the count;
+    // they stay inside the node, whose children follow its keys.
+    return count_u64_not_above<kKeys>(k, cnt, probe_less.word);
   } else {
     constexpr unsigned kWindow = kWords ? kLinearKeys : 0;
     return count_not_above<kWindow>(cnt, kKeys != 0 ? kKeys : max_keys_, sep, probe_less);

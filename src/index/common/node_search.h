@@ -134,4 +134,26 @@ template <unsigned kSlots>
 #endif
 }
 
+// count_not_above for integer keys k[0 .. cnt) with the node's capacity known at compile
+// time: binary steps down to 16 slots (as count_not_above), then count_u64_window. Reads
+// k[0 .. cnt + 16) at most (the vector window may reach past the keys: the caller's node must
+// hold that many words from k on, any contents).
+template <unsigned kCapacity>
+[[gnu::always_inline]] inline unsigned count_u64_not_above(const std::uint64_t* k, unsigned cnt,
+                                                          std::uint64_t probe) {
+  if constexpr (kCapacity <= 16) {
+    return count_u64_window<kCapacity>(k, cnt, probe);
+  } else {
+    unsigned lo = 0, len = cnt;
+    while (len > 16) {
+      const unsigned half = len / 2;
+      const unsigned right =
+          0u - static_cast<unsigned>(!(probe < sync::optimistic_read(k[lo + half])));
+      lo += (half + 1) & right;
+      len = half + ((len - 2 * half - 1) & right);
+    }
+    return lo + count_u64_window<16>(k + lo, len, probe);
+  }
+}
+
 }  // namespace pmindex::index_common
