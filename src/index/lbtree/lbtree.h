@@ -145,7 +145,7 @@ class LBTree final : public Index {
   static std::uint64_t* inactive_header(LeafT* l, unsigned b, bool alt) {
     return alt ? l->block[b].front : l->block[b].tail;
   }
-  static DWord load_header(const std::uint64_t* h);
+  [[gnu::always_inline]] static inline DWord load_header(const std::uint64_t* h);
   // The successor the alt bit selects (0 at the end of the chain).
   std::uint64_t next_leaf(std::uint64_t off) const;
   static unsigned header_line(unsigned b, bool alt) { return (b == 0 || !alt) ? 0 : 3; }

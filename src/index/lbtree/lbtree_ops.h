@@ -72,7 +72,7 @@ bool LBTree<M>::read_value(std::uint64_t value_word, std::string* out) const {
 // --- leaf reading ------------------------------------------------------------------------------
 
 template <unsigned M>
-DWord LBTree<M>::load_header(const std::uint64_t* h) {
+inline DWord LBTree<M>::load_header(const std::uint64_t* h) {
   return DWord{{optimistic_read(h[0]), optimistic_read(h[1])}};
 }
 
