@@ -23,15 +23,10 @@ void lock_live(InnerTree::Node* n) {
   }
 }
 
-std::size_t bytes_for(unsigned max_keys) {
-  const std::size_t raw = sizeof(InnerTree::Node) + 8 * std::size_t{max_keys} +
-                          8 * (std::size_t{max_keys} + 1);
-  return (raw + 63) / 64 * 64;
-}
 }  // namespace
 
 InnerTree::InnerTree(unsigned max_keys, pm::DramArena& arena)
-    : max_keys_(std::max(2u, max_keys)), node_bytes_(bytes_for(std::max(2u, max_keys))),
+    : max_keys_(std::max(2u, max_keys)), node_bytes_(node_bytes_for(std::max(2u, max_keys))),
       arena_(arena) {}
 
 InnerTree::~InnerTree() = default;  // nodes live in the index's arena, released with it

@@ -58,9 +58,24 @@ class KeyCodec {
       p.fp = fingerprint_bytes(key);
       return p;
     }
-    char padded[8] = {};
-    std::memcpy(padded, key.data(), key.size() < 8 ? key.size() : 8);
-    p.word = decode_u64(std::string_view(padded, 8));
+    std::uint64_t be = 0;  // big-endian bytes; a short key is padded with zero bytes
+    if (key.size() == 8) [[likely]] {
+      std::memcpy(&be, key.data(), 8);  // one load (a variable-length copy is a call)
+    } else {
+      std::memcpy(&be, key.data(), key.size() < 8 ? key.size() : 8);
+    }
+    p.word = __builtin_bswap64(be);
+    p.fp = fingerprint_word(p.word);
+    return p;
+  }
+
+  // probe() of an integer-mode key of exactly 8 bytes (a checked key): inline, no mode test.
+  static Probe probe_word(std::string_view key) {
+    Probe p;
+    p.bytes = key;
+    std::uint64_t be;
+    std::memcpy(&be, key.data(), 8);
+    p.word = __builtin_bswap64(be);
     p.fp = fingerprint_word(p.word);
     return p;
   }

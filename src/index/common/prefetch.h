@@ -11,6 +11,8 @@ namespace pmindex::index_common {
 
 [[gnu::always_inline]] inline void prefetch_lines(const void* p, std::size_t bytes) {
   const char* c = static_cast<const char*>(p);
+  // A constant `bytes` unrolls to one instruction per line (g++ left 17 lines a loop).
+#pragma GCC unroll 64
   for (std::size_t off = 0; off < bytes; off += 64) __builtin_prefetch(c + off);
 }
 

@@ -135,7 +135,14 @@ class FPTree final : public Index {
   MicroLog* my_log() const;
   // Slot of p's key in leaf l, or kNone (reads under the caller's lock or seqlock).
   int find_slot(const LeafT* l, const Probe& p) const;
+  template <class Match>
+  int find_slot_if(const LeafT* l, std::uint8_t fp, Match match) const;
+  static std::uint64_t fp_candidates(const LeafT* l, std::uint8_t fp);  // bit s: fps match
   std::pair<std::uint64_t, std::uint64_t> descend_read(const Probe& p) const;
+  std::pair<std::uint64_t, std::uint64_t> descend_word(std::uint64_t word) const;  // integer keys
+  std::optional<std::uint64_t> on_leaf(std::uint64_t leaf) const;  // descend's leaf step
+  [[gnu::noinline]] Code find_word(std::string_view key, std::string* value) const;  // !has_records_
+  [[gnu::noinline]] Code find_general(std::string_view key, std::string* value) const;
   std::uint64_t lock_leaf_for(const Probe& p);
   bool try_lock_leaf(std::uint64_t off, std::uint64_t version);
   void unlock_leaf(std::uint64_t off, bool obsolete = false);

@@ -5,6 +5,7 @@
 #include <bit>
 #include <cstring>
 
+#include "index/common/node_search.h"
 #include "index/common/pm_record.h"
 #include "index/common/scan_assembly.h"
 #include "index/fptree/fptree.h"
@@ -45,33 +46,71 @@ MicroLog* FPTree<N>::my_log() const {
 // Fingerprints first (the paper's point: about one key comparison per successful probe). The
 // fingerprint words are compared eight slots at a time (fp_matches, SWAR) and masked with the
 // bitmap; only candidates' key words are read.
+// With AVX2 and N a multiple of 32, 32 fingerprints per compare (the 64-entry leaf's SWAR
+// took ~180 instructions a lookup, issue 16); the vector load of seqlock data is safe for
+// the reasons node_search.h gives (the result is used only after the leaf's version
+// validates), and a ThreadSanitizer build takes the SWAR path.
 template <unsigned N>
-int FPTree<N>::find_slot(const LeafT* l, const Probe& p) const {
+std::uint64_t FPTree<N>::fp_candidates(const LeafT* l, std::uint8_t fp) {
   std::uint64_t cand = 0;
+#if defined(PMINDEX_NODE_SEARCH_AVX2)
+  if constexpr (N % 32 == 0) {
+    const __m256i f = _mm256_set1_epi8(static_cast<char>(fp));
+    for (unsigned g = 0; g < N / 32; ++g) {
+      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(l->fps + 4 * g));
+      const auto m = static_cast<std::uint32_t>(_mm256_movemask_epi8(_mm256_cmpeq_epi8(x, f)));
+      cand |= std::uint64_t{m} << (32 * g);
+    }
+    return cand;
+  }
+#endif
   for (unsigned w = 0; w < N / 8; ++w)
-    cand |= std::uint64_t{fp_matches(optimistic_read(l->fps[w]), p.fp)} << (8 * w);
+    cand |= std::uint64_t{fp_matches(optimistic_read(l->fps[w]), fp)} << (8 * w);
+  return cand;
+}
+
+template <unsigned N>
+template <class Match>
+int FPTree<N>::find_slot_if(const LeafT* l, std::uint8_t fp, Match match) const {
+  std::uint64_t cand = fp_candidates(l, fp);
   for (cand &= optimistic_read(l->bitmap) & LeafT::kFullMask; cand != 0; cand &= cand - 1) {
     const auto s = static_cast<unsigned>(std::countr_zero(cand));
-    if (keys_.matches(slot_word(&l->kv[s][0]), p)) return static_cast<int>(s);
+    if (match(slot_word(&l->kv[s][0]))) return static_cast<int>(s);
   }
   return kNone;
+}
+
+template <unsigned N>
+int FPTree<N>::find_slot(const LeafT* l, const Probe& p) const {
+  if (!keys_.bytes_mode())
+    return find_slot_if(l, p.fp, [w = p.word](std::uint64_t k) { return k == w; });
+  return find_slot_if(l, p.fp, [&](std::uint64_t k) { return keys_.matches(k, p); });
 }
 
 // Integer keys compare as integers in a separately instantiated descent (no key-mode branch
 // inside the inner nodes' binary search, the hottest loop of every operation).
 template <unsigned N>
 std::pair<std::uint64_t, std::uint64_t> FPTree<N>::descend_read(const Probe& p) const {
-  auto on_leaf = [&](std::uint64_t leaf) -> std::optional<std::uint64_t> {
-    // The leaf's bitmap and fingerprint lines are read next: start fetching them now (a hint
-    // only, no effect on correctness), before the version's own miss.
-    const char* lp = pool_->at<const char>(leaf);
-    __builtin_prefetch(lp);
-    if constexpr (offsetof(LeafT, kv) > 64) __builtin_prefetch(lp + 64);
-    return versions_->read(leaf);
-  };
-  if (!keys_.bytes_mode())
-    return inner_.descend(index_common::WordProbe{p.word}, on_leaf);
-  return inner_.descend([&](std::uint64_t sep) { return keys_.below(p, sep); }, on_leaf);
+  if (!keys_.bytes_mode()) return descend_word(p.word);
+  return inner_.descend([&](std::uint64_t sep) { return keys_.below(p, sep); },
+                        [&](std::uint64_t leaf) { return on_leaf(leaf); });
+}
+
+// The inner capacity is a constant here (inner_keys_for(N)): unrolled node search.
+template <unsigned N>
+std::pair<std::uint64_t, std::uint64_t> FPTree<N>::descend_word(std::uint64_t word) const {
+  return inner_.descend<inner_keys_for(N)>(index_common::WordProbe{word},
+                                           [&](std::uint64_t leaf) { return on_leaf(leaf); });
+}
+
+template <unsigned N>
+std::optional<std::uint64_t> FPTree<N>::on_leaf(std::uint64_t leaf) const {
+  // The leaf's bitmap and fingerprint lines are read next: start fetching them now (a hint
+  // only, no effect on correctness), before the version's own miss.
+  const char* lp = pool_->at<const char>(leaf);
+  __builtin_prefetch(lp);
+  if constexpr (offsetof(LeafT, kv) > 64) __builtin_prefetch(lp + 64);
+  return versions_->read(leaf);
 }
 
 // The DRAM version is the lock; the PM lock word mirrors it (volatile meaning, never flushed
@@ -141,8 +180,40 @@ std::optional<sync::EpochManager::Guard> FPTree<N>::pin_for_records() const {
 
 // An out-of-line value is copied before the leaf's version is validated: a validated read
 // saw the slot while its record was live (records are freed only after the slot is gone).
+// Two out-of-line bodies behind one test, so that neither pays the other's set-up.
 template <unsigned N>
 Code FPTree<N>::find(std::string_view key, std::string* value) const {
+  if (!has_records_) return find_word(key, value);
+  return find_general(key, value);
+}
+
+// Integer keys with inline values (issue 16's short hot path): no pin (no records), no
+// key-mode test after check(), the value word straight into the caller's string once the
+// leaf validated.
+template <unsigned N>
+Code FPTree<N>::find_word(std::string_view key, std::string* value) const {
+  if (Code c = keys_.check(key); c != Code::ok) return c;
+  const Probe p = keys_.probe_word(key);
+  for (;;) {
+    const auto [off, v] = descend_word(p.word);
+    const LeafT* l = leaf_at(off);
+    const int s = find_slot_if(l, p.fp, [w = p.word](std::uint64_t k) { return k == w; });
+    const std::uint64_t word = s != kNone ? slot_word(&l->kv[s][1]) : 0;
+    if (!versions_->unchanged(off, v)) {
+      index_common::olc_pause();
+      continue;
+    }
+    if (s == kNone) return Code::not_found;
+    if (value != nullptr) {
+      value->resize(8);
+      std::memcpy(value->data(), &word, 8);
+    }
+    return Code::ok;
+  }
+}
+
+template <unsigned N>
+Code FPTree<N>::find_general(std::string_view key, std::string* value) const {
   if (Code c = keys_.check(key); c != Code::ok) return c;
   const Probe p = keys_.probe(key);
   const auto pinned = pin_for_records();  // records read below stay allocated while pinned

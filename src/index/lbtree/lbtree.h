@@ -145,13 +145,19 @@ class LBTree final : public Index {
   static std::uint64_t* inactive_header(LeafT* l, unsigned b, bool alt) {
     return alt ? l->block[b].front : l->block[b].tail;
   }
-  static DWord load_header(const std::uint64_t* h);
+  [[gnu::always_inline]] static inline DWord load_header(const std::uint64_t* h);
   // The successor the alt bit selects (0 at the end of the chain).
   std::uint64_t next_leaf(std::uint64_t off) const;
   static unsigned header_line(unsigned b, bool alt) { return (b == 0 || !alt) ? 0 : 3; }
   SlotRef find_slot(LeafT* l, const Probe& p) const;
+  template <class Match>
+  SlotRef find_slot_if(LeafT* l, std::uint8_t fp, Match match) const;
+  [[gnu::noinline]] Code find_word(std::string_view key, std::string* value) const;  // u64/f64, inline values
+  [[gnu::noinline]] Code find_general(std::string_view key, std::string* value) const;
   bool leaf_empty(LeafT* l) const;
   std::pair<std::uint64_t, std::uint64_t> descend_read(const Probe& p) const;
+  std::pair<std::uint64_t, std::uint64_t> descend_word(std::uint64_t word) const;  // integer keys
+  std::optional<std::uint64_t> on_leaf(std::uint64_t leaf) const;  // descend's leaf step
   std::uint64_t lock_leaf_for(const Probe& p);
   void unlock_leaf(std::uint64_t off);
   void leaf_insert(LeafT* l, DWord d0, std::uint64_t key_word, std::uint64_t value_word,

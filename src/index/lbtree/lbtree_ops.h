@@ -72,7 +72,7 @@ bool LBTree<M>::read_value(std::uint64_t value_word, std::string* out) const {
 // --- leaf reading ------------------------------------------------------------------------------
 
 template <unsigned M>
-DWord LBTree<M>::load_header(const std::uint64_t* h) {
+inline DWord LBTree<M>::load_header(const std::uint64_t* h) {
   return DWord{{optimistic_read(h[0]), optimistic_read(h[1])}};
 }
 
@@ -83,18 +83,28 @@ std::uint64_t LBTree<M>::next_leaf(std::uint64_t off) const {
   return optimistic_read(l->block[0].tail[alt ? 1 : 0]);
 }
 
+// match(key_word): the slot's key is the probe's. Integer keys compare words (no key-mode
+// test per candidate slot).
 template <unsigned M>
-typename LBTree<M>::SlotRef LBTree<M>::find_slot(LeafT* l, const Probe& p) const {
+template <class Match>
+typename LBTree<M>::SlotRef LBTree<M>::find_slot_if(LeafT* l, std::uint8_t fp,
+                                                    Match match) const {
   const bool alt = (optimistic_read(l->block[0].front[0]) & kAltBit) != 0;
   for (unsigned b = 0; b < M; ++b) {
     const DWord d = load_header(active_header(l, b, alt));
-    for (std::uint32_t m = detail::match_slots(d, p.fp); m != 0; m &= m - 1) {
+    for (std::uint32_t m = detail::match_slots(d, fp); m != 0; m &= m - 1) {
       const auto s = static_cast<unsigned>(std::countr_zero(m));
-      if (keys_.matches(optimistic_read(l->block[b].entry[s][0]), p))
-        return SlotRef{static_cast<int>(b), s, d};
+      if (match(optimistic_read(l->block[b].entry[s][0]))) return SlotRef{static_cast<int>(b), s, d};
     }
   }
   return SlotRef{};
+}
+
+template <unsigned M>
+typename LBTree<M>::SlotRef LBTree<M>::find_slot(LeafT* l, const Probe& p) const {
+  if (!keys_.bytes_mode())
+    return find_slot_if(l, p.fp, [w = p.word](std::uint64_t k) { return k == w; });
+  return find_slot_if(l, p.fp, [&](std::uint64_t k) { return keys_.matches(k, p); });
 }
 
 template <unsigned M>
@@ -108,16 +118,24 @@ bool LBTree<M>::leaf_empty(LeafT* l) const {
 // Optimistic descent to the leaf covering p; returns (leaf, leaf version).
 template <unsigned M>
 std::pair<std::uint64_t, std::uint64_t> LBTree<M>::descend_read(const Probe& p) const {
-  const auto on_leaf = [&](std::uint64_t leaf) {
-    // Alg. 1: prefetch the leaf's lines as soon as the parent names it, so the fetch overlaps
-    // the version read and the parent's validation.
-    index_common::prefetch_lines(leaf_at(leaf), LeafT::kBytes);
-    return versions_->read(leaf);
-  };
   // Integer keys compare words directly (no key-mode test per separator).
-  if (!keys_.bytes_mode())
-    return inner_.descend(index_common::WordProbe{p.word}, on_leaf);
-  return inner_.descend([&](std::uint64_t sep) { return keys_.below(p, sep); }, on_leaf);
+  if (!keys_.bytes_mode()) return descend_word(p.word);
+  return inner_.descend([&](std::uint64_t sep) { return keys_.below(p, sep); },
+                        [&](std::uint64_t leaf) { return on_leaf(leaf); });
+}
+
+template <unsigned M>
+std::pair<std::uint64_t, std::uint64_t> LBTree<M>::descend_word(std::uint64_t word) const {
+  return inner_.descend<kInnerKeys>(index_common::WordProbe{word},
+                                    [&](std::uint64_t leaf) { return on_leaf(leaf); });
+}
+
+template <unsigned M>
+std::optional<std::uint64_t> LBTree<M>::on_leaf(std::uint64_t leaf) const {
+  // Alg. 1: prefetch the leaf's lines as soon as the parent names it, so the fetch overlaps
+  // the version read and the parent's validation.
+  index_common::prefetch_lines(leaf_at(leaf), LeafT::kBytes);
+  return versions_->read(leaf);
 }
 
 // Writers: lock the leaf covering p (DRAM version by CAS from the version seen under the
@@ -151,8 +169,15 @@ void LBTree<M>::unlock_leaf(std::uint64_t off) {
 
 // --- search (Alg. 1) ------------------------------------------------------------------------------
 
+// Two out-of-line bodies behind one test, so that neither pays the other's set-up.
 template <unsigned M>
 Code LBTree<M>::find(std::string_view key, std::string* value) const {
+  if (!keys_.bytes_mode() && inline_values_) return find_word(key, value);
+  return find_general(key, value);
+}
+
+template <unsigned M>
+Code LBTree<M>::find_general(std::string_view key, std::string* value) const {
   const auto guard = pin();
   if (Code c = keys_.check(key); c != Code::ok) return c;
   const Probe p = keys_.probe(key);
@@ -167,6 +192,30 @@ Code LBTree<M>::find(std::string_view key, std::string* value) const {
     if (!versions_->unchanged(off, v) || !ok) continue;
     if (r.block < 0) return Code::not_found;
     if (value != nullptr) value->swap(tmp);
+    return Code::ok;
+  }
+}
+
+// Integer keys with inline values (issue 16's short hot path): no epoch pin (nothing read
+// here is ever freed while the index lives, as pin() says), no key-mode test after check(),
+// and the value word goes straight into the caller's string once the leaf validated.
+template <unsigned M>
+Code LBTree<M>::find_word(std::string_view key, std::string* value) const {
+  if (Code c = keys_.check(key); c != Code::ok) return c;
+  const Probe p = keys_.probe_word(key);
+  for (;;) {
+    const auto [off, v] = descend_word(p.word);
+    LeafT* l = leaf_at(off);  // its lines were prefetched by descend_word
+    const SlotRef r =
+        find_slot_if(l, p.fp, [w = p.word](std::uint64_t k) { return k == w; });
+    const std::uint64_t word =
+        r.block >= 0 ? optimistic_read(l->block[r.block].entry[r.slot][1]) : 0;
+    if (!versions_->unchanged(off, v)) continue;
+    if (r.block < 0) return Code::not_found;
+    if (value != nullptr) {
+      value->resize(8);
+      std::memcpy(value->data(), &word, 8);
+    }
     return Code::ok;
   }
 }

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <thread>
+#include <type_traits>
 
 #include "index/common/node_search.h"
 #include "index/common/prefetch.h"
@@ -286,11 +287,21 @@ Leaf* NBTree::descend(const Order& order) const {
         // its result away.
         const int n = std::clamp(node->count.load(std::memory_order_relaxed), 1,
                                  Inner::kMaxFanout);
-        const auto sep = [node](unsigned i) { return node->keys[1 + i].load(Order::kLoad); };
-        const auto below = [&order](std::uint64_t s) { return !order.ge(s); };
-        const unsigned lo = 1 + index_common::count_not_above<Order::kSearchWindow>(
-                                    static_cast<unsigned>(n - 1), Inner::kMaxFanout - 1, sep,
-                                    below);
+        unsigned lo = 1;
+        if constexpr (std::is_same_v<Order, U64Order>) {
+          // Integer keys: the vector window (issue 16); it may read up to 16 words past
+          // keys[n], which are still inside the node (children follow keys).
+          static_assert(sizeof(Inner::keys[0]) == 8 &&
+                        std::atomic<std::uint64_t>::is_always_lock_free);
+          lo += index_common::count_u64_not_above<Inner::kMaxFanout - 1>(
+              reinterpret_cast<const std::uint64_t*>(&node->keys[1]),
+              static_cast<unsigned>(n - 1), order.key);
+        } else {
+          const auto sep = [node](unsigned i) { return node->keys[1 + i].load(Order::kLoad); };
+          const auto below = [&order](std::uint64_t s) { return !order.ge(s); };
+          lo += index_common::count_not_above<Order::kSearchWindow>(
+              static_cast<unsigned>(n - 1), Inner::kMaxFanout - 1, sep, below);
+        }
         child = node->children[lo - 1].load(std::memory_order_relaxed);
       }
       std::atomic_thread_fence(std::memory_order_acquire);

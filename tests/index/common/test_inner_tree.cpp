@@ -34,6 +34,21 @@ std::uint64_t route_words(const InnerTree& t, std::uint64_t key) {
       .first;
 }
 
+// The compile-time-capacity descent (descend<kKeys>: AVX2 window, unrolled prefetch) for the
+// fanouts the indexes pass it and the window's edges; other fanouts route as route_words.
+std::uint64_t route_fixed(const InnerTree& t, std::uint64_t key) {
+  const auto leaf = [](std::uint64_t) { return std::optional<std::uint64_t>(0); };
+  switch (t.max_keys()) {
+    case 3: return t.descend<3>(WordProbe{key}, leaf).first;
+    case 14: return t.descend<14>(WordProbe{key}, leaf).first;
+    case 15: return t.descend<15>(WordProbe{key}, leaf).first;
+    case 16: return t.descend<16>(WordProbe{key}, leaf).first;
+    case 17: return t.descend<17>(WordProbe{key}, leaf).first;
+    case 127: return t.descend<127>(WordProbe{key}, leaf).first;
+    default: return route_words(t, key);
+  }
+}
+
 std::uint64_t route_lambda(const InnerTree& t, std::uint64_t key) {
   return t.descend([key](std::uint64_t sep) { return key < sep; },
                    [](std::uint64_t) { return std::optional<std::uint64_t>(0); })
@@ -58,6 +73,7 @@ void expect_routes(const InnerTree& t, const std::vector<std::uint64_t>& seps,
     const std::uint64_t want = leaf_id(oracle(seps, key));
     ASSERT_EQ(route_words(t, key), want) << "WordProbe, max_keys " << max_keys << ", key " << key;
     ASSERT_EQ(route_lambda(t, key), want) << "lambda, max_keys " << max_keys << ", key " << key;
+    ASSERT_EQ(route_fixed(t, key), want) << "fixed, max_keys " << max_keys << ", key " << key;
   }
 }
 
@@ -108,7 +124,38 @@ TEST_P(InnerTreeRouting, TreeGrownBySplitsRoutesLikeTheOracle) {
     const std::uint64_t want = ids[oracle(seps, key)];
     ASSERT_EQ(route_words(t, key), want) << "WordProbe, max_keys " << max_keys << ", key " << key;
     ASSERT_EQ(route_lambda(t, key), want) << "lambda, max_keys " << max_keys << ", key " << key;
+    ASSERT_EQ(route_fixed(t, key), want) << "fixed, max_keys " << max_keys << ", key " << key;
   }
+}
+
+// count_u64_window against a plain count, for every count and window size the descents use;
+// the words past cnt are garbage (small and huge) that must not be counted.
+template <unsigned kSlots>
+void expect_window_counts(std::mt19937_64& rng) {
+  for (int round = 0; round < 200; ++round) {
+    alignas(64) std::uint64_t k[16];
+    for (auto& w : k) w = rng();
+    std::sort(k, k + kSlots);
+    for (unsigned cnt = 0; cnt <= kSlots; ++cnt) {
+      for (unsigned i = cnt; i < 16; ++i) k[i] = (round % 2) != 0 ? 0 : ~std::uint64_t{0};
+      std::vector<std::uint64_t> ps = {0, ~std::uint64_t{0}, rng()};
+      for (unsigned i = 0; i < cnt; ++i) ps.insert(ps.end(), {k[i] - 1, k[i], k[i] + 1});
+      for (std::uint64_t p : ps) {
+        const auto want = static_cast<unsigned>(std::count_if(
+            k, k + cnt, [p](std::uint64_t w) { return w <= p; }));
+        ASSERT_EQ(pmindex::index_common::count_u64_window<kSlots>(k, cnt, p), want)
+            << "window " << kSlots << ", cnt " << cnt << ", probe " << p;
+      }
+    }
+  }
+}
+
+TEST(NodeSearch, WindowCountsLikeAPlainCount) {
+  std::mt19937_64 rng(16);
+  expect_window_counts<3>(rng);
+  expect_window_counts<14>(rng);
+  expect_window_counts<15>(rng);
+  expect_window_counts<16>(rng);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fanouts, InnerTreeRouting,
