@@ -56,9 +56,17 @@ std::string_view ScanBuffer::value(std::size_t i) const {
   return {bytes_.data() + e.value_off, e.value_len};
 }
 
+// Insert, or update what is there. A concurrent remove can land between the two steps (update
+// then answers not_found) and a concurrent insert between an update's miss and the retried
+// insert (already_present again), so loop until one step answers definitively. Each retry means
+// another thread's operation completed, so the loop makes progress system-wide.
 Code Index::upsert(std::string_view key, std::string_view value) {
-  const Code c = insert(key, value);
-  return c == Code::already_present ? update(key, value) : c;
+  for (;;) {
+    const Code c = insert(key, value);
+    if (c != Code::already_present) return c;
+    const Code u = update(key, value);
+    if (u != Code::not_found) return u;
+  }
 }
 
 Status Index::bulk_load(std::span<const KeyValue> sorted, double fill) {

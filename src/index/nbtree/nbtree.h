@@ -251,7 +251,6 @@ class NBTree final : public Index {
   std::string_view kind() const override { return "nbtree"; }
   Code insert(std::string_view key, std::string_view value) override;
   Code update(std::string_view key, std::string_view value) override;
-  Code upsert(std::string_view key, std::string_view value) override;
   Code find(std::string_view key, std::string* value) const override;
   Code remove(std::string_view key) override;
   std::size_t scan(std::string_view start, std::size_t max, ScanBuffer& out) const override;

@@ -197,11 +197,6 @@ Code RefList::update(std::string_view key, std::string_view value) {
   return Code::ok;
 }
 
-Code RefList::upsert(std::string_view key, std::string_view value) {
-  const Code c = insert(key, value);
-  return c == Code::already_present ? update(key, value) : c;
-}
-
 Code RefList::find(std::string_view key, std::string* value) const {
   if (Code c = check_key(key); c != Code::ok) return c;
   std::lock_guard<std::mutex> lock(mu_);
