@@ -166,9 +166,12 @@ class IndexRegistry {
     std::string description;
     // The layout id a pool made with these options carries (kind, node size, key mode).
     pm::Layout (*layout)(const Options&);
+    // Refuses options this kind cannot create a pool with (node size, key and value limits).
+    // Index::open calls it before any file is created or replaced.
+    Status (*validate)(const Options&);
     // Pool bytes to reserve when Options::pool_size is 0 (from expected_records).
     std::size_t (*default_pool_size)(const Options&);
-    // Builds an empty index on a freshly created pool.
+    // Builds an empty index on a freshly created pool (options already validated).
     Result<std::unique_ptr<Index>> (*create)(PoolPtr pool, const Options&);
     // Validates and recovers the index in an existing pool (never trusting its contents),
     // then calls pool->commit_open().

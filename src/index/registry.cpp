@@ -12,15 +12,18 @@ namespace pmindex {
 const std::vector<IndexRegistry::Entry>& IndexRegistry::entries() {
   static const std::vector<Entry> kEntries = {
       {"reflist", "reference index: persistent sorted list with a DRAM map over it",
-       &reflist::RefList::layout_for, &reflist::RefList::default_pool_size,
+       &reflist::RefList::layout_for, &reflist::RefList::validate,
+       &reflist::RefList::default_pool_size,
        &reflist::RefList::create, &reflist::RefList::recover},
       {"apex", "APEX: persistent learned index (probe-and-stash, DRAM accelerators, logged SMOs)",
-       &apex::Apex::layout_for, &apex::Apex::default_pool_size, &apex::Apex::create,
+       &apex::Apex::layout_for, &apex::Apex::validate, &apex::Apex::default_pool_size,
+       &apex::Apex::create,
        &apex::Apex::recover},
       {"lbtree", "LB+-Tree: PM leaves (256 B x m) with entry moving and logless splits, DRAM inner nodes",
-       &lbtree::layout_for, &lbtree::default_pool_size, &lbtree::create, &lbtree::recover},
+       &lbtree::layout_for, &lbtree::validate, &lbtree::default_pool_size, &lbtree::create,
+       &lbtree::recover},
       {"nbtree", "NBTree: lock-free two-layer-leaf B+-tree (DRAM metadata, PM key-value layer)",
-       &nbtree::NBTree::layout_for, &nbtree::NBTree::default_pool_size,
+       &nbtree::NBTree::layout_for, &nbtree::NBTree::validate, &nbtree::NBTree::default_pool_size,
        &nbtree::NBTree::create, &nbtree::NBTree::recover},
       fptree::registry_entry(),
   };

@@ -162,6 +162,7 @@ inline std::uint8_t fingerprint(std::uint64_t key) {
 class Apex final : public Index {
  public:
   static pm::Layout layout_for(const Options& options);
+  static Status validate(const Options& options);  // before any file is touched
   static std::size_t default_pool_size(const Options& options);
   static Result<std::unique_ptr<Index>> create(std::unique_ptr<pm::Pool> pool,
                                                const Options& options);

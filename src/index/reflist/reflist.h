@@ -61,6 +61,7 @@ class RefList final : public Index {
  public:
   // IndexRegistry entry points.
   static pm::Layout layout_for(const Options& options);
+  static Status validate(const Options& options);  // before any file is touched
   static std::size_t default_pool_size(const Options& options);
   static Result<std::unique_ptr<Index>> create(std::unique_ptr<pm::Pool> pool,
                                                const Options& options);
