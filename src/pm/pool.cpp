@@ -543,6 +543,7 @@ Result<HeaderInfo> Pool::inspect(const std::string& path) {
   if (::stat(path.c_str(), &st) != 0)
     return make_error(path, Code::io_error, errno == ENOENT ? "no such pool file"
                                                             : "cannot stat: " + errno_text(errno));
+  if (!S_ISREG(st.st_mode)) return make_error(path, Code::io_error, "not a regular file");
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return make_error(path, Code::io_error, "cannot open: " + errno_text(errno));
   PoolHeader h{};
