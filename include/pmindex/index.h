@@ -14,7 +14,10 @@
 //   KeyType::bytes  1..max_key_size bytes of anything (NUL bytes included); some indexes also
 //                   accept the empty key (see each index's README section)
 // Values are byte strings up to the index's documented limit (8 bytes for most indexes; larger
-// values, where supported, are stored out of line).
+// values, where supported, are stored out of line). A value longer than the limit is
+// Code::value_too_large in every index. In a fixed 8-byte value mode (APEX always; LB+-Tree
+// and FPTree with max_value_size 8) a shorter value is Code::invalid_argument; NBTree and the
+// reference index take any length up to the limit.
 //
 // Thread safety: every operation may be called concurrently from several threads, unless an
 // index documents otherwise (the reference index serialises with one mutex). A thread that

@@ -6,6 +6,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/sysmacros.h>
 #include <sys/vfs.h>
 #include <unistd.h>
 
@@ -225,6 +226,30 @@ void random_uuid(std::uint8_t* out) {
 
 bool valid_kind(const std::string& kind) { return !kind.empty() && kind.size() < 16; }
 
+// Who holds the flock on fd's file, from /proc/locks ("1: FLOCK ADVISORY WRITE <pid>
+// <major>:<minor>:<inode> 0 EOF"; the pid is the process that took the lock). A second open in
+// the same process conflicts too (flock is per open file description), and "another process"
+// then sent users looking for a process that does not exist.
+std::string busy_text(int fd) {
+  struct stat st{};
+  std::ifstream locks("/proc/locks");
+  std::string line;
+  while (fstat(fd, &st) == 0 && std::getline(locks, line)) {
+    char kind[16] = {};
+    int pid = 0;
+    unsigned maj = 0, min = 0;
+    unsigned long ino = 0;
+    if (std::sscanf(line.c_str(), "%*d: %15s %*s %*s %d %x:%x:%lu", kind, &pid, &maj, &min,
+                    &ino) != 5 ||
+        std::strcmp(kind, "FLOCK") != 0 || ino != st.st_ino || maj != major(st.st_dev) ||
+        min != minor(st.st_dev))
+      continue;
+    if (pid == getpid()) return "pool is already open in this process";
+    return "pool is open in another process (pid " + std::to_string(pid) + ")";
+  }
+  return "pool is open in another process";
+}
+
 }  // namespace
 
 namespace {
@@ -278,7 +303,7 @@ Status make_unpublished_file(const PoolOptions& o, std::size_t size, Unpublished
   if (o.overwrite) {
     f->displaced = ::open(o.path.c_str(), O_RDONLY | O_CLOEXEC);
     if (f->displaced >= 0 && o.lock && flock(f->displaced, LOCK_EX | LOCK_NB) != 0)
-      return make_error(name, Code::busy, "pool is open in another process");
+      return make_error(name, Code::busy, busy_text(f->displaced));
   }
   f->fd = ::open(directory_of(o.path).c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0664);
   if (f->fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
@@ -467,7 +492,7 @@ Result<std::unique_ptr<Pool>> Pool::open(const PoolOptions& o) {
   pool->path_ = o.path;
   pool->mode_ = o.mode;
   if (o.lock && flock(fd, (o.private_mapping ? LOCK_SH : LOCK_EX) | LOCK_NB) != 0)
-    return make_error(name, Code::busy, "pool is open in another process");
+    return make_error(name, Code::busy, busy_text(fd));
 
   const auto actual = static_cast<std::uint64_t>(st.st_size);
   if (actual < kHeaderSize) {

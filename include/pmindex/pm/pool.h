@@ -15,7 +15,7 @@
 //
 // Thread safety: a Pool is created/opened by one thread; afterwards base(), size(), root and
 // allocator() may be used from any thread. The file is locked (flock) while open, so a second
-// process gets Code::busy.
+// open (another process, or this one again) gets Code::busy; the message says which.
 #pragma once
 
 #include <array>

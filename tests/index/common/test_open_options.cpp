@@ -3,11 +3,13 @@
 //   - a refused create leaves no file (nor a temporary one) behind;
 //   - a refused create with overwrite leaves the existing pool byte-for-byte as it was;
 //   - a huge expected_records is refused, not wrapped into a tiny default pool size;
-//   - two processes racing open_or_create on one path: exactly one creates, the other opens
-//     or gets busy, never "file exists" or a half-made file.
+//   - two processes racing open_or_create on one path (200 rounds): exactly one creates, the
+//     other opens or gets busy, never "file exists" or a half-made file.
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -119,9 +121,13 @@ INSTANTIATE_TEST_SUITE_P(AllKinds, OpenOptions, ::testing::ValuesIn(IndexRegistr
 // Outcome of one open_or_create, as a process exit code.
 enum Outcome : int { kCreated = 10, kOpened = 11, kBusy = 12, kOtherError = 13 };
 
-int open_or_create_once(const std::string& path, int start_fd) {
-  char go = 0;
-  if (read(start_fd, &go, 1) != 1) return kOtherError;  // both sides start together
+// Both processes spin on a shared counter until both have arrived, so their opens overlap
+// (a pipe wake-up left them too far apart to hit the old stat-then-create window).
+int open_or_create_once(const std::string& path, std::atomic<int>* arrived) {
+  // seq_cst: a plain two-party barrier; cost is irrelevant here.
+  arrived->fetch_add(1);
+  while (arrived->load() < 2) {
+  }
   Options o;
   o.kind = "reflist";
   o.path = path;
@@ -141,20 +147,22 @@ int open_or_create_once(const std::string& path, int start_fd) {
 TEST(OpenOrCreate, TwoProcessesRacingOnePathOneCreatesTheOtherOpensOrIsBusy) {
   TempDir dir;
   const std::string path = dir.file("race.pool");
+  void* shared = mmap(nullptr, sizeof(std::atomic<int>), PROT_READ | PROT_WRITE,
+                      MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(shared, MAP_FAILED);
+  auto* arrived = new (shared) std::atomic<int>(0);
+  static_assert(std::atomic<int>::is_always_lock_free);  // works across processes
+  constexpr int kRounds = 200;
   int created_by_one = 0, other_errors = 0, both_busy_or_opened = 0;
-  for (int round = 0; round < 50; ++round) {
+  for (int round = 0; round < kRounds; ++round) {
     std::filesystem::remove(path);
-    int start[2];
-    ASSERT_EQ(pipe(start), 0);
+    arrived->store(0);
     const pid_t child = fork();
     ASSERT_GE(child, 0);
-    if (child == 0) _exit(open_or_create_once(path, start[0]));
-    ASSERT_EQ(write(start[1], "gg", 2), 2);  // one byte each
-    const int mine = open_or_create_once(path, start[0]);
+    if (child == 0) _exit(open_or_create_once(path, arrived));
+    const int mine = open_or_create_once(path, arrived);
     int status = 0;
     ASSERT_EQ(waitpid(child, &status, 0), child);
-    close(start[0]);
-    close(start[1]);
     ASSERT_TRUE(WIFEXITED(status));
     const int theirs = WEXITSTATUS(status);
     if (mine == kOtherError || theirs == kOtherError) ++other_errors;
@@ -163,7 +171,8 @@ TEST(OpenOrCreate, TwoProcessesRacingOnePathOneCreatesTheOtherOpensOrIsBusy) {
   }
   EXPECT_EQ(other_errors, 0);
   EXPECT_EQ(both_busy_or_opened, 0) << "a round where neither or both created";
-  EXPECT_EQ(created_by_one, 50);
+  EXPECT_EQ(created_by_one, kRounds);
+  munmap(shared, sizeof(std::atomic<int>));
   EXPECT_EQ(files_in(dir.path()), std::vector<std::string>{"race.pool"});
 }
 
