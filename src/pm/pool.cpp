@@ -250,10 +250,6 @@ std::string busy_text(int fd) {
   return "pool is open in another process";
 }
 
-}  // namespace
-
-namespace {
-
 // A pool file under construction: an unnamed file (O_TMPFILE), or where the file system lacks
 // those a hidden name in the same directory, so nothing appears at the pool's path until the
 // header is whole. `temp` is that hidden name (empty for an unnamed file); the destructor
