@@ -5,7 +5,9 @@
 #include "dataset.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
+#include <limits>
 #include <sstream>
 
 namespace pmbench {
@@ -74,6 +76,59 @@ namespace {
 struct Invalid {
   std::string message;
 };
+
+// Upper bounds for counts: far above any run this machine class can hold, low enough that
+// sizes derived from them (pools, schedules) cannot wrap.
+constexpr std::uint64_t kMaxCount = 10'000'000'000;           // records, operations
+constexpr std::uint64_t kMaxPoolSize = std::uint64_t{1} << 50;  // 1 PiB
+
+// A whole-number flag in [lo, hi]. The text itself is checked: CLI11 reads "-5" into an
+// unsigned as 2^64 - 5, which then ran away or aborted in a length_error.
+CLI::Validator whole_number(std::uint64_t lo, std::uint64_t hi) {
+  const std::string range = "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+  return CLI::Validator(
+      [lo, hi, range](std::string& s) -> std::string {
+        std::uint64_t v = 0;
+        const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+        if (s.empty() || ec == std::errc::invalid_argument || end != s.data() + s.size())
+          return "must be a whole number in " + range + ", got '" + s + "'";
+        if (ec == std::errc::result_out_of_range || v < lo || v > hi)
+          return "must be in " + range + ", got " + s;
+        return {};
+      },
+      range);
+}
+
+// A byte count with an optional binary suffix: 1048576, 64K, 512M, 8G, 1T (also KiB/MiB/...
+// and KB/MB/...: all powers of 1024). 0 keeps the index's default.
+bool parse_size(const std::string& s, std::uint64_t* out) {
+  std::uint64_t v = 0;
+  const char* end = s.data() + s.size();
+  const auto [p, ec] = std::from_chars(s.data(), end, v);
+  if (s.empty() || ec != std::errc{}) return false;
+  std::string unit(p, end);
+  for (char& ch : unit) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  static const std::pair<const char*, int> kUnits[] = {{"", 0}, {"B", 0}, {"K", 10}, {"M", 20},
+                                                       {"G", 30}, {"T", 40}, {"P", 50}};
+  for (const auto& [name, shift] : kUnits) {
+    const std::string n = name;
+    if (unit != n && unit != n + "B" && unit != n + "IB") continue;
+    if (shift > 0 && v > (std::numeric_limits<std::uint64_t>::max() >> shift)) return false;
+    *out = v << shift;
+    return true;
+  }
+  return false;
+}
+
+void apply_pool_size(const std::string& text, Config& c) {
+  std::uint64_t bytes = 0;
+  if (!parse_size(text, &bytes) || bytes > kMaxPoolSize)
+    throw Invalid{"--pool_size must be a byte count up to 1P, optionally with a suffix "
+                  "(64K, 512M, 8G, 1T), got '" + text + "'"};
+  if (bytes != 0 && bytes < (std::uint64_t{64} << 10))
+    throw Invalid{"--pool_size must be 0 (the index's default) or at least 64K, got '" + text + "'"};
+  c.pool_size = static_cast<std::size_t>(bytes);
+}
 
 void apply_workload(Config& c) {
   if (c.workload.empty()) return;
@@ -151,14 +206,18 @@ int parse_command_line(int argc, const char* const* argv, Config* out, std::ostr
   Config& c = *out;
   CLI::App app{"pmbench: a PiBench-compatible benchmark for persistent-memory range indexes"};
   app.add_option("index", c.target, "built-in index name (see --list) or path to a tree_api library");
-  app.add_option("-n,--records", c.records, "records to load")->capture_default_str();
+  app.set_version_flag("--version", std::string("pmbench ") + PMINDEX_VERSION_STRING);
+  app.add_option("-n,--records", c.records, "records to load")
+      ->check(whole_number(0, kMaxCount))->capture_default_str();
   app.add_option("-p,--operations", c.operations, "operations to run (operation mode)")
-      ->capture_default_str();
+      ->check(whole_number(0, kMaxCount))->capture_default_str();
   app.add_option("-t,--threads", c.threads, "worker threads")
-      ->check(CLI::Range(1u, 1024u))->capture_default_str();
+      ->check(whole_number(1, 1024))->capture_default_str();
   app.add_option("-f,--key_prefix", c.key_prefix, "key prefix (key_size > 8)");
-  app.add_option("-k,--key_size", c.key_size, "key bytes")->capture_default_str();
-  app.add_option("-v,--value_size", c.value_size, "value bytes")->capture_default_str();
+  app.add_option("-k,--key_size", c.key_size, "key bytes")
+      ->check(whole_number(1, 65536))->capture_default_str();
+  app.add_option("-v,--value_size", c.value_size, "value bytes")
+      ->check(whole_number(1, 65536))->capture_default_str();
   app.add_option("-r,--read_ratio", c.ratio[0], "read ratio")->capture_default_str();
   app.add_option("-i,--insert_ratio", c.ratio[1], "insert ratio")->capture_default_str();
   app.add_option("-u,--update_ratio", c.ratio[2], "update ratio")->capture_default_str();
@@ -169,20 +228,25 @@ int parse_command_line(int argc, const char* const* argv, Config* out, std::ostr
   app.add_option("--scan_size", c.scan_size, "records per scan")
       ->check(CLI::Range(1, 1000))->capture_default_str();
   app.add_option("--sampling_ms", c.sampling_ms, "throughput sampling period (ms)")
-      ->check(CLI::Range(1u, 3'600'000u))->capture_default_str();
+      ->check(whole_number(1, 3'600'000))->capture_default_str();
   std::string distribution = "UNIFORM";
   app.add_option("--distribution", distribution, "UNIFORM|SELFSIMILAR|ZIPFIAN|LATEST (any case)")
       ->capture_default_str();
   app.add_option("--skew", c.skew, "selfsimilar (0,0.5]; zipfian [0,1)")->capture_default_str();
-  app.add_option("--seed", c.seed, "random seed")->capture_default_str();
+  app.add_option("--seed", c.seed, "random seed")
+      ->check(whole_number(0, std::numeric_limits<std::uint64_t>::max()))->capture_default_str();
   app.add_option("--pool_path", c.pool_path, "pool file (default: a temporary file under /dev/shm/pmindex)");
-  app.add_option("--pool_size", c.pool_size, "pool bytes (0: the index's default)")->capture_default_str();
+  std::string pool_size = "0";
+  app.add_option("--pool_size", pool_size,
+                 "pool bytes, suffixes K M G T (powers of 1024; 0: the index's default)")
+      ->capture_default_str();
   app.add_flag("--skip_load", c.skip_load, "open the existing pool at --pool_path instead of loading");
   app.add_option("--latency_sampling", c.latency_sampling, "fraction of operations timed")
       ->check(CLI::Range(0.0, 1.0))->capture_default_str();
   std::string mode = "operation";
   app.add_option("-m,--mode", mode, "operation|time")->capture_default_str();
-  app.add_option("--seconds", c.seconds, "run length in time mode")->capture_default_str();
+  app.add_option("--seconds", c.seconds, "run length in time mode")
+      ->check(CLI::Range(0.0, 604800.0))->capture_default_str();
   app.add_option("--persistence", c.persistence, "adr|eadr|dram")
       ->check(CLI::IsMember({"adr", "eadr", "dram"}))->capture_default_str();
   app.add_option("--json", c.json_path, "write results as JSON to FILE");
@@ -191,7 +255,7 @@ int parse_command_line(int argc, const char* const* argv, Config* out, std::ostr
   app.add_flag("--probe_memory", c.probe_memory,
                "measure the machine's random-access memory latency (4 KiB and huge pages) and exit");
   app.add_option("--probe_mib", c.probe_mib, "--probe_memory's working set (MiB)")
-      ->check(CLI::Range(2u, 65536u))->capture_default_str();
+      ->check(whole_number(2, 65536))->capture_default_str();
   app.add_flag("--verify", c.verify, "conformance mode: check every result, stop at the first mismatch");
   app.add_option("--dataset", c.dataset,
                  "keys from a file (SOSD binary, or text with one key per line) or a generator "
@@ -201,16 +265,17 @@ int parse_command_line(int argc, const char* const* argv, Config* out, std::ostr
       ->capture_default_str();
   app.add_option("--workload", c.workload, "ycsb-a .. ycsb-f (sets the ratios; zipfian 0.99, D latest 0.99)");
   app.add_option("--repeat", c.repeat, "repeat load+run N times")
-      ->check(CLI::Range(1u, 1000u))->capture_default_str();
+      ->check(whole_number(1, 1000))->capture_default_str();
   app.add_flag("--warmup", c.warmup, "an untimed read pass over loaded keys before the run");
   app.add_option("--key_type", c.key_type, "u64|double|bytes (built-in indexes)")
       ->check(CLI::IsMember({"u64", "double", "bytes"}))->capture_default_str();
-  app.add_option("--node_size", c.node_size, "node bytes (built-in indexes; 0: default)");
+  app.add_option("--node_size", c.node_size, "node bytes (built-in indexes; 0: default)")
+      ->check(whole_number(0, 1 << 20));
   app.add_flag("--bulk_load", c.bulk_load, "load sorted records through the native bulk loader");
   app.add_option("--fill", c.fill, "bulk-load fill factor (0,1]")
       ->check(CLI::Range(0.000001, 1.0))->capture_default_str();
   app.add_option("--value_bits", c.value_bits, "value bits used (48 like a pointer, 64 all)")
-      ->check(CLI::Range(1u, 64u))->capture_default_str();
+      ->check(whole_number(1, 64))->capture_default_str();
   app.add_flag("!--no_progress", c.progress, "no progress bar");
   app.add_flag("-q,--quiet", c.quiet, "no human summary on stdout");
   app.add_option("--recovery", c.recovery, "measure recovery after the run: clean|crash")
@@ -218,6 +283,7 @@ int parse_command_line(int argc, const char* const* argv, Config* out, std::ostr
   try {
     app.parse(argc, argv);
     c.skew_given = app.count("--skew") > 0;
+    apply_pool_size(pool_size, c);
     // Conformance runs use all 64 value bits unless told otherwise, so an index that steals
     // value bits is caught.
     if (c.verify && app.count("--value_bits") == 0) c.value_bits = 64;
@@ -240,6 +306,9 @@ int parse_command_line(int argc, const char* const* argv, Config* out, std::ostr
     return 0;
   } catch (const CLI::CallForAllHelp&) {
     out_stream << app.help();
+    return 0;
+  } catch (const CLI::CallForVersion& e) {
+    out_stream << e.what() << "\n";
     return 0;
   } catch (const CLI::ParseError& e) {
     err << "pmbench: " << e.what() << " (see --help)\n";

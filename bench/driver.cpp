@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -551,6 +552,57 @@ bool measure_recovery(const Config& c, const WorkloadSpec& spec, std::unique_ptr
 
 }  // namespace
 
+namespace {
+
+// The temporary pool's path for the signal handlers: a fixed buffer (nothing allocated or
+// locked in a handler) armed with an atomic flag (lock-free, so signal-safe), plus the pid
+// that owns it so the recovery child, which inherits the handlers, never removes it.
+char g_temp_pool[4096];
+std::atomic<bool> g_temp_pool_armed{false};
+pid_t g_temp_pool_owner = 0;
+
+extern "C" void remove_temp_pool_and_reraise(int sig) {
+  // acquire: pairs with the release in TemporaryPool, so the path bytes are complete.
+  if (g_temp_pool_armed.load(std::memory_order_acquire) && ::getpid() == g_temp_pool_owner)
+    ::unlink(g_temp_pool);
+  ::signal(sig, SIG_DFL);  // then die of the signal, so the exit status still says which
+  ::raise(sig);
+}
+
+// Removes the temporary pool on every exit path pmbench controls: scope exit (returns and
+// exceptions caught in main) and SIGINT, SIGTERM, SIGHUP, SIGQUIT and SIGABRT (an abort).
+class TemporaryPool {
+ public:
+  TemporaryPool(bool on, const std::string& path) : on_(on && path.size() < sizeof g_temp_pool) {
+    if (!on_) return;
+    std::memcpy(g_temp_pool, path.c_str(), path.size() + 1);
+    g_temp_pool_owner = ::getpid();
+    g_temp_pool_armed.store(true, std::memory_order_release);  // publishes the path bytes
+    static const bool installed = [] {
+      for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGABRT}) {
+        struct sigaction sa{};
+        sa.sa_handler = remove_temp_pool_and_reraise;
+        sigemptyset(&sa.sa_mask);
+        ::sigaction(sig, &sa, nullptr);
+      }
+      return true;
+    }();
+    (void)installed;
+  }
+  ~TemporaryPool() {
+    if (!on_) return;
+    g_temp_pool_armed.store(false, std::memory_order_release);
+    ::unlink(g_temp_pool);
+  }
+  TemporaryPool(const TemporaryPool&) = delete;
+  TemporaryPool& operator=(const TemporaryPool&) = delete;
+
+ private:
+  bool on_;
+};
+
+}  // namespace
+
 bool is_builtin(const std::string& name) { return pmindex::IndexRegistry::find(name) != nullptr; }
 
 std::string default_pool_path(const Config& c, bool* temporary) {
@@ -594,8 +646,9 @@ bool run_once(const Config& config, unsigned repeat, RunResult* r, std::string* 
   r->max_key_size = c.key_size;
   r->variable_keys = c.variable_keys;
   bool temporary = false;
-  std::unique_ptr<Target> target;
   std::string pool_path;
+  std::optional<TemporaryPool> remove_pool;  // declared before the target: removed after it
+  std::unique_ptr<Target> target;
   const std::size_t malloc_before = ::mallinfo2().uordblks;
   if (auto dram = make_dram_target(c.target)) {
     target = std::move(dram);
@@ -603,6 +656,7 @@ bool run_once(const Config& config, unsigned repeat, RunResult* r, std::string* 
     pool_path = default_pool_path(c, &temporary);
     std::error_code ec;
     std::filesystem::create_directories(std::filesystem::path(pool_path).parent_path(), ec);
+    remove_pool.emplace(temporary, pool_path);  // armed before the file exists
     target = make_native_target(c, pool_path, /*fresh=*/!c.skip_load, error, &r->usage_error);
   } else if (c.target.find('/') != std::string::npos || c.target.ends_with(".so")) {
     pool_path = c.pool_path;
@@ -613,12 +667,9 @@ bool run_once(const Config& config, unsigned repeat, RunResult* r, std::string* 
     for (const auto& n : dram_comparator_names()) names += " " + n;
     *error = "unknown index '" + c.target + "' (built-in:" + names +
              "; a tree_api library is given by path)";
+    r->usage_error = true;
     return false;
   }
-  struct RemovePool {
-    bool on; std::string path;
-    ~RemovePool() { if (on) { std::error_code ec; std::filesystem::remove(path, ec); } }
-  } remove_pool{temporary, pool_path};
   if (!target) return false;
   const TargetInfo& info = target->info();
   r->target_kind = info.kind;

@@ -1,7 +1,9 @@
 // pmbench: a PiBench-compatible benchmark for persistent-memory range indexes.
 // Usage: pmbench <built-in name | path/to/tree_api.so> [PiBench flags] [extensions]
-// Exit codes: 0 success, 1 a run failed (open error, validation or conformance mismatch),
-// 2 invalid command line.
+// Exit codes: 0 success, 1 a run failed (open error, validation or conformance mismatch,
+// out of memory), 2 invalid command line.
+#include <cstdio>
+#include <exception>
 #include <fstream>
 #include <iostream>
 
@@ -76,7 +78,7 @@ int write_index_list(const std::string& path) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   pmbench::Config c;
   const int code = pmbench::parse_command_line(argc, argv, &c, std::cout, std::cerr);
   if (code >= 0) return code;
@@ -116,4 +118,17 @@ int main(int argc, char** argv) {
   }
   if (status != 0) std::cerr << "pmbench: conformance FAILED: " << runs.back().verify_error << "\n";
   return status;
+}
+
+int main(int argc, char** argv) {
+  // Line-buffered even into a pipe or file (std::cout writes through stdio): a run that is
+  // killed or times out keeps every line printed so far.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    // Caught, not left to std::terminate, so every scope unwinds (the temporary pool goes).
+    std::cerr << "pmbench: " << e.what() << "\n";
+    return 1;
+  }
 }

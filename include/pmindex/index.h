@@ -14,7 +14,10 @@
 //   KeyType::bytes  1..max_key_size bytes of anything (NUL bytes included); some indexes also
 //                   accept the empty key (see each index's README section)
 // Values are byte strings up to the index's documented limit (8 bytes for most indexes; larger
-// values, where supported, are stored out of line).
+// values, where supported, are stored out of line). A value longer than the limit is
+// Code::value_too_large in every index. In a fixed 8-byte value mode (APEX always; LB+-Tree
+// and FPTree with max_value_size 8) a shorter value is Code::invalid_argument; NBTree and the
+// reference index take any length up to the limit.
 //
 // Thread safety: every operation may be called concurrently from several threads, unless an
 // index documents otherwise (the reference index serialises with one mutex). A thread that
@@ -178,9 +181,12 @@ class IndexRegistry {
     std::string description;
     // The layout id a pool made with these options carries (kind, node size, key mode).
     pm::Layout (*layout)(const Options&);
+    // Refuses options this kind cannot create a pool with (node size, key and value limits).
+    // Index::open calls it before any file is created or replaced.
+    Status (*validate)(const Options&);
     // Pool bytes to reserve when Options::pool_size is 0 (from expected_records).
     std::size_t (*default_pool_size)(const Options&);
-    // Builds an empty index on a freshly created pool.
+    // Builds an empty index on a freshly created pool (options already validated).
     Result<std::unique_ptr<Index>> (*create)(PoolPtr pool, const Options&);
     // Validates and recovers the index in an existing pool (never trusting its contents),
     // then calls pool->commit_open().

@@ -24,7 +24,7 @@ enum class Code : unsigned char {
   corrupted,         // the pool's content breaks an invariant (bad offset, cycle, checksum)
   io_error,          // open/mmap/fallocate/... failed
   wrong_layout,      // the pool belongs to another index, node size or key mode
-  busy,              // the pool is open in another process
+  busy,              // the pool is open (in another process, or already in this one)
   unsupported,       // the index or mode does not offer this
 };
 

@@ -168,6 +168,8 @@ Status match_contents(const Index& index, std::uint64_t key_space, const Oracle&
 Result<std::unique_ptr<pm::Pool>> create_run_pool(const IndexRegistry::Entry& entry,
                                                   const Options& options, std::size_t size,
                                                   pm::Mode mode) {
+  // The drivers call entry.create directly, which (like Index::open) expects checked options.
+  if (Status s = entry.validate(options); !s.ok()) return s;
   pm::PoolOptions po;
   po.size = size;
   po.mode = mode;

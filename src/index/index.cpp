@@ -1,6 +1,4 @@
 // The parts of the native API every index shares: key encodings, ScanBuffer, Index::open.
-#include <sys/stat.h>
-
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -56,9 +54,17 @@ std::string_view ScanBuffer::value(std::size_t i) const {
   return {bytes_.data() + e.value_off, e.value_len};
 }
 
+// Insert, or update what is there. A concurrent remove can land between the two steps (update
+// then answers not_found) and a concurrent insert between an update's miss and the retried
+// insert (already_present again), so loop until one step answers definitively. Each retry means
+// another thread's operation completed, so the loop makes progress system-wide.
 Code Index::upsert(std::string_view key, std::string_view value) {
-  const Code c = insert(key, value);
-  return c == Code::already_present ? update(key, value) : c;
+  for (;;) {
+    const Code c = insert(key, value);
+    if (c != Code::already_present) return c;
+    const Code u = update(key, value);
+    if (u != Code::not_found) return u;
+  }
 }
 
 Status Index::bulk_load(std::span<const KeyValue> sorted, double fill) {
@@ -73,8 +79,24 @@ Status Index::bulk_load(std::span<const KeyValue> sorted, double fill) {
 
 namespace {
 
+// Far more than any pool can hold (2^40 records at 8 B each is 8 TiB); the limit keeps every
+// default_pool_size product (at most ~2^18 bytes per record) inside 64 bits.
+constexpr std::size_t kMaxExpectedRecords = std::size_t{1} << 40;
+
+// The options every kind shares, then the kind's own. Runs before any file is touched, so a
+// refused call leaves no file and an existing pool (overwrite) as it was.
+Status validate(const IndexRegistry::Entry& e, const Options& o) {
+  if (o.expected_records > kMaxExpectedRecords)
+    return Status(Code::invalid_argument,
+                  "expected_records " + std::to_string(o.expected_records) +
+                      " is above the limit of 2^40; pass pool_size instead");
+  return e.validate(o);
+}
+
 // The common part of opening: create-or-open decision, pool creation or header checks, then
-// the index's own create or recover.
+// the index's own create or recover. open_or_create goes through Pool::create with
+// open_existing, which opens the file when one is there or appears while creating (another
+// process won the race), so the caller never sees "file exists".
 Result<std::unique_ptr<Index>> open_with(const IndexRegistry::Entry& e, const Options& o) {
   pm::PoolOptions po;
   po.path = o.path;
@@ -82,19 +104,12 @@ Result<std::unique_ptr<Index>> open_with(const IndexRegistry::Entry& e, const Op
   po.size = o.pool_size != 0 ? o.pool_size : e.default_pool_size(o);
   po.mode = o.persistence;
   po.layout = e.layout(o);
-  po.overwrite = o.overwrite;
-  struct stat st{};
-  const bool exists = !o.path.empty() && ::stat(o.path.c_str(), &st) == 0;
-  const bool create = o.open_mode == OpenMode::create ||
-                      (o.open_mode == OpenMode::open_or_create && !exists);
-  if (create) {
-    auto pool = pm::Pool::create(po);
-    if (!pool.ok()) return pool.status();
-    return e.create(std::move(pool).value(), o);
-  }
-  auto pool = pm::Pool::open(po);
+  po.overwrite = o.overwrite && o.open_mode == OpenMode::create;
+  po.open_existing = o.open_mode == OpenMode::open_or_create && !o.path.empty();
+  auto pool = o.open_mode == OpenMode::open ? pm::Pool::open(po) : pm::Pool::create(po);
   if (!pool.ok()) return pool.status();
-  return e.recover(std::move(pool).value(), o);
+  const bool created = (*pool)->created();
+  return created ? e.create(std::move(pool).value(), o) : e.recover(std::move(pool).value(), o);
 }
 
 }  // namespace
@@ -113,6 +128,9 @@ Result<std::unique_ptr<Index>> Index::open(const Options& o) {
     if (!info.ok()) return info.status();
     opts.node_size = info->layout.node_size;
     opts.key_type = info->layout.key_mode;
+  }
+  if (o.open_mode != OpenMode::open) {
+    if (Status s = validate(*e, opts); !s.ok()) return s;
   }
   return open_with(*e, opts);
 }

@@ -13,7 +13,8 @@ namespace pmindex {
 const std::vector<IndexRegistry::Entry>& IndexRegistry::entries() {
   static const std::vector<Entry> kEntries = {
       {"reflist", "reference index: persistent sorted list with a DRAM map over it",
-       &reflist::RefList::layout_for, &reflist::RefList::default_pool_size,
+       &reflist::RefList::layout_for, &reflist::RefList::validate,
+       &reflist::RefList::default_pool_size,
        &reflist::RefList::create, &reflist::RefList::recover,
        {.architecture = "sorted list; PM (records) + DRAM (std::map over them)",
         .node_structure = "one record per list node, key and value inline",
@@ -23,7 +24,8 @@ const std::vector<IndexRegistry::Entry>& IndexRegistry::entries() {
         .numa = "no",
         .recovery = "walk of the list; DRAM map rebuilt"}},
       {"apex", "APEX: persistent learned index (probe-and-stash, DRAM accelerators, logged SMOs)",
-       &apex::Apex::layout_for, &apex::Apex::default_pool_size, &apex::Apex::create,
+       &apex::Apex::layout_for, &apex::Apex::validate, &apex::Apex::default_pool_size,
+       &apex::Apex::create,
        &apex::Apex::recover,
        {.architecture = "learned index (ALEX); PM (inner and data nodes) + DRAM (accelerators)",
         .node_structure = "gapped arrays placed by linear models; probe-and-stash; fingerprints "
@@ -34,7 +36,8 @@ const std::vector<IndexRegistry::Entry>& IndexRegistry::entries() {
         .numa = "no",
         .recovery = "instant: DRAM state rebuilt lazily on first touch"}},
       {"lbtree", "LB+-Tree: PM leaves (256 B x m) with entry moving and logless splits, DRAM inner nodes",
-       &lbtree::layout_for, &lbtree::default_pool_size, &lbtree::create, &lbtree::recover,
+       &lbtree::layout_for, &lbtree::validate, &lbtree::default_pool_size, &lbtree::create,
+       &lbtree::recover,
        {.architecture = "B+-tree; DRAM (inner) + PM (leaf)",
         .node_structure = "unsorted 256 B x m leaves; 1-byte fingerprints in the header line; "
                           "alternate headers (logless split)",
@@ -44,11 +47,13 @@ const std::vector<IndexRegistry::Entry>& IndexRegistry::entries() {
         .numa = "no",
         .recovery = "leaf-chain walk and inner-node rebuild, in parallel"}},
       {"nbtree", "NBTree: lock-free two-layer-leaf B+-tree (DRAM metadata, PM key-value layer)",
-       &nbtree::NBTree::layout_for, &nbtree::NBTree::default_pool_size,
+       &nbtree::NBTree::layout_for, &nbtree::NBTree::validate,
+       &nbtree::NBTree::default_pool_size,
        &nbtree::NBTree::create, &nbtree::NBTree::recover,
        {.architecture = "B+-tree; DRAM (inner, leaf metadata) + PM (leaf key-value layer)",
         .node_structure = "two-layer leaf: unsorted PM slots + DRAM metadata with fingerprints",
-        .concurrency = "lock-free leaves (CAS); versioned inner nodes; cooperative SMOs",
+        .concurrency = "CAS on leaves (an SMO drains in-flight writers); versioned inner "
+                       "nodes; cooperative SMOs",
         .variable_keys = "pointer (PM key records)",
         .allocator = traits::kPmindexAllocator,
         .numa = "no",

@@ -6,6 +6,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/sysmacros.h>
 #include <sys/vfs.h>
 #include <unistd.h>
 
@@ -154,8 +155,12 @@ Backing detect_backing(const std::string& path, int fd) {
   struct statfs fs{};
   if (fstatfs(fd, &fs) != 0 || fs.f_type != TMPFS_MAGIC) return Backing::file;
   // Find the tmpfs mount holding the file and read its huge= option.
+  // A pool being created has no name yet (Pool::create): resolve its directory instead.
   char real[PATH_MAX];
-  if (realpath(path.c_str(), real) == nullptr) return Backing::tmpfs;
+  const std::size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
+  if (realpath(path.c_str(), real) == nullptr && realpath(dir.c_str(), real) == nullptr)
+    return Backing::tmpfs;
   std::ifstream mounts("/proc/mounts");
   std::string dev, mnt, type, opts, rest;
   std::size_t best = 0;
@@ -221,6 +226,125 @@ void random_uuid(std::uint8_t* out) {
 
 bool valid_kind(const std::string& kind) { return !kind.empty() && kind.size() < 16; }
 
+// Who holds the flock on fd's file, from /proc/locks ("1: FLOCK ADVISORY WRITE <pid>
+// <major>:<minor>:<inode> 0 EOF"; the pid is the process that took the lock). A second open in
+// the same process conflicts too (flock is per open file description), and "another process"
+// then sent users looking for a process that does not exist.
+std::string busy_text(int fd) {
+  struct stat st{};
+  std::ifstream locks("/proc/locks");
+  std::string line;
+  while (fstat(fd, &st) == 0 && std::getline(locks, line)) {
+    char kind[16] = {};
+    int pid = 0;
+    unsigned maj = 0, min = 0;
+    unsigned long ino = 0;
+    if (std::sscanf(line.c_str(), "%*d: %15s %*s %*s %d %x:%x:%lu", kind, &pid, &maj, &min,
+                    &ino) != 5 ||
+        std::strcmp(kind, "FLOCK") != 0 || ino != st.st_ino || maj != major(st.st_dev) ||
+        min != minor(st.st_dev))
+      continue;
+    if (pid == getpid()) return "pool is already open in this process";
+    return "pool is open in another process (pid " + std::to_string(pid) + ")";
+  }
+  return "pool is open in another process";
+}
+
+// A pool file under construction: an unnamed file (O_TMPFILE), or where the file system lacks
+// those a hidden name in the same directory, so nothing appears at the pool's path until the
+// header is whole. `temp` is that hidden name (empty for an unnamed file); the destructor
+// removes it if the file was never published. `displaced` holds the locked file an overwrite
+// replaces, so no other process opens it in between.
+struct UnpublishedFile {
+  int fd = -1;
+  std::string temp;
+  int displaced = -1;
+  UnpublishedFile() = default;
+  UnpublishedFile(const UnpublishedFile&) = delete;
+  UnpublishedFile& operator=(const UnpublishedFile&) = delete;
+  ~UnpublishedFile() {
+    if (!temp.empty()) ::unlink(temp.c_str());
+    if (displaced >= 0) ::close(displaced);
+  }
+};
+
+std::string directory_of(const std::string& path) {
+  const std::size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+}
+
+// A fresh hidden name beside `path`, for an unnamed file that must get a name before a rename.
+std::string sibling_temp_name(const std::string& path) {
+  std::random_device rd;
+  const std::size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "" : path.substr(0, slash + 1);
+  const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
+  return dir + "." + base + ".creating-" + std::to_string(getpid()) + "-" + std::to_string(rd());
+}
+
+// The file exists: open it (open_existing) or refuse.
+Result<std::unique_ptr<Pool>> file_exists(const PoolOptions& o) {
+  if (o.open_existing) return Pool::open(o);
+  return make_error(o.path, Code::invalid_argument,
+                    "file exists; refusing to overwrite it (pass overwrite to replace it)");
+}
+
+// Creates, locks and sizes the unpublished file. With overwrite, first locks the file it will
+// replace: a pool open elsewhere is refused (busy) before anything is written.
+Status make_unpublished_file(const PoolOptions& o, std::size_t size, UnpublishedFile* f) {
+  const std::string& name = o.path;
+  // The default directory is ours to make; any other directory must exist.
+  if (o.path.rfind(std::string(kDefaultPoolDir) + "/", 0) == 0)
+    mkdir(std::string(kDefaultPoolDir).c_str(), 0775);
+  if (o.overwrite) {
+    f->displaced = ::open(o.path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (f->displaced >= 0 && o.lock && flock(f->displaced, LOCK_EX | LOCK_NB) != 0)
+      return make_error(name, Code::busy, busy_text(f->displaced));
+  }
+  f->fd = ::open(directory_of(o.path).c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0664);
+  if (f->fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
+    std::string templ = sibling_temp_name(o.path) + "XXXXXX";
+    f->fd = mkostemp(templ.data(), O_CLOEXEC);
+    if (f->fd >= 0) {
+      f->temp = templ;
+      fchmod(f->fd, 0664);
+    }
+  }
+  if (f->fd < 0) return make_error(name, Code::io_error, "cannot create: " + errno_text(errno));
+  if (o.lock && flock(f->fd, LOCK_EX | LOCK_NB) != 0)
+    return make_error(name, Code::busy, "cannot lock the new pool file: " + errno_text(errno));
+  if (int err = posix_fallocate(f->fd, 0, static_cast<off_t>(size)); err != 0) {
+    return make_error(name, Code::io_error,
+                      "cannot reserve " + std::to_string(size) + " bytes: " + errno_text(err));
+  }
+  return Status::Ok();
+}
+
+// Gives the finished file its name: link() where no file may be replaced (atomic: EEXIST if
+// another creator won, answered as already_present), rename() over the old pool with
+// overwrite. An unnamed file is linked through /proc/self/fd.
+Status publish_file(const PoolOptions& o, UnpublishedFile* f) {
+  const std::string proc = "/proc/self/fd/" + std::to_string(f->fd);
+  int rc = 0;
+  if (f->temp.empty() && !o.overwrite) {
+    rc = linkat(AT_FDCWD, proc.c_str(), AT_FDCWD, o.path.c_str(), AT_SYMLINK_FOLLOW);
+  } else {
+    if (f->temp.empty()) {
+      f->temp = sibling_temp_name(o.path);
+      if (linkat(AT_FDCWD, proc.c_str(), AT_FDCWD, f->temp.c_str(), AT_SYMLINK_FOLLOW) != 0) {
+        f->temp.clear();
+        return make_error(o.path, Code::io_error, "cannot name the new pool: " + errno_text(errno));
+      }
+    }
+    rc = o.overwrite ? ::rename(f->temp.c_str(), o.path.c_str())
+                     : ::link(f->temp.c_str(), o.path.c_str());
+    if (rc == 0 && o.overwrite) f->temp.clear();  // renamed: nothing left to remove
+  }
+  if (rc != 0 && errno == EEXIST) return Status(Code::already_present, "file exists");
+  if (rc != 0) return make_error(o.path, Code::io_error, "cannot create: " + errno_text(errno));
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status Pool::error(Code code, std::string_view what) const { return make_error(path_, code, what); }
@@ -265,6 +389,9 @@ Result<std::unique_ptr<Pool>> Pool::create(const PoolOptions& o) {
                       "pool size " + std::to_string(o.size) + " is below the minimum of " +
                           std::to_string(kMinPoolSize) + " bytes");
   }
+  struct stat st{};
+  if (!o.path.empty() && !o.overwrite && ::stat(o.path.c_str(), &st) == 0)
+    return file_exists(o);
   const std::size_t size = o.size / kXPLine * kXPLine;
   std::unique_ptr<Pool> pool(new Pool());
   pool->path_ = o.path;
@@ -272,6 +399,7 @@ Result<std::unique_ptr<Pool>> Pool::create(const PoolOptions& o) {
   pool->mode_ = o.mode;
   pool->created_ = true;
 
+  UnpublishedFile file;
   if (o.path.empty()) {
     void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED)
@@ -281,33 +409,11 @@ Result<std::unique_ptr<Pool>> Pool::create(const PoolOptions& o) {
     pool->owns_mapping_ = true;
     pool->backing_ = Backing::anonymous;
   } else {
-    // The default directory is ours to make; any other directory must exist.
-    if (o.path.rfind(std::string(kDefaultPoolDir) + "/", 0) == 0) {
-      mkdir(std::string(kDefaultPoolDir).c_str(), 0775);
-    }
-    int flags = O_RDWR | O_CREAT | O_CLOEXEC | (o.overwrite ? 0 : O_EXCL);
-    const int fd = ::open(o.path.c_str(), flags, 0664);
-    if (fd < 0) {
-      if (errno == EEXIST)
-        return make_error(name, Code::invalid_argument,
-                          "file exists; refusing to overwrite it (pass overwrite to replace it)");
-      return make_error(name, Code::io_error, "cannot create: " + errno_text(errno));
-    }
-    pool->fd_ = fd;
-    if (o.lock && flock(fd, LOCK_EX | LOCK_NB) != 0)
-      return make_error(name, Code::busy, "pool is open in another process");
-    if (o.overwrite && ftruncate(fd, 0) != 0)
-      return make_error(name, Code::io_error, "cannot truncate: " + errno_text(errno));
-    if (int err = posix_fallocate(fd, 0, static_cast<off_t>(size)); err != 0) {
-      ::unlink(o.path.c_str());
-      return make_error(name, Code::io_error,
-                        "cannot reserve " + std::to_string(size) + " bytes: " + errno_text(err));
-    }
-    void* p = map_pool_file(o.path, fd, size, &pool->backing_);
-    if (p == MAP_FAILED) {
-      ::unlink(o.path.c_str());
-      return make_error(name, Code::io_error, "cannot map: " + errno_text(errno));
-    }
+    const Status made = make_unpublished_file(o, size, &file);
+    pool->fd_ = file.fd;  // the pool closes it (releasing the flock) on every path
+    if (!made.ok()) return made;
+    void* p = map_pool_file(o.path, file.fd, size, &pool->backing_);
+    if (p == MAP_FAILED) return make_error(name, Code::io_error, "cannot map: " + errno_text(errno));
     pool->base_ = static_cast<char*>(p);
     pool->owns_mapping_ = true;
   }
@@ -354,6 +460,14 @@ Result<std::unique_ptr<Pool>> Pool::create(const PoolOptions& o) {
   pool->info_ = decode(*dst);
   pool->allocator_ = std::make_unique<Allocator>(*pool, kHeaderSize, size);
   pool->allocator_->init_empty();
+  if (!o.path.empty()) {
+    // Only a whole pool gets the name; a concurrent creator that won keeps its pool.
+    if (Status s = publish_file(o, &file); !s.ok()) {
+      if (s.code() != Code::already_present) return s;
+      pool.reset();  // releases the unpublished file and the runtime mode
+      return file_exists(o);
+    }
+  }
   return pool;
 }
 
@@ -374,7 +488,7 @@ Result<std::unique_ptr<Pool>> Pool::open(const PoolOptions& o) {
   pool->path_ = o.path;
   pool->mode_ = o.mode;
   if (o.lock && flock(fd, (o.private_mapping ? LOCK_SH : LOCK_EX) | LOCK_NB) != 0)
-    return make_error(name, Code::busy, "pool is open in another process");
+    return make_error(name, Code::busy, busy_text(fd));
 
   const auto actual = static_cast<std::uint64_t>(st.st_size);
   if (actual < kHeaderSize) {
@@ -450,6 +564,7 @@ Result<HeaderInfo> Pool::inspect(const std::string& path) {
   if (::stat(path.c_str(), &st) != 0)
     return make_error(path, Code::io_error, errno == ENOENT ? "no such pool file"
                                                             : "cannot stat: " + errno_text(errno));
+  if (!S_ISREG(st.st_mode)) return make_error(path, Code::io_error, "not a regular file");
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return make_error(path, Code::io_error, "cannot open: " + errno_text(errno));
   PoolHeader h{};

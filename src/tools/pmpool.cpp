@@ -5,7 +5,8 @@
 //   pmpool info PATH      header, layout, backing and usage
 //   pmpool check PATH     exit 0 if the pool is consistent, 1 (with a message naming the file)
 //                         if not
-//   pmpool list [DIR]     pools under DIR (default /dev/shm/pmindex) and whether they are in use
+//   pmpool list [DIR]     pools under DIR (default /dev/shm/pmindex) and whether they are in use;
+//                         exit 2 if DIR is not a directory
 //   pmpool rm PATH...     remove pools (refuses files that are not pools and pools in use)
 //   pmpool rm --stale     remove every pool under the default directory that no process has open
 #include <fcntl.h>
@@ -132,6 +133,12 @@ std::vector<std::string> pools_under(const std::string& dir) {
 }
 
 int cmd_list(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    std::cerr << "pmpool list: " << dir << ": "
+              << (fs::exists(dir, ec) ? "not a directory" : "no such directory") << "\n";
+    return 2;
+  }
   for (const auto& path : pools_under(dir)) {
     auto info = Pool::inspect(path);
     std::cout << path << "  " << info->layout.describe() << "  " << human_bytes(info->pool_size)
@@ -169,11 +176,25 @@ int cmd_rm(const std::vector<std::string>& paths, bool stale) {
   return rc;
 }
 
+// CLI11 answers a word that is not a subcommand with "A subcommand is required"; name it.
+bool refuse_unknown_subcommand(const std::vector<CLI::App*>& subs, int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string word = argv[i];
+    if (word.empty() || word[0] == '-') continue;
+    for (const CLI::App* s : subs)
+      if (s->get_name() == word) return false;
+    std::cerr << "pmpool: unknown subcommand '" << word << "' (info, check, list, rm; see --help)\n";
+    return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"pmpool: inspect, check, list and remove pmindex pools"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("pmpool ") + PMINDEX_VERSION_STRING);
   std::string path;
   auto* info = app.add_subcommand("info", "print the header, layout, backing and usage");
   info->add_option("PATH", path, "pool file")->required();
@@ -187,6 +208,7 @@ int main(int argc, char** argv) {
   auto* rm = app.add_subcommand("rm", "remove pools that no process has open");
   rm->add_option("PATH", rm_paths, "pool files");
   rm->add_flag("--stale", stale, "remove every unused pool under /dev/shm/pmindex");
+  if (refuse_unknown_subcommand({info, check, list, rm}, argc, argv)) return 2;
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -86,6 +86,73 @@ TEST(Cli, InvalidValuesExitWith2AndSayWhy) {
   }
 }
 
+// Every numeric flag is range-checked on its text: negatives used to wrap into huge unsigned
+// values (-n -1 ran away to gigabytes, -p -1 aborted in a length_error).
+TEST(Cli, NumericFlagsOutOfRangeExitWith2AndSayWhy) {
+  struct Case { std::vector<const char*> args; const char* words; };
+  const std::vector<Case> cases = {
+      {{"reflist", "-n", "-5"}, "--records"},
+      {{"reflist", "-n", "-1"}, "--records"},
+      {{"reflist", "-p", "-1"}, "--operations"},
+      {{"reflist", "-p", "18446744073709551615"}, "--operations"},
+      {{"reflist", "-n", "99999999999999999999999"}, "--records"},
+      {{"reflist", "-n", "1e6"}, "whole number"},
+      {{"reflist", "-t", "-1"}, "--threads"},
+      {{"reflist", "-t", "4294967297"}, "--threads"},
+      {{"reflist", "-k", "-8"}, "--key_size"},
+      {{"reflist", "-v", "-8"}, "--value_size"},
+      {{"reflist", "-v", "0"}, "--value_size"},
+      {{"reflist", "--seed", "-1"}, "--seed"},
+      {{"reflist", "--sampling_ms", "-1"}, "--sampling_ms"},
+      {{"reflist", "--repeat", "-1"}, "--repeat"},
+      {{"reflist", "--node_size", "-256"}, "--node_size"},
+      {{"reflist", "--value_bits", "-1"}, "--value_bits"},
+      {{"reflist", "--probe_mib", "-1"}, "--probe_mib"},
+      {{"reflist", "--scan_size", "-1"}, "scan_size"},
+      {{"reflist", "-m", "time", "--seconds", "-1"}, "--seconds"},
+      {{"reflist", "-m", "time", "--seconds", "1e300"}, "--seconds"},
+      {{"reflist", "--pool_size", "-1"}, "--pool_size"},
+      {{"reflist", "--pool_size", "8X"}, "--pool_size"},
+      {{"reflist", "--pool_size", "1000"}, "at least 64K"},
+      {{"reflist", "--pool_size", "2P"}, "--pool_size"},
+      {{"reflist", "--pool_size", "99999999999999G"}, "--pool_size"},
+  };
+  for (const auto& k : cases) {
+    Config c;
+    std::string err;
+    EXPECT_EQ(parse(k.args, &c, &err), 2) << k.args[1] << " " << k.args[2];
+    EXPECT_NE(err.find(k.words), std::string::npos) << "message '" << err << "' lacks '" << k.words << "'";
+  }
+}
+
+TEST(Cli, PoolSizeTakesBinarySuffixes) {
+  struct Case { const char* text; std::size_t bytes; };
+  const std::vector<Case> cases = {{"0", 0},          {"1048576", 1 << 20}, {"64K", 64 << 10},
+                                   {"512M", 512u << 20}, {"8G", std::size_t{8} << 30},
+                                   {"8g", std::size_t{8} << 30}, {"8GiB", std::size_t{8} << 30},
+                                   {"2TB", std::size_t{2} << 40}};
+  for (const auto& k : cases) {
+    Config c;
+    ASSERT_EQ(parse({"reflist", "--pool_size", k.text}, &c), -1) << k.text;
+    EXPECT_EQ(c.pool_size, k.bytes) << k.text;
+  }
+}
+
+TEST(Cli, LargestAcceptedCountsParse) {
+  Config c;
+  ASSERT_EQ(parse({"reflist", "-n", "10000000000", "-p", "0", "--seed", "18446744073709551615"}, &c), -1);
+  EXPECT_EQ(c.records, 10'000'000'000u);
+  EXPECT_EQ(c.seed, 18446744073709551615u);
+}
+
+TEST(Cli, VersionExitsZeroAndPrintsIt) {
+  Config c;
+  std::vector<const char*> args = {"pmbench", "--version"};
+  std::ostringstream out, err;
+  EXPECT_EQ(parse_command_line(2, args.data(), &c, out, err), 0);
+  EXPECT_NE(out.str().find("pmbench 0."), std::string::npos) << out.str();
+}
+
 TEST(Cli, RatiosWithinTolerance) {
   Config c;
   EXPECT_EQ(parse({"reflist", "-r", "0.1", "-i", "0.2", "-u", "0.7"}, &c), -1);

@@ -141,6 +141,44 @@ TEST(Pmpool, ListAndRemove) {
   EXPECT_NE(access(path.c_str(), F_OK), 0);
 }
 
+// A directory is not a pool: say so, not "truncated".
+TEST(Pmpool, CheckAndInfoOfADirectorySayNotARegularFile) {
+  TempDir dir;
+  for (const char* cmd : {"check ", "info "}) {
+    CmdResult r = run(cmd + dir.path());
+    EXPECT_EQ(r.rc, 1) << r.out;
+    EXPECT_NE(r.out.find("not a regular file"), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("truncated"), std::string::npos) << r.out;
+  }
+}
+
+TEST(Pmpool, ListOfAMissingDirectoryExitsWithTwo) {
+  TempDir dir;
+  CmdResult r = run("list " + dir.file("missing"));
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("no such directory"), std::string::npos) << r.out;
+  const std::string file = dir.file("plain");
+  spit(file, "x");
+  CmdResult f = run("list " + file);
+  EXPECT_EQ(f.rc, 2) << f.out;
+  EXPECT_NE(f.out.find("not a directory"), std::string::npos) << f.out;
+  CmdResult empty = run("list " + dir.path());
+  EXPECT_EQ(empty.rc, 0) << empty.out;
+}
+
+TEST(Pmpool, VersionAndUnknownSubcommandSayWhatTheyAre) {
+  CmdResult v = run("--version");
+  EXPECT_EQ(v.rc, 0) << v.out;
+  EXPECT_NE(v.out.find("pmpool 0."), std::string::npos) << v.out;
+  EXPECT_EQ(v.out.find("subcommand is required"), std::string::npos) << v.out;
+  CmdResult u = run("frobnicate");
+  EXPECT_EQ(u.rc, 2) << u.out;
+  EXPECT_NE(u.out.find("unknown subcommand 'frobnicate'"), std::string::npos) << u.out;
+  EXPECT_EQ(u.out.find("subcommand is required"), std::string::npos) << u.out;
+  CmdResult none = run("");
+  EXPECT_EQ(none.rc, 2) << none.out;
+}
+
 TEST(Pmpool, BadFlagsExitWithTwo) {
   EXPECT_EQ(run("").rc, 2);
   EXPECT_EQ(run("frobnicate").rc, 2);

@@ -15,7 +15,7 @@
 //
 // Thread safety: a Pool is created/opened by one thread; afterwards base(), size(), root and
 // allocator() may be used from any thread. The file is locked (flock) while open, so a second
-// process gets Code::busy.
+// open (another process, or this one again) gets Code::busy; the message says which.
 #pragma once
 
 #include <array>
@@ -46,13 +46,17 @@ struct PoolOptions {
   Mode mode = Mode::adr;
   Layout layout;                  // what the caller expects (create writes it; open checks it)
   bool overwrite = false;         // create: replace an existing file at path
+  bool open_existing = false;     // create: if a file is at path (even one another process has
+                                  // just created), open it instead (created() is then false)
   bool private_mapping = false;   // open: MAP_PRIVATE copy-on-write; the file is never changed
   bool lock = true;               // open/create: take an exclusive flock on the file
 };
 
 class Pool {
  public:
-  // Creates a new pool. Refuses an existing file unless options.overwrite.
+  // Creates a new pool. Refuses an existing file unless options.overwrite or open_existing.
+  // The file appears at options.path only with a whole header, already locked; a failed
+  // create leaves no file there, and with overwrite leaves the old pool as it was.
   static Result<std::unique_ptr<Pool>> create(const PoolOptions& options);
   // Opens an existing pool, checking every header field against options.layout.
   static Result<std::unique_ptr<Pool>> open(const PoolOptions& options);

@@ -281,15 +281,6 @@ Code Apex::update(std::string_view key, std::string_view value) {
   }
 }
 
-Code Apex::upsert(std::string_view key, std::string_view value) {
-  for (;;) {
-    const Code c = insert(key, value);
-    if (c != Code::already_present) return c;
-    const Code u = update(key, value);
-    if (u != Code::not_found) return u;  // removed in between: insert again
-  }
-}
-
 Code Apex::find(std::string_view key, std::string* value) const {
   std::uint64_t k = 0;
   if (Code c = check_key(key, &k); c != Code::ok) return c;

@@ -41,16 +41,21 @@ std::size_t Apex::default_pool_size(const Options& o) {
   return std::max<std::size_t>(std::size_t{64} << 20, o.expected_records * 64);
 }
 
-Result<std::unique_ptr<Index>> Apex::create(std::unique_ptr<pm::Pool> pool, const Options& o) {
+Status Apex::validate(const Options& o) {
   if (o.key_type != KeyType::u64 && o.key_type != KeyType::f64)
-    return pool->error(Code::invalid_argument,
-                       "apex supports 8-byte keys only: KeyType::u64 or KeyType::f64");
+    return Status(Code::invalid_argument,
+                  "apex supports 8-byte keys only: KeyType::u64 or KeyType::f64");
   if (o.max_value_size != 8)
-    return pool->error(Code::invalid_argument, "apex payloads are exactly 8 bytes");
+    return Status(Code::invalid_argument, "apex payloads are exactly 8 bytes");
   const std::uint64_t data_max = data_max_of(o);
   if (data_max < 1024 || data_max > kDefaultDataMax)
-    return pool->error(Code::invalid_argument,
-                       "apex node_size (maximum data node size) must be in [1 KiB, 256 KiB]");
+    return Status(Code::invalid_argument,
+                  "apex node_size (maximum data node size) must be in [1 KiB, 256 KiB]");
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<Index>> Apex::create(std::unique_ptr<pm::Pool> pool, const Options& o) {
+  const std::uint64_t data_max = data_max_of(o);
   std::unique_ptr<Apex> idx(new Apex(std::move(pool)));
   idx->generation_ = idx->pool_->generation();
   idx->tag_ = session_tag(idx->generation_);

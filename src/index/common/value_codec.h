@@ -1,6 +1,6 @@
 // Value modes of the hybrid indexes in one place (the value-side sibling of key_codec.h):
-//   inline (max_value_size = 8): the slot's value word is the value's 8 bytes; any other
-//            length is Code::invalid_argument.
+//   inline (max_value_size = 8): the slot's value word is the value's 8 bytes; a longer
+//            value is Code::value_too_large, a shorter one Code::invalid_argument.
 //   out of line (max_value_size 9..kMaxValueBytes): the value word is the pool offset of an
 //            immutable PM record (pm_record.h) of 0..max_value_size bytes; longer values are
 //            Code::value_too_large. An update writes a new record (K1) and frees the old one
@@ -41,8 +41,10 @@ class ValueCodec {
   std::uint32_t max_value() const { return max_; }
 
   Code check(std::string_view value) const {
-    if (inline_) return value.size() == 8 ? Code::ok : Code::invalid_argument;
-    return value.size() > max_ ? Code::value_too_large : Code::ok;
+    // Over the limit is value_too_large in every mode; a short value in the fixed 8-byte
+    // mode is invalid_argument (include/pmindex/index.h).
+    if (value.size() > max_) return Code::value_too_large;
+    return inline_ && value.size() != 8 ? Code::invalid_argument : Code::ok;
   }
   // K1 out of line (a persisted PM record); the 8 bytes themselves inline. *code on failure.
   std::uint64_t make_word(std::string_view value, Code* code) const {

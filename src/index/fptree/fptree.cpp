@@ -77,13 +77,6 @@ Status FPTree<N>::init_root(const Options& o) {
 template <unsigned N>
 Result<std::unique_ptr<Index>> FPTree<N>::create(std::unique_ptr<pm::Pool> pool,
                                                  const Options& o) {
-  const char* refused =
-      !index_common::ValueCodec::valid_limit(o.max_value_size)
-          ? "fptree max_value_size must be 8 (inline) or 9..65536 (out of line)"
-      : o.key_type == KeyType::bytes && o.max_key_size > kMaxKeyBytes
-          ? "fptree keys are limited to 8192 bytes"
-          : nullptr;
-  if (refused != nullptr) return pool->error(Code::invalid_argument, refused);
   std::unique_ptr<FPTree> t(new FPTree(std::move(pool)));
   t->recovery_.created = true;
   const Status s = t->init_root(o);
@@ -374,12 +367,21 @@ std::size_t fptree_pool_size(const Options& o) {
   return std::max<std::size_t>(std::size_t{16} << 20, o.expected_records * per_record * 2);
 }
 
+Status fptree_validate(const Options& o) {
+  const char* refused =
+      for_node_size(o.node_size) == nullptr
+          ? "fptree node_size must be 192, 320, 576 or 1152 (8..64 entries)"
+      : !index_common::ValueCodec::valid_limit(o.max_value_size)
+          ? "fptree max_value_size must be 8 (inline) or 9..65536 (out of line)"
+      : o.key_type == KeyType::bytes && o.max_key_size > kMaxKeyBytes
+          ? "fptree keys are limited to 8192 bytes"
+          : nullptr;
+  return refused != nullptr ? Status(Code::invalid_argument, refused) : Status::Ok();
+}
+
+// Options passed fptree_validate(): node_size names an instantiation.
 Result<std::unique_ptr<Index>> fptree_create(std::unique_ptr<pm::Pool> pool, const Options& o) {
-  const Instantiation* i = for_node_size(o.node_size);
-  if (i == nullptr)
-    return pool->error(Code::invalid_argument,
-                       "fptree node_size must be 192, 320, 576 or 1152 (8..64 entries)");
-  return i->create(std::move(pool), o);
+  return for_node_size(o.node_size)->create(std::move(pool), o);
 }
 
 Result<std::unique_ptr<Index>> fptree_recover(std::unique_ptr<pm::Pool> pool, const Options& o) {
@@ -396,7 +398,7 @@ IndexRegistry::Entry registry_entry() {
   return {"fptree",
           "FPTree: PM leaves with bitmap and fingerprints (8..64 entries), split/delete "
           "micro-logs, DRAM inner nodes",
-          &fptree_layout, &fptree_pool_size, &fptree_create, &fptree_recover,
+          &fptree_layout, &fptree_validate, &fptree_pool_size, &fptree_create, &fptree_recover,
           {.architecture = "B+-tree; DRAM (inner) + PM (leaf)",
            .node_structure = "unsorted leaf (8-64 entries); bitmap; 1-byte fingerprints; "
                              "split and delete micro-logs",

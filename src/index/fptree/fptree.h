@@ -71,8 +71,8 @@ static_assert(sizeof(Root) == 64 && offsetof(Root, logs) == 16 && offsetof(Root,
 static_assert(std::is_standard_layout_v<Root> && std::is_trivially_copyable_v<Root>);
 inline constexpr std::uint64_t kRootMagic = 0x3130454552545046ull;  // "FPTREE01"
 inline constexpr std::uint32_t kMaxKeyBytes = 8192;
-// Values: Options::max_value_size 8 = inline 8-byte values (any other length is
-// Code::invalid_argument); 9..65536 = any length 0..max_value_size out of line (longer:
+// Values: Options::max_value_size 8 = inline 8-byte values (longer: Code::value_too_large,
+// shorter: Code::invalid_argument); 9..65536 = any length 0..max_value_size out of line (longer:
 // Code::value_too_large); other max_value_size values are refused at creation.
 inline constexpr std::uint32_t kMaxValueBytes = index_common::ValueCodec::kMaxValueBytes;
 inline constexpr std::uint32_t kLogCount = 512;  // = pm::kMaxThreadSlots

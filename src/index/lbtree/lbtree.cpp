@@ -64,11 +64,6 @@ Status LBTree<M>::init_root(const Options& o) {
 template <unsigned M>
 Result<std::unique_ptr<Index>> LBTree<M>::create(std::unique_ptr<pm::Pool> pool,
                                                  const Options& o) {
-  if (o.key_type == KeyType::bytes && o.max_key_size > kMaxKeyBytes)
-    return pool->error(Code::invalid_argument, "lbtree keys are limited to 8192 bytes");
-  if (o.max_value_size < 8 || o.max_value_size > kMaxValueBytes)
-    return pool->error(Code::invalid_argument,
-                       "lbtree max_value_size must be 8 (inline) or 9..65536 (out of line)");
   std::unique_ptr<LBTree> idx(new LBTree(std::move(pool)));
   if (Status s = idx->init_root(o); !s.ok()) return s;
   idx->recovery_.created = true;
@@ -330,13 +325,24 @@ std::size_t default_pool_size(const Options& o) {
   return std::max<std::size_t>(std::size_t{16} << 20, o.expected_records * per_record * 2);
 }
 
+Status validate(const Options& o) {
+  const std::uint32_t ns = node_size_of(o);
+  if (ns != 256 && ns != 512 && ns != 1024)
+    return Status(Code::invalid_argument, "lbtree node_size must be 256, 512 or 1024");
+  if (o.key_type == KeyType::bytes && o.max_key_size > kMaxKeyBytes)
+    return Status(Code::invalid_argument, "lbtree keys are limited to 8192 bytes");
+  if (o.max_value_size < 8 || o.max_value_size > kMaxValueBytes)
+    return Status(Code::invalid_argument,
+                  "lbtree max_value_size must be 8 (inline) or 9..65536 (out of line)");
+  return Status::Ok();
+}
+
+// Options passed validate(): node_size is one of the three instantiations.
 Result<std::unique_ptr<Index>> create(std::unique_ptr<pm::Pool> pool, const Options& o) {
   switch (node_size_of(o)) {
     case 256: return LBTree<1>::create(std::move(pool), o);
     case 512: return LBTree<2>::create(std::move(pool), o);
-    case 1024: return LBTree<4>::create(std::move(pool), o);
-    default:
-      return pool->error(Code::invalid_argument, "lbtree node_size must be 256, 512 or 1024");
+    default: return LBTree<4>::create(std::move(pool), o);
   }
 }
 

@@ -75,6 +75,7 @@ inline constexpr unsigned kInnerKeys = 14;  // 256 B DRAM inner nodes
 
 // Registry entry points (dispatch on the node size to the instantiations).
 pm::Layout layout_for(const Options& options);
+Status validate(const Options& options);  // before any file is touched
 std::size_t default_pool_size(const Options& options);
 Result<std::unique_ptr<Index>> create(std::unique_ptr<pm::Pool> pool, const Options& options);
 Result<std::unique_ptr<Index>> recover(std::unique_ptr<pm::Pool> pool, const Options& options);

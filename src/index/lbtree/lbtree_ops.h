@@ -41,8 +41,10 @@ inline const char* line_ptr(const Block& b, unsigned line) {
 
 template <unsigned M>
 Code LBTree<M>::check_value(std::string_view value) const {
-  if (inline_values_) return value.size() == 8 ? Code::ok : Code::invalid_argument;
-  return value.size() > max_value_ ? Code::value_too_large : Code::ok;
+  // Over the limit is value_too_large in every mode; a short value in the fixed 8-byte mode
+  // is invalid_argument (include/pmindex/index.h).
+  if (value.size() > max_value_) return Code::value_too_large;
+  return inline_values_ && value.size() != 8 ? Code::invalid_argument : Code::ok;
 }
 
 template <unsigned M>

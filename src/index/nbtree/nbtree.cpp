@@ -698,15 +698,6 @@ Code NBTree::update(std::string_view key, std::string_view value) {
   return c;
 }
 
-Code NBTree::upsert(std::string_view key, std::string_view value) {
-  for (;;) {
-    const Code c = insert(key, value);
-    if (c != Code::already_present) return c;
-    const Code u = update(key, value);
-    if (u != Code::not_found) return u;
-  }
-}
-
 Code NBTree::find(std::string_view key, std::string* value) const {
   Probe p;
   if (Code c = make_probe(key, &p); c != Code::ok) return c;

@@ -31,14 +31,18 @@ std::size_t NBTree::default_pool_size(const Options& o) {
   return std::max<std::size_t>(std::size_t{16} << 20, o.expected_records * per_record);
 }
 
+Status NBTree::validate(const Options& o) {
+  if (o.key_type == KeyType::bytes && o.max_key_size > kMaxKeyBytes)
+    return Status(Code::invalid_argument, "nbtree keys are limited to 8192 bytes");
+  if (!valid_node_size(node_size_of(o)))
+    return Status(Code::invalid_argument, "nbtree node_size must be 64..1024, a multiple of 64");
+  if (o.max_value_size > kMaxValueSize)
+    return Status(Code::invalid_argument, "nbtree values are limited to 4096 B");
+  return Status::Ok();
+}
+
 Result<std::unique_ptr<Index>> NBTree::create(std::unique_ptr<pm::Pool> pool, const Options& o) {
   const std::uint32_t ns = node_size_of(o);
-  if (o.key_type == KeyType::bytes && o.max_key_size > kMaxKeyBytes)
-    return pool->error(Code::invalid_argument, "nbtree keys are limited to 8192 bytes");
-  if (!valid_node_size(ns))
-    return pool->error(Code::invalid_argument, "nbtree node_size must be 64..1024, a multiple of 64");
-  if (o.max_value_size > kMaxValueSize)
-    return pool->error(Code::invalid_argument, "nbtree values are limited to 4096 B");
   std::unique_ptr<NBTree> idx(new NBTree(std::move(pool), ns, std::max(8u, o.max_value_size),
                                          o.max_key_size));
   if (Status s = idx->init_root(); !s.ok()) return s;

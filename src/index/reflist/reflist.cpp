@@ -22,9 +22,13 @@ RefList::RefList(std::unique_ptr<pm::Pool> pool) : pool_(std::move(pool)) {
 
 RefList::~RefList() = default;
 
-Result<std::unique_ptr<Index>> RefList::create(std::unique_ptr<pm::Pool> pool, const Options& o) {
+Status RefList::validate(const Options& o) {
   if (o.max_key_size > kMaxKeySize || o.max_value_size > kMaxValueSize)
-    return pool->error(Code::invalid_argument, "reflist keys and values are limited to 4096 B");
+    return Status(Code::invalid_argument, "reflist keys and values are limited to 4096 B");
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<Index>> RefList::create(std::unique_ptr<pm::Pool> pool, const Options& o) {
   std::unique_ptr<RefList> idx(new RefList(std::move(pool)));
   const std::uint32_t max_key = o.key_type == KeyType::bytes ? o.max_key_size : 8;
   if (Status s = idx->init_root(max_key, o.max_value_size); !s.ok()) return s;
@@ -195,11 +199,6 @@ Code RefList::update(std::string_view key, std::string_view value) {
   pool_->allocator().deallocate(it->second, old_size);  // R9: unreachable now; reuse is safe
   it->second = off;
   return Code::ok;
-}
-
-Code RefList::upsert(std::string_view key, std::string_view value) {
-  const Code c = insert(key, value);
-  return c == Code::already_present ? update(key, value) : c;
 }
 
 Code RefList::find(std::string_view key, std::string* value) const {

@@ -61,6 +61,7 @@ class RefList final : public Index {
  public:
   // IndexRegistry entry points.
   static pm::Layout layout_for(const Options& options);
+  static Status validate(const Options& options);  // before any file is touched
   static std::size_t default_pool_size(const Options& options);
   static Result<std::unique_ptr<Index>> create(std::unique_ptr<pm::Pool> pool,
                                                const Options& options);
@@ -71,7 +72,6 @@ class RefList final : public Index {
   std::string_view kind() const override { return "reflist"; }
   Code insert(std::string_view key, std::string_view value) override;
   Code update(std::string_view key, std::string_view value) override;
-  Code upsert(std::string_view key, std::string_view value) override;
   Code find(std::string_view key, std::string* value) const override;
   Code remove(std::string_view key) override;
   std::size_t scan(std::string_view start, std::size_t max, ScanBuffer& out) const override;

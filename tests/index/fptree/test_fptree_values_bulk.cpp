@@ -125,7 +125,7 @@ TEST(FPTreeValueLimits, EveryValueSizeWorksOrGetsADocumentedError) {
     auto idx = must_open(options(kSmall, KeyType::u64, 8));
     ASSERT_NE(idx, nullptr);
     EXPECT_EQ(idx->insert(encode_u64(1), std::string(7, 'a')), Code::invalid_argument);
-    EXPECT_EQ(idx->insert(encode_u64(1), std::string(9, 'a')), Code::invalid_argument);
+    EXPECT_EQ(idx->insert(encode_u64(1), std::string(9, 'a')), Code::value_too_large);
     EXPECT_EQ(idx->insert(encode_u64(1), std::string(8, '\xff')), Code::ok);
     EXPECT_EQ(idx->update(encode_u64(1), std::string()), Code::invalid_argument);
   }
