@@ -132,8 +132,11 @@ std::vector<std::string> pools_under(const std::string& dir) {
   return out;
 }
 
-int cmd_list(const std::string& dir) {
+int cmd_list(const std::string& dir, bool named) {
   std::error_code ec;
+  // The default directory appears with the first pool: before that there is nothing to list,
+  // which is not an error. A directory the user named must exist.
+  if (!named && !fs::exists(dir, ec)) return 0;
   if (!fs::is_directory(dir, ec)) {
     std::cerr << "pmpool list: " << dir << ": "
               << (fs::exists(dir, ec) ? "not a directory" : "no such directory") << "\n";
@@ -202,7 +205,7 @@ int main(int argc, char** argv) {
   check->add_option("PATH", path, "pool file")->required();
   std::string dir(pmindex::pm::kDefaultPoolDir);
   auto* list = app.add_subcommand("list", "list pools under a directory");
-  list->add_option("DIR", dir, "directory (default /dev/shm/pmindex)");
+  auto* list_dir = list->add_option("DIR", dir, "directory (default /dev/shm/pmindex)");
   std::vector<std::string> rm_paths;
   bool stale = false;
   auto* rm = app.add_subcommand("rm", "remove pools that no process has open");
@@ -217,7 +220,7 @@ int main(int argc, char** argv) {
   }
   if (*info) return cmd_info(path);
   if (*check) return cmd_check(path);
-  if (*list) return cmd_list(dir);
+  if (*list) return cmd_list(dir, list_dir->count() > 0);
   if (*rm) {
     if (rm_paths.empty() && !stale) {
       std::cerr << "pmpool rm: give PATH... or --stale\n";
