@@ -42,7 +42,12 @@
 // is refused until the reader unpins, and the batch (freed at E >= tag+2) outlives the read.
 // The walk of the record list is covered the same way: a thread's record is published (a
 // release CAS on the list head) before its first P1, so a walk whose head load missed it
-// would again put A2 before P2.
+// would again put A2 before P2. A record reused by another thread (after its owner's exit,
+// claimed with acquire) is the same case: the new owner's P1 follows that claim.
+// Hand-overs keep the argument: a bag is sealed (S1, S2) by its owner, or by drain() adopting
+// an idle thread's items, whose unlinks happen before the drain by its precondition; either
+// way U happens before S1. The destructor runs every item without epochs: no thread is
+// pinned (checked) and no thread uses the manager any more (its precondition).
 // The happens-before edge that makes the deleter's writes race-free (and that TSan checks;
 // g++ 12's TSan ignores fences, which here only decide *which* value A3 reads) is a chain
 // of release/acquire pairs: reader's accesses -> unpin (release) -> A3 (acquire) -> A4
