@@ -20,9 +20,14 @@
 // reference index take any length up to the limit.
 //
 // Thread safety: every operation may be called concurrently from several threads, unless an
-// index documents otherwise (the reference index serialises with one mutex). A thread that
-// calls operations should hold a ThreadScope (attach_thread) for epoch-based reclamation; an
-// operation without one attaches for its own duration, which is correct but slower.
+// index documents otherwise (the reference index serialises with one mutex). A thread
+// registers with an index's epoch-based reclamation at its first operation and stays
+// registered until it exits or the index is destroyed (include/pmindex/sync/epoch.h), so no
+// operation pays a register + unregister; a ThreadScope (attach_thread) is optional.
+// Destroying an index while threads that used it are still alive is allowed once none of
+// them runs an operation on it (their operations happen before the destructor, e.g. joined
+// or past an OpenMP barrier, as in PiBench); a thread that touches a destroyed index is a
+// misuse (undefined behaviour), and one inside an operation at that moment aborts the process.
 #pragma once
 
 #include <cstddef>
@@ -144,7 +149,10 @@ class Index {
   // The pool the index lives in (for tools, footprint and the crash simulator).
   virtual const pm::Pool& pool() const = 0;
 
-  // Per-thread attach for epoch-based reclamation; hold it while calling operations.
+  // Per-thread attach for epoch-based reclamation. Optional: a thread registers at its first
+  // operation anyway and stays registered until it exits or the index goes; a scope only
+  // does that registration early. Destroying a scope touches nothing of the index, so a
+  // thread_local scope may outlive the index it came from.
   class ThreadScope {
    public:
     ThreadScope() = default;

@@ -4,29 +4,136 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <unordered_set>
 #include <utility>
 
 namespace pmindex::sync {
 
-thread_local EpochManager::Record* EpochManager::tls_records_ = nullptr;
+namespace {
+
+// The instance ids of the managers alive now. Thread exit hands a registration over only
+// while its manager's id is in the set, under `mu`, which the manager's destructor also takes
+// to leave the set; so the two never overlap, and a thread never touches a dead manager.
+struct LiveManagers {
+  std::mutex mu;
+  std::uint64_t last_id = 0;             // guarded by mu
+  std::unordered_set<std::uint64_t> ids;  // guarded by mu
+};
+
+// Never destroyed: threads may exit, and managers be destroyed, during static destruction.
+LiveManagers& live_managers() {
+  static LiveManagers* const live = new LiveManagers;
+  return *live;
+}
+
+// Set (for good) when the calling thread's registrations have been handed over at its exit.
+// A trivial type, so it stays usable in thread_local destructors that run later.
+constinit thread_local bool tls_exited = false;
+
+}  // namespace
+
+constinit thread_local EpochManager::CacheSlot EpochManager::tls_cache_[kCacheSlots] = {};
+
+// One thread's registrations, one per manager it has pinned, searched on a cache miss; its
+// destructor (thread exit) hands each one over to its manager if that is still alive.
+struct EpochManager::ThreadRegistrations {
+  struct Entry {
+    std::uint64_t id;  // the manager's instance id: compared, never dereferenced
+    EpochManager* manager;
+    Record* record;
+  };
+  std::vector<Entry> entries;
+
+  Record* find(std::uint64_t id) const {
+    for (const Entry& e : entries) {
+      if (e.id == id) return e.record;
+    }
+    return nullptr;
+  }
+
+  // Adds an entry, first dropping those of destroyed managers (their records are freed).
+  void add(EpochManager* manager, Record* record) {
+    {
+      LiveManagers& live = live_managers();
+      std::lock_guard<std::mutex> lock(live.mu);
+      std::erase_if(entries, [&](const Entry& e) { return live.ids.count(e.id) == 0; });
+    }
+    entries.push_back(Entry{manager->id_, manager, record});
+  }
+
+  ~ThreadRegistrations() {
+    tls_exited = true;
+    for (CacheSlot& slot : tls_cache_) slot = CacheSlot{0, nullptr};
+    LiveManagers& live = live_managers();
+    // Held across the hand-overs: a manager found live stays alive until they are done.
+    std::lock_guard<std::mutex> lock(live.mu);
+    for (const Entry& e : entries) {
+      if (live.ids.count(e.id) != 0) e.manager->release_at_exit(e.record);
+    }
+  }
+};
+
+thread_local EpochManager::ThreadRegistrations EpochManager::tls_registrations_;
+
+// --- lifetime -----------------------------------------------------------------------------------
+
+std::uint64_t EpochManager::register_manager() {
+  LiveManagers& live = live_managers();
+  std::lock_guard<std::mutex> lock(live.mu);
+  const std::uint64_t id = ++live.last_id;
+  live.ids.insert(id);
+  return id;
+}
+
+EpochManager::EpochManager() : id_(register_manager()) {}
 
 EpochManager::~EpochManager() {
-  std::uint64_t attached = 0;
-  // acquire: pairs with the release in detach_local, so the detached threads' hand-over to
-  // the orphan list (and all they did before) happens before what follows.
+  {
+    // From here on no exiting thread hands a record over to this manager (ThreadRegistrations);
+    // one that was doing so has finished, and the mutex orders its writes before ours.
+    LiveManagers& live = live_managers();
+    std::lock_guard<std::mutex> lock(live.mu);
+    live.ids.erase(id_);
+  }
+  // acquire (list walk and state): the record list is published with release; a state word
+  // is only a diagnostic here, the happens-before comes from the caller (every use of the
+  // manager happens before its destruction).
   for (Record* r = records_.load(std::memory_order_acquire); r != nullptr; r = r->next) {
-    if (r->claimed.load(std::memory_order_acquire)) ++attached;
+    if (is_pinned(r->state.load(std::memory_order_acquire))) {
+      contract_violation("destroyed while a Guard is still alive (a thread is pinned)");
+    }
   }
-  if (attached != 0) {
-    contract_violation("destroyed while a Participant or Guard is still alive");
-  }
-  // Nobody is attached, so nobody is pinned: every orphan may go, whatever its epoch.
-  free_orphans(0, /*everything=*/true);
+  // Nobody is pinned and nobody uses the manager any more: every item may go, registered
+  // threads' included, whatever its epoch.
+  run_everything();
   Record* r = records_.load(std::memory_order_relaxed);
   while (r != nullptr) {
     Record* next = r->next;
     delete r;
     r = next;
+  }
+}
+
+std::size_t EpochManager::run_everything() {
+  std::size_t total = 0;
+  // Deleters may retire more (into the calling thread's record, or the orphans): loop.
+  for (;;) {
+    std::size_t n = 0;
+    for (Record* r = records_.load(std::memory_order_acquire); r != nullptr; r = r->next) {
+      std::vector<Retired> ready = std::move(r->bag);
+      r->bag = {};
+      for (Batch& batch : r->limbo) {
+        ready.insert(ready.end(), batch.items.begin(), batch.items.end());
+      }
+      r->limbo.clear();
+      r->held = 0;
+      const std::size_t ran = run(ready);
+      r->freed.store(r->freed.load(std::memory_order_relaxed) + ran, std::memory_order_relaxed);
+      n += ran;
+    }
+    n += free_orphans(0, /*everything=*/true);
+    total += n;
+    if (n == 0) return total;
   }
 }
 
@@ -48,10 +155,10 @@ EpochManager::Retired EpochManager::wrap_function(std::function<void()> fn) {
 // --- registration -------------------------------------------------------------------------------
 
 EpochManager::Record* EpochManager::local_record() const {
-  for (Record* r = tls_records_; r != nullptr; r = r->thread_next) {
-    if (r->manager == this) return r;
-  }
-  return nullptr;
+  const CacheSlot& slot = tls_cache_[id_ % kCacheSlots];
+  if (slot.id == id_) return slot.record;
+  // After the thread's hand-over (a later thread_local destructor) the list is gone.
+  return tls_exited ? nullptr : tls_registrations_.find(id_);
 }
 
 EpochManager::Record* EpochManager::claim_record() {
@@ -78,53 +185,55 @@ EpochManager::Record* EpochManager::claim_record() {
   return fresh;
 }
 
-EpochManager::Record* EpochManager::attach_local() {
-  Record* r = local_record();
+EpochManager::Record* EpochManager::attach_slow() {
+  Record* r = tls_exited ? nullptr : tls_registrations_.find(id_);
   if (r == nullptr) {
     r = claim_record();
     r->owner = std::this_thread::get_id();
-    r->thread_next = tls_records_;
-    tls_records_ = r;
+    // A thread that pins from a thread_local destructor after its hand-over keeps the
+    // record until the manager is destroyed (which runs its items): nothing is lost.
+    if (!tls_exited) tls_registrations_.add(this, r);
   }
-  ++r->refs;
+  tls_cache_[id_ % kCacheSlots] = CacheSlot{id_, r};
   return r;
 }
 
-void EpochManager::detach_local(Record* record) {
-  if (record->owner != std::this_thread::get_id()) {
-    contract_violation("a Participant or Guard was destroyed on another thread than its own");
-  }
-  assert(record->refs > 0);
-  if (--record->refs != 0) return;
-  if (record->pin_depth != 0) {
-    contract_violation("the last Participant of a thread was detached while a Guard is alive");
-  }
-  for (Record** link = &tls_records_; *link != nullptr; link = &(*link)->thread_next) {
-    if (*link == record) {
-      *link = record->thread_next;
-      break;
-    }
-  }
-  record->thread_next = nullptr;
-
-  // Free what is already safe, then hand the rest over (invariant (5)).
-  collect_record(record);
-  std::size_t handed = record->limbo.size();
-  if (handed != 0) {
+void EpochManager::hand_over(Record* record) {
+  seal(record);
+  if (!record->limbo.empty()) {
     std::lock_guard<std::mutex> lock(orphan_mu_);
     for (Batch& batch : record->limbo) orphans_.push_back(std::move(batch));
     orphan_hint_.store(orphans_.size(), std::memory_order_relaxed);
   }
   record->limbo.clear();
+  record->held = 0;
   record->quiet_unpins = 0;
+}
+
+void EpochManager::release_at_exit(Record* record) {
+  if (record->pin_depth != 0) contract_violation("a thread exited while pinned");
+  // No deleter runs here (invariant (4)): the items go to the orphan list, freed by the next
+  // collect of any thread, drain() or the destructor.
+  hand_over(record);
   // release: the next owner (claim_record's acquire) and the destructor see this thread's
   // last writes to the record.
   record->claimed.store(false, std::memory_order_release);
 }
 
-EpochManager::Participant EpochManager::attach() { return Participant(this, attach_local()); }
+std::size_t EpochManager::adopt_idle(const Record* except) {
+  std::size_t adopted = 0;
+  for (Record* r = records_.load(std::memory_order_acquire); r != nullptr; r = r->next) {
+    // acquire: a state word is only a guard against misuse here (a pinned owner's fields
+    // are left alone); the happens-before with an idle owner is drain()'s precondition.
+    if (r == except || is_pinned(r->state.load(std::memory_order_acquire))) continue;
+    if (r->held == 0) continue;
+    hand_over(r);
+    ++adopted;
+  }
+  return adopted;
+}
 
-EpochManager::Guard EpochManager::pin() { return Guard(this, attach_local(), true); }
+EpochManager::Participant EpochManager::attach() { return Participant(this, attach_local()); }
 
 bool EpochManager::pinned_here() const {
   const Record* r = local_record();
@@ -228,6 +337,7 @@ std::size_t EpochManager::collect_record(Record* record) {
     record->limbo.pop_front();
   }
   // Moved out first: a deleter may retire more items into this record.
+  record->held -= ready.size();
   const std::size_t n = run(ready);
   record->freed.store(record->freed.load(std::memory_order_relaxed) + n,
                       std::memory_order_relaxed);
@@ -278,6 +388,7 @@ std::size_t EpochManager::collect() {
 }
 
 std::size_t EpochManager::drain() {
+  adopt_idle(local_record());
   std::size_t total = 0;
   // Each round seals, advances twice (enough for everything sealed so far when nobody is
   // pinned) and frees what is safe. Deleters may retire more, so go on while rounds free.

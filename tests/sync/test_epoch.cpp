@@ -1,6 +1,7 @@
-// Unit tests of epoch-based reclamation: when deleters may and may not run, nested and
-// self-attaching pins, threads that leave (explicitly or at thread exit), the orphan list,
-// the destructor, and the contract checks that abort.
+// Unit tests of epoch-based reclamation: when deleters may and may not run, nested pins,
+// registration at the first pin, threads that leave (thread exit), the orphan list, several
+// managers per thread, managers destroyed while their threads live on, and the contract
+// checks that abort.
 #include "pmindex/sync/epoch.h"
 
 #include <gtest/gtest.h>
@@ -8,6 +9,8 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <new>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -85,7 +88,7 @@ TEST(Epoch, AnotherThreadsPinHoldsReclamationBack) {
   EXPECT_EQ(runs(freed), 0);
 
   release.store(true, std::memory_order_release);
-  reader.join();  // its detach collects, which may already free the orphan
+  reader.join();  // its exit hands its (empty) record back
   epochs.drain();
   EXPECT_EQ(runs(freed), 1);
 }
@@ -111,9 +114,10 @@ TEST(Epoch, NestedPinsAreCounted) {
   EXPECT_EQ(runs(freed), 1);
 }
 
-TEST(Epoch, PinWithoutParticipantAttachesForItsLifetime) {
+TEST(Epoch, FirstPinRegistersTheThreadForGood) {
   EpochManager epochs;
   std::atomic<int> freed{0};
+  EXPECT_EQ(epochs.stats().attached, 0u);
   {
     auto guard = epochs.pin();
     EXPECT_TRUE(epochs.pinned_here());
@@ -121,26 +125,31 @@ TEST(Epoch, PinWithoutParticipantAttachesForItsLifetime) {
     guard.retire(&freed, &count_run, 0);
   }
   EXPECT_FALSE(epochs.pinned_here());
-  EXPECT_EQ(epochs.stats().attached, 0u);  // the item went to the orphans
-  EXPECT_EQ(epochs.stats().pending(), 1u);
+  EXPECT_EQ(epochs.stats().attached, 1u);  // no detach per operation: still registered
+  for (int i = 0; i < 100; ++i) {
+    auto guard = epochs.pin();  // the thread-local cache finds the same record
+  }
+  EXPECT_EQ(epochs.stats().records, 1u);
+  EXPECT_EQ(epochs.stats().pending(), 1u);  // the item stays with the thread
+  EXPECT_EQ(runs(freed), 0);
   EXPECT_EQ(epochs.drain(), 1u);
   EXPECT_EQ(runs(freed), 1);
 }
 
-TEST(Epoch, ThreadThatDetachesHandsItsItemsOver) {
+TEST(Epoch, ThreadExitHandsItsItemsOver) {
   EpochManager epochs;
   std::atomic<int> freed{0};
   std::thread worker([&] {
-    auto me = epochs.attach();
-    auto guard = me.pin();
+    auto guard = epochs.pin();  // registers; no Participant anywhere
     for (int i = 0; i < 10; ++i) guard.retire(&freed, &count_run, 0);
   });
-  worker.join();
+  worker.join();  // its thread_local destructor has run: the record is free again
   const auto s = epochs.stats();
   EXPECT_EQ(s.attached, 0u);
   EXPECT_EQ(s.retired, 10u);
-  EXPECT_EQ(s.freed + s.pending(), 10u);
-  epochs.drain();
+  EXPECT_EQ(s.pending(), 10u);  // handed over, not run (a thread's exit runs no deleter)
+  epochs.collect();
+  epochs.collect();  // two advances later the orphans are safe
   EXPECT_EQ(runs(freed), 10);
   EXPECT_EQ(epochs.stats().pending(), 0u);
 }
@@ -183,10 +192,11 @@ TEST(Epoch, AttachTwiceSharesOneRegistration) {
     auto second = epochs.attach();
     EXPECT_EQ(epochs.stats().attached, 1u);
   }
-  EXPECT_EQ(epochs.stats().attached, 1u);  // `first` still holds it
-  first.detach();
+  EXPECT_EQ(epochs.stats().attached, 1u);
+  first.detach();  // drops the handle only
   EXPECT_FALSE(first.attached());
-  EXPECT_EQ(epochs.stats().attached, 0u);
+  EXPECT_EQ(epochs.stats().attached, 1u);
+  EXPECT_EQ(epochs.stats().records, 1u);
 }
 
 TEST(Epoch, EveryDeleterRunsExactlyOnce) {
@@ -225,7 +235,7 @@ TEST(Epoch, DestructorRunsPendingDeleters) {
     auto guard = me.pin();
     for (int i = 0; i < 3; ++i) guard.retire(&freed, &count_run, 0);
     epochs.retire(&freed, &count_run, 0);  // through the thread lookup
-    std::thread([&] { epochs.retire(&freed, &count_run, 0); }).join();  // an orphan
+    std::thread([&] { epochs.retire(&freed, &count_run, 0); }).join();  // unregistered: an orphan
     EXPECT_EQ(runs(freed), 0);
   }  // guard, participant, then the manager
   EXPECT_EQ(runs(freed), 5);
@@ -275,9 +285,14 @@ TEST(Epoch, DeleterMayRetireMore) {
     epochs.drain();
     EXPECT_EQ(runs(ctx.freed), 2);
   }
-  epochs.retire(&ctx, chained, 1);  // unattached: orphan whose deleter adds an orphan
+  // Still registered (the handle is gone, the registration is not): into the thread's bag.
+  epochs.retire(&ctx, chained, 1);
   epochs.drain();
   EXPECT_EQ(runs(ctx.freed), 4);
+  // From an unregistered thread: an orphan whose deleter retires more.
+  std::thread([&] { epochs.retire(&ctx, chained, 1); }).join();
+  epochs.drain();
+  EXPECT_EQ(runs(ctx.freed), 6);
 }
 
 TEST(Epoch, TryAdvanceIsRefusedOnlyByLaggingPins) {
@@ -290,28 +305,195 @@ TEST(Epoch, TryAdvanceIsRefusedOnlyByLaggingPins) {
   EXPECT_FALSE(epochs.try_advance());
 }
 
+// --- several managers, lifetimes (issues 16 and 17) -------------------------------------------
+
+TEST(Epoch, ManyManagersPerThread) {
+  // More managers than cache slots, so some share a slot and take the list on a miss.
+  constexpr int kManagers = 3 * 8 + 1;
+  std::vector<std::atomic<int>> freed(kManagers);  // before the managers: outlives them
+  std::vector<std::unique_ptr<EpochManager>> managers;
+  for (int m = 0; m < kManagers; ++m) managers.push_back(std::make_unique<EpochManager>());
+  for (int round = 0; round < 3; ++round) {
+    for (int m = 0; m < kManagers; ++m) {
+      auto outer = managers[m]->pin();
+      auto other = managers[(m + 1) % kManagers]->pin();  // pins of two managers nest freely
+      outer.retire(&freed[m], &count_run, 0);
+      EXPECT_TRUE(managers[m]->pinned_here());
+    }
+  }
+  for (int m = 0; m < kManagers; ++m) {
+    const auto s = managers[m]->stats();
+    EXPECT_EQ(s.records, 1u) << "manager " << m;  // one registration per manager, reused
+    EXPECT_EQ(s.attached, 1u) << "manager " << m;
+    EXPECT_EQ(s.retired, 3u) << "manager " << m;
+    EXPECT_FALSE(managers[m]->pinned_here());
+  }
+  // A pin of one manager does not hold another's reclamation back.
+  auto held = managers[0]->pin();
+  for (int m = 1; m < kManagers; ++m) {
+    managers[m]->drain();
+    EXPECT_EQ(runs(freed[m]), 3) << "manager " << m;
+  }
+  EXPECT_EQ(runs(freed[0]), 0);
+}
+
+TEST(Epoch, NewManagerAtAReusedAddressStartsUnregistered) {
+  alignas(EpochManager) unsigned char storage[sizeof(EpochManager)];
+  std::atomic<int> freed{0};
+  auto* first = new (storage) EpochManager;
+  {
+    auto guard = first->pin();
+    guard.retire(&freed, &count_run, 0);
+  }
+  first->~EpochManager();  // frees its records; this thread's cache still names the old one
+  EXPECT_EQ(runs(freed), 1);
+  auto* second = new (storage) EpochManager;
+  ASSERT_EQ(static_cast<void*>(second), static_cast<void*>(first));
+  // A stale cache hit would return the freed record (ASan: use after free).
+  EXPECT_EQ(second->stats().attached, 0u);
+  EXPECT_FALSE(second->pinned_here());
+  {
+    auto guard = second->pin();
+    EXPECT_TRUE(second->pinned_here());
+    guard.retire(&freed, &count_run, 0);
+  }
+  EXPECT_EQ(second->stats().records, 1u);
+  EXPECT_EQ(second->drain(), 1u);
+  second->~EpochManager();
+  EXPECT_EQ(runs(freed), 2);
+}
+
+// Issue 17's shape with std::threads: they use a manager, stay alive and idle while it is
+// destroyed, then use a new manager and exit.
+TEST(Epoch, ManagerDestroyedWhileItsThreadsAreAliveAndIdle) {
+  constexpr int kThreads = 4;
+  constexpr int kItems = 50;
+  std::atomic<int> freed_old{0};
+  std::atomic<int> freed_new{0};
+  auto old_manager = std::make_unique<EpochManager>();
+  std::unique_ptr<EpochManager> new_manager;
+  std::atomic<int> idle{0};
+  std::atomic<bool> go_on{false};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      auto participant = old_manager->attach();  // a handle that outlives the manager
+      for (int i = 0; i < kItems; ++i) {
+        auto guard = (t % 2 == 0) ? old_manager->pin() : participant.pin();
+        guard.retire(&freed_old, &count_run, 0);
+      }
+      // release: this thread's use of the old manager happens before its destruction.
+      idle.fetch_add(1, std::memory_order_release);
+      // acquire: the new manager is constructed; the old one is gone.
+      while (!go_on.load(std::memory_order_acquire)) std::this_thread::yield();
+      for (int i = 0; i < kItems; ++i) {
+        auto guard = new_manager->pin();
+        guard.retire(&freed_new, &count_run, 0);
+      }
+    });  // exits: hands over the new manager's record, skips the dead one's
+  }
+  while (idle.load(std::memory_order_acquire) != kThreads) std::this_thread::yield();
+  EXPECT_EQ(old_manager->stats().attached, static_cast<std::uint64_t>(kThreads));
+  old_manager.reset();  // threads registered, alive, not pinned: runs their items
+  EXPECT_EQ(runs(freed_old), kThreads * kItems);
+  new_manager = std::make_unique<EpochManager>();
+  go_on.store(true, std::memory_order_release);
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(new_manager->stats().attached, 0u);
+  new_manager->drain();
+  EXPECT_EQ(runs(freed_new), kThreads * kItems);
+  new_manager.reset();
+}
+
+TEST(Epoch, DrainAdoptsTheItemsOfIdleThreads) {
+  EpochManager epochs;
+  std::atomic<int> freed{0};
+  std::atomic<bool> idle{false};
+  std::atomic<bool> done{false};
+  std::thread worker([&] {
+    {
+      auto guard = epochs.pin();
+      for (int i = 0; i < 7; ++i) guard.retire(&freed, &count_run, 0);
+    }
+    idle.store(true, std::memory_order_release);  // quiescent from here
+    while (!done.load(std::memory_order_acquire)) std::this_thread::yield();
+  });
+  while (!idle.load(std::memory_order_acquire)) std::this_thread::yield();
+  EXPECT_EQ(epochs.drain(), 7u);  // the worker is registered, alive and idle
+  EXPECT_EQ(runs(freed), 7);
+  EXPECT_EQ(epochs.stats().attached, 1u);
+  done.store(true, std::memory_order_release);
+  worker.join();
+}
+
+// Pins made by a thread_local destructor that runs after the thread's registrations were
+// handed over: the record stays claimed and the manager's destructor runs its items.
+struct LatePinner {
+  EpochManager* epochs = nullptr;
+  std::atomic<int>* freed = nullptr;
+  ~LatePinner() {
+    if (epochs == nullptr) return;
+    auto guard = epochs->pin();
+    guard.retire(freed, &count_run, 0);
+  }
+};
+thread_local LatePinner tls_late_pinner;
+
+TEST(Epoch, PinFromALateThreadLocalDestructor) {
+  std::atomic<int> freed{0};
+  {
+    EpochManager epochs;
+    std::thread([&] {
+      tls_late_pinner.epochs = &epochs;  // constructed before the registrations: destroyed after
+      tls_late_pinner.freed = &freed;
+      auto guard = epochs.pin();
+      guard.retire(&freed, &count_run, 0);
+    }).join();
+    EXPECT_EQ(epochs.stats().attached, 1u);  // the late registration, never handed over
+    EXPECT_EQ(epochs.stats().pending(), 2u);
+    EXPECT_EQ(runs(freed), 0);
+  }  // the destructor runs the handed-over item and the late registration's
+  EXPECT_EQ(runs(freed), 2);
+}
+
 using EpochDeathTest = ::testing::Test;
 
-TEST(EpochDeathTest, DestroyingTheManagerWhileAttachedAborts) {
+TEST(EpochDeathTest, DestroyingTheManagerWhilePinnedAborts) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_DEATH(
       {
         auto* epochs = new EpochManager;
-        auto me = epochs->attach();
+        auto guard = epochs->pin();
         delete epochs;
       },
       "still alive");
 }
 
-TEST(EpochDeathTest, DestroyingAParticipantOnAnotherThreadAborts) {
+TEST(EpochDeathTest, DestroyingTheManagerWhileAnotherThreadIsPinnedAborts) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        auto* epochs = new EpochManager;
+        std::atomic<bool> pinned{false};
+        std::thread([&] {
+          auto guard = epochs->pin();
+          pinned.store(true, std::memory_order_release);
+          for (;;) std::this_thread::yield();
+        }).detach();
+        while (!pinned.load(std::memory_order_acquire)) std::this_thread::yield();
+        delete epochs;
+      },
+      "still alive");
+}
+
+TEST(EpochDeathTest, ThreadExitWhilePinnedAborts) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   EXPECT_DEATH(
       {
         EpochManager epochs;
-        auto me = epochs.attach();
-        std::thread([p = std::move(me)]() mutable { p.detach(); }).join();
+        std::thread([&] { new EpochManager::Guard(epochs.pin()); }).join();  // leaked pin
       },
-      "another thread");
+      "exited while pinned");
 }
 
 }  // namespace

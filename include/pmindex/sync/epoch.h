@@ -1,9 +1,10 @@
 // Epoch-based reclamation (EBR): frees an unlinked object once no thread can still be
-// reading it. One EpochManager per index instance (no global state).
+// reading it. One EpochManager per index instance. Process-wide state is only what finds a
+// thread's registrations: the set of live managers' ids and each thread's cache and list.
 //
 //   EpochManager epochs;                               // owned by the index
-//   auto me = epochs.attach();                         // once per thread (Index::ThreadScope)
-//   { auto g = me.pin();                               // around every operation
+//   { auto g = epochs.pin();                           // around every operation; the first
+//                                                      // pin of a thread registers it
 //     Node* n = root.load(std::memory_order_acquire);  // safe to read until g is destroyed
 //     ... unlink `old` from the structure ...
 //     g.retire(pool, [](void* p, uint64_t off) { static_cast<Allocator*>(p)->deallocate(off); },
@@ -13,7 +14,7 @@
 // Scheme (three epochs). A global epoch E only grows. A pinned thread announces the epoch it
 // read when it pinned. try_advance() moves E to E+1 when every pinned thread announces E.
 // Retired items collect in the retiring thread's bag; when the bag is sealed (at each
-// collect, see kBagCapacity, and at detach) it is tagged with the current epoch e and joins
+// collect, see kBagCapacity, and at hand-over) it is tagged with the current epoch e and joins
 // the thread's limbo list. A batch tagged e is freed once E >= e+2: every thread
 // that was pinned when the items were unlinked announced an epoch <= e, so the step
 // e+1 -> e+2 could only happen after it unpinned.
@@ -41,17 +42,47 @@
 // is refused until the reader unpins, and the batch (freed at E >= tag+2) outlives the read.
 // The walk of the record list is covered the same way: a thread's record is published (a
 // release CAS on the list head) before its first P1, so a walk whose head load missed it
-// would again put A2 before P2.
+// would again put A2 before P2. A record reused by another thread (after its owner's exit,
+// claimed with acquire) is the same case: the new owner's P1 follows that claim.
+// Hand-overs keep the argument: a bag is sealed (S1, S2) by its owner, or by drain() adopting
+// an idle thread's items, whose unlinks happen before the drain by its precondition; either
+// way U happens before S1. The destructor runs every item without epochs: no thread is
+// pinned (checked) and no thread uses the manager any more (its precondition).
 // The happens-before edge that makes the deleter's writes race-free (and that TSan checks;
 // g++ 12's TSan ignores fences, which here only decide *which* value A3 reads) is a chain
 // of release/acquire pairs: reader's accesses -> unpin (release) -> A3 (acquire) -> A4
 // (seq_cst RMW) -> the deleting thread's load of E (acquire) -> deleter.
 //
+// Registration (the hot path). A thread registers with a manager once, at its first pin()
+// or attach(), and stays registered until it exits or the manager is destroyed; nobody pays
+// a register + unregister per operation. An attached thread finds its record through a
+// thread-local direct-mapped cache keyed by the manager's instance id (unique in the
+// process, so a new manager at a reused address never hits a stale entry): pin() + unpin()
+// is a cache probe, a depth count, one epoch load, two stores of the state word and a check
+// for pending items, with no atomic RMW and no thread-id call. On a miss (first use, or two
+// managers sharing a slot) the thread's list of registrations is searched.
+//
+// Lifetime (issue 17: PiBench deletes a tree while its OpenMP pool threads live on).
+//  - Thread exit: a thread_local destructor hands each registration's pending items to its
+//    manager's orphan list (sealed, not run) and frees the record for reuse. It touches only
+//    managers still in the process-wide set of live instance ids, checked and held under
+//    that set's mutex, which the destructor also takes; so a thread that outlives a manager
+//    exits without touching it.
+//  - Manager destruction while registered threads are alive is allowed if none of them is
+//    pinned and, as for any object, every use of the manager happens before the destructor
+//    (threads joined, or synchronised with the destroying thread, e.g. by an OpenMP barrier).
+//    The destructor then runs every pending item, its registered threads' included. A thread
+//    pinned at that moment is a misuse the destructor reports (it aborts with a message).
+//  - A thread that used a destroyed manager may go on to use other managers and exit
+//    normally. Touching the destroyed manager itself (pin, retire, a Participant's or Guard's
+//    pin or retire) is a documented misuse with undefined behaviour, like any use after
+//    delete: for an index, every thread must be done with the tree before `delete tree`.
+//
 // Thread safety: every member function of EpochManager may be called concurrently from any
-// thread. A Participant and a Guard belong to the thread that created them: use and destroy
-// them there only (checked when a thread's registration is dropped, where the process aborts
-// with a message; Guards of a Participant are checked by assert only, to keep unpin cheap).
-// The manager must outlive every Participant and Guard (checked in the destructor).
+// thread, except drain() (see there) and the destructor. A Participant and a Guard belong to
+// the thread that created them: use and destroy them there only (checked by assert only, to
+// keep pin and unpin cheap). A Participant is only a handle on its thread's registration: it
+// may outlive the manager if it is not used after that (destroying it touches nothing).
 //
 // Invariants:
 //  (1) An object is retired only after it is unlinked, i.e. no new reader can reach it; the
@@ -62,12 +93,12 @@
 //      the destructor once nothing is pinned. Deleters must not throw; they may retire
 //      further items, but must not otherwise call into this manager.
 //  (4) Deleters run only outside pinned sections of the thread that runs them (at the
-//      outermost unpin, in a retire() made while unpinned, collect(), drain(), detach and the
+//      outermost unpin, in a retire() made while unpinned, collect(), drain() and the
 //      destructor), so a deleter never runs while its thread holds a lock taken inside an
-//      operation.
-//  (5) A thread's records are per manager; when its last Participant goes (thread exit
-//      included), its bag and limbo move to the manager's orphan list, which any thread's
-//      collect() frees when safe.
+//      operation. (A thread's exit runs none: it only hands its items over.)
+//  (5) A thread's records are per manager; when the thread exits, or drain() adopts an idle
+//      thread's items, its bag and limbo move to the manager's orphan list, which any
+//      thread's collect() frees when safe.
 #pragma once
 
 #include <atomic>
@@ -104,7 +135,7 @@ class EpochManager {
     std::uint64_t epoch = 0;     // the global epoch
     std::uint64_t retired = 0;   // items passed to retire
     std::uint64_t freed = 0;     // deleters run
-    std::uint64_t attached = 0;  // threads attached now
+    std::uint64_t attached = 0;  // threads registered now
     std::uint64_t records = 0;   // per-thread records ever created (peak attached threads)
     std::uint64_t pending() const { return retired - freed; }
   };
@@ -112,18 +143,19 @@ class EpochManager {
   class Guard;
   class Participant;
 
-  EpochManager() = default;
-  // Runs every pending deleter. Aborts if a Participant or Guard is still alive.
+  EpochManager();
+  // Runs every pending deleter, those of registered threads that are still alive included
+  // (see "Lifetime" above). Aborts if a thread is pinned (a Guard is alive).
   ~EpochManager();
   EpochManager(const EpochManager&) = delete;
   EpochManager& operator=(const EpochManager&) = delete;
 
-  // Registers the calling thread (or adds a reference to its registration). Keep the
-  // Participant for as long as the thread works on the index; its pin() is the fast path.
+  // Registers the calling thread if it is not yet, and returns a handle on its registration.
+  // Optional: pin() registers on its own; a Participant only saves the cache probe.
   [[nodiscard]] Participant attach();
 
-  // Pins the calling thread; nested pins are a counter increment. If the thread is not
-  // attached, the Guard attaches it for its own lifetime (correct, but slower).
+  // Pins the calling thread; nested pins are a counter increment. The first pin of a thread
+  // registers it (kept until the thread exits or the manager is destroyed).
   [[nodiscard]] Guard pin();
 
   // Defers fn(ctx, arg) until no thread can see the object (invariant (1) first). Any thread,
@@ -141,9 +173,12 @@ class EpochManager {
   // Seals the calling thread's bag, tries to advance, and runs the deleters that are safe:
   // the calling thread's and the orphan list's. Returns how many ran.
   std::size_t collect();
-  // For shutdown and tests, when no thread is pinned: advances as far as it can and frees
-  // everything that is then safe: the orphan list and the calling thread's items. Items still
-  // held by other attached threads are theirs to free. Returns how many deleters ran.
+  // For shutdown, verification and tests, on a quiescent manager: no other thread runs an
+  // operation on it during the call (their uses happen before it, and it happens before
+  // their next ones). Adopts the pending items of every registered thread that is not
+  // pinned, advances as far as it can and frees everything that is then safe. Safe, but
+  // frees nothing that a pinned thread could still see, if a thread is pinned (its own items
+  // stay with it). Returns how many deleters ran.
   std::size_t drain();
 
   // relaxed: a diagnostic snapshot.
@@ -164,6 +199,13 @@ class EpochManager {
     std::vector<Retired> items;
   };
   struct Record;
+  struct ThreadRegistrations;  // epoch.cpp: a thread's registrations, handed over at its exit
+  // One entry of the thread-local cache: the record of manager `id` (0: empty).
+  struct CacheSlot {
+    std::uint64_t id;
+    Record* record;
+  };
+  static constexpr std::size_t kCacheSlots = 8;
 
   static constexpr std::uint64_t kUnpinned = 0;
   static constexpr std::uint64_t pinned_word(std::uint64_t epoch) { return (epoch << 1) | 1; }
@@ -177,9 +219,14 @@ class EpochManager {
   static Retired wrap_function(std::function<void()> fn);
   [[noreturn]] static void contract_violation(const char* what);
 
+  static std::uint64_t register_manager();  // a fresh instance id, entered as live
   Record* local_record() const;  // the calling thread's record for this manager, or nullptr
-  Record* attach_local();        // local_record(), or claims one; adds a reference
-  void detach_local(Record* record);
+  Record* attach_local();        // the calling thread's record, registering it on first use
+  Record* attach_slow();         // attach_local on a cache miss
+  void hand_over(Record* record);      // seals the record's items and moves them to orphans
+  void release_at_exit(Record* record);  // the owner's exit: hand_over, then unclaim
+  std::size_t adopt_idle(const Record* except);  // drain: hand_over of unpinned others
+  std::size_t run_everything();  // destructor: runs all items of every record and orphan
   Record* claim_record();
   void pin_record(Record* record);
   void unpin_record(Record* record);
@@ -200,14 +247,23 @@ class EpochManager {
   std::atomic<Record*> records_{nullptr};
   std::atomic<std::uint64_t> record_count_{0};  // relaxed: statistics
 
-  // Items of detached threads and of retire() calls from unattached threads.
+  // Items handed over (thread exit, drain) and of retire() calls from unregistered threads.
   std::mutex orphan_mu_;
   std::vector<Batch> orphans_;                 // guarded by orphan_mu_
   std::atomic<std::size_t> orphan_hint_{0};    // relaxed: orphans_.size(), to skip the mutex
   std::atomic<std::uint64_t> orphan_retired_{0};  // relaxed: statistics
   std::atomic<std::uint64_t> orphan_freed_{0};    // relaxed: statistics
 
-  static thread_local Record* tls_records_;  // the calling thread's records, one per manager
+  // The process-unique instance id (never 0), key of the thread-local cache and of the set
+  // of live managers (epoch.cpp).
+  const std::uint64_t id_;
+
+  // The calling thread's cache, indexed by id_ % kCacheSlots. constinit: no dynamic
+  // initialisation, so other translation units access it directly, without a TLS wrapper
+  // call. Cleared at thread exit.
+  static constinit thread_local CacheSlot tls_cache_[kCacheSlots];
+  // The calling thread's registrations (epoch.cpp), used on cache misses and at thread exit.
+  static thread_local ThreadRegistrations tls_registrations_;
 };
 
 // One thread's registration with one manager. alignas: the state word is read by every
@@ -227,20 +283,18 @@ struct alignas(64) EpochManager::Record {
   EpochManager* const manager;
   Record* next = nullptr;  // registry link: set before publication, immutable afterwards
 
-  // Owner-only.
-  Record* thread_next = nullptr;  // the owner's chain of records (tls_records_)
-  std::thread::id owner;
-  std::uint32_t refs = 0;         // live Participants and self-attaching Guards
+  // Owner-only (and, while the owner is quiescent, drain() and the destructor: see there).
   std::uint32_t pin_depth = 0;    // live Guards
   std::uint32_t quiet_unpins = 0;
+  std::size_t held = 0;           // items in bag and limbo: one test at unpin instead of two
+  std::thread::id owner;          // for assertions
   std::vector<Retired> bag;       // retired, not yet tagged with an epoch
   std::deque<Batch> limbo;        // tagged, oldest first (tags never decrease)
 };
 
 class EpochManager::Guard {
  public:
-  Guard(Guard&& other) noexcept
-      : manager_(other.manager_), record_(other.record_), owns_ref_(other.owns_ref_) {
+  Guard(Guard&& other) noexcept : manager_(other.manager_), record_(other.record_) {
     other.record_ = nullptr;
   }
   Guard& operator=(Guard&&) = delete;
@@ -249,7 +303,6 @@ class EpochManager::Guard {
     if (record_ == nullptr) return;
     assert(record_->owner == std::this_thread::get_id());
     manager_->unpin_record(record_);
-    if (owns_ref_) manager_->detach_local(record_);
   }
 
   // retire() without the thread-local lookup. Runs no deleter (invariant (4)).
@@ -267,51 +320,45 @@ class EpochManager::Guard {
  private:
   friend class EpochManager;
   friend class Participant;
-  Guard(EpochManager* manager, Record* record, bool owns_ref)
-      : manager_(manager), record_(record), owns_ref_(owns_ref) {
+  Guard(EpochManager* manager, Record* record) : manager_(manager), record_(record) {
     manager_->pin_record(record_);
   }
 
   EpochManager* manager_;
   Record* record_;
-  bool owns_ref_;  // this Guard attached the thread (EpochManager::pin without Participant)
 };
 
+// A handle on the calling thread's registration (EpochManager::attach). Optional: it saves
+// the cache probe of EpochManager::pin, nothing else. Dropping it (detach, destructor)
+// touches nothing: the registration stays until the thread exits or the manager goes.
 class EpochManager::Participant {
  public:
-  Participant() = default;  // not attached
+  Participant() = default;  // no handle
   Participant(Participant&& other) noexcept
       : manager_(other.manager_), record_(other.record_) {
     other.record_ = nullptr;
   }
   Participant& operator=(Participant&& other) noexcept {
-    if (this != &other) {
-      detach();
-      manager_ = other.manager_;
-      record_ = other.record_;
-      other.record_ = nullptr;
-    }
+    manager_ = other.manager_;
+    record_ = other.record_;
+    if (this != &other) other.record_ = nullptr;
     return *this;
   }
   Participant(const Participant&) = delete;
   Participant& operator=(const Participant&) = delete;
-  ~Participant() { detach(); }
+  ~Participant() = default;
 
   [[nodiscard]] Guard pin() {
     assert(record_ != nullptr);
-    return Guard(manager_, record_, false);
+    return Guard(manager_, record_);
   }
   void retire(void* ctx, Deleter fn, std::uint64_t arg) {
     assert(record_ != nullptr);
     manager_->push_retired(record_, Retired{fn, ctx, arg});
   }
   bool attached() const { return record_ != nullptr; }
-  // Drops this reference now; the last one hands the thread's pending items to the manager.
-  void detach() {
-    if (record_ == nullptr) return;
-    manager_->detach_local(record_);
-    record_ = nullptr;
-  }
+  // Drops the handle (the thread stays registered).
+  void detach() { record_ = nullptr; }
 
  private:
   friend class EpochManager;
@@ -322,6 +369,14 @@ class EpochManager::Participant {
 };
 
 // --- hot paths ---------------------------------------------------------------------------------
+
+inline EpochManager::Record* EpochManager::attach_local() {
+  const CacheSlot& slot = tls_cache_[id_ % kCacheSlots];
+  if (slot.id == id_) [[likely]] return slot.record;
+  return attach_slow();
+}
+
+inline EpochManager::Guard EpochManager::pin() { return Guard(this, attach_local()); }
 
 inline void EpochManager::pin_record(Record* record) {
   if (record->pin_depth++ != 0) return;  // nested: already announced
@@ -344,14 +399,14 @@ inline void EpochManager::unpin_record(Record* record) {
   // release: everything read while pinned happens before an advancing thread that sees us
   // unpinned, and so before the deleters that run after the epoch moves on.
   record->state.store(kUnpinned, std::memory_order_release);
-  if (!record->bag.empty() || !record->limbo.empty() ||
-      orphan_hint_.load(std::memory_order_relaxed) != 0) {
+  if (record->held != 0 || orphan_hint_.load(std::memory_order_relaxed) != 0) {
     after_unpin(record);
   }
 }
 
 inline void EpochManager::push_retired(Record* record, Retired item) {
   record->bag.push_back(item);
+  ++record->held;
   record->retired.store(record->retired.load(std::memory_order_relaxed) + 1,
                         std::memory_order_relaxed);
   if (record->pin_depth == 0 && record->bag.size() >= kBagCapacity) collect_record(record);

@@ -111,8 +111,8 @@ class FPTree final : public Index {
   Footprint footprint() const override;
   RecoveryStats recovery_stats() const override { return recovery_; }
   Status close() override;
-  // Registers the thread with the record reclamation epochs (faster than a pin per operation
-  // attaching on its own).
+  // Registers the thread with the record reclamation epochs now (optional: its first pin
+  // does it anyway, once).
   ThreadScope attach_thread() override;
 
   std::uint64_t leaf_count() const;

@@ -266,8 +266,8 @@ class NBTree final : public Index {
   Footprint footprint() const override;
   Status close() override;
   const pm::Pool& pool() const override { return *pool_; }
-  // Registers the calling thread with the epoch manager for the scope's lifetime (faster
-  // pins); operations without it attach for their own duration.
+  // Registers the calling thread with the epoch manager now (optional: its first operation
+  // does it anyway; the registration lasts until the thread exits or the index goes).
   ThreadScope attach_thread() override;
 
   // --- for tests ---
