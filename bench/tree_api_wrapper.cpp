@@ -57,8 +57,9 @@ class PmindexTree final : public tree_api {
       : index_(std::move(index)), temp_pool_(std::move(temp_pool)), value_size_(value_size),
         variable_keys_(variable_keys) {}
   ~PmindexTree() override {
-    // Worker threads have exited (PiBench joins them); detach the destroying thread here so its
-    // thread-local scope never outlives the index.
+    // PiBench's OpenMP pool threads may still be alive (idle) here: the epoch manager takes
+    // over their pending items when the index goes (include/pmindex/sync/epoch.h, "Lifetime").
+    // Drop the destroying thread's own scope so that it does not outlive the index.
     if (tls().tree == this) {
       tls().scope = pmindex::Index::ThreadScope();
       tls().tree = nullptr;
