@@ -218,6 +218,8 @@ def summarize(report):
         parts.append("verify: " + report["verify"][:120])
     if report.get("first_error"):
         parts.append("first error: " + report["first_error"])
+    if report.get("flagged") and report.get("outcome") == "silent_loss":
+        parts.append("[flagged]")  # the library reported damage, after some wrong answers
     return "; ".join(parts) or "ok"
 
 
@@ -301,7 +303,7 @@ def campaign_kind(tools, kind, args, workdir, fields, log):
         extra["check_hang"] += verdict == "hang"
         if outcome == "silent_loss":
             extra["loss_check_flagged"] += verdict == "flagged"
-            extra["loss_verify_flagged"] += ("verify:" in why or "errors=" in why)
+            extra["loss_verify_flagged"] += "[flagged]" in why
         if outcome in ("crash", "hang", "silent_loss") or verdict in ("crash", "hang"):
             examples.append({"mutant": i, "mutation": what, "outcome": outcome, "detail": why,
                              "pmpool_check": verdict})
@@ -315,11 +317,12 @@ def campaign_kind(tools, kind, args, workdir, fields, log):
 
 
 def print_table(summary):
-    cols = OUTCOMES + ["loss seen by check", "check crash/hang"]
+    cols = OUTCOMES + ["loss: check", "loss: verify", "check crash/hang"]
     print("%-8s %8s" % ("kind", "mutants") + "".join(" %12s" % c for c in cols))
     for kind, r in summary["kinds"].items():
         c = r["counts"]
         row = [c[o] for o in OUTCOMES] + ["%d/%d" % (r["loss_check_flagged"], c["silent_loss"]),
+                                          "%d/%d" % (r["loss_verify_flagged"], c["silent_loss"]),
                                           "%d/%d" % (r["check_crash"], r["check_hang"])]
         print("%-8s %8d" % (kind, sum(c.values())) + "".join(" %12s" % v for v in row))
 
