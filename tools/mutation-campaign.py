@@ -325,6 +325,12 @@ def print_table(summary):
                                           "%d/%d" % (r["loss_verify_flagged"], c["silent_loss"]),
                                           "%d/%d" % (r["check_crash"], r["check_hang"])]
         print("%-8s %8d" % (kind, sum(c.values())) + "".join(" %12s" % v for v in row))
+    print("\nby mutation (clean_error/intact/crash/hang/silent_loss):")
+    muts = summary["mutations"]
+    print("%-8s" % "kind" + "".join(" %22s" % m for m in muts))
+    for kind, r in summary["kinds"].items():
+        cells = ["/".join(str(r["by_mutation"][m][o]) for o in OUTCOMES) for m in muts]
+        print("%-8s" % kind + "".join(" %22s" % c for c in cells))
 
 
 def campaign(args, tools):
