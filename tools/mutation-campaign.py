@@ -308,7 +308,8 @@ def campaign_kind(tools, kind, args, workdir, fields, log):
             examples.append({"mutant": i, "mutation": what, "outcome": outcome, "detail": why,
                              "pmpool_check": verdict})
             if args.keep_bad:
-                shutil.copyfile(mutant, os.path.join(args.keep_bad, "%s-%d.pool" % (kind, i)))
+                # sparse, like the mutant: a plain copy of each kept pool is the full pool size
+                write_sparse(os.path.join(args.keep_bad, "%s-%d.pool" % (kind, i)), data)
         log("%-8s %4d %-10s %-12s check=%-10s %s | %s" % (kind, i, mutation, outcome, verdict,
                                                           what, why))
     os.unlink(mutant)
