@@ -7,6 +7,7 @@
 
 #include "index/common/node_search.h"
 #include "index/common/pm_record.h"
+#include "index/common/reclaim.h"
 #include "index/common/scan_assembly.h"
 #include "index/fptree/fptree.h"
 #include "pmindex/pm/thread_slot.h"
@@ -279,12 +280,15 @@ Code FPTree<N>::write_entry(std::string_view key, std::string_view value, bool r
 
 template <unsigned N>
 Code FPTree<N>::insert(std::string_view key, std::string_view value) {
-  return write_entry(key, value, /*replace=*/false);
+  // pool_full: run the deferred frees and retry once (reclaim.h; write_entry rolled back).
+  return index_common::retry_after_reclaim(
+      epochs_, [&] { return write_entry(key, value, /*replace=*/false); });
 }
 
 template <unsigned N>
 Code FPTree<N>::update(std::string_view key, std::string_view value) {
-  return write_entry(key, value, /*replace=*/true);
+  return index_common::retry_after_reclaim(
+      epochs_, [&] { return write_entry(key, value, /*replace=*/true); });
 }
 
 template <unsigned N>

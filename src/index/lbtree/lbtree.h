@@ -168,6 +168,9 @@ class LBTree final : public Index {
   void try_unlink(std::uint64_t off, const Probe& p);
   void switch_sibling(LeafT* a, std::uint64_t next);  // U1..U3 / recovery repair
   void release(const Pending& pending);
+  // insert/update without the pool_full retry (index_common::retry_after_reclaim)
+  Code insert_once(std::string_view key, std::string_view value);
+  Code update_once(std::string_view key, std::string_view value);
 
   // Pins the calling thread while it may read separator copies or PM key/value records (bytes
   // keys, out-of-line values). Integer keys with inline values point nowhere, so those

@@ -11,6 +11,7 @@
 
 #include "index/common/pm_record.h"
 #include "index/common/prefetch.h"
+#include "index/common/reclaim.h"
 #include "index/lbtree/lbtree.h"
 
 namespace pmindex::lbtree {
@@ -275,8 +276,20 @@ void LBTree<M>::leaf_insert(LeafT* l, DWord d0, std::uint64_t key_word,
   pm::persist(hdr, 16);  // P6
 }
 
+// pool_full: run the deferred frees and retry once (reclaim.h; a failed insert or update
+// leaves nothing behind). Outside the pinned section: deleters never run inside one.
 template <unsigned M>
 Code LBTree<M>::insert(std::string_view key, std::string_view value) {
+  return index_common::retry_after_reclaim(epochs_, [&] { return insert_once(key, value); });
+}
+
+template <unsigned M>
+Code LBTree<M>::update(std::string_view key, std::string_view value) {
+  return index_common::retry_after_reclaim(epochs_, [&] { return update_once(key, value); });
+}
+
+template <unsigned M>
+Code LBTree<M>::insert_once(std::string_view key, std::string_view value) {
   const auto guard = pin();
   if (Code c = keys_.check(key); c != Code::ok) return c;
   if (Code c = check_value(value); c != Code::ok) return c;
@@ -320,7 +333,7 @@ Code LBTree<M>::insert(std::string_view key, std::string_view value) {
 // --- update / delete --------------------------------------------------------------------------
 
 template <unsigned M>
-Code LBTree<M>::update(std::string_view key, std::string_view value) {
+Code LBTree<M>::update_once(std::string_view key, std::string_view value) {
   const auto guard = pin();
   if (Code c = keys_.check(key); c != Code::ok) return c;
   if (Code c = check_value(value); c != Code::ok) return c;

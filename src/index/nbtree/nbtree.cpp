@@ -10,6 +10,7 @@
 
 #include "index/common/node_search.h"
 #include "index/common/prefetch.h"
+#include "index/common/reclaim.h"
 #include "index/nbtree/nbtree.h"
 
 namespace pmindex::nbtree {
@@ -660,8 +661,19 @@ Code NBTree::zero_find(std::uint64_t* word) const {
 
 // --- public operations ---------------------------------------------------------------------------
 
-// Key 0 of the integer modes lives in the root (Z*); bytes keys all live in leaves.
+// pool_full: run the deferred frees and retry once (reclaim.h). A failed insert or update has
+// rolled back (I7, S2x) and unpinned, so the retry is a plain retry and the deleters run
+// outside any pinned section.
 Code NBTree::insert(std::string_view key, std::string_view value) {
+  return index_common::retry_after_reclaim(epochs_, [&] { return insert_once(key, value); });
+}
+
+Code NBTree::update(std::string_view key, std::string_view value) {
+  return index_common::retry_after_reclaim(epochs_, [&] { return update_once(key, value); });
+}
+
+// Key 0 of the integer modes lives in the root (Z*); bytes keys all live in leaves.
+Code NBTree::insert_once(std::string_view key, std::string_view value) {
   Probe p;
   if (Code c = make_probe(key, &p); c != Code::ok) return c;
   std::uint64_t word = 0;
@@ -686,7 +698,7 @@ Code NBTree::insert(std::string_view key, std::string_view value) {
   return c;
 }
 
-Code NBTree::update(std::string_view key, std::string_view value) {
+Code NBTree::update_once(std::string_view key, std::string_view value) {
   Probe p;
   if (Code c = make_probe(key, &p); c != Code::ok) return c;
   std::uint64_t word = 0;

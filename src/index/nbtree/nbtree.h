@@ -141,7 +141,8 @@ struct SmoDesc;
 // data_off, range), the next line for the fingerprints, so a lookup touches two adjacent DRAM
 // lines of metadata before its PM entry.
 struct alignas(64) Leaf {
-  // commit bitmap: bits 0..62 committed slots | bit 63 smo (set once, never cleared)
+  // commit bitmap: bits 0..62 committed slots | bit 63 smo (set by S1; cleared only by the
+  // roll-back of an SMO whose copy found the pool full, S2x)
   static constexpr std::uint64_t kSmoBit = std::uint64_t{1} << 63;
   // flag bits
   static constexpr std::uint32_t kSynced = 1;  // sync phase finished (S8)
@@ -186,6 +187,9 @@ struct alignas(64) Leaf {
   std::atomic<std::uint8_t> pending[kMaxSlots] = {};
   // The key each claimed slot announced (I2); also lets the sync phase know a deleted key.
   std::atomic<std::uint64_t> keys[kMaxSlots] = {};
+  // The copy gate (S2g): helpers in S2..S3 (count) | kGateClosed while a roll-back (S2x) runs.
+  static constexpr std::uint32_t kGateClosed = std::uint32_t{1} << 31;
+  std::atomic<std::uint32_t> copiers{0};
 };
 
 static_assert(offsetof(Leaf, fpw) == 64 && offsetof(Leaf, high) + 8 <= 64);
@@ -358,6 +362,9 @@ class NBTree final : public Index {
                    std::uint64_t* key_word) const;
   std::uint64_t read_word(const Leaf* leaf, int slot, std::uint64_t* key_out) const;
   bool wait_for_lower_inserts(const Leaf* leaf, int slot, const Probe& p) const;
+  // insert/update without the pool_full retry (index_common::retry_after_reclaim)
+  Code insert_once(std::string_view key, std::string_view value);
+  Code update_once(std::string_view key, std::string_view value);
   Code insert_word(const Probe& p, std::uint64_t key_word, std::uint64_t word);
   Code update_word(const Probe& p, std::uint64_t word, std::uint64_t* old_word);
   Code remove_key(const Probe& p);
@@ -370,6 +377,8 @@ class NBTree final : public Index {
 
   // SMO
   void help_smo(Leaf* leaf);
+  SmoDesc* copy_and_publish(Leaf* leaf);  // S2g, S2, S3 (or S2x)
+  SmoDesc* roll_back_smo(Leaf* leaf);     // S2x
   SmoDesc* copy_phase(Leaf* leaf);
   void sync_slot(Leaf* old_leaf, int slot, const SmoDesc* d) const;
   void link_phase(Leaf* leaf, SmoDesc* d);

@@ -234,19 +234,8 @@ void NBTree::help_smo(Leaf* leaf) {
   hook(HookPoint::smo_started, leaf);
   SmoDesc* d = leaf->copy_ptr.load(std::memory_order_acquire);
   if (d == nullptr) {
-    SmoDesc* mine = copy_phase(leaf);  // S2 (each helper builds its own; one wins S3)
-    if (mine == nullptr) return;       // pool full: the leaf stays frozen for inserts
-    hook(HookPoint::smo_before_copy_ptr_cas, leaf);
-    pm::yield_point("nbtree.smo.copy_ptr");
-    SmoDesc* expected = nullptr;
-    // S3: publish the copy. seq_cst: pairs with W1/R2 (writers and readers of the old leaf
-    // store/read, fence, then load copy_ptr).
-    if (leaf->copy_ptr.compare_exchange_strong(expected, mine, std::memory_order_seq_cst)) {
-      d = mine;
-    } else {
-      destroy_unpublished(mine);
-      d = expected;
-    }
+    d = copy_and_publish(leaf);
+    if (d == nullptr) return;  // pool full: rolled back (S2x), or another helper rolls back
   }
   full_fence();
   hook(HookPoint::smo_after_copy_ptr, leaf);
@@ -266,6 +255,59 @@ void NBTree::help_smo(Leaf* leaf) {
     hook(HookPoint::smo_after_sync, leaf);
   }
   if ((leaf->flag.load(std::memory_order_acquire) & Leaf::kLinked) == 0) link_phase(leaf, d);
+}
+
+// S2g: the copy gate. A helper builds and publishes a copy (S2, S3) only inside the gate, and
+// only while the gate is open and the smo bit is set, so a roll-back (S2x) that closed the
+// gate and saw it empty knows no copy can be published until it reopens it. seq_cst on the
+// gate and the loads after it: the roll-back's close / wait / bit clear / reopen and a
+// helper's enter / loads are ordered in the single total order (a helper that enters after
+// the reopen sees the cleared bit, or a later S1). Returns the published copy, or nullptr.
+SmoDesc* NBTree::copy_and_publish(Leaf* leaf) {
+  auto leave = [leaf] { leaf->copiers.fetch_sub(1, std::memory_order_seq_cst); };
+  if ((leaf->copiers.fetch_add(1, std::memory_order_seq_cst) & Leaf::kGateClosed) != 0) {
+    leave();  // a roll-back runs: the pool is full
+    return nullptr;
+  }
+  SmoDesc* d = leaf->copy_ptr.load(std::memory_order_seq_cst);
+  if (d != nullptr || (leaf->bitmap.load(std::memory_order_seq_cst) & Leaf::kSmoBit) == 0) {
+    leave();  // published meanwhile, or rolled back meanwhile (nothing to copy)
+    return d;
+  }
+  SmoDesc* mine = copy_phase(leaf);  // S2 (each helper builds its own; one wins S3)
+  if (mine == nullptr) return roll_back_smo(leaf);  // S2x (leaves the gate itself)
+  hook(HookPoint::smo_before_copy_ptr_cas, leaf);
+  pm::yield_point("nbtree.smo.copy_ptr");
+  SmoDesc* expected = nullptr;
+  // S3: publish the copy. seq_cst: pairs with W1/R2 (writers and readers of the old leaf
+  // store/read, fence, then load copy_ptr).
+  if (leaf->copy_ptr.compare_exchange_strong(expected, mine, std::memory_order_seq_cst)) {
+    d = mine;
+  } else {
+    destroy_unpublished(mine);
+    d = expected;
+  }
+  leave();
+  return d;
+}
+
+// S2x: this helper's copy found the pool full (copy_phase freed what it had allocated).
+// Close the gate, wait until the helpers inside have left (each publishes or fails S3; none
+// waits for anything), then, if no copy was published, clear the smo bit: the leaf is as it
+// was before S1 (full, every slot claimed), so the next insert sets S1 again and retries the
+// copy, and verify() sees no SMO in progress. If a copy was published before the close, the
+// SMO goes on with it. Only DRAM words change: nothing of this reaches PM.
+SmoDesc* NBTree::roll_back_smo(Leaf* leaf) {
+  pm::yield_point("nbtree.smo.rollback");
+  const std::uint32_t g = leaf->copiers.fetch_or(Leaf::kGateClosed, std::memory_order_seq_cst);
+  leaf->copiers.fetch_sub(1, std::memory_order_seq_cst);  // leave the gate ourselves
+  if ((g & Leaf::kGateClosed) != 0) return nullptr;       // another helper rolls back
+  while ((leaf->copiers.load(std::memory_order_seq_cst) & ~Leaf::kGateClosed) != 0)
+    spin_pause("nbtree.smo.rollback");
+  SmoDesc* d = leaf->copy_ptr.load(std::memory_order_seq_cst);
+  if (d == nullptr) leaf->bitmap.fetch_and(~Leaf::kSmoBit, std::memory_order_seq_cst);
+  leaf->copiers.fetch_and(~Leaf::kGateClosed, std::memory_order_seq_cst);  // reopen
+  return d;
 }
 
 // S8b: wait until no update or delete registered before the seal (W2) is still in flight on
