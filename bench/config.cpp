@@ -65,6 +65,7 @@ std::vector<std::pair<std::string, std::string>> Config::as_pairs() const {
       {"persistence", persistence}, {"verify", verify ? "true" : "false"},
       {"dataset", dataset}, {"dataset_format", dataset_format}, {"workload", workload}, {"repeat", num(repeat)},
       {"warmup", warmup ? "true" : "false"}, {"key_type", key_type},
+      {"key_order", key_order},
       {"node_size", num(node_size)}, {"bulk_load", bulk_load ? "true" : "false"},
       {"fill", num(fill)}, {"value_bits", num(value_bits)}, {"recovery", recovery},
   };
@@ -178,6 +179,8 @@ void validate(Config& c) {
     throw Invalid{"--key_prefix is too long: prefix + 8 hash bytes must fit in --key_size"};
   if (c.key_type != "bytes" && c.key_size != 8)
     throw Invalid{"--key_size other than 8 needs --key_type bytes"};
+  if (c.key_order == "pibench" && c.key_type == "bytes" && !c.dataset.empty())
+    throw Invalid{"--key_order pibench needs fixed-size integer keys, not a bytes dataset"};
   if (c.value_size == 0) throw Invalid{"--value_size must be at least 1"};
   if (c.mode == RunMode::time && !(c.seconds > 0)) throw Invalid{"--seconds must be > 0"};
   if (c.bulk_load && c.skip_load) throw Invalid{"--bulk_load and --skip_load exclude each other"};
@@ -269,6 +272,10 @@ int parse_command_line(int argc, const char* const* argv, Config* out, std::ostr
   app.add_flag("--warmup", c.warmup, "an untimed read pass over loaded keys before the run");
   app.add_option("--key_type", c.key_type, "u64|double|bytes (built-in indexes)")
       ->check(CLI::IsMember({"u64", "double", "bytes"}))->capture_default_str();
+  app.add_option("--key_order", c.key_order,
+                 "memcmp|pibench: key bytes ordered by memcmp, or as PiBench wrappers order them "
+                 "(little-endian integer key words; tree_api libraries only)")
+      ->check(CLI::IsMember({"memcmp", "pibench"}))->capture_default_str();
   app.add_option("--node_size", c.node_size, "node bytes (built-in indexes; 0: default)")
       ->check(whole_number(0, 1 << 20));
   app.add_flag("--bulk_load", c.bulk_load, "load sorted records through the native bulk loader");

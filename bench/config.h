@@ -68,6 +68,10 @@ struct Config {
   unsigned repeat = 1;
   bool warmup = false;
   std::string key_type = "u64";     // u64 | double | bytes
+  // How keys' bytes order: "memcmp" (big-endian key words, pmbench's own) or "pibench" (the
+  // key word little-endian, as PiBench hands keys to its wrappers, which compare them as
+  // integers). pibench is for tree_api libraries with fixed-size keys only.
+  std::string key_order = "memcmp";
   std::uint32_t node_size = 0;
   bool bulk_load = false;
   double fill = 1.0;

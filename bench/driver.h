@@ -43,6 +43,11 @@ struct RecoveryResult {
   std::string error;
 };
 
+// What post-load validation checked: "checked", "not checked (why)", or "" (not reached).
+struct ValidationReport {
+  std::string lookups, scan_order, scan_values;
+};
+
 struct RunResult {
   std::string target_kind, load_method, backing, durability;
   bool emulated_pm = false;
@@ -51,6 +56,7 @@ struct RunResult {
   double load_seconds = 0;
   double validate_seconds = 0;
   std::string validate_error;
+  ValidationReport validation;
   // run
   double run_seconds = 0;
   std::uint64_t completed = 0, succeeded = 0;

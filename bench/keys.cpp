@@ -18,7 +18,7 @@ bool KeyFormat::id_of(std::string_view key, std::uint64_t* id) const {
     for (std::size_t i = prefix_.size(); i < key_size_ - 8; ++i)
       if (key[i] != '\0') return false;
   }
-  const std::uint64_t word = load_be64(key.data() + key_size_ - 8);
+  const std::uint64_t word = load_word(key.data() + key_size_ - 8);
   if (dataset_) {
     std::uint64_t raw = word;
     if (kind_ == KeyKind::f64)  // invert f64_ordered_bits

@@ -11,6 +11,11 @@
 // (length() varies; ids beyond the dataset, which only absent_id() produces, become "\n" + 8
 // bytes, which no text key can be since text keys never hold a newline).
 //
+// With --key_order pibench the 8 ordering bytes are stored little-endian instead, as PiBench
+// does, and keys order by that little-endian integer (after any prefix bytes): the order
+// PiBench's wrappers keep, since they compare keys as uint64 words. less() is the key order
+// of the format either way; checks compare keys with it, never with memcmp.
+//
 // The value of id i at version v (0 = loaded, >0 = the v-th update) is a mix of (h, v): by
 // default below 2^48, like the record pointers indexes usually store; --value_bits 64 uses all
 // 64 bits (conformance runs do, so an index that steals value bits is caught). Values longer
@@ -52,6 +57,13 @@ inline std::uint64_t load_be64(const char* in) {
   std::memcpy(&be, in, 8);
   return __builtin_bswap64(be);
 }
+static_assert(std::endian::native == std::endian::little, "PiBench key words are host-order");
+inline void store_le64(char* out, std::uint64_t v) { std::memcpy(out, &v, 8); }
+inline std::uint64_t load_le64(const char* in) {
+  std::uint64_t le;
+  std::memcpy(&le, in, 8);
+  return le;
+}
 
 enum class KeyKind : std::uint8_t { u64, f64, bytes };
 
@@ -61,8 +73,9 @@ class KeyFormat {
  public:
   KeyFormat() = default;
   KeyFormat(std::size_t key_size, std::string prefix, KeyKind kind,
-            std::shared_ptr<const Dataset> dataset = nullptr)
-      : key_size_(key_size), prefix_(std::move(prefix)), kind_(kind), dataset_(std::move(dataset)) {}
+            std::shared_ptr<const Dataset> dataset = nullptr, bool pibench_order = false)
+      : key_size_(key_size), prefix_(std::move(prefix)), kind_(kind), dataset_(std::move(dataset)),
+        pibench_order_(pibench_order && !variable()) {}
   const Dataset* dataset() const { return dataset_.get(); }
 
   // The fixed key size; with variable-length keys, the longest key.
@@ -102,7 +115,23 @@ class KeyFormat {
       std::memset(out, 0, key_size_ - 8);
       std::memcpy(out, prefix_.data(), prefix_.size());
     }
-    store_be64(out + key_size_ - 8, order_word(id));
+    if (pibench_order_)
+      store_le64(out + key_size_ - 8, order_word(id));
+    else
+      store_be64(out + key_size_ - 8, order_word(id));
+  }
+  // The key word of a fixed-size key as this format stores it.
+  std::uint64_t load_word(const char* last8) const {
+    return pibench_order_ ? load_le64(last8) : load_be64(last8);
+  }
+  bool pibench_order() const { return pibench_order_; }
+  // a < b in this format's key order: memcmp, or (pibench order) memcmp of the bytes before
+  // the key word, then the little-endian key word as an integer.
+  bool less(std::string_view a, std::string_view b) const {
+    if (!pibench_order_ || a.size() != key_size_ || b.size() != key_size_) return a < b;
+    const std::size_t head = key_size_ - 8;
+    if (const int c = a.substr(0, head).compare(b.substr(0, head)); c != 0) return c < 0;
+    return load_le64(a.data() + head) < load_le64(b.data() + head);
   }
   std::string make(std::uint64_t id) const {
     std::string k(length(id), '\0');
@@ -117,6 +146,13 @@ class KeyFormat {
   std::string prefix_;
   KeyKind kind_ = KeyKind::u64;
   std::shared_ptr<const Dataset> dataset_;
+  bool pibench_order_ = false;
+};
+
+// A key comparator for ordered containers, following a KeyFormat's order.
+struct KeyLess {
+  const KeyFormat* keys;
+  bool operator()(const std::string& a, const std::string& b) const { return keys->less(a, b); }
 };
 
 class ValueFormat {

@@ -110,7 +110,10 @@ ordered_json to_json(const Config& c, const RunResult& r) {
                  {"max_key_size", r.max_key_size}};
   j["load"] = {{"records", r.loaded}, {"seconds", r.load_seconds},
                {"throughput", r.load_seconds > 0 ? r.loaded / r.load_seconds : 0.0},
-               {"validate_seconds", r.validate_seconds}};
+               {"validate_seconds", r.validate_seconds},
+               {"validation", {{"lookups", r.validation.lookups},
+                               {"scan_order", r.validation.scan_order},
+                               {"scan_values", r.validation.scan_values}}}};
   j["run"] = {{"seconds", r.run_seconds}, {"completed", r.completed}, {"succeeded", r.succeeded},
               {"throughput", r.throughput()}, {"scheduled", r.scheduled}, {"expected_misses", r.expected_misses},
               {"schedule_exhausted", r.schedule_exhausted},
@@ -195,6 +198,9 @@ void write_human(std::ostream& out, const Config& c, const std::vector<RunResult
       out << "  NOTE: PM emulated (" << r.backing << "): " << r.durability << "\n";
     out << "Load (" << r.load_method << "): " << r.loaded << " records in " << r.load_seconds << " s ("
         << std::setprecision(0) << (r.load_seconds > 0 ? r.loaded / r.load_seconds : 0) << " ops/s)\n";
+    if (!r.validation.lookups.empty())
+      out << "Validation: lookups: " << r.validation.lookups << "; scan order: "
+          << r.validation.scan_order << "; scan values: " << r.validation.scan_values << "\n";
     out << std::setprecision(3) << "Run: " << r.completed << " operations in " << r.run_seconds
         << " s\n";
     // A recovery run's operations feed the recovery timer (see "Recovery" below); their rate

@@ -28,6 +28,9 @@ struct Config;
 // A scan's records as views into the session's buffer, valid until its next scan.
 struct ScanResult {
   std::vector<std::pair<std::string_view, std::string_view>> records;
+  // False when the scan returned a count but no records (a tree_api wrapper that leaves
+  // values_out null, as PiBench's own wrappers may: PiBench never reads it).
+  bool records_returned = true;
 };
 
 class Session {

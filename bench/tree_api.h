@@ -2,7 +2,11 @@
 // pmindex wrappers (libpmindex_<kind>_tree.so) load into PiBench.
 //
 // Semantics pmbench relies on (docs/pmbench.md, "tree_api"):
-//   - keys compare by memcmp (shorter key first on a common prefix);
+//   - keys compare by memcmp (shorter key first on a common prefix); with --key_order pibench
+//     pmbench instead stores the 8-byte key word little-endian and expects integer order of
+//     it, as PiBench's own wrappers keep;
+//   - scan may, as in PiBench's own wrappers, leave values_out null or return 0; pmbench then
+//     validates by lookups and reports what it could not check (docs/pmbench.md);
 //   - find writes value_size bytes to value_out and returns true if the key is present;
 //   - insert returns false if the key is present; update returns false if it is absent;
 //     remove returns false if it is absent;

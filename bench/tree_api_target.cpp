@@ -35,6 +35,7 @@ class TreeApiSession final : public Session {
     const int n = tree_.scan(start.data(), start.size(), count, records);
     if (out != nullptr) {
       out->records.clear();
+      out->records_returned = n <= 0 || records != nullptr;
       const std::size_t vs = value_.size();
       std::size_t off = 0;
       for (int i = 0; i < n && records != nullptr; ++i) {

@@ -20,7 +20,8 @@ WorkloadSpec WorkloadSpec::from(const Config& c, std::uint64_t operations,
   s.distribution = c.distribution;
   s.skew = c.skew;
   s.seed = c.seed;
-  s.keys = KeyFormat(c.key_size, c.key_prefix, c.key_kind(), std::move(dataset));
+  s.keys = KeyFormat(c.key_size, c.key_prefix, c.key_kind(), std::move(dataset),
+                     c.key_order == "pibench");
   s.values = ValueFormat(c.value_size, c.value_bits);
   s.latency_sampling = c.latency_sampling;
   s.owned = c.owned_ids();

@@ -32,6 +32,7 @@ TEST(Cli, PiBenchDefaults) {
   EXPECT_EQ(c.mode, RunMode::operation);
   EXPECT_EQ(c.distribution, DistKind::uniform);
   EXPECT_EQ(c.value_bits, 48u);
+  EXPECT_EQ(c.key_order, "memcmp");
 }
 
 TEST(Cli, ShortFlagsAndCaseInsensitiveDistribution) {
@@ -77,6 +78,8 @@ TEST(Cli, InvalidValuesExitWith2AndSayWhy) {
       {{"reflist", "--dataset", "gen:zipf"}, "unknown generator"},
       {{"reflist", "--dataset", "k.bin", "--dataset_format", "csv"}, "dataset_format"},
       {{"reflist", "--dataset", "k.bin", "-k", "16", "--key_type", "bytes"}, "key_size"},
+      {{"x.so", "--key_order", "bigendian"}, "key_order"},
+      {{"x.so", "--dataset", "keys.txt", "--key_order", "pibench"}, "fixed-size integer keys"},
   };
   for (const auto& k : cases) {
     Config c;
