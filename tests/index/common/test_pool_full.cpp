@@ -90,10 +90,8 @@ const char* known_failure(const Case& c) {
   return nullptr;
 }
 
-TEST_P(PoolFull, StaysUsableAndReusesSpace) {
-  const Case& c = GetParam();
-  const char* why = known_failure(c);
-  if (why != nullptr && std::getenv("PMINDEX_POOL_FULL_KNOWN") == nullptr) GTEST_SKIP() << why;
+// A 1 MiB pool with small nodes, so it fills within a few thousand records.
+Options options_for(const Case& c) {
   Options o;
   o.kind = c.kind;
   o.pool_size = 1 << 20;
@@ -101,7 +99,14 @@ TEST_P(PoolFull, StaysUsableAndReusesSpace) {
   o.key_type = c.key_type;
   o.max_key_size = c.key_type == KeyType::bytes ? 16 : 8;
   o.max_value_size = c.max_value_size;
-  auto opened = Index::open(o);
+  return o;
+}
+
+TEST_P(PoolFull, StaysUsableAndReusesSpace) {
+  const Case& c = GetParam();
+  const char* why = known_failure(c);
+  if (why != nullptr && std::getenv("PMINDEX_POOL_FULL_KNOWN") == nullptr) GTEST_SKIP() << why;
+  auto opened = Index::open(options_for(c));
   ASSERT_TRUE(opened.ok()) << opened.status().to_string();
   auto& idx = *opened;
   Index::ThreadScope scope;
@@ -165,14 +170,7 @@ class PoolFullConcurrent : public ::testing::TestWithParam<Case> {};
 
 TEST_P(PoolFullConcurrent, FillStaysConsistent) {
   const Case& c = GetParam();
-  Options o;
-  o.kind = c.kind;
-  o.pool_size = 1 << 20;
-  o.node_size = small_node(c.kind);
-  o.key_type = c.key_type;
-  o.max_key_size = c.key_type == KeyType::bytes ? 16 : 8;
-  o.max_value_size = c.max_value_size;
-  auto opened = Index::open(o);
+  auto opened = Index::open(options_for(c));
   ASSERT_TRUE(opened.ok()) << opened.status().to_string();
   auto& idx = *opened;
   std::vector<std::uint64_t> acked[2];
