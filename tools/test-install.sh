@@ -36,6 +36,14 @@ no_isa_flags() {  # BUILD_DIR: the examples' compile commands carry no -m flag
   fi
 }
 
+# The ISA-flag check must be able to fail: a consumer compile command with -mavx2.
+bad=$work/bad-compile-commands
+mkdir -p "$bad"
+printf '[{"command": "g++ -mavx2 -c /src/examples/insert_and_scan.cpp"}]\n' >"$bad/compile_commands.json"
+if (no_isa_flags "$bad") >/dev/null 2>&1; then
+  echo "no_isa_flags accepted a compile command with -mavx2"; exit 1
+fi
+
 step "build and install (release, production flavour, shared + static) to $prefix"
 cmake -S . -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPMINDEX_BUILD_TESTS=OFF \
   -DPMINDEX_BUILD_BENCH=OFF -DPMINDEX_FLAVOURS=production >/dev/null
