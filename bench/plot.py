@@ -139,6 +139,58 @@ def tail_latency(runs, path):
     return path
 
 
+# The winner table's tie rule: two indexes tie when their repeats' ranges overlap or their
+# means are less than this fraction apart, so run-to-run noise does not crown a winner.
+TIE_MARGIN = 0.05
+
+
+def throughput_stats(rs):
+    ops = [r["data"]["run"]["throughput"] for r in rs]
+    return {"mean": sum(ops) / len(ops), "lo": min(ops), "hi": max(ops)}
+
+
+def ties_with(best, other):
+    overlap = other["hi"] >= best["lo"] and min(len(best["runs"]), len(other["runs"])) > 1
+    return overlap or best["mean"] < other["mean"] * (1 + TIE_MARGIN)
+
+
+def winner_rows(runs):
+    """For each (workload, threads) point that two or more indexes ran: the fastest index, the
+    runner-up and the ratio of their mean throughputs, or a tie (TIE_MARGIN, overlapping
+    repeat ranges). DRAM comparators are not contenders: they show what PM costs, they do not
+    win. Computed from the runs, never written by hand."""
+    contenders = [r for r in runs if r["index_kind"] != "dram" and r["figure"] not in ("recovery", "pm-per-op")]
+    rows = []
+    for (w, t), g in sorted(group(contenders, "workload", "threads").items()):
+        stats = [dict(throughput_stats(rs), index=i, runs=rs) for (i,), rs in group(g, "index").items()]
+        if len(stats) < 2:
+            continue
+        stats.sort(key=lambda s: -s["mean"])
+        best, runner = stats[0], stats[1]
+        tied = [s["index"] for s in stats[1:] if ties_with(best, s)]
+        ratio = best["mean"] / runner["mean"] if runner["mean"] > 0 else float("inf")
+        if tied:
+            verdict = "tie: " + ", ".join(short(i) for i in [best["index"]] + tied)
+        else:
+            verdict = short(best["index"])
+        rows.append((w, t, verdict, short(runner["index"]), ratio, len(stats)))
+    return rows
+
+
+def winner_table(runs):
+    rows = winner_rows(runs)
+    if not rows:
+        return []
+    lines = ["## Who wins (computed from this run)", "",
+             f"Fastest index per workload and thread count by mean throughput over repeats; a tie when "
+             f"repeat ranges overlap or the means are less than {TIE_MARGIN:.0%} apart. DRAM comparators "
+             "are not contenders.", "",
+             "| workload | threads | winner | runner-up | winner / runner-up | indexes |",
+             "|---|---|---|---|---|---|"]
+    lines += [f"| {w} | {t} | {verdict} | {runner} | {ratio:.2f}x | {n} |" for w, t, verdict, runner, ratio, n in rows]
+    return lines + [""]
+
+
 def short(index):
     """A tree_api library path is shown by its file name (libpmindex_lbtree_tree)."""
     return os.path.basename(index).removesuffix(".so") if "/" in index else index
@@ -319,6 +371,7 @@ def main():
         lines += ["> **PM is emulated.** Built-in indexes ran on a pool in DRAM-backed tmpfs (or anonymous memory); "
                   "numbers show software costs (flushes, fences, layout) but not Optane's latency or bandwidth. "
                   "On a shared 2-core machine throughput is noisy; compare shapes, not absolute values.", ""]
+    lines += winner_table(runs)
     lines += ["## Environment", "", "| | |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in env.items()]
     lines += [memory_latency_row(manifest.get("memory_latency"))]

@@ -6,6 +6,8 @@ its cached output, so the runner's real fetch path runs (datasets.py, no downloa
 then runs the keys with --verify on lbtree, fptree and apex. Failures checked: an unknown
 dataset name and a fetch that prints no file stop the experiment before any run (exit 2).
 Report: with repeats, bench/plot.py's throughput table gives each cell's mean and range.
+Winner table: computed from the runs (swapping two indexes' numbers swaps the winner), with a tie
+rule, and DRAM comparators never crowned (synthetic results directories, no pmbench run).
 
 Usage: test_experiment.py PMBENCH [unittest args]
 """
@@ -204,6 +206,66 @@ class Report(unittest.TestCase):
             experiment.expand_threads([0], 2)
         with self.assertRaises(SystemExit):
             experiment.expand_threads(["@many"], 2)
+
+
+class WinnerTable(unittest.TestCase):
+    """The report's summary of who wins, on a synthetic results directory (no pmbench run)."""
+
+    def setUp(self):
+        self._tmp = tempfile.TemporaryDirectory()
+        self.out = self._tmp.name
+
+    def tearDown(self):
+        self._tmp.cleanup()
+
+    def write_results(self, throughputs, kinds=None):
+        """throughputs: {index: [Mops/s per repeat]} for one workload "w" at 1 thread."""
+        os.makedirs(os.path.join(self.out, "runs"), exist_ok=True)
+        entries = []
+        for index, values in throughputs.items():
+            for rep, mops in enumerate(values):
+                run_id = f"{index}-{rep}"
+                data = {"run": {"throughput": mops * 1e6}, "environment": {"cpu": "test"}, "target": {},
+                        "latency_ns": {}, "memory": {}, "load": {"records": 10}}
+                with open(os.path.join(self.out, "runs", run_id + ".json"), "w") as f:
+                    json.dump(data, f)
+                entries.append({"id": run_id, "index": index, "index_kind": (kinds or {}).get(index, "builtin"),
+                                "figure": "w-fig", "workload": "w", "threads": 1, "repeat": rep,
+                                "exit_code": 0, "json": f"runs/{run_id}.json"})
+        with open(os.path.join(self.out, "manifest.json"), "w") as f:
+            json.dump({"experiment": {"name": "t"}, "runs": entries}, f)
+
+    def winner_row(self):
+        python = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+        plot = subprocess.run([python, os.path.join(BENCH, "plot.py"), self.out], capture_output=True, text=True)
+        self.assertEqual(plot.returncode, 0, plot.stderr)
+        with open(os.path.join(self.out, "report.md")) as f:
+            report = f.read()
+        self.assertIn("## Who wins (computed from this run)", report)
+        section = report.split("## Who wins (computed from this run)")[1].split("\n## ")[0]
+        rows = [line for line in section.splitlines() if line.startswith("| w | 1 |")]
+        self.assertEqual(len(rows), 1, section)
+        return [c.strip() for c in rows[0].strip("|").split("|")]
+
+    def test_the_winner_follows_the_numbers(self):
+        self.write_results({"a": [10, 11, 12], "b": [5, 5.5, 6]})
+        self.assertEqual(self.winner_row()[2:5], ["a", "b", "2.00x"])
+        self.write_results({"a": [5, 5.5, 6], "b": [10, 11, 12]})  # swapped: the table follows
+        self.assertEqual(self.winner_row()[2:5], ["b", "a", "2.00x"])
+
+    def test_noise_crowns_no_winner(self):
+        self.write_results({"a": [10.3], "b": [10.0]})  # 3% apart, one repeat each
+        self.assertEqual(self.winner_row()[2], "tie: a, b")
+        self.write_results({"a": [9.0, 12.0], "b": [8.0, 9.5]})  # 10% apart, ranges overlap
+        self.assertEqual(self.winner_row()[2], "tie: a, b")
+        self.write_results({"a": [11.0, 12.0], "b": [8.0, 9.5], "c": [11.2, 11.9]})
+        self.assertEqual(self.winner_row()[2], "tie: c, a")  # fastest mean first
+
+    def test_dram_comparators_do_not_win(self):
+        self.write_results({"a": [10], "b": [5], "btreemap": [50]}, kinds={"btreemap": "dram"})
+        row = self.winner_row()
+        self.assertEqual(row[2:4], ["a", "b"])
+        self.assertEqual(row[5], "2")
 
 
 if __name__ == "__main__":
