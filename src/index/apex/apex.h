@@ -38,6 +38,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
+#include <cstring>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -235,7 +237,16 @@ class Apex final : public Index {
   };
 
   explicit Apex(std::unique_ptr<pm::Pool> pool);
-  Code check_key(std::string_view key, std::uint64_t* out) const;
+  // Inline (issue 16): the key is one load and a byte swap, no call into index.cpp.
+  Code check_key(std::string_view key, std::uint64_t* out) const {
+    if (key.size() != 8) return Code::invalid_argument;
+    std::uint64_t be;
+    std::memcpy(&be, key.data(), 8);
+    const std::uint64_t k = __builtin_bswap64(be);  // the big-endian encoding (encode_u64)
+    if (kt_ == KeyType::f64 && std::isnan(f64_of(k))) return Code::invalid_argument;
+    *out = k;
+    return Code::ok;
+  }
   Status init_empty(std::uint64_t data_max, std::uint64_t inner_max, KeyType kt);
 
   // --- traversal and node access (apex.cpp) --------------------------------------------------
@@ -249,11 +260,36 @@ class Apex final : public Index {
   // traverse() + meta_for() + the node's range holds `key` (a sound tree routes nowhere else);
   // nullptr if not (damaged() was called).
   DataMeta* leaf(std::uint64_t key, std::uint64_t* off, std::vector<PathStep>* path) const;
+  // leaf() for lookups (issue 16): the descent without a path, inline. Nodes admitted in this
+  // session (L == tag) are followed with one compare each; anything else (first touch, a
+  // damaged node, a path deeper than kMaxDepth) falls back to leaf() from the root.
+  [[gnu::always_inline]] DataMeta* leaf_fast(std::uint64_t key, std::uint64_t* off) const {
+    std::uint64_t o = pm::load_acquire(&root_->root_node);  // acquire: see traverse()
+    for (std::uint32_t depth = 0; depth < kMaxDepth; ++depth) {
+      const std::uint64_t tv = pm::load_acquire(reinterpret_cast<std::uint64_t*>(base_ + o));
+      if ((tv >> kVersionShift) != tag_) [[unlikely]] break;
+      if (static_cast<NodeType>(tv & kTypeMask) == NodeType::data) {
+        const DataNode* dn = data(o);
+        if (key < dn->lo || key > dn->hi) [[unlikely]] break;  // leaf() reports it
+        *off = o;
+        // acquire: pairs with build_meta's release of L (read above), `dram` stored before it.
+        return reinterpret_cast<DataMeta*>(pm::load_acquire(&dn->dram));
+      }
+      const InnerNode* in = inner(o);
+      o = pm::load_acquire(&in->children()[route(in, key)]);
+    }
+    return leaf(key, off, nullptr);
+  }
   double x_of(std::uint64_t key, std::uint64_t lo) const { return model_input(kt_, key, lo); }
-  std::uint32_t route(const InnerNode* in, std::uint64_t key) const;
-  std::uint32_t predict(const DataNode* dn, std::uint64_t key) const;
-  DataNode* data(std::uint64_t off) const { return pool_->at<DataNode>(off); }
-  InnerNode* inner(std::uint64_t off) const { return pool_->at<InnerNode>(off); }
+  std::uint32_t route(const InnerNode* in, std::uint64_t key) const {
+    return predict_slot({in->slope, in->intercept}, x_of(key, in->lo), in->fanout);
+  }
+  std::uint32_t predict(const DataNode* dn, std::uint64_t key) const {
+    return predict_slot({dn->slope, dn->intercept}, x_of(key, dn->lo), dn->pa_slots);
+  }
+  // base_: the pool's mapping (fixed for the pool's life), one load less than pool_->at.
+  DataNode* data(std::uint64_t off) const { return reinterpret_cast<DataNode*>(base_ + off); }
+  InnerNode* inner(std::uint64_t off) const { return reinterpret_cast<InnerNode*>(base_ + off); }
   // acquire: the header word also carries L, which a first accessor publishes concurrently.
   NodeType type_of(std::uint64_t off) const {
     return static_cast<NodeType>(pm::load_acquire(pool_->at<std::uint64_t>(off)) & kTypeMask);
@@ -266,12 +302,29 @@ class Apex final : public Index {
     std::uint32_t p = kNoPrediction;  // the key's predicted PA slot (computed once per op)
   };
   static constexpr std::uint32_t kNoPrediction = ~std::uint32_t{0};
-  LockSpan lock_span(const DataNode* dn, std::uint64_t key) const;
+  LockSpan lock_span(const DataNode* dn, std::uint64_t key) const {
+    const std::uint32_t p = predict(dn, key);
+    const std::uint32_t end = std::min(p + kProbeDistance, dn->pa_slots) - 1;
+    // Start loading the predicted PA lines now: the caller reads the span's lock next (usually
+    // a DRAM miss of its own), and the key is almost always in the first two lines (§4.1).
+    const char* rec = reinterpret_cast<const char*>(&dn->pa()[p]);
+    __builtin_prefetch(rec);
+    __builtin_prefetch(rec + 64);
+    return {p / 256, end / 256, p};
+  }
   // Locks the span left to right; false (nothing held) if the node is obsolete.
   bool lock_window(DataMeta& m, LockSpan span) const;
   void unlock_window(DataMeta& m, LockSpan span) const;
   // The node's DRAM state, built (and the node checked) on first touch; nullptr if damaged.
-  DataMeta* meta_for(std::uint64_t off) const;
+  DataMeta* meta_for(std::uint64_t off) const {
+    DataNode* dn = data(off);
+    // acquire: pairs with the release store of L in build_meta, so `dram` (stored before it)
+    // is visible.
+    const std::uint64_t tv = pm::load_acquire(&dn->type_version);
+    if ((tv >> kVersionShift) == tag_) [[likely]]
+      return reinterpret_cast<DataMeta*>(pm::load_acquire(&dn->dram));
+    return build_meta(off);
+  }
   DataMeta* build_meta(std::uint64_t off) const;  // meta_for's slow path
   // nullptr, with *why set, if the node or one of its records is damaged.
   std::unique_ptr<DataMeta> rebuild_meta(std::uint64_t off, std::string* why) const;
@@ -279,6 +332,9 @@ class Apex final : public Index {
   // `p`: the key's prediction if the caller has it (kNoPrediction: computed here).
   Location locate(std::uint64_t off, const DataMeta& m, std::uint64_t key, bool use_pa_fp,
                   std::uint32_t p = kNoPrediction) const;
+  // The stash part of locate: the stash record of `key` indexed by the overflow buckets of
+  // its predicted slot p's group, or nullptr.
+  const Record* find_stash(const DataMeta& m, std::uint64_t key, std::uint32_t p) const;
   // ok, already_present, or pool_full; `needs_smo` set when the node is too dense.
   Code insert_into(std::uint64_t off, DataMeta& m, std::uint64_t key, std::uint64_t payload,
                    std::uint32_t p = kNoPrediction);
@@ -388,6 +444,7 @@ class Apex final : public Index {
   bool stats_node(std::uint64_t off, std::uint32_t depth, Stats* s) const;
 
   std::unique_ptr<pm::Pool> pool_;
+  char* base_ = nullptr;  // pool_->base()
   Root* root_ = nullptr;
   KeyType kt_ = KeyType::u64;
   std::uint64_t data_max_ = kDefaultDataMax;

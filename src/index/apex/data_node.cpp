@@ -3,9 +3,20 @@
 #include <algorithm>
 #include <bit>
 
+#include <emmintrin.h>
+
 #include "index/apex/apex.h"
 
 namespace pmindex::apex {
+
+namespace {
+// Bit i set if fp16[i] == fp (SSE2, part of x86-64).
+std::uint32_t fp_matches(const std::uint8_t* fp16, std::uint8_t fp) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(fp16));
+  const __m128i want = _mm_set1_epi8(static_cast<char>(fp));
+  return static_cast<std::uint32_t>(_mm_movemask_epi8(_mm_cmpeq_epi8(v, want)));
+}
+}  // namespace
 
 DataMeta::~DataMeta() {
   for (const Accelerator& a : accel) {
@@ -16,16 +27,6 @@ DataMeta::~DataMeta() {
       b = next;
     }
   }
-}
-
-DataMeta* Apex::meta_for(std::uint64_t off) const {
-  DataNode* dn = data(off);
-  // acquire: pairs with the release store of L in build_meta, so `dram` (stored before it) is
-  // visible.
-  const std::uint64_t tv = pm::load_acquire(&dn->type_version);
-  if ((tv >> kVersionShift) == tag_)
-    return reinterpret_cast<DataMeta*>(pm::load_acquire(&dn->dram));
-  return build_meta(off);
 }
 
 DataMeta* Apex::build_meta(std::uint64_t off) const {
@@ -182,17 +183,6 @@ double Apex::search_cost(const DataMeta& m) const {
   return 1.0 + 2.0 * o;
 }
 
-Apex::LockSpan Apex::lock_span(const DataNode* dn, std::uint64_t key) const {
-  const std::uint32_t p = predict(dn, key);
-  const std::uint32_t end = std::min(p + kProbeDistance, dn->pa_slots) - 1;
-  // Start loading the predicted PA lines now: the caller reads the span's lock next (usually
-  // a DRAM miss of its own), and the key is almost always in the first two lines (§4.1).
-  const char* rec = reinterpret_cast<const char*>(&dn->pa()[p]);
-  __builtin_prefetch(rec);
-  __builtin_prefetch(rec + 64);
-  return {p / 256, end / 256, p};
-}
-
 bool Apex::lock_window(DataMeta& m, LockSpan span) const {
   for (std::uint32_t i = span.first; i <= span.last; ++i) {  // left to right: no deadlock
     bool obsolete = false;
@@ -258,15 +248,37 @@ Apex::Location Apex::locate(std::uint64_t off, const DataMeta& m, std::uint64_t 
   DataNode* dn = data(off);
   if (p == kNoPrediction) p = predict(dn, key);
   const std::uint32_t end = std::min(p + kProbeDistance, dn->pa_slots);
-  const std::uint8_t fp = fingerprint(key);
-  for (std::uint32_t i = p; i < end; ++i) {
-    if (use_pa_fp) {
-      const Accelerator& a = m.accel[i / kGroup];
-      if ((a.word >> (i % kGroup)) & 1u) continue;
-      if (a.fp[i % kGroup] != fp) continue;
+  if (use_pa_fp) {
+    // One 16-byte compare per accelerator group (the window spans at most two): the used
+    // slots of [p, end) whose fingerprint matches, then only those records are read.
+    const std::uint8_t fp = fingerprint(key);
+    for (std::uint32_t base = p / kGroup * kGroup; base < end; base += kGroup) {
+      const Accelerator& a = m.accel[base / kGroup];
+      std::uint32_t cand = fp_matches(a.fp, fp) & ~static_cast<std::uint32_t>(a.word & kFreeMask);
+      if (p > base) cand &= ~((1u << (p - base)) - 1);
+      if (end < base + kGroup) cand &= (1u << (end - base)) - 1;
+      for (; cand != 0; cand &= cand - 1) {
+        const std::uint32_t i = base + static_cast<std::uint32_t>(std::countr_zero(cand));
+        if (sync::optimistic_read(dn->pa()[i].key) == key)
+          return {&dn->pa()[i], Location::Where::pa, i};
+      }
     }
-    if (sync::optimistic_read(dn->pa()[i].key) == key) return {&dn->pa()[i], Location::Where::pa, i};
+  } else {
+    for (std::uint32_t i = p; i < end; ++i)
+      if (sync::optimistic_read(dn->pa()[i].key) == key)
+        return {&dn->pa()[i], Location::Where::pa, i};
   }
+  const Record* r = find_stash(m, key, p);
+  if (r == nullptr) return {};
+  const Record* sa = dn->sa();
+  auto* rec = const_cast<Record*>(r);
+  if (r >= sa && r < sa + dn->sa_slots)
+    return {rec, Location::Where::sa, static_cast<std::uint32_t>(r - sa)};
+  return {rec, Location::Where::ext, 0};
+}
+
+const Record* Apex::find_stash(const DataMeta& m, std::uint64_t key, std::uint32_t p) const {
+  const std::uint8_t fp = fingerprint(key);
   // Readers may see a bucket mid-update; every entry they follow is a record offset of this
   // node (buckets live as long as the node), and the caller validates the version.
   for (const OverflowBucket* b = m.bucket(p / kGroup); b != nullptr;
@@ -274,15 +286,11 @@ Apex::Location Apex::locate(std::uint64_t off, const DataMeta& m, std::uint64_t 
     for (const std::uint64_t& slot : b->entry) {
       const std::uint64_t e = sync::optimistic_read(slot);
       if (e == 0 || (e >> kFpShift) != fp) continue;
-      Record* r = pool_->at<Record>(e & kOffsetMask);
-      if (sync::optimistic_read(r->key) != key) continue;
-      const Record* sa = dn->sa();
-      if (r >= sa && r < sa + dn->sa_slots)
-        return {r, Location::Where::sa, static_cast<std::uint32_t>(r - sa)};
-      return {r, Location::Where::ext, 0};
+      const Record* r = pool_->at<Record>(e & kOffsetMask);
+      if (sync::optimistic_read(r->key) == key) return r;
     }
   }
-  return {};
+  return nullptr;
 }
 
 Code Apex::insert_into(std::uint64_t off, DataMeta& m, std::uint64_t key, std::uint64_t payload,
