@@ -115,7 +115,7 @@ Code Apex::insert(std::string_view key, std::string_view value) {
       if (mp == nullptr) return Code::corrupted;
       DataMeta& m = *mp;
       const DataNode* dn = data(off);
-      const LockSpan span = lock_span(dn, k);
+      const LockSpan span = lock_span(m, k);
       if (!lock_window(m, span)) continue;  // replaced by an SMO: restart from the root
       if (locate(off, m, k, /*use_pa_fp=*/true, span.p).rec != nullptr) {
         unlock_window(m, span);
@@ -251,7 +251,7 @@ Code Apex::update(std::string_view key, std::string_view value) {
     DataMeta* mp = leaf_fast(k, &off);
     if (mp == nullptr) return Code::corrupted;
     DataMeta& m = *mp;
-    const LockSpan span = lock_span(data(off), k);
+    const LockSpan span = lock_span(m, k);
     if (!lock_window(m, span)) continue;
     const Location loc = locate(off, m, k, true, span.p);
     Code c = Code::not_found;
@@ -265,9 +265,10 @@ Code Apex::update(std::string_view key, std::string_view value) {
   }
 }
 
-// The lookup hot path (issue 16): an inline key decode, one model prediction (lock_span, which
-// also prefetches the predicted PA lines), the lock versions, a plain probe of PA[p, p+D) —
-// lookups skip the fingerprints (§4.2) — and the overflow buckets only when PA misses.
+// The lookup hot path (issue 16): an inline key decode, the descent through DRAM state only
+// (leaf_fast), one model prediction (lock_span, which also prefetches the predicted PA lines),
+// the lock versions, a plain probe of PA[p, p+D) — lookups skip the fingerprints (§4.2) — and
+// the overflow buckets only when PA misses. The PA records are the only PM it reads.
 Code Apex::find(std::string_view key, std::string* value) const {
   std::uint64_t k = 0;
   if (Code c = check_key(key, &k); c != Code::ok) return c;
@@ -278,16 +279,15 @@ Code Apex::find(std::string_view key, std::string* value) const {
     const DataMeta* mp = leaf_fast(k, &off);
     if (mp == nullptr) [[unlikely]] return Code::corrupted;
     const DataMeta& m = *mp;
-    const DataNode* dn = data(off);
-    const LockSpan span = lock_span(dn, k);
+    const LockSpan span = lock_span(m, k);
     bool restart = false;
     const std::uint64_t v1 = m.locks[span.first].readLockOrRestart(restart);
     const std::uint64_t v2 =
         span.last != span.first ? m.locks[span.last].readLockOrRestart(restart) : v1;
     if (restart) continue;  // obsolete: the node was replaced, restart from the root
     const Record* rec = nullptr;
-    const Record* pa = dn->pa();
-    const std::uint32_t end = std::min(span.p + kProbeDistance, dn->pa_slots);
+    const Record* pa = m.pa;
+    const std::uint32_t end = std::min(span.p + kProbeDistance, m.model.slots);
     for (std::uint32_t i = span.p; i < end; ++i) {
       if (sync::optimistic_read(pa[i].key) == k) {
         rec = &pa[i];
@@ -319,7 +319,7 @@ Code Apex::remove(std::string_view key) {
     DataMeta* mp = leaf_fast(k, &off);
     if (mp == nullptr) return Code::corrupted;
     DataMeta& m = *mp;
-    const LockSpan span = lock_span(data(off), k);
+    const LockSpan span = lock_span(m, k);
     if (!lock_window(m, span)) continue;
     const Location loc = locate(off, m, k, true, span.p);
     if (loc.rec != nullptr) erase_at(off, m, loc, k);
@@ -492,6 +492,8 @@ Footprint Apex::footprint() const {
   f.pm_bytes = s.bytes_in_use;
   f.pm_reserved = s.bytes_reserved;
   std::lock_guard<std::mutex> metas(metas_mu_);
+  for (const auto& [off, im] : inner_metas_)  // the InnerMeta and its child shadow
+    f.dram_bytes += sizeof(InnerMeta) + 8ull * im->model.slots;
   for (const auto& [off, m] : metas_) {
     f.dram_bytes += sizeof(DataMeta) + m->accel.size() * sizeof(Accelerator) +
                     m->stash_used.size() * 8 + m->ext.size() * sizeof(ExtInfo);

@@ -75,12 +75,71 @@ bool Apex::admit_inner(std::uint64_t off) const {
     return false;
   }
   auto m = std::make_unique<InnerMeta>();
+  m->model = {in->slope, in->intercept, in->lo, static_cast<double>(in->fanout - 1), in->fanout};
+  m->child = std::make_unique<std::atomic<std::uintptr_t>[]>(in->fanout);  // zero: unresolved
+  m->pm_child = in->children();
   InnerMeta& ref = *m;
   inner_metas_[off] = std::move(m);
   pm::publish(&in->dram, reinterpret_cast<std::uint64_t>(&ref));
   pm::publish(&in->type_version,
               static_cast<std::uint64_t>(NodeType::inner) | (tag_ << kVersionShift));
   return true;
+}
+
+const InnerMeta* Apex::resolve_root() const {
+  // acquire: see traverse().
+  const std::uint64_t r = pm::load_acquire(&root_->root_node);
+  const InnerMeta* im = type_of(r) == NodeType::inner ? inner_meta_for(r) : nullptr;
+  if (im == nullptr) return nullptr;  // leaf() reports the damage
+  std::lock_guard<std::mutex> lock(metas_mu_);
+  // Stored only if the root word still names r: the root's switcher clears root_meta_ under
+  // metas_mu_ after storing the word, so a stale root is never left behind (unshadow).
+  // release: the state was built before it is published.
+  if (pm::load_acquire(&root_->root_node) == r) root_meta_.store(im, std::memory_order_release);
+  return im;
+}
+
+std::uintptr_t Apex::resolve_child(const InnerMeta& im, std::uint32_t slot) const {
+  // The node of `im` was admitted, so its child offsets lie in the heap (inner_damage) or are
+  // nodes this session built; the child is checked when its own state is built.
+  const std::uint64_t c = pm::load_acquire(&im.pm_child[slot]);
+  std::uintptr_t v = 0;
+  if (type_of(c) == NodeType::inner) {
+    if (const InnerMeta* cm = inner_meta_for(c)) v = reinterpret_cast<std::uintptr_t>(cm) | kInnerTag;
+  } else if (const DataMeta* dm = meta_for(c)) {
+    v = reinterpret_cast<std::uintptr_t>(dm);
+  }
+  if (v == 0) return 0;  // damaged: leaf() reports it
+  std::lock_guard<std::mutex> lock(metas_mu_);
+  // As in resolve_root: only while the PM slot still holds c (switch_children clears the
+  // entry under metas_mu_ after storing the slot). A state for an old c is still returned:
+  // it is what a PM descent would have found, and its obsolete locks restart the caller.
+  // release: pairs with leaf_fast's acquire load.
+  if (pm::load_acquire(&im.pm_child[slot]) == c) im.child[slot].store(v, std::memory_order_release);
+  return v;
+}
+
+void Apex::unshadow(std::uint64_t parent, std::uint32_t s, std::uint32_t e) {
+  std::lock_guard<std::mutex> lock(metas_mu_);
+  if (parent == 0) {
+    root_meta_.store(nullptr, std::memory_order_release);
+    return;
+  }
+  // A parent not admitted in this session has no shadow (recovery's redo runs before any).
+  const auto it = inner_metas_.find(parent);
+  if (it == inner_metas_.end()) return;
+  for (std::uint32_t i = s; i <= e; ++i) it->second->child[i].store(0, std::memory_order_release);
+}
+
+void Apex::resolve_all(const InnerMeta& im, std::uint32_t depth) const {
+  if (depth >= kMaxDepth) return;  // a cycle: lookups fall back to leaf(), which reports it
+  std::uintptr_t prev = 0;
+  for (std::uint32_t i = 0; i < im.model.slots; ++i) {
+    const std::uintptr_t c = resolve_child(im, i);
+    if ((c & kInnerTag) != 0 && c != prev)  // a child over several slots is walked once
+      resolve_all(*reinterpret_cast<const InnerMeta*>(c & ~kInnerTag), depth + 1);
+    prev = c;
+  }
 }
 
 // Rebuilds a node's DRAM state from PM (first access in this session: L != tag), checking it
@@ -96,6 +155,11 @@ std::unique_ptr<DataMeta> Apex::rebuild_meta(std::uint64_t off, std::string* why
   }
   DataNode* dn = data(off);
   auto m = std::make_unique<DataMeta>();
+  m->model = {dn->slope, dn->intercept, dn->lo, static_cast<double>(dn->pa_slots - 1),
+              dn->pa_slots};
+  m->hi = dn->hi;
+  m->pa = dn->pa();
+  m->off = off;
   const std::uint64_t inv = dn->invalid_key;
   auto in_range = [&](std::uint64_t k) { return k >= dn->lo && k <= dn->hi; };
   m->num_locks = (dn->pa_slots + 255) / 256;  // <= kMaxRecordLocks: bytes <= data_max_ checked
