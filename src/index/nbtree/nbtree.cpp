@@ -84,7 +84,9 @@ Code NBTree::make_probe(std::string_view key, Probe* p) const {
   if (key.size() != 8) return Code::invalid_argument;
   if (key_mode_ == KeyType::f64 && std::isnan(decode_f64(key))) return Code::invalid_argument;
   p->bytes = key;
-  p->word = decode_u64(key);  // big-endian: integer order == memcmp order
+  std::uint64_t be;  // inline: one load and a byte swap (issue 16)
+  std::memcpy(&be, key.data(), 8);
+  p->word = le_to_native(__builtin_bswap64(be));  // big-endian: integer order == memcmp order
   p->fp = fingerprint(p->word);
   return Code::ok;
 }
@@ -171,15 +173,19 @@ Code NBTree::encode_value(std::string_view value, std::uint64_t* word) {
 void NBTree::read_value(std::uint64_t word, std::string* out) const {
   const std::uint64_t p = payload_of(word);
   if ((p & kOutOfLine) == 0) {
-    if ((p & kLittleEndian) == 0) {
-      *out = encode_u64(p);
-    } else {
-      const std::uint64_t le = le_to_native(p & ~kLittleEndian);
-      out->assign(reinterpret_cast<const char*>(&le), 8);
-    }
+    // The 8 bytes straight into the caller's string (issue 16: no temporary, and no
+    // reallocation once it holds 8 bytes).
+    const std::uint64_t bytes = (p & kLittleEndian) == 0 ? le_to_native(__builtin_bswap64(p))
+                                                         : le_to_native(p & ~kLittleEndian);
+    if (out->size() != 8) out->resize(8);
+    std::memcpy(out->data(), &bytes, 8);
     return;
   }
   const auto* rec = pool_->at<ValueRecord>(p & ~kOutOfLine);
+  if (rec->length == 8 && out->size() == 8) {  // the common 8-byte value: no call
+    std::memcpy(out->data(), rec + 1, 8);
+    return;
+  }
   out->assign(reinterpret_cast<const char*>(rec + 1), rec->length);
 }
 
