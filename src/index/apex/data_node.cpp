@@ -105,7 +105,8 @@ std::uintptr_t Apex::resolve_child(const InnerMeta& im, std::uint32_t slot) cons
   const std::uint64_t c = pm::load_acquire(&im.pm_child[slot]);
   std::uintptr_t v = 0;
   if (type_of(c) == NodeType::inner) {
-    if (const InnerMeta* cm = inner_meta_for(c)) v = reinterpret_cast<std::uintptr_t>(cm) | kInnerTag;
+    const InnerMeta* cm = inner_meta_for(c);
+    if (cm != nullptr) v = reinterpret_cast<std::uintptr_t>(cm) | kInnerTag;
   } else if (const DataMeta* dm = meta_for(c)) {
     v = reinterpret_cast<std::uintptr_t>(dm);
   }

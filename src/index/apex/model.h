@@ -36,8 +36,9 @@ constexpr std::uint64_t ordered_of(double v) {
 constexpr double f64_of(std::uint64_t v) {
   return std::bit_cast<double>((v >> 63) != 0 ? v & ~(std::uint64_t{1} << 63) : ~v);
 }
-inline constexpr std::uint64_t kOrderedNegInf = ordered_of(-std::numeric_limits<double>::infinity());
-inline constexpr std::uint64_t kOrderedPosInf = ordered_of(std::numeric_limits<double>::infinity());
+inline constexpr double kInf = std::numeric_limits<double>::infinity();
+inline constexpr std::uint64_t kOrderedNegInf = ordered_of(-kInf);
+inline constexpr std::uint64_t kOrderedPosInf = ordered_of(kInf);
 
 inline double model_input(KeyType kt, std::uint64_t key, std::uint64_t lo) {
   if (kt == KeyType::u64) [[likely]] return static_cast<double>(key - lo);
