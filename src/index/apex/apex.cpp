@@ -7,7 +7,7 @@
 
 namespace pmindex::apex {
 
-Apex::Apex(std::unique_ptr<pm::Pool> pool) : pool_(std::move(pool)) {
+Apex::Apex(std::unique_ptr<pm::Pool> pool) : pool_(std::move(pool)), base_(pool_->base()) {
   kt_ = pool_->info().layout.key_mode;
   open_start_ = std::chrono::steady_clock::now();
 }
@@ -25,22 +25,6 @@ void Apex::note_answer() const {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - open_start_).count(),
         std::memory_order_relaxed);
   }
-}
-
-Code Apex::check_key(std::string_view key, std::uint64_t* out) const {
-  if (key.size() != 8) return Code::invalid_argument;
-  const std::uint64_t k = decode_u64(key);
-  if (kt_ == KeyType::f64 && std::isnan(ordered_to_f64(k))) return Code::invalid_argument;
-  *out = k;
-  return Code::ok;
-}
-
-std::uint32_t Apex::route(const InnerNode* in, std::uint64_t key) const {
-  return predict_slot({in->slope, in->intercept}, x_of(key, in->lo), in->fanout);
-}
-
-std::uint32_t Apex::predict(const DataNode* dn, std::uint64_t key) const {
-  return predict_slot({dn->slope, dn->intercept}, x_of(key, dn->lo), dn->pa_slots);
 }
 
 std::uint64_t Apex::traverse(std::uint64_t key, std::vector<PathStep>* path) const {
@@ -127,11 +111,11 @@ Code Apex::insert(std::string_view key, std::string_view value) {
     {
       const auto guard = epochs_.pin();
       std::uint64_t off = 0;
-      DataMeta* mp = leaf(k, &off, nullptr);
+      DataMeta* mp = leaf_fast(k, &off);
       if (mp == nullptr) return Code::corrupted;
       DataMeta& m = *mp;
       const DataNode* dn = data(off);
-      const LockSpan span = lock_span(dn, k);
+      const LockSpan span = lock_span(m, k);
       if (!lock_window(m, span)) continue;  // replaced by an SMO: restart from the root
       if (locate(off, m, k, /*use_pa_fp=*/true, span.p).rec != nullptr) {
         unlock_window(m, span);
@@ -264,10 +248,10 @@ Code Apex::update(std::string_view key, std::string_view value) {
   const auto guard = epochs_.pin();
   for (;;) {
     std::uint64_t off = 0;
-    DataMeta* mp = leaf(k, &off, nullptr);
+    DataMeta* mp = leaf_fast(k, &off);
     if (mp == nullptr) return Code::corrupted;
     DataMeta& m = *mp;
-    const LockSpan span = lock_span(data(off), k);
+    const LockSpan span = lock_span(m, k);
     if (!lock_window(m, span)) continue;
     const Location loc = locate(off, m, k, true, span.p);
     Code c = Code::not_found;
@@ -281,6 +265,10 @@ Code Apex::update(std::string_view key, std::string_view value) {
   }
 }
 
+// The lookup hot path (issue 16): an inline key decode, the descent through DRAM state only
+// (leaf_fast), one model prediction (lock_span, which also prefetches the predicted PA lines),
+// the lock versions, a plain probe of PA[p, p+D) — lookups skip the fingerprints (§4.2) — and
+// the overflow buckets only when PA misses. The PA records are the only PM it reads.
 Code Apex::find(std::string_view key, std::string* value) const {
   std::uint64_t k = 0;
   if (Code c = check_key(key, &k); c != Code::ok) return c;
@@ -288,23 +276,34 @@ Code Apex::find(std::string_view key, std::string* value) const {
   const auto guard = epochs_.pin();
   for (;;) {
     std::uint64_t off = 0;
-    const DataMeta* mp = leaf(k, &off, nullptr);
-    if (mp == nullptr) return Code::corrupted;
+    const DataMeta* mp = leaf_fast(k, &off);
+    if (mp == nullptr) [[unlikely]] return Code::corrupted;
     const DataMeta& m = *mp;
-    const LockSpan span = lock_span(data(off), k);
+    const LockSpan span = lock_span(m, k);
     bool restart = false;
     const std::uint64_t v1 = m.locks[span.first].readLockOrRestart(restart);
     const std::uint64_t v2 =
         span.last != span.first ? m.locks[span.last].readLockOrRestart(restart) : v1;
     if (restart) continue;  // obsolete: the node was replaced, restart from the root
-    // Lookups do not consult PA fingerprints (paper §4.2): the key is usually in PA.
-    const Location loc = locate(off, m, k, /*use_pa_fp=*/false, span.p);
-    const std::uint64_t payload = loc.rec != nullptr ? sync::optimistic_read(loc.rec->payload) : 0;
+    const Record* rec = nullptr;
+    const Record* pa = m.pa;
+    const std::uint32_t end = std::min(span.p + kProbeDistance, m.model.slots);
+    for (std::uint32_t i = span.p; i < end; ++i) {
+      if (sync::optimistic_read(pa[i].key) == k) {
+        rec = &pa[i];
+        break;
+      }
+    }
+    if (rec == nullptr) rec = find_stash(m, k, span.p);
+    const std::uint64_t payload = rec != nullptr ? sync::optimistic_read(rec->payload) : 0;
     m.locks[span.first].checkOrRestart(v1, restart);
     if (span.last != span.first) m.locks[span.last].checkOrRestart(v2, restart);
     if (restart) continue;
-    if (loc.rec == nullptr) return Code::not_found;
-    if (value != nullptr) value->assign(reinterpret_cast<const char*>(&payload), 8);
+    if (rec == nullptr) return Code::not_found;
+    if (value != nullptr) {  // straight into the caller's buffer (no reallocation once sized)
+      if (value->size() != 8) value->resize(8);
+      std::memcpy(value->data(), &payload, 8);
+    }
     return Code::ok;
   }
 }
@@ -317,10 +316,10 @@ Code Apex::remove(std::string_view key) {
   const auto guard = epochs_.pin();
   for (;;) {
     std::uint64_t off = 0;
-    DataMeta* mp = leaf(k, &off, nullptr);
+    DataMeta* mp = leaf_fast(k, &off);
     if (mp == nullptr) return Code::corrupted;
     DataMeta& m = *mp;
-    const LockSpan span = lock_span(data(off), k);
+    const LockSpan span = lock_span(m, k);
     if (!lock_window(m, span)) continue;
     const Location loc = locate(off, m, k, true, span.p);
     if (loc.rec != nullptr) erase_at(off, m, loc, k);
@@ -493,6 +492,8 @@ Footprint Apex::footprint() const {
   f.pm_bytes = s.bytes_in_use;
   f.pm_reserved = s.bytes_reserved;
   std::lock_guard<std::mutex> metas(metas_mu_);
+  for (const auto& [off, im] : inner_metas_)  // the InnerMeta and its child shadow
+    f.dram_bytes += sizeof(InnerMeta) + 8ull * im->model.slots;
   for (const auto& [off, m] : metas_) {
     f.dram_bytes += sizeof(DataMeta) + m->accel.size() * sizeof(Accelerator) +
                     m->stash_used.size() * 8 + m->ext.size() * sizeof(ExtInfo);

@@ -18,8 +18,10 @@
 //     operation is pinned while it can hold a node address.
 //   * smo_mu_: SMOs hold it shared; the recovery walk, bulk load, verify, stats and footprint
 //     hold it exclusive. verify/stats/footprint also need writers to be quiescent.
-//   * A node's DRAM state is found through the node header (`dram`, valid when L == tag); a
-//     missing one is built under metas_mu_, which also owns every state (metas_).
+//   * Operations on one key find DRAM state from DRAM (leaf_fast: root_meta_, then each
+//     InnerMeta's shadow of its child slots; PROTOCOL.md R4); scans, SMOs and slow paths find
+//     it through the node header (`dram`, valid when L == tag). A missing state is built
+//     under metas_mu_, which also owns every state (metas_) and guards shadow stores.
 //   * Lazy recovery never trusts PM: a node is checked when its DRAM state is built (first
 //     touch in a session: offsets, sizes, model, records; see PROTOCOL.md R4) and trusted
 //     after that; traversals are depth-bounded. A damaged node makes the operation answer
@@ -38,6 +40,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
+#include <cstring>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -85,14 +89,39 @@ struct ExtInfo {
 // Record locks per data node: a node holds at most 256 KiB / 16 B PA records.
 inline constexpr std::uint32_t kMaxRecordLocks = (kDefaultDataMax / 16 + 255) / 256;
 
+// What a lookup needs of a node's PM header, copied to DRAM when the node is admitted (its
+// first touch in a session, after its checks) and immutable after that: a node's model,
+// range and sizes never change (SMOs build new nodes). `last` = slots - 1 as a double (the
+// clamp of predict_slot, one conversion less per lookup).
+struct SearchModel {
+  double slope = 0;
+  double intercept = 0;
+  std::uint64_t lo = 0;
+  double last = 0;
+  std::uint32_t slots = 1;
+};
+// predict_slot over a SearchModel: the same slot for the same key (same operations).
+inline std::uint32_t search_slot(const SearchModel& m, double x) {
+  const double v = m.slope * x + m.intercept;
+  if (!(v > 0)) return 0;  // also NaN
+  if (v >= m.last) return m.slots - 1;
+  return static_cast<std::uint32_t>(v);
+}
+
 struct alignas(64) DataMeta {
+  // Search state (issue 16): a lookup reads the model and the PA address from here, in the
+  // line that also holds lock 0, and touches PM only for the records.
+  SearchModel model;      // PA model: slots = pa_slots
+  std::uint64_t hi = 0;   // the node's range is [model.lo, hi]
+  const Record* pa = nullptr;
+  std::uint64_t off = 0;  // the node's pool offset
   // One optimistic lock per 256 PA records (paper §5). A writer locks the one or two locks
   // covering its probe window [p, p+16), left to right (no deadlock: everyone goes right);
   // readers validate the same locks. The window's accelerator groups and the overflow bucket
   // of group p/16 lie inside those locks' 256-record blocks. An SMO takes smo_mu, then every
   // lock, and releases them obsolete if it replaced the node (`retired` set under smo_mu).
-  // Inline (not a separate array): a lookup reads lock 0..7 from the DataMeta's first line,
-  // one cache miss instead of two.
+  // Inline (not a separate array): a lookup reads the model and lock 0 from the DataMeta's
+  // first line, locks 1..8 from the second.
   sync::OptimisticLock locks[kMaxRecordLocks];
   std::uint32_t num_locks = 0;
   std::vector<Accelerator> accel;
@@ -153,10 +182,21 @@ struct alignas(64) DataMeta {
 // of a child switches that child's slots (disjoint slots per child); exclusive: the node itself
 // is replaced (inner expansion), after which `obsolete` is set and everyone who then locks it
 // restarts from the root.
+//
+// Search state (issue 16): the node's model, and `child`, a DRAM shadow of its child slots:
+// per slot the DRAM state of the child (a DataMeta*, or an InnerMeta* | kInnerTag), or 0 when
+// not resolved yet. Lookups descend through these alone (no PM read until the data node's
+// records). An entry is written only under metas_mu_ and only while the PM slot still holds
+// the child it was resolved from; switch_children stores the PM slot first and then clears
+// the entry under metas_mu_, so an entry never outlives its PM slot's value (resolve_child).
 struct InnerMeta {
+  SearchModel model;  // routing model: slots = fanout
+  std::unique_ptr<std::atomic<std::uintptr_t>[]> child;
+  const std::uint64_t* pm_child = nullptr;  // the node's PM child slots
   std::shared_mutex mu;
   bool obsolete = false;  // guarded by mu
 };
+inline constexpr std::uintptr_t kInnerTag = 1;
 
 inline std::uint8_t fingerprint(std::uint64_t key) {
   std::uint64_t h = key * 0x9e3779b97f4a7c15ull;
@@ -235,7 +275,16 @@ class Apex final : public Index {
   };
 
   explicit Apex(std::unique_ptr<pm::Pool> pool);
-  Code check_key(std::string_view key, std::uint64_t* out) const;
+  // Inline (issue 16): the key is one load and a byte swap, no call into index.cpp.
+  Code check_key(std::string_view key, std::uint64_t* out) const {
+    if (key.size() != 8) return Code::invalid_argument;
+    std::uint64_t be;
+    std::memcpy(&be, key.data(), 8);
+    const std::uint64_t k = __builtin_bswap64(be);  // the big-endian encoding (encode_u64)
+    if (kt_ == KeyType::f64 && std::isnan(f64_of(k))) return Code::invalid_argument;
+    *out = k;
+    return Code::ok;
+  }
   Status init_empty(std::uint64_t data_max, std::uint64_t inner_max, KeyType kt);
 
   // --- traversal and node access (apex.cpp) --------------------------------------------------
@@ -249,11 +298,51 @@ class Apex final : public Index {
   // traverse() + meta_for() + the node's range holds `key` (a sound tree routes nowhere else);
   // nullptr if not (damaged() was called).
   DataMeta* leaf(std::uint64_t key, std::uint64_t* off, std::vector<PathStep>* path) const;
+  // leaf() for operations on one key (issue 16): the descent through the DRAM search state
+  // (root_meta_, InnerMeta::child, DataMeta::model), inline, without a path and without
+  // reading PM. A slot not resolved yet is resolved from PM (resolve_child); anything else
+  // (a damaged node, a key outside the node's range, a path deeper than kMaxDepth) falls
+  // back to leaf() from the root, which checks and reports it.
+  [[gnu::always_inline]] DataMeta* leaf_fast(std::uint64_t key, std::uint64_t* off) const {
+    // acquire: pairs with the release stores of resolve_root / resolve_child, which publish
+    // fully built states.
+    const InnerMeta* im = root_meta_.load(std::memory_order_acquire);
+    if (im == nullptr) [[unlikely]] im = resolve_root();
+    for (std::uint32_t depth = 0; im != nullptr && depth < kMaxDepth; ++depth) {
+      const std::uint32_t slot = search_slot(im->model, x_of(key, im->model.lo));
+      std::uintptr_t c = im->child[slot].load(std::memory_order_acquire);
+      if (c == 0) [[unlikely]] c = resolve_child(*im, slot);
+      if (c == 0) [[unlikely]] break;
+      if ((c & kInnerTag) == 0) {
+        DataMeta* m = reinterpret_cast<DataMeta*>(c);
+        if (key < m->model.lo || key > m->hi) [[unlikely]] break;  // leaf() reports it
+        *off = m->off;
+        return m;
+      }
+      im = reinterpret_cast<const InnerMeta*>(c & ~kInnerTag);
+    }
+    return leaf(key, off, nullptr);
+  }
+  // leaf_fast's slow paths: the root's / a child slot's DRAM state, resolved from PM and
+  // (while the PM word still holds what was resolved) stored for the next lookups. nullptr /
+  // 0 if the node is damaged.
+  const InnerMeta* resolve_root() const;
+  std::uintptr_t resolve_child(const InnerMeta& im, std::uint32_t slot) const;
+  // Clears the DRAM shadow of slots [s, e] of `parent` (0: the root) after switch_children.
+  void unshadow(std::uint64_t parent, std::uint32_t s, std::uint32_t e);
+  // Resolves every slot of the tree (bulk load: the DRAM state is built there, not by the
+  // first lookups).
+  void resolve_all(const InnerMeta& im, std::uint32_t depth) const;
   double x_of(std::uint64_t key, std::uint64_t lo) const { return model_input(kt_, key, lo); }
-  std::uint32_t route(const InnerNode* in, std::uint64_t key) const;
-  std::uint32_t predict(const DataNode* dn, std::uint64_t key) const;
-  DataNode* data(std::uint64_t off) const { return pool_->at<DataNode>(off); }
-  InnerNode* inner(std::uint64_t off) const { return pool_->at<InnerNode>(off); }
+  std::uint32_t route(const InnerNode* in, std::uint64_t key) const {
+    return predict_slot({in->slope, in->intercept}, x_of(key, in->lo), in->fanout);
+  }
+  std::uint32_t predict(const DataNode* dn, std::uint64_t key) const {
+    return predict_slot({dn->slope, dn->intercept}, x_of(key, dn->lo), dn->pa_slots);
+  }
+  // base_: the pool's mapping (fixed for the pool's life), one load less than pool_->at.
+  DataNode* data(std::uint64_t off) const { return reinterpret_cast<DataNode*>(base_ + off); }
+  InnerNode* inner(std::uint64_t off) const { return reinterpret_cast<InnerNode*>(base_ + off); }
   // acquire: the header word also carries L, which a first accessor publishes concurrently.
   NodeType type_of(std::uint64_t off) const {
     return static_cast<NodeType>(pm::load_acquire(pool_->at<std::uint64_t>(off)) & kTypeMask);
@@ -266,12 +355,29 @@ class Apex final : public Index {
     std::uint32_t p = kNoPrediction;  // the key's predicted PA slot (computed once per op)
   };
   static constexpr std::uint32_t kNoPrediction = ~std::uint32_t{0};
-  LockSpan lock_span(const DataNode* dn, std::uint64_t key) const;
+  LockSpan lock_span(const DataMeta& m, std::uint64_t key) const {
+    const std::uint32_t p = search_slot(m.model, x_of(key, m.model.lo));
+    const std::uint32_t end = std::min(p + kProbeDistance, m.model.slots) - 1;
+    // Start loading the predicted PA lines now: the caller reads the span's lock next (usually
+    // a DRAM miss of its own), and the key is almost always in the first two lines (§4.1).
+    const char* rec = reinterpret_cast<const char*>(&m.pa[p]);
+    __builtin_prefetch(rec);
+    __builtin_prefetch(rec + 64);
+    return {p / 256, end / 256, p};
+  }
   // Locks the span left to right; false (nothing held) if the node is obsolete.
   bool lock_window(DataMeta& m, LockSpan span) const;
   void unlock_window(DataMeta& m, LockSpan span) const;
   // The node's DRAM state, built (and the node checked) on first touch; nullptr if damaged.
-  DataMeta* meta_for(std::uint64_t off) const;
+  DataMeta* meta_for(std::uint64_t off) const {
+    DataNode* dn = data(off);
+    // acquire: pairs with the release store of L in build_meta, so `dram` (stored before it)
+    // is visible.
+    const std::uint64_t tv = pm::load_acquire(&dn->type_version);
+    if ((tv >> kVersionShift) == tag_) [[likely]]
+      return reinterpret_cast<DataMeta*>(pm::load_acquire(&dn->dram));
+    return build_meta(off);
+  }
   DataMeta* build_meta(std::uint64_t off) const;  // meta_for's slow path
   // nullptr, with *why set, if the node or one of its records is damaged.
   std::unique_ptr<DataMeta> rebuild_meta(std::uint64_t off, std::string* why) const;
@@ -279,6 +385,9 @@ class Apex final : public Index {
   // `p`: the key's prediction if the caller has it (kNoPrediction: computed here).
   Location locate(std::uint64_t off, const DataMeta& m, std::uint64_t key, bool use_pa_fp,
                   std::uint32_t p = kNoPrediction) const;
+  // The stash part of locate: the stash record of `key` indexed by the overflow buckets of
+  // its predicted slot p's group, or nullptr.
+  const Record* find_stash(const DataMeta& m, std::uint64_t key, std::uint32_t p) const;
   // ok, already_present, or pool_full; `needs_smo` set when the node is too dense.
   Code insert_into(std::uint64_t off, DataMeta& m, std::uint64_t key, std::uint64_t payload,
                    std::uint32_t p = kNoPrediction);
@@ -388,6 +497,7 @@ class Apex final : public Index {
   bool stats_node(std::uint64_t off, std::uint32_t depth, Stats* s) const;
 
   std::unique_ptr<pm::Pool> pool_;
+  char* base_ = nullptr;  // pool_->base()
   Root* root_ = nullptr;
   KeyType kt_ = KeyType::u64;
   std::uint64_t data_max_ = kDefaultDataMax;
@@ -401,6 +511,9 @@ class Apex final : public Index {
   mutable std::mutex metas_mu_;
   mutable std::unordered_map<std::uint64_t, std::unique_ptr<DataMeta>> metas_;
   mutable std::unordered_map<std::uint64_t, std::unique_ptr<InnerMeta>> inner_metas_;
+  // The root's DRAM state (leaf_fast), nullptr until resolved; cleared (under metas_mu_)
+  // whenever the root word changes.
+  mutable std::atomic<const InnerMeta*> root_meta_{nullptr};
   mutable std::unordered_set<std::uint64_t> bad_nodes_;  // failed their check; under metas_mu_
   mutable std::atomic<bool> corrupted_{false};           // damage seen: writes are refused
   mutable std::mutex damage_mu_;

@@ -77,7 +77,10 @@ Status Apex::bulk_load(std::span<const KeyValue> sorted, double fill) {
   const std::uint64_t old = root_->root_node;
   pm::publish(&root_->root_node, fresh);      // A20: one 8-byte store swaps in the new tree
   pm::persist(&root_->root_node, 8);
+  unshadow(0, 0, 0);
   free_tree(old);
+  // The DRAM state of the new tree is built here, not by the first lookups (issue 16).
+  if (const InnerMeta* im = resolve_root(); im != nullptr) resolve_all(*im, 0);
   return Status::Ok();
 }
 

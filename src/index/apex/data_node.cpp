@@ -3,9 +3,20 @@
 #include <algorithm>
 #include <bit>
 
+#include <emmintrin.h>
+
 #include "index/apex/apex.h"
 
 namespace pmindex::apex {
+
+namespace {
+// Bit i set if fp16[i] == fp (SSE2, part of x86-64).
+std::uint32_t fp_matches(const std::uint8_t* fp16, std::uint8_t fp) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(fp16));
+  const __m128i want = _mm_set1_epi8(static_cast<char>(fp));
+  return static_cast<std::uint32_t>(_mm_movemask_epi8(_mm_cmpeq_epi8(v, want)));
+}
+}  // namespace
 
 DataMeta::~DataMeta() {
   for (const Accelerator& a : accel) {
@@ -16,16 +27,6 @@ DataMeta::~DataMeta() {
       b = next;
     }
   }
-}
-
-DataMeta* Apex::meta_for(std::uint64_t off) const {
-  DataNode* dn = data(off);
-  // acquire: pairs with the release store of L in build_meta, so `dram` (stored before it) is
-  // visible.
-  const std::uint64_t tv = pm::load_acquire(&dn->type_version);
-  if ((tv >> kVersionShift) == tag_)
-    return reinterpret_cast<DataMeta*>(pm::load_acquire(&dn->dram));
-  return build_meta(off);
 }
 
 DataMeta* Apex::build_meta(std::uint64_t off) const {
@@ -74,12 +75,72 @@ bool Apex::admit_inner(std::uint64_t off) const {
     return false;
   }
   auto m = std::make_unique<InnerMeta>();
+  m->model = {in->slope, in->intercept, in->lo, static_cast<double>(in->fanout - 1), in->fanout};
+  m->child = std::make_unique<std::atomic<std::uintptr_t>[]>(in->fanout);  // zero: unresolved
+  m->pm_child = in->children();
   InnerMeta& ref = *m;
   inner_metas_[off] = std::move(m);
   pm::publish(&in->dram, reinterpret_cast<std::uint64_t>(&ref));
   pm::publish(&in->type_version,
               static_cast<std::uint64_t>(NodeType::inner) | (tag_ << kVersionShift));
   return true;
+}
+
+const InnerMeta* Apex::resolve_root() const {
+  // acquire: see traverse().
+  const std::uint64_t r = pm::load_acquire(&root_->root_node);
+  const InnerMeta* im = type_of(r) == NodeType::inner ? inner_meta_for(r) : nullptr;
+  if (im == nullptr) return nullptr;  // leaf() reports the damage
+  std::lock_guard<std::mutex> lock(metas_mu_);
+  // Stored only if the root word still names r: the root's switcher clears root_meta_ under
+  // metas_mu_ after storing the word, so a stale root is never left behind (unshadow).
+  // release: the state was built before it is published.
+  if (pm::load_acquire(&root_->root_node) == r) root_meta_.store(im, std::memory_order_release);
+  return im;
+}
+
+std::uintptr_t Apex::resolve_child(const InnerMeta& im, std::uint32_t slot) const {
+  // The node of `im` was admitted, so its child offsets lie in the heap (inner_damage) or are
+  // nodes this session built; the child is checked when its own state is built.
+  const std::uint64_t c = pm::load_acquire(&im.pm_child[slot]);
+  std::uintptr_t v = 0;
+  if (type_of(c) == NodeType::inner) {
+    const InnerMeta* cm = inner_meta_for(c);
+    if (cm != nullptr) v = reinterpret_cast<std::uintptr_t>(cm) | kInnerTag;
+  } else if (const DataMeta* dm = meta_for(c)) {
+    v = reinterpret_cast<std::uintptr_t>(dm);
+  }
+  if (v == 0) return 0;  // damaged: leaf() reports it
+  std::lock_guard<std::mutex> lock(metas_mu_);
+  // As in resolve_root: only while the PM slot still holds c (switch_children clears the
+  // entry under metas_mu_ after storing the slot). A state for an old c is still returned:
+  // it is what a PM descent would have found, and its obsolete locks restart the caller.
+  // release: pairs with leaf_fast's acquire load.
+  if (pm::load_acquire(&im.pm_child[slot]) == c) im.child[slot].store(v, std::memory_order_release);
+  return v;
+}
+
+void Apex::unshadow(std::uint64_t parent, std::uint32_t s, std::uint32_t e) {
+  std::lock_guard<std::mutex> lock(metas_mu_);
+  if (parent == 0) {
+    root_meta_.store(nullptr, std::memory_order_release);
+    return;
+  }
+  // A parent not admitted in this session has no shadow (recovery's redo runs before any).
+  const auto it = inner_metas_.find(parent);
+  if (it == inner_metas_.end()) return;
+  for (std::uint32_t i = s; i <= e; ++i) it->second->child[i].store(0, std::memory_order_release);
+}
+
+void Apex::resolve_all(const InnerMeta& im, std::uint32_t depth) const {
+  if (depth >= kMaxDepth) return;  // a cycle: lookups fall back to leaf(), which reports it
+  std::uintptr_t prev = 0;
+  for (std::uint32_t i = 0; i < im.model.slots; ++i) {
+    const std::uintptr_t c = resolve_child(im, i);
+    if ((c & kInnerTag) != 0 && c != prev)  // a child over several slots is walked once
+      resolve_all(*reinterpret_cast<const InnerMeta*>(c & ~kInnerTag), depth + 1);
+    prev = c;
+  }
 }
 
 // Rebuilds a node's DRAM state from PM (first access in this session: L != tag), checking it
@@ -95,6 +156,11 @@ std::unique_ptr<DataMeta> Apex::rebuild_meta(std::uint64_t off, std::string* why
   }
   DataNode* dn = data(off);
   auto m = std::make_unique<DataMeta>();
+  m->model = {dn->slope, dn->intercept, dn->lo, static_cast<double>(dn->pa_slots - 1),
+              dn->pa_slots};
+  m->hi = dn->hi;
+  m->pa = dn->pa();
+  m->off = off;
   const std::uint64_t inv = dn->invalid_key;
   auto in_range = [&](std::uint64_t k) { return k >= dn->lo && k <= dn->hi; };
   m->num_locks = (dn->pa_slots + 255) / 256;  // <= kMaxRecordLocks: bytes <= data_max_ checked
@@ -182,17 +248,6 @@ double Apex::search_cost(const DataMeta& m) const {
   return 1.0 + 2.0 * o;
 }
 
-Apex::LockSpan Apex::lock_span(const DataNode* dn, std::uint64_t key) const {
-  const std::uint32_t p = predict(dn, key);
-  const std::uint32_t end = std::min(p + kProbeDistance, dn->pa_slots) - 1;
-  // Start loading the predicted PA lines now: the caller reads the span's lock next (usually
-  // a DRAM miss of its own), and the key is almost always in the first two lines (§4.1).
-  const char* rec = reinterpret_cast<const char*>(&dn->pa()[p]);
-  __builtin_prefetch(rec);
-  __builtin_prefetch(rec + 64);
-  return {p / 256, end / 256, p};
-}
-
 bool Apex::lock_window(DataMeta& m, LockSpan span) const {
   for (std::uint32_t i = span.first; i <= span.last; ++i) {  // left to right: no deadlock
     bool obsolete = false;
@@ -258,15 +313,37 @@ Apex::Location Apex::locate(std::uint64_t off, const DataMeta& m, std::uint64_t 
   DataNode* dn = data(off);
   if (p == kNoPrediction) p = predict(dn, key);
   const std::uint32_t end = std::min(p + kProbeDistance, dn->pa_slots);
-  const std::uint8_t fp = fingerprint(key);
-  for (std::uint32_t i = p; i < end; ++i) {
-    if (use_pa_fp) {
-      const Accelerator& a = m.accel[i / kGroup];
-      if ((a.word >> (i % kGroup)) & 1u) continue;
-      if (a.fp[i % kGroup] != fp) continue;
+  if (use_pa_fp) {
+    // One 16-byte compare per accelerator group (the window spans at most two): the used
+    // slots of [p, end) whose fingerprint matches, then only those records are read.
+    const std::uint8_t fp = fingerprint(key);
+    for (std::uint32_t base = p / kGroup * kGroup; base < end; base += kGroup) {
+      const Accelerator& a = m.accel[base / kGroup];
+      std::uint32_t cand = fp_matches(a.fp, fp) & ~static_cast<std::uint32_t>(a.word & kFreeMask);
+      if (p > base) cand &= ~((1u << (p - base)) - 1);
+      if (end < base + kGroup) cand &= (1u << (end - base)) - 1;
+      for (; cand != 0; cand &= cand - 1) {
+        const std::uint32_t i = base + static_cast<std::uint32_t>(std::countr_zero(cand));
+        if (sync::optimistic_read(dn->pa()[i].key) == key)
+          return {&dn->pa()[i], Location::Where::pa, i};
+      }
     }
-    if (sync::optimistic_read(dn->pa()[i].key) == key) return {&dn->pa()[i], Location::Where::pa, i};
+  } else {
+    for (std::uint32_t i = p; i < end; ++i)
+      if (sync::optimistic_read(dn->pa()[i].key) == key)
+        return {&dn->pa()[i], Location::Where::pa, i};
   }
+  const Record* r = find_stash(m, key, p);
+  if (r == nullptr) return {};
+  const Record* sa = dn->sa();
+  auto* rec = const_cast<Record*>(r);
+  if (r >= sa && r < sa + dn->sa_slots)
+    return {rec, Location::Where::sa, static_cast<std::uint32_t>(r - sa)};
+  return {rec, Location::Where::ext, 0};
+}
+
+const Record* Apex::find_stash(const DataMeta& m, std::uint64_t key, std::uint32_t p) const {
+  const std::uint8_t fp = fingerprint(key);
   // Readers may see a bucket mid-update; every entry they follow is a record offset of this
   // node (buckets live as long as the node), and the caller validates the version.
   for (const OverflowBucket* b = m.bucket(p / kGroup); b != nullptr;
@@ -274,15 +351,11 @@ Apex::Location Apex::locate(std::uint64_t off, const DataMeta& m, std::uint64_t 
     for (const std::uint64_t& slot : b->entry) {
       const std::uint64_t e = sync::optimistic_read(slot);
       if (e == 0 || (e >> kFpShift) != fp) continue;
-      Record* r = pool_->at<Record>(e & kOffsetMask);
-      if (sync::optimistic_read(r->key) != key) continue;
-      const Record* sa = dn->sa();
-      if (r >= sa && r < sa + dn->sa_slots)
-        return {r, Location::Where::sa, static_cast<std::uint32_t>(r - sa)};
-      return {r, Location::Where::ext, 0};
+      const Record* r = pool_->at<Record>(e & kOffsetMask);
+      if (sync::optimistic_read(r->key) == key) return r;
     }
   }
-  return {};
+  return nullptr;
 }
 
 Code Apex::insert_into(std::uint64_t off, DataMeta& m, std::uint64_t key, std::uint64_t payload,

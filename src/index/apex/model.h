@@ -10,9 +10,11 @@
 #pragma once
 
 #include <algorithm>
+#include <bit>
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <span>
 
 #include "pmindex/index.h"
@@ -24,21 +26,36 @@ struct LinearModel {
   double intercept = 0;
 };
 
+// The ordered encoding of doubles (index.cpp's f64_to_ordered / ordered_to_f64), inline and
+// constexpr here: the model input is computed at every routing step, and the bounds below are
+// compile-time constants (no function-local statics on the hot path).
+constexpr std::uint64_t ordered_of(double v) {
+  const auto bits = std::bit_cast<std::uint64_t>(v);
+  return (bits >> 63) != 0 ? ~bits : bits | (std::uint64_t{1} << 63);
+}
+constexpr double f64_of(std::uint64_t v) {
+  return std::bit_cast<double>((v >> 63) != 0 ? v & ~(std::uint64_t{1} << 63) : ~v);
+}
+inline constexpr double kInf = std::numeric_limits<double>::infinity();
+inline constexpr std::uint64_t kOrderedNegInf = ordered_of(-kInf);
+inline constexpr std::uint64_t kOrderedPosInf = ordered_of(kInf);
+
 inline double model_input(KeyType kt, std::uint64_t key, std::uint64_t lo) {
-  if (kt == KeyType::u64) return static_cast<double>(key - lo);
-  static const std::uint64_t kNegInf = f64_to_ordered(-HUGE_VAL);
-  static const std::uint64_t kPosInf = f64_to_ordered(HUGE_VAL);
-  if (key <= kNegInf) return -DBL_MAX;
-  if (key >= kPosInf) return DBL_MAX;
-  return std::clamp(ordered_to_f64(key), -DBL_MAX, DBL_MAX);
+  if (kt == KeyType::u64) [[likely]] return static_cast<double>(key - lo);
+  if (key <= kOrderedNegInf) return -DBL_MAX;
+  if (key >= kOrderedPosInf) return DBL_MAX;
+  return std::clamp(f64_of(key), -DBL_MAX, DBL_MAX);
 }
 
 // Slot in [0, n): clamp(floor(slope*x + intercept)). NaN (only from inf*0) goes to 0.
+// Truncation instead of std::floor (a libm call without SSE4.1): the conversion runs only for
+// v in (0, n-1), where truncating a positive value is its floor; and floor(v) >= n-1 exactly
+// when v >= n-1, n-1 being an integer.
 inline std::uint32_t predict_slot(const LinearModel& m, double x, std::uint32_t n) {
-  const double p = std::floor(m.slope * x + m.intercept);
-  if (!(p > 0)) return 0;  // also NaN
-  if (p >= static_cast<double>(n - 1)) return n - 1;
-  return static_cast<std::uint32_t>(p);
+  const double v = m.slope * x + m.intercept;
+  if (!(v > 0)) return 0;  // also NaN
+  if (v >= static_cast<double>(n - 1)) return n - 1;
+  return static_cast<std::uint32_t>(v);
 }
 
 // Least-squares fit of x[i] -> target[i] = i * scale (ranks scaled to slots). Slope is forced

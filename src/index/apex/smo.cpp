@@ -41,11 +41,12 @@ void Apex::switch_children(std::uint64_t parent, std::uint32_t s, std::uint32_t 
   if (parent == 0) {
     pm::publish(&root_->root_node, to);                       // A16: root word
     pm::persist(&root_->root_node, 8);
-    return;
+  } else {
+    std::uint64_t* ch = inner(parent)->children();
+    for (std::uint32_t i = s; i <= e; ++i) pm::publish(&ch[i], to);  // A16: child slots
+    pm::persist(&ch[s], 8ull * (e - s + 1));
   }
-  std::uint64_t* ch = inner(parent)->children();
-  for (std::uint32_t i = s; i <= e; ++i) pm::publish(&ch[i], to);  // A16: child slots
-  pm::persist(&ch[s], 8ull * (e - s + 1));
+  unshadow(parent, s, e);  // DRAM only, after the PM words: see InnerMeta
 }
 
 void Apex::slot_range(std::uint64_t parent, std::uint64_t child, std::uint32_t slot,

@@ -206,7 +206,7 @@ Code FPTree<N>::find_word(std::string_view key, std::string* value) const {
     }
     if (s == kNone) return Code::not_found;
     if (value != nullptr) {
-      value->resize(8);
+      if (value->size() != 8) value->resize(8);  // no call once the caller's string holds 8 bytes
       std::memcpy(value->data(), &word, 8);
     }
     return Code::ok;

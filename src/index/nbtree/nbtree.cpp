@@ -84,7 +84,9 @@ Code NBTree::make_probe(std::string_view key, Probe* p) const {
   if (key.size() != 8) return Code::invalid_argument;
   if (key_mode_ == KeyType::f64 && std::isnan(decode_f64(key))) return Code::invalid_argument;
   p->bytes = key;
-  p->word = decode_u64(key);  // big-endian: integer order == memcmp order
+  std::uint64_t be;  // inline: one load and a byte swap (issue 16)
+  std::memcpy(&be, key.data(), 8);
+  p->word = le_to_native(__builtin_bswap64(be));  // big-endian: integer order == memcmp order
   p->fp = fingerprint(p->word);
   return Code::ok;
 }
@@ -171,15 +173,19 @@ Code NBTree::encode_value(std::string_view value, std::uint64_t* word) {
 void NBTree::read_value(std::uint64_t word, std::string* out) const {
   const std::uint64_t p = payload_of(word);
   if ((p & kOutOfLine) == 0) {
-    if ((p & kLittleEndian) == 0) {
-      *out = encode_u64(p);
-    } else {
-      const std::uint64_t le = le_to_native(p & ~kLittleEndian);
-      out->assign(reinterpret_cast<const char*>(&le), 8);
-    }
+    // The 8 bytes straight into the caller's string (issue 16: no temporary, and no
+    // reallocation once it holds 8 bytes).
+    const std::uint64_t bytes = (p & kLittleEndian) == 0 ? le_to_native(__builtin_bswap64(p))
+                                                         : le_to_native(p & ~kLittleEndian);
+    if (out->size() != 8) out->resize(8);
+    std::memcpy(out->data(), &bytes, 8);
     return;
   }
   const auto* rec = pool_->at<ValueRecord>(p & ~kOutOfLine);
+  if (rec->length == 8 && out->size() == 8) {  // the common 8-byte value: no call
+    std::memcpy(out->data(), rec + 1, 8);
+    return;
+  }
   out->assign(reinterpret_cast<const char*>(rec + 1), rec->length);
 }
 
@@ -322,7 +328,8 @@ Leaf* NBTree::descend(const Order& order) const {
   }
 }
 
-// The committed slot holding `key`, or -1. Fingerprints are compared eight at a time: in
+// The committed slot holding `key`, or -1. Fingerprints are compared 32 at a time with AVX2;
+// without it (ThreadSanitizer builds) eight at a time: in
 // x = word ^ (fp repeated), a byte is zero exactly where the fingerprint matches; the exact
 // zero-byte test sets 0x80 in those bytes, and the multiply gathers the eight flags into one
 // byte (bit 8j moves to bit 56 + j; no two partial products meet, so nothing carries).
@@ -338,15 +345,31 @@ int NBTree::find_slot_in(const Leaf* leaf, const Probe& p, std::uint64_t bitmap,
                          std::uint64_t* key_word) const {
   const std::uint64_t committed = bitmap & ~Leaf::kSmoBit;
   if (committed == 0) return -1;
+  std::uint64_t cand = 0;
+#if defined(PMINDEX_NODE_SEARCH_AVX2)
+  {
+    // 32 fingerprints per compare (the SWAR loop below took ~100 instructions a lookup, issue
+    // 16). A vector load of words writers update with relaxed atomics is safe for the reasons
+    // node_search.h gives: it only names candidate slots, each of which is then read with an
+    // acquire load and compared in full. A ThreadSanitizer build takes the SWAR loop.
+    const auto* v = reinterpret_cast<const __m256i*>(&leaf->fpw[0]);  // 64 B aligned
+    const __m256i f = _mm256_set1_epi8(static_cast<char>(p.fp));
+    const auto lo = static_cast<std::uint32_t>(
+        _mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_load_si256(v), f)));
+    const auto hi = static_cast<std::uint32_t>(
+        _mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_load_si256(v + 1), f)));
+    cand = (std::uint64_t{hi} << 32) | lo;
+  }
+#else
   constexpr std::uint64_t kLow7 = 0x7f7f7f7f7f7f7f7full;
   const std::uint64_t pattern = 0x0101010101010101ull * p.fp;
   const int words = (64 - __builtin_clzll(committed) + 7) / 8;
-  std::uint64_t cand = 0;
   for (int w = 0; w < words; ++w) {
     const std::uint64_t x = leaf->fpw[w].load(std::memory_order_relaxed) ^ pattern;
     const std::uint64_t zero = ~(((x & kLow7) + kLow7) | x | kLow7);  // 0x80 where x's byte is 0
     cand |= (((zero >> 7) * 0x0102040810204080ull) >> 56) << (8 * w);
   }
+#endif
   cand &= committed;
   const Entry* e = entries(leaf);
   while (cand != 0) {
