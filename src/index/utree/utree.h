@@ -57,8 +57,9 @@ struct Protocol {
   // The original's order: enter the key in the DRAM leaf and unlock, then link the node with
   // the predecessor taken from that DRAM snapshot (its lost-key race).
   static constexpr bool kPublishBeforeLink = false;
-  // A walker acts on a dirty link without persisting it first (W1 skipped).
-  static constexpr bool kSkipWalkerPersist = false;
+  // U3 after the unlock: the key is in the DRAM leaf (readers find it, inserters link behind
+  // it) before its link is durable.
+  static constexpr bool kUnlockBeforePersist = false;
 };
 
 // Registry entry points.

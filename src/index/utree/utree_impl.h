@@ -382,7 +382,7 @@ typename UTree<P>::NodeOff UTree<P>::walk_start(const Leaf* l, unsigned pos) con
 // in place (clean unless someone changed it meanwhile).
 template <class P>
 std::uint64_t UTree<P>::settle(std::uint64_t* link, std::uint64_t w) {
-  if constexpr (!P::kSkipWalkerPersist) pm::persist(link, sizeof *link);  // W1
+  pm::persist(link, sizeof *link);  // W1
   std::uint64_t expected = w;
   const std::uint64_t clean = w & ~kDirtyBit;
   pm::yield_point("utree.settle");
@@ -470,9 +470,14 @@ Code UTree<P>::insert_once(std::string_view key, std::string_view value) {
     pm::yield_point("utree.link");
     if (pm::cas(link_of(pred.node), expected, node | kDirtyBit)) {  // U2: linked
       std::uint64_t* link = link_of(pred.node);
+      if constexpr (P::kUnlockBeforePersist) {
+        enter(l, pos, p.word, node);
+        l->h.lock.writeUnlock();
+      }
       pm::persist(link, sizeof *link);  // U3: durable before the leaf shows it
       std::uint64_t dirty = node | kDirtyBit;
       (void)pm::cas(link, dirty, node);  // U3: clean (a walker may have cleaned it first)
+      if constexpr (P::kUnlockBeforePersist) return Code::ok;
       break;
     }
     olc_pause();  // the predecessor changed (an insert or unlink next to it): find it again
