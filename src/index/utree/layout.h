@@ -26,7 +26,8 @@ static_assert(link_target(0x1233) == 0x1230);
 //   [ 0, 8) magic "UTREE001"    [ 8,16) head: link word to the first list node
 //   [16,20) node_size (DRAM leaf bytes)   [20,24) key_mode
 //   [24,28) max_key_size        [28,32) max_value_size (8 = inline values)
-//   [32,64) reserved (0)
+//   [32,40) hints: offset of the skip-hint block (0 = none; hints only, R0/R4)
+//   [40,64) reserved (0)
 struct Root {
   std::uint64_t magic;
   std::uint64_t head;
@@ -34,11 +35,13 @@ struct Root {
   std::uint32_t key_mode;
   std::uint32_t max_key_size;
   std::uint32_t max_value_size;
-  std::uint8_t reserved[32];
+  std::uint64_t hints;
+  std::uint8_t reserved[24];
 };
 static_assert(sizeof(Root) == 64);
 static_assert(offsetof(Root, head) == 8 && offsetof(Root, node_size) == 16 &&
-              offsetof(Root, key_mode) == 20 && offsetof(Root, max_value_size) == 28);
+              offsetof(Root, key_mode) == 20 && offsetof(Root, max_value_size) == 28 &&
+              offsetof(Root, hints) == 32);
 static_assert(std::is_standard_layout_v<Root> && std::is_trivially_copyable_v<Root>);
 inline constexpr std::uint64_t kRootMagic = 0x3130304545525455ull;  // "UTREE001"
 
@@ -76,6 +79,21 @@ constexpr std::uint32_t node_index(std::uint64_t off) {
 constexpr std::uint64_t node_offset(std::uint32_t idx) {
   return std::uint64_t{idx} << kNodeShift;
 }
+
+// Skip-hint block (PM, written at the end of recovery and at close, R4): offsets of every
+// stride-th live list node at that moment, so recovery can walk list segments in parallel.
+// Nothing in it is trusted: a hint counts only if the walk of the previous segment, which
+// starts at a validated node, reaches it through links (R1).
+//   [ 0, 8) count n             [ 8,16) stride (informational)
+//   [16, 16 + 8n) node offsets, in list order when written
+struct HintBlock {
+  std::uint64_t count;
+  std::uint64_t stride;
+  std::uint64_t node[1];  // count entries
+};
+static_assert(offsetof(HintBlock, node) == 16);
+inline constexpr std::uint64_t kHintStride = 4096;
+constexpr std::size_t hint_block_bytes(std::uint64_t n) { return 16 + 8 * n; }
 
 // DRAM leaf of the array layer (node_size bytes from the DRAM arena, 64 B aligned):
 //   [ 0, 8) OptimisticLock         [ 8,12) count       [12,16) capacity (constant)

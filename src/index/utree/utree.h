@@ -98,6 +98,17 @@ class UTree final : public Index {
   std::vector<std::string> list_keys_for_testing() const;
   void corrupt_for_testing(int what);
   std::uint32_t leaf_capacity() const { return cap_; }
+  // Skip hints (R0/R4): the stride used when hints are written next (tests use small ones),
+  // and what the last recovery did with the hints it found.
+  void set_hint_stride_for_testing(std::uint64_t stride) { hint_stride_ = stride; }
+  // Writes hints now from the DRAM leaves, as close() does (quiescent index).
+  void refresh_hints_for_testing();
+  struct HintStats {
+    std::uint64_t read = 0;      // hints in the block (0: no usable block)
+    std::uint64_t used = 0;      // segments counted: segment 0 and each hint reached by links
+    std::uint64_t ignored = 0;   // hints out of bounds, misaligned or never reached
+  };
+  HintStats hint_stats() const { return hint_stats_; }
 
  private:
   // A search key prepared once per operation: the key word (integer modes) or the 8-byte
@@ -158,7 +169,12 @@ class UTree final : public Index {
   Code update_once(std::string_view key, std::string_view value);
 
   // recovery and verification
+  struct Segment;
   Status rebuild(unsigned threads);
+  std::vector<NodeOff> read_hints(std::uint64_t* raw) const;
+  void walk_segment(Segment& seg, NodeOff stop) const;
+  Status mark_segment(const Segment& seg) const;
+  void write_hints(const std::vector<NodeOff>& picks);
   void build_dram(const std::vector<std::pair<std::uint64_t, NodeOff>>& entries, double fill);
   std::uint64_t separator_for(std::uint64_t word, NodeOff node);
   Status verify_list(std::vector<NodeOff>* nodes, std::uint64_t* reachable) const;
@@ -179,6 +195,10 @@ class UTree final : public Index {
   // deleters still find them.
   mutable sync::EpochManager epochs_;
   RecoveryStats recovery_;
+  HintStats hint_stats_;
+  std::uint64_t hint_stride_ = kHintStride;
+  std::uint64_t hint_block_ = 0;  // the hint block this session wrote (0: none)
+  std::size_t hint_bytes_ = 0;
   bool closed_ = false;
 };
 
