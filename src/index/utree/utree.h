@@ -17,8 +17,10 @@
 //   * Lock order: a leaf, then the InnerTree SMO mutex. A writer reads leaves to its LEFT
 //     optimistically (spinning while they are locked) and never waits for a leaf to its
 //     right, so waits form no cycle.
-//   * Nodes, key records and value records leave through the epoch manager (U9/K3): readers
-//     and walkers are pinned while they hold an offset.
+//   * Nodes, key records and value records leave through the epoch manager (U9/K3): writers
+//     (list walkers) are pinned while they hold an offset, readers while they read records
+//     (pin_for_records); a reader of integer keys with inline values reads only node words,
+//     which are pool memory even if freed, and its validation fails if the node was removed.
 //   * DRAM leaves are never freed while the tree lives (an emptied leaf stays until the next
 //     recovery rebuilds the array layer), so a stale leaf pointer is always a live leaf.
 //   * verify(), bulk_load() and close() expect no concurrent operations.
@@ -165,6 +167,13 @@ class UTree final : public Index {
   Pred find_pred(const Leaf* l, unsigned pos, const Probe& p);
   void link_published_first(NodeOff start, NodeOff node);  // Policy::kPublishBeforeLink
 
+  // Readers pin only when they read PM records (bytes keys, out-of-line values): node words
+  // of a node freed under an unvalidated read are mapped pool memory read atomically, and the
+  // validation that follows fails (the remove changed the leaf's version before the retire).
+  std::optional<sync::EpochManager::Guard> pin_for_records() const {
+    if (!bytes_ && values_.inline_values()) return std::nullopt;
+    return epochs_.pin();
+  }
   Code insert_once(std::string_view key, std::string_view value);
   Code update_once(std::string_view key, std::string_view value);
 

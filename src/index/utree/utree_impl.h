@@ -251,14 +251,16 @@ unsigned UTree<P>::search(const Leaf* l, const Probe& p, bool* found) const {
 // The leaf covering p and its version, read while its parent was valid (InnerTree contract).
 template <class P>
 std::pair<std::uint64_t, std::uint64_t> UTree<P>::descend_read(const Probe& p) const {
-  auto on_leaf = [](std::uint64_t lw) -> std::optional<std::uint64_t> {
+  auto on_leaf = [this](std::uint64_t lw) -> std::optional<std::uint64_t> {
+    // All of the leaf's lines at once: the binary search would miss on them one by one.
+    index_common::prefetch_lines(leaf_of(lw), node_size_);
     bool restart = false;
     const std::uint64_t v = leaf_of(lw)->h.lock.readLockOrRestart(restart);
     if (restart) return std::nullopt;
     return v;
   };
-  if (!bytes_) return inner_.descend(index_common::WordProbe{p.word}, on_leaf);
-  return inner_.descend(
+  if (!bytes_) return inner_.descend<kInnerKeys>(index_common::WordProbe{p.word}, on_leaf);
+  return inner_.descend<kInnerKeys>(
       [&p](std::uint64_t sep) { return p.bytes < index_common::SeparatorStore::view(sep); },
       on_leaf);
 }
@@ -586,7 +588,7 @@ template <class P>
 Code UTree<P>::find(std::string_view key, std::string* value) const {
   if (Code c = keys_.check(key); c != Code::ok) return c;
   const Probe p = probe(key);
-  auto guard = epochs_.pin();
+  const auto guard = pin_for_records();
   std::string tmp;
   for (;;) {
     auto [lw, v] = descend_read(p);
@@ -622,7 +624,7 @@ std::size_t UTree<P>::scan(std::string_view start, std::size_t max, ScanBuffer& 
   out.clear();
   if (max == 0) return 0;
   const Probe p = probe(start);
-  auto guard = epochs_.pin();
+  const auto guard = pin_for_records();
   struct Item {
     std::uint64_t key;    // key word (integer modes) or key record offset
     std::uint64_t value;  // value word
