@@ -113,7 +113,8 @@ class ConcurrentIndexScenario final : public ConcurrentScenario {
     if (!pool.ok()) return pool.status();
     pool_ = std::move(pool).value();
     Region region{pool_->base(), pool_->size()};
-    auto idx = entry_->create(std::move(pool_), options_);
+    auto idx = cfg_.create ? cfg_.create(std::move(pool_), options_)
+                           : entry_->create(std::move(pool_), options_);
     if (!idx.ok()) return idx.status();
     index_ = std::move(idx).value();
     if (cfg_.prepare) cfg_.prepare(*index_);

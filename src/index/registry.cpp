@@ -6,6 +6,7 @@
 #include "index/lbtree/lbtree.h"
 #include "index/nbtree/nbtree.h"
 #include "index/reflist/reflist.h"
+#include "index/utree/utree.h"
 #include "pmindex/index.h"
 
 namespace pmindex {
@@ -59,6 +60,19 @@ const std::vector<IndexRegistry::Entry>& IndexRegistry::entries() {
         .numa = "no",
         .recovery = "leaf-chain walk; DRAM layer rebuilt"}},
       fptree::registry_entry(),
+      {"utree", "uTree: DRAM B+-tree (array layer) over a persistent sorted linked list, one PM node per record",
+       &utree::layout_for, &utree::validate, &utree::default_pool_size, &utree::create,
+       &utree::recover,
+       {.architecture = "B+-tree over a linked list; DRAM (inner and leaf array layer) + PM "
+                        "(list layer, one node per record)",
+        .node_structure = "sorted DRAM leaves of (key or 8-byte prefix, 32-bit node index); PM "
+                          "list nodes of 24 B (integer keys) or 32 B (prefix + key record)",
+        .concurrency = "optimistic locks (inner nodes and DRAM leaves); lock-free list links "
+                       "(CAS, mark bit, dirty bit persisted by whoever acts on it)",
+        .variable_keys = "pointer (PM key records, 8-byte prefix in the node)",
+        .allocator = traits::kPmindexAllocator,
+        .numa = "no",
+        .recovery = "walk of the list; DRAM array layer rebuilt"}},
   };
   return kEntries;
 }

@@ -69,6 +69,9 @@ struct ConcurrentCrashConfig {
   // Called on the live index right after it is created (before the preload), e.g. to switch
   // on an index's known-bad test variant.
   std::function<void(Index&)> prepare;
+  // Builds the live index instead of the registry entry's create (e.g. a known-bad template
+  // instantiation that exists only in a test); images are still recovered by the entry.
+  std::function<Result<std::unique_ptr<Index>>(std::unique_ptr<pm::Pool>, const Options&)> create;
 };
 
 ExploreReport run_index_crash_concurrent(const ConcurrentCrashConfig& config,

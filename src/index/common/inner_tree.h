@@ -110,7 +110,16 @@ class InnerTree {
   std::pair<std::uint64_t, std::uint64_t> descend(ProbeLess probe_less, OnLeaf on_leaf) const;
 
   // --- structure modifications (serialised; invariant 2) -----------------------------------
-  std::unique_lock<std::mutex> smo_lock() const { return std::unique_lock<std::mutex>(smo_mu_); }
+  std::unique_lock<std::mutex> smo_lock() const {
+    if constexpr (pm::kTracing) {
+      // Under the crash simulator's deterministic scheduler a thread that blocks on a mutex
+      // held by a thread waiting for the baton stalls the run: spin at a scheduling point.
+      std::unique_lock<std::mutex> lock(smo_mu_, std::defer_lock);
+      while (!lock.try_lock()) olc_pause();
+      return lock;
+    }
+    return std::unique_lock<std::mutex>(smo_mu_);
+  }
   // With smo_lock held: the path from the root to the level-1 node whose child covers the probe.
   template <class ProbeLess>
   void path_to(ProbeLess probe_less, Path* path) const;

@@ -42,6 +42,7 @@ std::uint32_t small_node(const std::string& kind) {
   if (kind == "lbtree") return 256;
   if (kind == "fptree") return 192;
   if (kind == "apex") return 1024;
+  if (kind == "utree") return 64;  // DRAM leaves of 2 entries: the list layer has no SMO
   return 0;
 }
 
@@ -208,11 +209,11 @@ TEST_P(PoolFullConcurrent, FillStaysConsistent) {
 std::vector<Case> cases() {
   std::vector<Case> out;
   for (bool scope : {false, true}) {
-    for (const char* kind : {"reflist", "lbtree", "fptree", "nbtree", "apex"}) {
+    for (const char* kind : {"reflist", "lbtree", "fptree", "nbtree", "apex", "utree"}) {
       out.push_back({kind, KeyType::u64, 8, scope});
       out.push_back({kind, KeyType::u64, 8, scope, /*ascending=*/true});
     }
-    for (const char* kind : {"lbtree", "fptree", "nbtree"}) {
+    for (const char* kind : {"lbtree", "fptree", "nbtree", "utree"}) {
       out.push_back({kind, KeyType::u64, 64, scope});
       out.push_back({kind, KeyType::bytes, 64, scope});
     }

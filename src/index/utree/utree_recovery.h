@@ -1,0 +1,471 @@
+// uTree recovery (PROTOCOL.md R0..R4), bulk load and verify(). Part of utree_impl.h's
+// templates (tests instantiate known-bad policies).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "index/common/recovery_frame.h"
+#include "index/utree/utree_impl.h"
+
+namespace pmindex::utree {
+
+template <class P>
+Result<std::unique_ptr<Index>> UTree<P>::recover(std::unique_ptr<pm::Pool> pool,
+                                                 const Options& o) {
+  const std::uint32_t ns = pool->info().layout.node_size;
+  if (ns < kMinNodeSize || ns > kMaxNodeSize || ns % 64 != 0)
+    return pool->error(Code::corrupted, "utree pool has an impossible node size");
+  if (pool->size() > kMaxPoolBytes)
+    return pool->error(Code::corrupted, "utree pool is larger than 64 GiB");
+  std::unique_ptr<UTree> idx(new UTree(std::move(pool), ns));
+  UTree& t = *idx;
+  pm::Pool& p = *t.pool_;
+  const Status s = index_common::run_recovery(
+      p, &t.recovery_, [&] { return t.init_root(o); },  // crash before U0: nothing reachable
+      [&](std::uint64_t root_off) -> Status {
+        Root* r = p.checked<Root>(root_off, sizeof(Root), 8);
+        if (r == nullptr || r->magic != kRootMagic)
+          return p.error(Code::corrupted, "utree root object is missing or has a wrong magic");
+        const bool bytes = p.info().layout.key_mode == KeyType::bytes;
+        if (r->node_size != ns ||
+            r->key_mode != static_cast<std::uint32_t>(p.info().layout.key_mode) ||
+            (bytes ? r->max_key_size > kMaxKeyBytes : r->max_key_size != 8) ||
+            !index_common::ValueCodec::valid_limit(r->max_value_size))
+          return p.error(Code::corrupted, "utree root holds impossible sizes");
+        t.root_ = r;
+        t.configure(*r);
+        if (p.allocator().mark_reachable(root_off, sizeof(Root)) != Code::ok)
+          return p.allocator().finish_recovery();
+        return t.rebuild(std::max(1u, o.recovery_threads));
+      });
+  if (!s.ok()) return s;
+  return std::unique_ptr<Index>(std::move(idx));
+}
+
+// One stretch of the list for one recovery thread: from `start` (included) up to, not
+// including, the node `stop` (the next hint; 0 = the end of the list).
+template <class P>
+struct UTree<P>::Segment {
+  NodeOff start = 0;
+  NodeOff stop = 0;
+  // (key word, offset | flags): bit 0 the node is marked, bit 1 its next word is dirty.
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> nodes;
+  bool reached_stop = false;  // the walk arrived at `stop` through links
+  std::string error;          // the first problem met; matters only if the segment is used
+};
+
+// R0: the hint block, never trusted: a block outside the heap or with an impossible count
+// gives no hints; each hint must be an in-heap, aligned offset (others are dropped).
+template <class P>
+std::vector<typename UTree<P>::NodeOff> UTree<P>::read_hints(std::uint64_t* raw) const {
+  const pm::Pool& p = *pool_;
+  std::vector<NodeOff> out;
+  *raw = 0;
+  const std::uint64_t at = root_->hints;
+  const auto* count = p.checked<std::uint64_t>(at, 16, 8);
+  if (at == 0 || count == nullptr || *count > p.size() / kNodeAlign ||
+      !p.in_heap(at, hint_block_bytes(*count)))
+    return out;
+  const HintBlock* b = p.at<HintBlock>(at);
+  *raw = b->count;
+  for (std::uint64_t i = 0; i < b->count; ++i) {
+    const NodeOff h = b->node[i];
+    if (p.checked<ListNode>(h, node_bytes_, kNodeAlign) != nullptr) out.push_back(h);
+  }
+  return out;
+}
+
+// R1 for one segment: only reads PM (threads walk segments in parallel). Every offset bounds-
+// and alignment-checked, keys strictly increasing (no cycle), key records checked against the
+// prefix.
+template <class P>
+void UTree<P>::walk_segment(Segment& seg, NodeOff stop) const {
+  const pm::Pool& p = *pool_;
+  const std::uint64_t limit = p.size() / kNodeAlign;
+  std::string_view prev_key;
+  std::uint64_t prev_word = 0;
+  for (NodeOff off = seg.start; off != 0;) {
+    if (off == stop) {
+      seg.reached_stop = true;
+      return;
+    }
+    auto fail = [&](const char* what) {
+      seg.error = "utree list node at offset " + std::to_string(off) + ": " + what;
+    };
+    const ListNode* n = p.checked<ListNode>(off, node_bytes_, kNodeAlign);
+    if (n == nullptr) return fail("out of bounds or misaligned");
+    if (seg.nodes.size() > limit) return fail("more nodes than the pool can hold");
+    const std::uint64_t next = n->next;
+    if ((next & kFlagMask & ~(kMarkBit | kDirtyBit)) != 0) return fail("bad link flags");
+    if (bytes_) {
+      std::string_view key;
+      if (!index_common::read_record(p, n->key_record, keys_.max_key(), &key))
+        return fail("bad key record");
+      if (detail::prefix_word(key) != n->key) return fail("key prefix differs from its record");
+      if (!seg.nodes.empty() && !(prev_key < key)) return fail("keys out of order (or a cycle)");
+      prev_key = key;
+    } else if (!seg.nodes.empty() && !(prev_word < n->key)) {
+      return fail("keys out of order (or a cycle)");
+    }
+    prev_word = n->key;
+    seg.nodes.emplace_back(n->key, off | ((next & kMarkBit) != 0 ? 1 : 0) |
+                                       ((next & kDirtyBit) != 0 ? 2 : 0));
+    off = link_target(next);
+  }
+  seg.reached_stop = stop == 0;
+}
+
+// R1 (marking): the live nodes of a used segment and their records; marked nodes stay
+// unreachable. Threads mark disjoint segments (mark_reachable is thread-safe).
+template <class P>
+Status UTree<P>::mark_segment(const Segment& seg) const {
+  pm::Pool& p = *pool_;
+  for (const auto& [word, tagged] : seg.nodes) {
+    if ((tagged & 1) != 0) continue;
+    const NodeOff off = link_target(tagged);
+    const ListNode* n = node_at(off);
+    if (p.allocator().mark_reachable(off, node_bytes_) != Code::ok ||
+        (bytes_ && index_common::mark_record(p, n->key_record, keys_.max_key()) != Code::ok) ||
+        values_.mark(n->value) != Code::ok)
+      return p.error(Code::corrupted, "utree list node at offset " + std::to_string(off) +
+                                          ": node or record overlaps another block, or a bad "
+                                          "value record");
+  }
+  return Status::Ok();
+}
+
+// Runs fn(i) for i in [0, n) on up to `threads` threads.
+template <class Fn>
+unsigned run_parallel(std::size_t n, unsigned threads, Fn fn) {
+  const unsigned t = static_cast<unsigned>(std::min<std::size_t>(threads, n));
+  if (t <= 1) {
+    for (std::size_t i = 0; i < n; ++i) fn(i);
+    return 1;
+  }
+  std::atomic<std::size_t> next{0};
+  std::vector<std::thread> pool;
+  for (unsigned w = 0; w < t; ++w)
+    pool.emplace_back([&] {
+      for (std::size_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < n;) fn(i);
+    });
+  for (auto& th : pool) th.join();
+  return t;
+}
+
+// R1: walk the list from root.head without trusting it, in segments between skip hints (R0)
+// walked in parallel. A segment counts only if the previous counted segment reached its start
+// through links (segment 0 starts at root.head), so damaged or stale hints cost time, never
+// correctness. Every live node and its records are declared reachable; marked nodes (a remove
+// between D1 and D3) are not. This pass only reads PM: a refused pool stays unchanged.
+// R2: repairs after commit_open: links around marked nodes, dirty bits cleaned.
+// R3: the DRAM leaves and inner levels built bottom-up from the live nodes.
+// R4: fresh skip hints.
+template <class P>
+Status UTree<P>::rebuild(unsigned threads) {
+  pm::Pool& p = *pool_;
+  const std::uint64_t head = root_->head;
+  if ((head & kMarkBit) != 0 || (head & kFlagMask & ~kDirtyBit) != 0) {
+    (void)p.allocator().finish_recovery();
+    return p.error(Code::corrupted, "utree root head link has impossible flag bits");
+  }
+  std::uint64_t raw_hints = 0;
+  const std::vector<NodeOff> hints = read_hints(&raw_hints);
+  std::vector<Segment> segs(hints.size() + 1);
+  for (std::size_t i = 0; i < segs.size(); ++i) {
+    segs[i].start = i == 0 ? link_target(head) : hints[i - 1];
+    segs[i].stop = i < hints.size() ? hints[i] : 0;
+  }
+  recovery_.threads =
+      run_parallel(segs.size(), threads, [&](std::size_t i) { walk_segment(segs[i], segs[i].stop); });
+  // The counted chain: segment 0, then each next one while the previous reached its start.
+  std::size_t used = 0;
+  for (; used < segs.size(); ++used) {
+    const Segment& s = segs[used];
+    if (!s.error.empty()) {
+      (void)p.allocator().finish_recovery();
+      return p.error(Code::corrupted, s.error);
+    }
+    if (used > 0 && !segs[used - 1].nodes.empty() && !s.nodes.empty()) {
+      const NodeOff a = link_target(segs[used - 1].nodes.back().second);
+      const NodeOff b = link_target(s.nodes.front().second);
+      if (!(node_key(a) < node_key(b))) {
+        (void)p.allocator().finish_recovery();
+        return p.error(Code::corrupted, "utree list keys out of order at offset " + std::to_string(b));
+      }
+    }
+    if (!s.reached_stop || s.stop == 0) {
+      ++used;
+      break;
+    }
+  }
+  hint_stats_ = {raw_hints, used, raw_hints - (used - 1)};
+  std::vector<Status> marks(used);
+  run_parallel(used, threads, [&](std::size_t i) { marks[i] = mark_segment(segs[i]); });
+  for (const Status& m : marks) {
+    if (!m.ok()) {
+      (void)p.allocator().finish_recovery();
+      return m;
+    }
+  }
+  if (Status fs = p.allocator().finish_recovery(); !fs.ok()) return fs;
+  p.commit_open();
+  // R2: the repairs, from the walk's flags (in DRAM).
+  std::vector<std::pair<std::uint64_t, NodeOff>> entries;
+  NodeOff prev_live = 0;
+  bool relink = (head & kDirtyBit) != 0;
+  for (std::size_t i = 0; i < used; ++i) {
+    recovery_.nodes += segs[i].nodes.size();
+    for (const auto& [word, tagged] : segs[i].nodes) {
+      const NodeOff off = link_target(tagged);
+      if ((tagged & 1) != 0) {
+        relink = true;
+        continue;
+      }
+      if (relink) {
+        pm::publish(link_of(prev_live), off);
+        pm::persist(link_of(prev_live), 8);
+        ++recovery_.repaired;
+      }
+      relink = (tagged & 2) != 0;
+      entries.emplace_back(word, off);
+      prev_live = off;
+    }
+    std::vector<std::pair<std::uint64_t, std::uint64_t>>().swap(segs[i].nodes);
+  }
+  if (relink) {
+    pm::publish(link_of(prev_live), 0);
+    pm::persist(link_of(prev_live), 8);
+    ++recovery_.repaired;
+  }
+  recovery_.records = entries.size();
+  build_dram(entries, 0.9);  // R3
+  std::vector<NodeOff> picks;
+  for (std::size_t i = hint_stride_; i < entries.size(); i += hint_stride_)
+    picks.push_back(entries[i].second);
+  write_hints(picks);  // R4
+  return Status::Ok();
+}
+
+// R4: a fresh hint block, persisted, then published with one 8-byte store; the block it
+// replaces is freed (at recovery it was never marked reachable, so it is free already).
+template <class P>
+void UTree<P>::write_hints(const std::vector<NodeOff>& picks) {
+  pm::Pool& p = *pool_;
+  std::uint64_t off = 0;
+  if (!picks.empty()) {
+    Code code = Code::ok;
+    off = p.allocator().allocate(hint_block_bytes(picks.size()), &code);
+    if (off != 0) {  // pool full: no hints (they are only hints)
+      HintBlock* b = p.at<HintBlock>(off);
+      pm::store(&b->count, std::uint64_t{picks.size()});
+      pm::store(&b->stride, hint_stride_);
+      pm::copy(b->node, picks.data(), 8 * picks.size());
+      pm::persist(b, hint_block_bytes(picks.size()));
+    }
+  }
+  pm::publish(&root_->hints, off);
+  pm::persist(&root_->hints, 8);
+  if (hint_bytes_ != 0) p.allocator().deallocate(hint_block_, hint_bytes_);
+  hint_block_ = off;
+  hint_bytes_ = off != 0 ? hint_block_bytes(picks.size()) : 0;
+}
+
+// Leaves filled to `fill` of their capacity, chained, and the inner levels bulk-built.
+template <class P>
+void UTree<P>::build_dram(const std::vector<std::pair<std::uint64_t, NodeOff>>& entries,
+                          double fill) {
+  const std::size_t per_leaf =
+      std::max<std::size_t>(1, std::min<std::size_t>(cap_, static_cast<std::size_t>(cap_ * fill)));
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> items;
+  Leaf* leaf = first_leaf_ != nullptr ? first_leaf_ : new_leaf(false);
+  if (leaf == nullptr) index_common::fatal("utree", "no DRAM for the array layer");
+  first_leaf_ = leaf;
+  items.emplace_back(0, reinterpret_cast<std::uint64_t>(leaf));
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    if (leaf->h.count == per_leaf) {
+      Leaf* next = new_leaf(false);
+      if (next == nullptr) index_common::fatal("utree", "no DRAM for the array layer");
+      leaf->h.next = reinterpret_cast<std::uint64_t>(next);
+      next->h.prev = reinterpret_cast<std::uint64_t>(leaf);
+      leaf = next;
+      items.emplace_back(separator_for(entries[i].first, entries[i].second),
+                         reinterpret_cast<std::uint64_t>(leaf));
+    }
+    leaf->keys()[leaf->h.count] = entries[i].first;
+    leaf->nodes()[leaf->h.count] = node_index(entries[i].second);
+    ++leaf->h.count;
+  }
+  if (items.size() == 1) {
+    inner_.init_single(items[0].second);
+  } else {
+    inner_.bulk_build(items, 0.9, 1);
+  }
+}
+
+template <class P>
+Status UTree<P>::bulk_load(std::span<const KeyValue> sorted, double fill) {
+  if (!(fill > 0.0 && fill <= 1.0))
+    return Status(Code::invalid_argument, "fill factor must be in (0, 1]");
+  if (link_target(root_->head) != 0 || first_leaf_->h.count != 0)
+    return Status(Code::invalid_argument, "utree bulk_load needs an empty index");
+  for (std::size_t i = 0; i < sorted.size(); ++i) {
+    if (Code c = keys_.check(sorted[i].key); c != Code::ok) return Status(c, "bulk_load key");
+    if (Code c = values_.check(sorted[i].value); c != Code::ok) return Status(c, "bulk_load value");
+    if (i > 0 && !(sorted[i - 1].key < sorted[i].key))
+      return Status(Code::invalid_argument, "bulk_load keys must be sorted and distinct");
+  }
+  if (sorted.empty()) return Status::Ok();
+  std::vector<std::pair<std::uint64_t, NodeOff>> entries;
+  entries.reserve(sorted.size());
+  for (const KeyValue& kv : sorted) {
+    Code code = Code::ok;
+    const Probe p = probe(kv.key);
+    const NodeOff node = make_node(p, kv.value, &code);  // U1 (unreachable until U5)
+    if (node == 0) {
+      for (const auto& e : entries) free_node_now(e.second);
+      return pool_->error(code, "bulk_load: no space for the records");
+    }
+    entries.emplace_back(p.word, node);
+  }
+  for (std::size_t i = 0; i < entries.size(); ++i)
+    write_next(entries[i].second, i + 1 < entries.size() ? entries[i + 1].second : 0);
+  pm::publish(&root_->head, entries[0].second);  // U5: the whole list at once
+  pm::persist(&root_->head, 8);
+  build_dram(entries, fill);
+  return Status::Ok();
+}
+
+// The list: in bounds, strictly increasing, no flag bits, records valid; collects the nodes
+// in order and adds their allocator bytes to *reachable.
+template <class P>
+Status UTree<P>::verify_list(std::vector<NodeOff>* nodes, std::uint64_t* reachable) const {
+  const pm::Pool& p = *pool_;
+  using index_common::block_bytes;
+  auto bad = [&](NodeOff at, const std::string& what) {
+    return p.error(Code::corrupted,
+                   "verify: list node at offset " + std::to_string(at) + ": " + what);
+  };
+  const std::uint64_t head = detail::load(root_->head);
+  if ((head & kFlagMask) != 0) return bad(0, "root head has flag bits");
+  std::string prev;
+  for (NodeOff off = head; off != 0;) {
+    const ListNode* n = p.checked<ListNode>(off, node_bytes_, kNodeAlign);
+    if (n == nullptr) return bad(off, "out of bounds or misaligned");
+    const std::uint64_t next = detail::load(n->next);
+    if ((next & kFlagMask) != 0) return bad(off, "mark or dirty bit left on a live link");
+    std::string key;
+    if (bytes_) {
+      std::string_view stored;
+      if (!index_common::read_record(p, n->key_record, keys_.max_key(), &stored))
+        return bad(off, "bad key record");
+      if (detail::prefix_word(stored) != n->key) return bad(off, "prefix differs from the key");
+      key.assign(stored);
+      *reachable += block_bytes(index_common::record_bytes(stored.size()));
+    } else {
+      key = encode_u64(n->key);
+    }
+    if (!nodes->empty() && !(prev < key)) return bad(off, "keys out of order (or a cycle)");
+    std::size_t vbytes = 0;
+    if (!values_.record_size(n->value, &vbytes)) return bad(off, "bad value record");
+    *reachable += (vbytes != 0 ? block_bytes(vbytes) : 0) + block_bytes(node_bytes_);
+    nodes->push_back(off);
+    prev = std::move(key);
+    off = link_target(next);
+  }
+  return Status::Ok();
+}
+
+template <class P>
+Status UTree<P>::verify() const {
+  epochs_.drain();  // quiescent: retired nodes are free before reachability is counted
+  const pm::Pool& p = *pool_;
+  std::vector<NodeOff> list;
+  std::uint64_t reachable = index_common::block_bytes(sizeof(Root));
+  if (hint_bytes_ != 0) reachable += index_common::block_bytes(hint_bytes_);
+  if (Status s = verify_list(&list, &reachable); !s.ok()) return s;
+  index_common::ChainKeys chain;
+  std::size_t j = 0;
+  const Leaf* prev = nullptr;
+  for (const Leaf* l = first_leaf_; l != nullptr; l = leaf_of(l->h.next)) {
+    const std::uint64_t lw = reinterpret_cast<std::uint64_t>(l);
+    if (prev_hint(l) != prev) return index_common::leaf_error(p, lw, "prev hint is not the left neighbour");
+    if (sync::OptimisticLock::isLocked(l->h.lock.peek())) return index_common::leaf_error(p, lw, "left locked");
+    if (l->h.count > cap_) return index_common::leaf_error(p, lw, "count above capacity");
+    chain.leaves.push_back(lw);
+    chain.keys.emplace_back();
+    for (unsigned i = 0; i < l->h.count; ++i, ++j) {
+      const NodeOff off = node_offset(l->nodes()[i]);
+      if (j >= list.size() || list[j] != off)
+        return index_common::leaf_error(p, lw, "entry " + std::to_string(i) + " is not the list's next node");
+      if (l->keys()[i] != node_at(off)->key)
+        return index_common::leaf_error(p, lw, "entry " + std::to_string(i) + " key word differs from its node");
+      chain.keys.back().push_back(node_key(off));
+    }
+    prev = l;
+  }
+  if (j != list.size()) return p.error(Code::corrupted, "verify: the list has nodes no leaf holds");
+  if (Status s = index_common::check_key_order(p, chain); !s.ok()) return s;
+  if (Status s = index_common::check_reachable(p, reachable); !s.ok()) return s;
+  return index_common::check_inner_against_chain(
+      p, inner_, chain,
+      [&](std::uint64_t a, std::uint64_t b) { return keys_.separator_less(a, b); },
+      [&](std::uint64_t sep) { return keys_.separator_bytes(sep); });
+}
+
+template <class P>
+Footprint UTree<P>::footprint() const {
+  const auto st = pool_->allocator().stats();
+  Footprint f;
+  f.pm_bytes = st.bytes_in_use;
+  f.pm_reserved = st.bytes_reserved;
+  f.dram_bytes = arena_.bytes_in_use() + seps_.dram_bytes();
+  return f;
+}
+
+template <class P>
+Status UTree<P>::close() {
+  if (!closed_) {
+    epochs_.drain();
+    refresh_hints_for_testing();  // R4: hints for the next open, from the DRAM leaves
+    pool_->close_clean();  // every operation persisted its own steps
+    closed_ = true;
+  }
+  return Status::Ok();
+}
+
+template <class P>
+void UTree<P>::refresh_hints_for_testing() {
+  std::vector<NodeOff> picks;
+  std::uint64_t i = 0;
+  for (const Leaf* l = first_leaf_; l != nullptr; l = leaf_of(l->h.next))
+    for (unsigned j = 0; j < l->h.count; ++j)
+      if (++i % hint_stride_ == 0) picks.push_back(node_offset(l->nodes()[j]));
+  write_hints(picks);
+}
+
+template <class P>
+std::vector<std::string> UTree<P>::list_keys_for_testing() const {
+  std::vector<std::string> out;
+  for (NodeOff off = link_target(root_->head); off != 0; off = link_target(node_at(off)->next))
+    out.push_back(node_key(off));
+  return out;
+}
+
+template <class P>
+void UTree<P>::corrupt_for_testing(int what) {
+  const NodeOff a = link_target(root_->head);
+  const NodeOff b = a != 0 ? link_target(node_at(a)->next) : 0;
+  if (what == 0 && b != 0) {
+    const std::uint64_t ka = node_at(a)->key;
+    pm::publish(&node_at(a)->key, node_at(b)->key);
+    pm::publish(&node_at(b)->key, ka);
+  } else if (what == 1 && first_leaf_->h.count >= 2) {
+    first_leaf_->nodes()[0] = first_leaf_->nodes()[1];
+  } else if (what == 2) {
+    pm::publish(&root_->head, root_->head | kDirtyBit);
+  }
+}
+
+}  // namespace pmindex::utree
