@@ -185,14 +185,17 @@ bool Allocator::refill(int cls, ThreadCache& tc, Code* code) {
   std::lock_guard<std::mutex> lock(central_->mu);
   auto& central = central_->free[static_cast<std::size_t>(cls)];
   // Second round only after a reclaim pass, which may have refilled the list or the extents.
+  // *code is written only if both fail: a caller may treat any code but ok as failure.
+  Code failure = Code::ok;
   for (int round = 0; round < 2; ++round) {
     while (!central.empty() && mine.size() < want) {
       mine.push_back(central.back());
       central.pop_back();
     }
-    if (!mine.empty() || fresh_blocks(cls, tc, code)) return true;
-    if (round == 1 || !reclaim(tc)) return false;
+    if (!mine.empty() || fresh_blocks(cls, tc, &failure)) return true;
+    if (round == 1 || !reclaim(tc)) break;
   }
+  if (code) *code = failure;
   return false;
 }
 
