@@ -27,11 +27,12 @@
 // Free blocks go back to their class list. When an allocation finds no extent to carve from and
 // blocks were freed since the last time, a reclaim pass merges every free block in the central
 // lists (and the calling thread's cache) with its free neighbours: whole 256 B units become
-// extents again (so a heap filled with small blocks and emptied serves a 16 MiB request), and a
-// carrier whose sub-blocks are all free becomes a 64 B block (or part of an extent). Carriers
-// are kept in their class until then. Bound: pool_full is returned only when, after that pass,
-// no extent fits; free space it cannot use is what sits in other threads' caches (at most 64
-// blocks per class per thread) and free pieces of lines/units that still hold a live block.
+// extents again (so a heap filled with small blocks and emptied serves one request as big as
+// the heap), and a carrier whose sub-blocks are all free becomes a 64 B block (or part of an
+// extent). Carriers are kept in their class until then. Bound: pool_full is returned only when,
+// after that pass, no extent, line or free block of the class fits; free space it cannot use
+// is what sits in other threads' caches (at most 64 blocks per class per thread) and free
+// pieces of lines/units that still hold a live block (docs/allocator.md).
 //
 // Thread safety: allocate/deallocate are thread-safe; each thread has a small per-class cache
 // so two threads allocate without contending. mark_reachable may be called from several
