@@ -1,7 +1,9 @@
 // The pool allocator (contract in include/pmindex/pm/allocator.h, design in docs/allocator.md).
 //
 // Volatile state only: free extents (address-ordered, coalesced), per-class central free
-// lists, per-thread caches. The one persistent word is the heap high-water mark.
+// lists, per-thread caches. The one persistent word is the heap high-water mark. Recovery and
+// the reclaim pass share one routine (Central::release) that turns a free address range into
+// extents and class blocks, so a range is cut the same way whichever path freed it.
 #include "pmindex/pm/allocator.h"
 
 #include <algorithm>
@@ -17,11 +19,14 @@ namespace pmindex::pm {
 namespace {
 
 constexpr std::size_t kUnit = Allocator::kXPLineAlign;  // 256
+constexpr std::size_t kLine = Allocator::kLine;          // 64
 
-// 64, 128, 192; 256..1024 step 256; then four classes per power of two up to 16 MiB.
+// 16, 32; 64, 128, 192; 256..1024 step 256; then four classes per power of two up to 16 MiB.
 constexpr auto kClassSizes = [] {
-  std::array<std::size_t, 63> sizes{};
+  std::array<std::size_t, 65> sizes{};
   std::size_t n = 0;
+  sizes[n++] = 16;
+  sizes[n++] = 32;
   for (std::size_t s = 64; s <= 192; s += 64) sizes[n++] = s;
   for (std::size_t s = 256; s <= 1024; s += 256) sizes[n++] = s;
   for (std::size_t p = 1024; p < Allocator::kMaxBlock; p *= 2)
@@ -29,10 +34,16 @@ constexpr auto kClassSizes = [] {
   return sizes;
 }();
 static_assert(kClassSizes.back() == Allocator::kMaxBlock);
-static_assert(kClassSizes[3] == 256 && kClassSizes[7] == 1280);
+static_assert(kClassSizes[0] == Allocator::kMinBlock && kClassSizes[5] == 256 &&
+              kClassSizes[9] == 1280);
 constexpr int kNumClasses = static_cast<int>(kClassSizes.size());
+constexpr int kLineClass = 2;  // the 64 B class, whose blocks carry the 16 and 32 B classes
+static_assert(kClassSizes[kLineClass] == kLine);
 
-bool is_small(int cls) { return kClassSizes[static_cast<std::size_t>(cls)] < kUnit; }
+int class_index(std::size_t size) {
+  return static_cast<int>(std::lower_bound(kClassSizes.begin(), kClassSizes.end(), size) -
+                          kClassSizes.begin());
+}
 
 // How many blocks a thread cache fetches at once: more for small blocks, one for big ones.
 std::size_t batch_of(int cls) {
@@ -63,6 +74,33 @@ struct Allocator::Central {
   Status mark_error;
   std::uint64_t recovery_high_water = 0;
   bool start_now = false;  // [recovery_high_water, heap_end) was freed at begin_recovery
+  // Blocks reached the central lists since the last reclaim pass (worth another pass).
+  bool dirty = false;
+
+  void push_block(std::uint64_t off, std::size_t size) {
+    free[static_cast<std::size_t>(class_index(size))].push_back(off);
+  }
+
+  // Frees [a, b) (16 B granular): whole 256 B units become extents; a piece of a unit becomes
+  // one 64/128/192 B block; a piece of a line becomes 32 B (if 32 B aligned) and 16 B blocks.
+  // Each block so made is aligned as its class requires (see mark_reachable).
+  void release(std::uint64_t a, std::uint64_t b) {
+    while (a < b) {
+      if (a % kUnit == 0 && b - a >= kUnit) {
+        const std::uint64_t e = b / kUnit * kUnit;
+        add_extent(a, e - a);
+        a = e;
+      } else if (a % kLine == 0 && b - a >= kLine) {
+        const std::uint64_t e = std::min(round_up(a + 1, kUnit), b / kLine * kLine);
+        push_block(a, e - a);
+        a = e;
+      } else {
+        const std::size_t size = a % 32 == 0 && b - a >= 32 ? 32 : 16;
+        push_block(a, size);
+        a += size;
+      }
+    }
+  }
 
   void add_extent(std::uint64_t start, std::uint64_t len) {
     if (len == 0) return;
@@ -83,11 +121,7 @@ struct Allocator::Central {
   }
 };
 
-int Allocator::class_of(std::size_t bytes) {
-  if (bytes > kMaxBlock) return -1;
-  auto it = std::lower_bound(kClassSizes.begin(), kClassSizes.end(), bytes);
-  return static_cast<int>(it - kClassSizes.begin());
-}
+int Allocator::class_of(std::size_t bytes) { return bytes > kMaxBlock ? -1 : class_index(bytes); }
 std::size_t Allocator::class_size(int cls) { return kClassSizes[static_cast<std::size_t>(cls)]; }
 int Allocator::num_classes() { return kNumClasses; }
 
@@ -150,19 +184,71 @@ bool Allocator::refill(int cls, ThreadCache& tc, Code* code) {
   auto& mine = tc.free[static_cast<std::size_t>(cls)];
   std::lock_guard<std::mutex> lock(central_->mu);
   auto& central = central_->free[static_cast<std::size_t>(cls)];
-  while (!central.empty() && mine.size() < want) {
-    mine.push_back(central.back());
-    central.pop_back();
+  // Second round only after a reclaim pass, which may have refilled the list or the extents.
+  // *code is written only if both fail: a caller may treat any code but ok as failure.
+  Code failure = Code::ok;
+  for (int round = 0; round < 2; ++round) {
+    while (!central.empty() && mine.size() < want) {
+      mine.push_back(central.back());
+      central.pop_back();
+    }
+    if (!mine.empty() || fresh_blocks(cls, tc, &failure)) return true;
+    if (round == 1 || !reclaim(tc)) break;
   }
-  if (!mine.empty()) return true;
+  if (code) *code = failure;
+  return false;
+}
+
+// A free 64 B line (a 64 B block, or the carrier of 16/32 B blocks): from the 64 B class, else
+// a new 256 B unit whose other three lines go to the 64 B class, else (heap full) the first
+// line of a free 128/192 B block, whose other lines go to the 64 B class. Caller holds mu.
+std::uint64_t Allocator::take_line(Code* code) {
+  auto& lines = central_->free[kLineClass];
+  auto split = [&](std::uint64_t block, std::size_t size) {
+    for (std::uint64_t off = block + kLine; off < block + size; off += kLine) lines.push_back(off);
+    return block;
+  };
+  if (!lines.empty()) {
+    const std::uint64_t line = lines.back();
+    lines.pop_back();
+    return line;
+  }
+  Code full = Code::ok;
+  if (const std::uint64_t unit = carve(kUnit, &full); unit != 0) return split(unit, kUnit);
+  for (int cls = kLineClass + 1; class_size(cls) < kUnit; ++cls) {
+    auto& list = central_->free[static_cast<std::size_t>(cls)];
+    if (list.empty()) continue;
+    const std::uint64_t block = list.back();
+    list.pop_back();
+    return split(block, class_size(cls));
+  }
+  if (code) *code = full;
+  return 0;
+}
+
+// Blocks never handed out before, for tc's list of class cls (empty on entry). Caller holds mu.
+bool Allocator::fresh_blocks(int cls, ThreadCache& tc, Code* code) {
+  const std::size_t want = batch_of(cls);
+  auto& mine = tc.free[static_cast<std::size_t>(cls)];
   const std::size_t size = class_size(cls);
-  if (is_small(cls)) {
+  if (size <= kLine) {
+    // Whole lines (carriers of this class when below 64 B); pool_full only if no line is left.
+    Code ignored = Code::ok;
+    while (mine.size() < want) {
+      const std::uint64_t line = take_line(mine.empty() ? code : &ignored);
+      if (line == 0) break;
+      for (std::uint64_t off = line; off < line + kLine; off += size) mine.push_back(off);
+    }
+    return !mine.empty();
+  }
+  if (size < kUnit) {
     // A 256 B unit split into blocks of this class; a 192 B block leaves one 64 B block over.
+    // (Blocks of 128/192 B are not cut from smaller free blocks: a full heap refuses them.)
     const std::uint64_t unit = carve(kUnit, code);
     if (unit == 0) return false;
     std::uint64_t off = unit;
     for (; off + size <= unit + kUnit; off += size) mine.push_back(off);
-    for (; off < unit + kUnit; off += 64) central_->free[0].push_back(off);
+    for (; off < unit + kUnit; off += kLine) central_->free[kLineClass].push_back(off);
     return true;
   }
   // Several blocks in one carve when the heap allows, else one.
@@ -176,6 +262,37 @@ bool Allocator::refill(int cls, ThreadCache& tc, Code* code) {
     if (n == 1) break;
   }
   return false;
+}
+
+// Run-time coalescing: the calling thread's cached blocks and every block in the central lists
+// are sorted and adjacent ones merged; each merged range is cut again by release(), so whole
+// units go back to the extents (where add_extent coalesces them) and fully free carrier lines
+// become 64 B blocks. Other threads' caches are theirs alone and stay as they are. Runs only
+// when an allocation found nothing to carve, and only if something was freed since the last
+// pass, so a full pool does not repeat it per failed allocation. Caller holds mu.
+bool Allocator::reclaim(ThreadCache& tc) {
+  Central& c = *central_;
+  for (std::size_t cls = 0; cls < tc.free.size(); ++cls) {
+    if (tc.free[cls].empty()) continue;
+    c.free[cls].insert(c.free[cls].end(), tc.free[cls].begin(), tc.free[cls].end());
+    tc.free[cls].clear();
+    c.dirty = true;
+  }
+  if (!c.dirty) return false;
+  c.dirty = false;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> blocks;  // offset, end
+  for (std::size_t cls = 0; cls < c.free.size(); ++cls) {
+    for (std::uint64_t off : c.free[cls]) blocks.emplace_back(off, off + kClassSizes[cls]);
+    c.free[cls].clear();
+  }
+  std::sort(blocks.begin(), blocks.end());
+  for (std::size_t i = 0; i < blocks.size();) {
+    const std::uint64_t a = blocks[i].first;
+    std::uint64_t b = blocks[i].second;
+    for (++i; i < blocks.size() && blocks[i].first == b; ++i) b = blocks[i].second;
+    c.release(a, b);
+  }
+  return true;
 }
 
 std::uint64_t Allocator::allocate(std::size_t bytes, Code* code) {
@@ -205,6 +322,7 @@ void Allocator::deallocate(std::uint64_t offset, std::size_t bytes) {
   const std::size_t batch = batch_of(cls);
   if (mine.size() > 2 * batch) {
     std::lock_guard<std::mutex> lock(central_->mu);
+    central_->dirty = true;
     auto& central = central_->free[static_cast<std::size_t>(cls)];
     while (mine.size() > batch) {
       central.push_back(mine.back());
@@ -220,6 +338,7 @@ void Allocator::begin_recovery(bool start_now) {
   central_->reachable.clear();
   central_->recovered_in_use.fill(0);
   central_->mark_error = Status::Ok();
+  central_->dirty = false;
   central_->recovery_high_water = pool_.at<PoolHeader>(0)->heap_high_water;
   // Called at open, before any other thread uses this allocator: thread caches can be reset.
   for (auto& slot : central_->caches) {
@@ -251,9 +370,13 @@ Code Allocator::mark_reachable(std::uint64_t offset, std::size_t bytes) {
   const std::size_t size = class_size(cls);
   if (offset < heap_begin_ || offset + size > central_->recovery_high_water)
     return fail("lies outside the allocated heap");
-  if (is_small(cls) ? (offset % 64 != 0 || offset / kUnit != (offset + size - 1) / kUnit)
-                    : offset % kUnit != 0)
-    return fail("is misaligned for its size class");
+  // As release() and refill cut blocks: a sub-line block aligned to its size (so inside one
+  // line), a 64/128/192 B block 64 B aligned inside one unit, bigger blocks 256 B aligned.
+  const bool misaligned = size < kLine    ? offset % size != 0
+                          : size < kUnit ? offset % kLine != 0 ||
+                                               offset / kUnit != (offset + size - 1) / kUnit
+                                         : offset % kUnit != 0;
+  if (misaligned) return fail("is misaligned for its size class");
   central_->reachable.emplace_back(offset, size);
   ++central_->recovered_in_use[static_cast<std::size_t>(cls)];
   return Code::ok;
@@ -264,25 +387,25 @@ Status Allocator::finish_recovery() {
   if (!central_->mark_error.ok()) return central_->mark_error;
   auto& blocks = central_->reachable;
   std::sort(blocks.begin(), blocks.end());
+  // Validate every mark before freeing anything, so a refused recovery changes nothing.
+  for (std::size_t i = 1; i < blocks.size(); ++i) {
+    const auto [prev_off, prev_size] = blocks[i - 1];
+    const auto [off, size] = blocks[i];
+    if (off < prev_off + prev_size) {
+      return pool_.error(Code::corrupted,
+                         "block at offset " + std::to_string(off) + " of " +
+                             std::to_string(size) + " bytes overlaps the block at offset " +
+                             std::to_string(prev_off) + " of " + std::to_string(prev_size) +
+                             " bytes (reachable twice?)");
+    }
+  }
   // Everything between reachable blocks (below the recovery high-water mark) is free.
-  // 256 B-aligned stretches become extents; the 64 B pieces around them serve the 64 B class.
-  auto free_gap = [&](std::uint64_t a, std::uint64_t b) {
-    const std::uint64_t mid_a = std::min(round_up(a, kUnit), b);
-    const std::uint64_t mid_b = std::max(b / kUnit * kUnit, mid_a);
-    for (std::uint64_t o = a; o < mid_a; o += 64) central_->free[0].push_back(o);
-    central_->add_extent(mid_a, mid_b - mid_a);
-    for (std::uint64_t o = mid_b; o < b; o += 64) central_->free[0].push_back(o);
-  };
   std::uint64_t cursor = heap_begin_;
   for (const auto& [off, size] : blocks) {
-    if (off < cursor) {
-      return pool_.error(Code::corrupted, "blocks at offsets " + std::to_string(off) +
-                                              " and below overlap (reachable twice?)");
-    }
-    free_gap(cursor, off);
+    central_->release(cursor, off);
     cursor = off + size;
   }
-  free_gap(cursor, central_->recovery_high_water);
+  central_->release(cursor, central_->recovery_high_water);
   // Nothing at or above the high-water mark was ever handed out: it is free too (start-now
   // recovery already freed it in begin_recovery, and may have allocated from it since).
   if (!central_->start_now) {

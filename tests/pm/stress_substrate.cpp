@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <random>
 #include <thread>
@@ -65,6 +66,59 @@ TEST(Stress, AllocatorNeverHandsOutABlockTwice) {
   a.join();
   b.join();
   EXPECT_FALSE(failed.load()) << "a block was owned by two threads at once";
+  EXPECT_EQ(p.allocator().stats().bytes_in_use, 0u);
+}
+
+// The 16/32 B classes and the reclaim pass under two threads: mostly small blocks, a pool small
+// enough that allocations keep running out and trigger reclaim passes while the other thread
+// allocates and frees. Each block is stamped with its own allocation number.
+TEST(Stress, AllocatorSmallClassesAndReclaimNeverHandOutABlockTwice) {
+  pm::PoolOptions po;
+  po.size = 512 << 10;
+  po.layout = {"stress", 0, pm::KeyMode::u64, 0};
+  auto pool = pm::Pool::create(po);
+  ASSERT_TRUE(pool.ok());
+  pm::Pool& p = **pool;
+  std::atomic<bool> failed{false};
+  std::atomic<std::uint64_t> full{0};
+  auto worker = [&](std::uint64_t tag) {
+    std::mt19937_64 rng(tag);
+    struct Held {
+      std::uint64_t off;
+      std::size_t size;
+      unsigned char stamp;
+    };
+    std::vector<Held> mine;
+    std::uint64_t seq = tag;
+    run_for(stress_seconds(), [&] {
+      if (mine.size() < 400 && (mine.empty() || rng() % 3 != 0)) {
+        const std::size_t size = rng() % 4 != 0 ? 1 + rng() % 32 : 33 + rng() % 4064;
+        const std::uint64_t off = p.allocator().allocate(size);
+        if (off == 0) {
+          full.fetch_add(1, std::memory_order_relaxed);
+          return;
+        }
+        const auto stamp = static_cast<unsigned char>(++seq * 2 + tag % 2);
+        std::memset(p.at<unsigned char>(off), stamp, size);
+        mine.push_back({off, size, stamp});
+      } else {
+        const std::size_t i = rng() % mine.size();
+        const Held h = mine[i];
+        const auto* b = p.at<const unsigned char>(h.off);
+        for (std::size_t j = 0; j < h.size; ++j)
+          if (b[j] != h.stamp) failed.store(true, std::memory_order_relaxed);
+        p.allocator().deallocate(h.off, h.size);
+        mine[i] = mine.back();
+        mine.pop_back();
+      }
+    });
+    for (const Held& h : mine) p.allocator().deallocate(h.off, h.size);
+  };
+  std::thread a(worker, 0x1111), b(worker, 0x2222);
+  a.join();
+  b.join();
+  EXPECT_FALSE(failed.load()) << "a block was owned by two owners at once";
+  EXPECT_GT(full.load(), 0u) << "the pool never ran out: no reclaim pass was exercised";
   EXPECT_EQ(p.allocator().stats().bytes_in_use, 0u);
 }
 

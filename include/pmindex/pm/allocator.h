@@ -16,10 +16,23 @@
 // Blocks are NOT zeroed. An index that relies on empty slots zeroes and persists a block
 // (pm::zero + pm::persist) before publishing it, or stale contents come back after a crash.
 //
-// Size classes are multiples of 64 B from 64 B to 16 MiB: 64, 128, 192, then multiples of
-// 256 B (256 ... 1024 in 256 B steps, then four classes per power of two). Blocks of 256 B or
-// more are 256 B aligned; 64/128/192 B blocks never straddle a 256 B XPLine. So a block
-// touches no more cache lines or XPLines than its size requires.
+// Size classes: 16 and 32 B (sub-line classes), then multiples of 64 B from 64 B to 16 MiB: 64,
+// 128, 192, then multiples of 256 B (256 ... 1024 in 256 B steps, then four classes per power of
+// two). Blocks of 256 B or more are 256 B aligned; 64/128/192 B blocks are 64 B aligned and never
+// straddle a 256 B XPLine; a 16 (32) B block is 16 (32) B aligned inside a 64 B-aligned carrier
+// line taken from the 64 B class, so it never straddles a cache line. So a block touches no more
+// cache lines or XPLines than its size requires. Callers may rely on 16 B alignment only, and
+// on 64 B alignment only for requests above 32 B.
+//
+// Free blocks go back to their class list. When an allocation finds no extent to carve from and
+// blocks were freed since the last time, a reclaim pass merges every free block in the central
+// lists (and the calling thread's cache) with its free neighbours: whole 256 B units become
+// extents again (so a heap filled with small blocks and emptied serves one request as big as
+// the heap), and a carrier whose sub-blocks are all free becomes a 64 B block (or part of an
+// extent). Carriers are kept in their class until then. Bound: pool_full is returned only when,
+// after that pass, no extent, line or free block of the class fits; free space it cannot use
+// is what sits in other threads' caches (at most 64 blocks per class per thread) and free
+// pieces of lines/units that still hold a live block (docs/allocator.md).
 //
 // Thread safety: allocate/deallocate are thread-safe; each thread has a small per-class cache
 // so two threads allocate without contending. mark_reachable may be called from several
@@ -49,7 +62,7 @@ struct SizeClassStats {
 
 struct AllocatorStats {
   std::uint64_t heap_bytes = 0;       // bytes the heap can ever hand out
-  std::uint64_t bytes_reserved = 0;   // bytes carved from the heap so far (high-water usage)
+  std::uint64_t bytes_reserved = 0;   // bytes carved from the heap and not merged back yet
   std::uint64_t bytes_in_use = 0;     // bytes in allocated blocks (class sizes)
   std::uint64_t allocations = 0;
   std::uint64_t frees = 0;
@@ -58,7 +71,8 @@ struct AllocatorStats {
 
 class Allocator {
  public:
-  static constexpr std::size_t kMinBlock = 64;
+  static constexpr std::size_t kMinBlock = 16;  // smallest class; every block is 16 B aligned
+  static constexpr std::size_t kLine = 64;      // carrier of the 16 and 32 B classes
   static constexpr std::size_t kMaxBlock = std::size_t{16} << 20;
   static constexpr std::size_t kXPLineAlign = 256;
 
@@ -85,11 +99,16 @@ class Allocator {
   // finish_recovery(). With start_now, allocation is served at and above the persisted
   // high-water mark meanwhile.
   void begin_recovery(bool start_now);
-  // Declares one reachable block. Returns Code::corrupted if it lies outside the heap, is
-  // misaligned for its class or overlaps a block already marked (checked in finish_recovery).
+  // Declares one reachable block. Returns Code::corrupted if it lies outside the heap or is
+  // misaligned for its class (a 16 B block not 16 B aligned, a 32 B one not 32 B aligned, ...).
+  // Overlap with another marked block (the same block twice, a 32 B block over a marked 16 B
+  // one, a 64 B block over a carrier line with a marked sub-block, ...) is found by
+  // finish_recovery, which sorts the marks.
   Code mark_reachable(std::uint64_t offset, std::size_t bytes);
-  // Everything below the high-water mark that was not marked becomes free. Returns a
-  // corrupted Status naming the first bad block if any mark was invalid.
+  // Everything below the high-water mark that was not marked becomes free. If any mark was
+  // invalid or two marks overlap, returns a corrupted Status naming the first bad block and
+  // changes nothing: no block is freed, recovering() stays true, a second call returns the
+  // same error, and begin_recovery() starts over.
   Status finish_recovery();
   bool recovering() const { return recovering_.load(std::memory_order_acquire); }
 
@@ -103,6 +122,9 @@ class Allocator {
   ThreadCache& cache();
   std::uint64_t carve(std::size_t block, Code* code);  // from free extents / bump, under mu_
   bool refill(int cls, ThreadCache& tc, Code* code);
+  bool fresh_blocks(int cls, ThreadCache& tc, Code* code);  // new blocks for tc, under mu_
+  std::uint64_t take_line(Code* code);                      // a 64 B carrier, under mu_
+  bool reclaim(ThreadCache& tc);                            // merge free blocks, under mu_
   void raise_high_water(std::uint64_t end);
 
   Pool& pool_;

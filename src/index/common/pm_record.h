@@ -1,7 +1,8 @@
 // Variable-length byte records in PM, for keys (KeyType::bytes) and out-of-line values of the
 // hybrid indexes: an 8-byte leaf slot holds the pool offset of a record.
 //
-// Record (allocator block of 8 + length bytes, class-rounded; never modified once published):
+// Record (allocator block of 8 + length bytes, class-rounded: 16 B for keys of up to 8 bytes,
+// 32 B up to 24, then 64 B and up; 16 B aligned only; never modified once published):
 //   [0, 8)          length (u64, little-endian)
 //   [8, 8 + length) the bytes (any bytes, NUL included; length 0 is the empty key)
 //

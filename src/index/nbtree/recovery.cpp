@@ -126,7 +126,8 @@ Status NBTree::rebuild() {
     const std::uint64_t pl = payload_of(word);
     if ((pl & kOutOfLine) == 0) return Status::Ok();
     const std::uint64_t off = pl & ~kOutOfLine;
-    const auto* rec = p.checked<ValueRecord>(off, sizeof(ValueRecord), 64);
+    // 16 B: a record of up to 24 value bytes is a 16 or 32 B block, not a whole line.
+    const auto* rec = p.checked<ValueRecord>(off, sizeof(ValueRecord), pm::Allocator::kMinBlock);
     if (rec == nullptr || rec->length > max_value_ ||
         !p.in_heap(off, sizeof(ValueRecord) + rec->length)) {
       return p.error(Code::corrupted, "nbtree value record at " + std::to_string(off) +
@@ -433,7 +434,8 @@ Status NBTree::verify_leaf(const Leaf* leaf, std::uint64_t* live) const {
       return p.error(Code::corrupted, "verify: announced key differs from the PM key");
     const std::uint64_t pl = payload_of(e[i].value);
     if ((pl & kOutOfLine) != 0 &&
-        p.checked<ValueRecord>(pl & ~kOutOfLine, sizeof(ValueRecord), 64) == nullptr)
+        p.checked<ValueRecord>(pl & ~kOutOfLine, sizeof(ValueRecord), pm::Allocator::kMinBlock) ==
+            nullptr)
       return p.error(Code::corrupted, "verify: value record offset out of bounds");
     if (bytes_) byte_keys.push_back(kp.bytes);
     else keys.push_back(k);

@@ -103,7 +103,8 @@ Status RefList::rebuild() {
   std::string prev;
   bool first = true;
   while (off != 0) {
-    const Record* r = pm::PPtr<Record>{off}.checked(p, sizeof(Record), 64);
+    // 16 B: a record of up to 16 key+value bytes is a 32 B block, not a whole line.
+    const Record* r = pm::PPtr<Record>{off}.checked(p, sizeof(Record), pm::Allocator::kMinBlock);
     if (r == nullptr) {
       return p.error(Code::corrupted, "reflist record offset " + std::to_string(off) +
                                           " is out of bounds or misaligned");
@@ -243,7 +244,7 @@ Status RefList::verify() const {
   std::string prev;
   std::size_t count = 0;
   while (off != 0) {
-    const Record* r = p.checked<Record>(off, sizeof(Record), 64);
+    const Record* r = p.checked<Record>(off, sizeof(Record), pm::Allocator::kMinBlock);
     if (r == nullptr || !p.in_heap(off, record_size(r)))
       return p.error(Code::corrupted, "verify: record offset out of bounds");
     if (r->key_len > root_->max_key_size || r->value_len > root_->max_value_size)
