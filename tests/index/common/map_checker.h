@@ -93,6 +93,10 @@ class MapChecker {
  public:
   // Opens (or creates) the index named by `options`; check ok() before use.
   explicit MapChecker(Options options) : options_(std::move(options)) { open(); }
+  // Wraps an index the test built (e.g. a deliberately broken wrapper, test_map_checker.cpp);
+  // reopen() opens `options` through Index::open.
+  MapChecker(std::unique_ptr<Index> idx, Options options)
+      : options_(std::move(options)), idx_(std::move(idx)) {}
 
   bool ok() const { return idx_ != nullptr; }
   const Status& open_status() const { return open_status_; }
@@ -144,8 +148,9 @@ class MapChecker {
       if (it == model_.end()) return fail("scan", k) << ": record " << j << " beyond the model";
       if (buf_.key(j) != it->first || buf_.value(j) != it->second)
         return fail("scan", k) << ": record " << j << " is "
-                               << ::testing::PrintToString(std::string(buf_.key(j)))
-                               << ", model has " << ::testing::PrintToString(it->first);
+                               << ::testing::PrintToString(std::make_pair(
+                                      std::string(buf_.key(j)), std::string(buf_.value(j))))
+                               << ", model has " << ::testing::PrintToString(*it);
     }
     if (got < n && it != model_.end())
       return fail("scan", k) << ": stopped at " << got << " of " << n << " with "
@@ -220,7 +225,8 @@ class MapChecker {
   }
 
   // The random driver: the phases of `plan` in order, verify() as the plan says, the whole
-  // content compared at the end of each phase. Stops at the first mismatch (a gtest failure).
+  // content compared at the end of each phase. Stops at the first mismatch, reported as one
+  // gtest failure (ADD_FAILURE) naming the op.
   RandomStats run(const RandomPlan& plan, const Gen& keys, const Gen& values) {
     RandomStats st;
     std::mt19937_64 rng(plan.seed);
@@ -232,8 +238,10 @@ class MapChecker {
         const std::string k = pick_key(op, ph, rng, keys);
         const std::string v = values(rng);
         const std::size_t len = std::uniform_int_distribution<std::size_t>(0, ph.max_scan)(rng);
-        EXPECT_TRUE(apply(op, k, v, len));
-        if (::testing::Test::HasFailure()) return st;
+        if (auto r = apply(op, k, v, len); !r) {
+          ADD_FAILURE() << r.message();
+          return st;
+        }
         const std::uint64_t now = plan.verify_after_smo ? idx_->footprint().pm_bytes : bytes;
         const bool smo = now != bytes;
         st.grew += now > bytes;
@@ -242,13 +250,18 @@ class MapChecker {
         if ((plan.verify_every > 0 && st.ops % plan.verify_every == 0) ||
             (plan.verify_after_smo && smo)) {
           ++st.verifies;
-          EXPECT_TRUE(verify());
-          if (::testing::Test::HasFailure()) return st;
+          if (auto r = verify(); !r) {
+            ADD_FAILURE() << r.message();
+            return st;
+          }
         }
       }
-      EXPECT_TRUE(verify());
-      EXPECT_TRUE(check_all());
-      if (::testing::Test::HasFailure()) return st;
+      for (auto r : {verify(), check_all()}) {
+        if (!r) {
+          ADD_FAILURE() << r.message();
+          return st;
+        }
+      }
     }
     std::cout << options_.kind << ": " << st.ops << " random ops, footprint grew after "
               << st.grew << ", shrank after " << st.shrank << ", " << st.verifies
