@@ -10,6 +10,7 @@
 #include <iostream>
 
 #include "pmindex/crash/index_driver.h"
+#include "index/apex/apex.h"
 #include "index/common/crash_kit.h"
 
 namespace pmindex::crash {
@@ -25,7 +26,17 @@ IndexCrashConfig apex_config(std::uint64_t key_space) {
   return cfg;
 }
 
-void run(pm::Mode mode, std::uint64_t key_space, const std::string& name) {
+// APEX's SMO counters, read on the live index after every op of the explored run.
+crash_kit::SmoTally::Levels smo_levels(const Index& idx) {
+  const apex::Apex::Stats st = dynamic_cast<const apex::Apex&>(idx).stats();
+  return {{"expansions", st.expansions},
+          {"sideways_splits", st.sideways_splits},
+          {"downward_splits", st.downward_splits},
+          {"inner_expansions", st.inner_expansions}};
+}
+
+void run(pm::Mode mode, std::uint64_t key_space, const std::string& name,
+         std::vector<std::string> smos = {}) {
   IndexCrashConfig cfg = apex_config(key_space);
   const std::string label = name + "." + std::string(pm::to_string(mode));
   const ExploreOptions opt = ExploreOptions::from_env(label, mode);
@@ -34,16 +45,22 @@ void run(pm::Mode mode, std::uint64_t key_space, const std::string& name) {
   // eADR has fewer distinct images per operation (no flush lanes): give it more operations.
   const std::size_t ops = default_crash_ops(opt.images_budget) * (mode == pm::Mode::eadr ? 3 : 2) / 2;
   if (key_space > 100) cfg.ops = std::max<std::size_t>(400, ops);
+  const crash_kit::SmoTally tally(smo_levels);
+  cfg.observe = tally.observer();
   const ExploreReport r = run_index_crash(cfg, opt);
   if (r.replay_skipped) GTEST_SKIP() << "PMINDEX_CRASH_REPLAY names another configuration";
-  crash_kit::expect_explored(r, opt);
+  crash_kit::expect_explored(r, opt, {.smos = smos}, &tally);
 }
+
+// The SMOs the *Smos suites name: each must run while their crash points are explored.
+const std::vector<std::string> kSmos = {"expansions+", "sideways_splits+", "downward_splits+",
+                                        "inner_expansions+"};
 
 // Small key space: records stay in the initial nodes (PA, SA and extended stash inserts,
 // updates, deletes). Large key space: SMOs of every kind.
 TEST(CrashApex, AdrSmallKeySpace) { run(pm::Mode::adr, 24, "apex_small"); }
-TEST(CrashApex, AdrSmos) { run(pm::Mode::adr, 400, "apex"); }
-TEST(CrashApex, EadrSmos) { run(pm::Mode::eadr, 400, "apex"); }
+TEST(CrashApex, AdrSmos) { run(pm::Mode::adr, 400, "apex", kSmos); }
+TEST(CrashApex, EadrSmos) { run(pm::Mode::eadr, 400, "apex", kSmos); }
 
 // The driver's oracle must be able to fail on APEX too: wiping the root pointer loses records.
 TEST(CrashApex, DriverCatchesLostRecords) {

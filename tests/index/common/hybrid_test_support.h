@@ -1,8 +1,9 @@
 // Crash / kill test scaffolding shared by the hybrid (DRAM-inner / PM-leaf) indexes' tests
 // (LB+-Tree, FPTree; any index in the IndexRegistry works):
 //  * run_registry_crash: the generic registry driver (random insert/update/upsert/remove mix
-//    over a small key space) under the crash simulator, sized by PMINDEX_CRASH_IMAGES, with an
-//    optional pre-check that the workload really splits leaves.
+//    over a small key space) under the crash simulator, sized by PMINDEX_CRASH_IMAGES; the
+//    kit's expect_explored checks the SMOs the run names (seen on the live index while it was
+//    explored) and, when it crashes inside recovery, that nested images were checked.
 //  * ScriptedScenario + run_scripted: a designed op list (optionally after a bulk load) that
 //    walks an index's persistence paths in order; every image is recovered through the
 //    registry, verify()ed, compared with the oracle (completed ops present, the op in flight
@@ -37,31 +38,6 @@
 
 namespace pmindex::crash::hybrid_test {
 
-// Replays `n` ops of the seeded workload on a DRAM index and counts the ops that grew the PM
-// footprint (leaf splits: keys and values are inline) and shrank it (leaf removals).
-inline void expect_structural_changes(const Options& base, std::uint64_t key_space,
-                                      std::size_t n, std::uint64_t seed) {
-  Options o = base;
-  o.pool_size = 1 << 20;
-  o.persistence = pm::Mode::dram;
-  auto r = Index::open(o);
-  ASSERT_TRUE(r.ok()) << r.status().to_string();
-  auto idx = std::move(r).value();
-  Oracle oracle;
-  std::size_t splits = 0, removals = 0;
-  std::uint64_t before = idx->footprint().pm_bytes;
-  for (const WorkOp& op : make_workload(seed, n, key_space)) {
-    ASSERT_TRUE(apply_checked(*idx, op, oracle, 8).ok());
-    const std::uint64_t now = idx->footprint().pm_bytes;
-    if (now > before) ++splits;
-    if (now < before) ++removals;
-    before = now;
-  }
-  std::cout << "workload: " << n << " ops, " << splits << " splits, " << removals
-            << " leaf removals\n";
-  EXPECT_GT(splits, 0u);
-}
-
 struct RegistryCrashRun {
   Options options;                     // kind, node_size, key_type, max_key_size
   std::uint64_t key_space = 24;
@@ -69,7 +45,10 @@ struct RegistryCrashRun {
   std::size_t min_ops = 0;             // at least this many (so leaves split and empty)
   std::size_t recovery_crash_images = 0;
   std::string label;                   // replay label, e.g. "lbtree256.adr"
-  bool check_workload_splits = false;  // expect_structural_changes before exploring
+  // SMOs the run must have made (crash_kit::SmoTally names over `probe`'s levels), e.g.
+  // {"pm_bytes+"}: leaves split while the crash points were explored.
+  std::vector<std::string> smos;
+  crash_kit::SmoTally::Probe probe = crash_kit::footprint_levels;
 };
 
 // At least `min_ops`, more for a larger image budget (the long suite), so that eADR, with
@@ -81,12 +60,12 @@ inline void run_registry_crash(const RegistryCrashRun& run) {
   cfg.recovery_crash_images = run.recovery_crash_images;
   const ExploreOptions opt = ExploreOptions::from_env(run.label, run.mode);
   cfg.ops = std::max(run.min_ops, default_crash_ops(opt.images_budget));
-  if (run.check_workload_splits && !opt.replay) {
-    expect_structural_changes(cfg.options, cfg.key_space, cfg.ops, opt.seed);
-  }
+  const crash_kit::SmoTally tally(run.probe);
+  cfg.observe = tally.observer();
   const ExploreReport r = run_index_crash(cfg, opt);
   if (r.replay_skipped) GTEST_SKIP() << "PMINDEX_CRASH_REPLAY names another configuration";
-  crash_kit::expect_explored(r, opt);
+  crash_kit::expect_explored(
+      r, opt, {.recovery_crashes = run.recovery_crash_images > 0, .smos = run.smos}, &tally);
 }
 
 // The driver must catch a loss that `tamper` causes in every image.

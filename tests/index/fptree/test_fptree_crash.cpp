@@ -35,7 +35,14 @@ void run_driver(std::uint32_t node_size, std::uint64_t key_space, pm::Mode mode,
   r.key_space = key_space;
   r.mode = mode;
   r.min_ops = ops;
-  r.recovery_crash_images = recovery_crash_images;
+  r.recovery_crash_images = recovery_crash_images;  // > 0: nested images must be checked
+  // Leaf splits must happen while the crash points are explored; with byte keys the footprint
+  // also grows by key records, so the leaf count is the level.
+  r.smos = {"leaves+"};
+  r.probe = [node_size](const Index& idx) -> crash_kit::SmoTally::Levels {
+    if (node_size == kLeaf8) return {{"leaves", dynamic_cast<const fptree::FPTree<8>&>(idx).leaf_count()}};
+    return {{"leaves", dynamic_cast<const fptree::FPTree<16>&>(idx).leaf_count()}};
+  };
   r.label = "fptree" + std::to_string(node_size) + (kt == KeyType::bytes ? "bytes" : "") +
             (recovery_crash_images > 0 ? "rec." : ".") + std::string(pm::to_string(mode));
   hybrid_test::run_registry_crash(r);

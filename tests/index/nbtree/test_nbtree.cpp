@@ -294,6 +294,16 @@ TEST(NBTree, VerifyCatchesCorruption) {
   }
 }
 
+// The crash tests' known-bad variants exist only in the tracing flavour: this (production)
+// build refuses to switch one on instead of running a write path without its persist.
+TEST(NBTreeDeathTest, FaultsAreTracingFlavourOnly) {
+  auto idx = open_or_die(nb_options(128, pm::Mode::adr));
+  ASSERT_NE(idx, nullptr);
+  as_nb(idx.get())->set_fault_for_testing(nbtree::NBTree::Fault::none);  // allowed
+  EXPECT_DEATH(as_nb(idx.get())->set_fault_for_testing(nbtree::NBTree::Fault::skip_insert_persist),
+               "");
+}
+
 TEST(NBTree, OneFlushPerWriteInAdrOnTheCommonPath) {
   auto idx = open_or_die(nb_options(1024, pm::Mode::adr));
   ASSERT_NE(idx, nullptr);

@@ -1,7 +1,7 @@
 // reflist under the crash simulator, in adr and eadr modes. Sized by PMINDEX_CRASH_IMAGES
 // (about 1,000 images per mode in CI; the `long` variant runs 10,000) and seeded by
 // PMINDEX_CRASH_SEED (CI derives it from the commit hash). A failure prints a replay token:
-//   PMINDEX_CRASH_REPLAY='reflist.adr/<seed>/<op>/<point>/<choice>' ./test_crash_reflist
+//   PMINDEX_CRASH_REPLAY='reflist.adr/<seed>/<op>/<point>/<choice>' ./test_reflist_crash
 #include <gtest/gtest.h>
 
 #include <cstddef>

@@ -2,6 +2,8 @@
 // key types and bad input.
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <iostream>
 #include <map>
 #include <random>
 
@@ -46,6 +48,32 @@ TEST(RefList, RandomizedAgainstStdMap) {
   EXPECT_GT(st.shrank, 0u);
   ASSERT_TRUE(c.reopen(/*clean=*/false));
   ASSERT_TRUE(c.reopen(/*clean=*/true));
+}
+
+// verify() must be able to fail. Layout (src/index/reflist/reflist.h): the root's head word
+// at byte 8, a record's next word at byte 0. Each damage is planted behind the index's back.
+TEST(RefList, VerifyCatchesCorruption) {
+  for (int what = 0; what < 3; ++what) {
+    Options o;
+    o.pool_size = 1 << 20;
+    auto idx = open_or_die(o);
+    ASSERT_NE(idx, nullptr);
+    for (std::uint64_t k = 1; k <= 5; ++k)
+      ASSERT_EQ(idx->insert(encode_u64(k), encode_u64(k)), Code::ok);
+    ASSERT_TRUE(idx->verify().ok());
+    char* base = idx->pool().base();
+    std::uint64_t head = 0;
+    std::memcpy(&head, base + idx->pool().root() + 8, 8);
+    ASSERT_NE(head, 0u);
+    std::uint64_t word = 0;
+    if (what == 0) word = head;                      // the first record points at itself
+    if (what == 1) word = 0;                         // the chain ends after one record
+    if (what == 2) word = idx->pool().size() + 64;   // the next record is out of bounds
+    std::memcpy(base + head, &word, 8);
+    const Status s = idx->verify();
+    EXPECT_FALSE(s.ok()) << "damage " << what << " not detected";
+    std::cout << "damage " << what << ": " << s.to_string() << "\n";
+  }
 }
 
 TEST(RefList, ReopenRecoversEverythingAndFreesGarbage) {
