@@ -12,6 +12,7 @@
 #include "pmindex/crash/index_driver.h"
 #include "index/apex/apex.h"
 #include "index/common/crash_kit.h"
+#include "index/common/hybrid_test_support.h"
 
 namespace pmindex::crash {
 namespace {
@@ -74,6 +75,19 @@ TEST(CrashApex, DriverCatchesLostRecords) {
   opt.images_budget = 100;
   const ExploreReport r = run_index_crash(cfg, opt);
   ASSERT_FALSE(r.ok());
+}
+
+// The kill harness must catch the same loss in the pool file after a kill.
+TEST(CrashApex, KillHarnessCatchesLostRecords) {
+  Options o;
+  o.kind = "apex";
+  o.node_size = 1024;
+  hybrid_test::expect_kill_catches(
+      o,
+      [](std::span<char> image) {
+        std::memset(image.data() + offsetof(pm::PoolHeader, root), 0, 8);
+      },
+      "apex.kill.tampered");
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 //    script reached those paths.
 //  * expect_driver_catches: the driver must fail on an image that a tamper function damages.
 //  * run_kill: the kill -9 harness on a /dev/shm pool (PMINDEX_KILL_CYCLES).
+//  * expect_kill_catches: the kill harness must fail on a pool file a tamper function damages.
 // Replay any crash failure with PMINDEX_CRASH_REPLAY='<printed token>'.
 //
 // Thread safety: test code, single-threaded.
@@ -21,7 +22,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -214,8 +217,8 @@ inline void run_scripted(ScriptedScenario& scenario, const std::string& label, p
   std::cout << label << ": " << scenario.splits() << " splits, " << scenario.removals()
             << " leaf removals over the runs\n";
   if (r.replay_skipped) GTEST_SKIP() << "PMINDEX_CRASH_REPLAY names another configuration";
-  crash_kit::expect_explored(r, opt, {.min_crash_points = std::max<std::size_t>(
-                                          1, expect.min_crash_points)});
+  crash_kit::expect_explored(
+      r, opt, {.min_crash_points = std::max<std::size_t>(1, expect.min_crash_points), .smos = {}});
   if (!opt.replay) {
     if (expect.splits) { EXPECT_GT(scenario.splits(), 0u); }
     if (expect.removals) { EXPECT_GT(scenario.removals(), 0u); }
@@ -237,6 +240,30 @@ inline void run_kill(const std::string& kind, std::uint32_t node_size, pm::Mode 
   std::cout << label << " seed " << cfg.seed << ": " << r.to_string() << "\n";
   EXPECT_TRUE(r.ok()) << r.to_string();
   EXPECT_EQ(r.cycles, cfg.cycles);
+}
+
+// The kill harness must catch a loss that `tamper` (an image tamper, as for
+// expect_driver_catches) causes in the pool file after each kill, before the reopen.
+inline void expect_kill_catches(Options options, std::function<void(std::span<char>)> tamper,
+                                const std::string& label) {
+  pmindex::testing::TempDir dir;
+  KillConfig cfg;
+  cfg.options = std::move(options);
+  cfg.options.path = dir.file("kill.pool");
+  cfg.options.pool_size = 1 << 20;
+  cfg.cycles = 8;
+  cfg.tamper_pool = [tamper = std::move(tamper)](const std::string& path) {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(f.good()) << path;
+    std::vector<char> image((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    tamper(image);
+    f.seekp(0);
+    f.write(image.data(), static_cast<std::streamsize>(image.size()));
+  };
+  const KillReport r = run_kill_cycles(cfg);
+  std::cout << label << ": " << r.to_string() << "\n";
+  ASSERT_FALSE(r.ok()) << label << ": the harness missed the planted loss";
+  std::cout << "[caught] " << r.failures.front().substr(0, 300) << "\n";
 }
 
 }  // namespace pmindex::crash::hybrid_test
