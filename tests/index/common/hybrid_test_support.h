@@ -21,7 +21,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <iterator>
@@ -43,6 +45,7 @@ namespace pmindex::crash::hybrid_test {
 
 struct RegistryCrashRun {
   Options options;                     // kind, node_size, key_type, max_key_size
+  std::size_t pool_size = 256 * 1024;  // the run's anonymous pool (<= 1 MiB: cheap images)
   std::uint64_t key_space = 24;
   pm::Mode mode = pm::Mode::adr;
   std::size_t min_ops = 0;             // at least this many (so leaves split and empty)
@@ -59,6 +62,7 @@ struct RegistryCrashRun {
 inline void run_registry_crash(const RegistryCrashRun& run) {
   IndexCrashConfig cfg;
   cfg.options = run.options;
+  cfg.pool_size = run.pool_size;
   cfg.key_space = run.key_space;
   cfg.recovery_crash_images = run.recovery_crash_images;
   const ExploreOptions opt = ExploreOptions::from_env(run.label, run.mode);
@@ -242,6 +246,24 @@ inline void run_kill(const std::string& kind, std::uint32_t node_size, pm::Mode 
   EXPECT_EQ(r.cycles, cfg.cycles);
 }
 
+// The offset of the head leaf in a crash image or pool file: the index root's word at
+// `head_field` (0 when the root or a `leaf_bytes` leaf there would leave the image). For the
+// known-bad tampers below.
+inline std::uint64_t head_leaf(std::span<const char> image, std::size_t head_field,
+                               std::size_t leaf_bytes) {
+  std::uint64_t root = 0, head = 0;
+  std::memcpy(&root, image.data() + offsetof(pm::PoolHeader, root), 8);
+  if (root == 0 || root + head_field + 8 > image.size()) return 0;
+  std::memcpy(&head, image.data() + root + head_field, 8);
+  return head == 0 || head + leaf_bytes > image.size() ? 0 : head;
+}
+
+// Both checkers must catch the loss `tamper` causes: the crash driver in every image, and the
+// kill harness in the pool file after each kill.
+inline void expect_checkers_catch(const Options& options,
+                                  const std::function<void(std::span<char>)>& tamper,
+                                  const std::string& label);
+
 // The kill harness must catch a loss that `tamper` (an image tamper, as for
 // expect_driver_catches) causes in the pool file after each kill, before the reopen.
 inline void expect_kill_catches(Options options, std::function<void(std::span<char>)> tamper,
@@ -264,6 +286,13 @@ inline void expect_kill_catches(Options options, std::function<void(std::span<ch
   std::cout << label << ": " << r.to_string() << "\n";
   ASSERT_FALSE(r.ok()) << label << ": the harness missed the planted loss";
   std::cout << "[caught] " << r.failures.front().substr(0, 300) << "\n";
+}
+
+inline void expect_checkers_catch(const Options& options,
+                                  const std::function<void(std::span<char>)>& tamper,
+                                  const std::string& label) {
+  expect_driver_catches(options, 40, tamper, label + ".tampered");
+  expect_kill_catches(options, tamper, label + ".kill.tampered");
 }
 
 }  // namespace pmindex::crash::hybrid_test

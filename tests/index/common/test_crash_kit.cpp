@@ -71,11 +71,11 @@ TEST(CrashKit, NamedSmosWithoutATallyFail) {
 }
 
 TEST(CrashKit, NamedRecoveryCrashesThatRanPass) {
-  EXPECT_EQ(kit_failures(60, 4, {.recovery_crashes = true}), "");
+  EXPECT_EQ(kit_failures(60, 4, {.recovery_crashes = true, .smos = {}}), "");
 }
 
 TEST(CrashKit, NamedRecoveryCrashesThatNeverRanFail) {
-  const std::string f = kit_failures(60, 0, {.recovery_crashes = true});
+  const std::string f = kit_failures(60, 0, {.recovery_crashes = true, .smos = {}});
   EXPECT_NE(f.find("no crash during recovery was explored"), std::string::npos) << f;
 }
 

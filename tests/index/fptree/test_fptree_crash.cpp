@@ -61,30 +61,16 @@ TEST(CrashFPTree, Leaf8BytesKeysEadr) { run_driver(kLeaf8, 40, pm::Mode::eadr, 2
 // recovery are recovered and checked in turn.
 TEST(CrashFPTree, CrashDuringRecoveryAdr) { run_driver(kLeaf8, 40, pm::Mode::adr, 200, KeyType::u64, 16); }
 
-// An fptree-specific loss: clearing the head leaf's bitmap drops records that completed
-// operations wrote.
-void clear_head_bitmap(std::span<char> image) {
-  std::uint64_t root = 0, head = 0;
-  std::memcpy(&root, image.data() + offsetof(pm::PoolHeader, root), 8);
-  if (root == 0 || root + 16 > image.size()) return;
-  std::memcpy(&head, image.data() + root + offsetof(fptree::Root, head), 8);
-  if (head == 0 || head + 8 > image.size()) return;
-  std::memset(image.data() + head, 0, 8);
-}
-
-Options leaf8() {
+// An fptree-specific loss that the crash driver and the kill harness must both catch: clearing
+// the head leaf's bitmap drops records that completed operations wrote.
+TEST(CrashFPTree, DriverAndKillHarnessCatchLostRecords) {
   Options o;
   o.kind = "fptree";
   o.node_size = kLeaf8;
-  return o;
-}
-
-// The crash driver and the kill harness must both catch it.
-TEST(CrashFPTree, DriverCatchesLostRecords) {
-  hybrid_test::expect_driver_catches(leaf8(), 40, clear_head_bitmap, "fptree.tampered");
-}
-TEST(CrashFPTree, KillHarnessCatchesLostRecords) {
-  hybrid_test::expect_kill_catches(leaf8(), clear_head_bitmap, "fptree.kill.tampered");
+  hybrid_test::expect_checkers_catch(o, [](std::span<char> image) {
+    if (const std::uint64_t head = hybrid_test::head_leaf(image, offsetof(fptree::Root, head), 8))
+      std::memset(image.data() + head, 0, 8);
+  }, "fptree");
 }
 
 // The designed sequence (8-entry leaves). Op 0 creates the index. The split and removal ops

@@ -22,21 +22,20 @@ crash_kit::SmoTally::Levels leaf_levels(const Index& idx) {
   return {{"leaves", dynamic_cast<const nbtree::NBTree&>(idx).leaf_count()}};
 }
 
+// The kit's registry crash run; it fails a run whose workload split no leaf.
 void run(pm::Mode mode, std::uint32_t node_size, KeyType kt = KeyType::u64) {
-  IndexCrashConfig cfg;
-  cfg.options.kind = "nbtree";
-  cfg.options.key_type = kt;  // bytes: the driver's 8-byte keys go through PM key records
-  cfg.options.max_key_size = 8;
-  cfg.options.node_size = node_size;
-  cfg.pool_size = 512 * 1024;
-  const std::string label = "nbtree." + std::string(pm::to_string(mode)) + "." +
-                            std::to_string(node_size) + (kt == KeyType::bytes ? ".bytes" : "");
-  const ExploreOptions opt = ExploreOptions::from_env(label, mode);
-  const crash_kit::SmoTally tally(leaf_levels);
-  cfg.observe = tally.observer();
-  const ExploreReport r = run_index_crash(cfg, opt);
-  if (r.replay_skipped) GTEST_SKIP() << "PMINDEX_CRASH_REPLAY names another configuration";
-  crash_kit::expect_explored(r, opt, {.smos = {"leaves+"}}, &tally);  // leaf splits ran
+  hybrid_test::RegistryCrashRun r;
+  r.options.kind = "nbtree";
+  r.options.key_type = kt;  // bytes: the driver's 8-byte keys go through PM key records
+  r.options.max_key_size = 8;
+  r.options.node_size = node_size;
+  r.pool_size = 512 * 1024;
+  r.mode = mode;
+  r.label = "nbtree." + std::string(pm::to_string(mode)) + "." + std::to_string(node_size) +
+            (kt == KeyType::bytes ? ".bytes" : "");
+  r.smos = {"leaves+"};
+  r.probe = leaf_levels;
+  hybrid_test::run_registry_crash(r);
 }
 
 TEST(CrashNBTree, AdrSmallLeaves) { run(pm::Mode::adr, 128); }
@@ -45,31 +44,18 @@ TEST(CrashNBTree, AdrTinyLeaves) { run(pm::Mode::adr, 64); }
 TEST(CrashNBTree, AdrSmallLeavesBytesKeys) { run(pm::Mode::adr, 128, KeyType::bytes); }
 TEST(CrashNBTree, EadrSmallLeavesBytesKeys) { run(pm::Mode::eadr, 128, KeyType::bytes); }
 
-// An nbtree-specific loss: zeroing the head leaf's entries (a zero key word is a free slot)
-// drops records that completed operations wrote (128-byte leaves).
-void clear_head_leaf(std::span<char> image) {
-  std::uint64_t root = 0, head = 0;
-  std::memcpy(&root, image.data() + offsetof(pm::PoolHeader, root), 8);
-  if (root == 0 || root + sizeof(nbtree::Root) > image.size()) return;
-  std::memcpy(&head, image.data() + root + offsetof(nbtree::Root, head), 8);
-  if (head == 0 || head + 128 > image.size()) return;
-  std::memset(image.data() + head + sizeof(nbtree::BlockHeader), 0,
-              128 - sizeof(nbtree::BlockHeader));
-}
-
-Options leaf128() {
+// An nbtree-specific loss that the crash driver and the kill harness must both catch: zeroing
+// the head leaf's entries (a zero key word is a free slot) drops records that completed
+// operations wrote (128-byte leaves).
+TEST(CrashNBTree, DriverAndKillHarnessCatchLostRecords) {
   Options o;
   o.kind = "nbtree";
   o.node_size = 128;
-  return o;
-}
-
-// The crash driver and the kill harness must both catch it.
-TEST(CrashNBTree, DriverCatchesLostRecords) {
-  hybrid_test::expect_driver_catches(leaf128(), 40, clear_head_leaf, "nbtree.tampered");
-}
-TEST(CrashNBTree, KillHarnessCatchesLostRecords) {
-  hybrid_test::expect_kill_catches(leaf128(), clear_head_leaf, "nbtree.kill.tampered");
+  hybrid_test::expect_checkers_catch(o, [](std::span<char> image) {
+    if (const std::uint64_t head = hybrid_test::head_leaf(image, offsetof(nbtree::Root, head), 128))
+      std::memset(image.data() + head + sizeof(nbtree::BlockHeader), 0,
+                  128 - sizeof(nbtree::BlockHeader));
+  }, "nbtree");
 }
 
 }  // namespace
