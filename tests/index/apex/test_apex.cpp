@@ -32,12 +32,6 @@ Options small_options(KeyType kt, const std::string& path = "") {
   return o;
 }
 
-std::unique_ptr<Index> open_or_die(const Options& o) {
-  auto r = Index::open(o);
-  EXPECT_TRUE(r.ok()) << r.status().to_string();
-  return r.ok() ? std::move(r).value() : nullptr;
-}
-
 apex::Apex& as_apex(Index& idx) { return dynamic_cast<apex::Apex&>(idx); }
 
 std::string val(std::uint64_t v) { return std::string(reinterpret_cast<const char*>(&v), 8); }

@@ -302,6 +302,14 @@ class MapChecker {
   std::size_t op_no_ = 0;
 };
 
+// Opens (creates) an index for a test that drives it by hand; a gtest failure and nullptr if
+// the open fails.
+inline std::unique_ptr<Index> open_or_die(const Options& o) {
+  auto r = Index::open(o);
+  EXPECT_TRUE(r.ok()) << r.status().to_string();
+  return r.ok() ? std::move(r).value() : nullptr;
+}
+
 // Generators shared by the ports: 8-byte values with the top bit set (reserved-bit corner),
 // and keys of a bounded domain so inserts, updates and removes hit existing keys.
 inline std::string top_bit_value(std::mt19937_64& rng) {

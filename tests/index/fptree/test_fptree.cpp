@@ -22,12 +22,6 @@ using namespace pmindex::testing;
 constexpr std::uint32_t kSmall = sizeof(fptree::Leaf<8>);   // 192
 constexpr std::uint32_t kPaper = sizeof(fptree::Leaf<64>);  // 1152
 
-std::unique_ptr<Index> must_open(const Options& o) {
-  auto r = Index::open(o);
-  EXPECT_TRUE(r.ok()) << r.status().to_string();
-  return r.ok() ? std::move(r).value() : nullptr;
-}
-
 Options fp_options(std::uint32_t node_size, KeyType kt) {
   Options o;
   o.kind = "fptree";
@@ -98,7 +92,7 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(KeyType::u64, KeyType::f64, KeyType::bytes)));
 
 TEST(FPTree, EdgeKeysAndValues) {
-  auto idx = must_open(fp_options(kSmall, KeyType::u64));
+  auto idx = open_or_die(fp_options(kSmall, KeyType::u64));
   ASSERT_NE(idx, nullptr);
   const std::string zero = encode_u64(0), ones = encode_u64(~std::uint64_t{0});
   const std::string top(8, '\xff'), nul(8, '\0');
@@ -124,7 +118,7 @@ TEST(FPTree, EdgeKeysAndValues) {
 
 // Updates in a full leaf split it first (the new version needs a free slot).
 TEST(FPTree, UpdateInFullLeafSplits) {
-  auto idx = must_open(fp_options(kSmall, KeyType::u64));
+  auto idx = open_or_die(fp_options(kSmall, KeyType::u64));
   ASSERT_NE(idx, nullptr);
   for (std::uint64_t k = 0; k < 8; ++k) ASSERT_EQ(idx->insert(encode_u64(k), encode_u64(k)), Code::ok);
   const std::uint64_t before = idx->footprint().pm_bytes;
@@ -148,7 +142,7 @@ TEST(FPTree, ReopenAfterCloseAndAfterCrash) {
       o.path = dir.file("f.pool");
       std::map<std::string, std::string> oracle;
       {
-        auto idx = must_open(o);
+        auto idx = open_or_die(o);
         ASSERT_NE(idx, nullptr);
         std::mt19937_64 rng(7);
         for (int i = 0; i < 4000; ++i) {
@@ -165,7 +159,7 @@ TEST(FPTree, ReopenAfterCloseAndAfterCrash) {
           ASSERT_TRUE(idx->close().ok());
         }
       }
-      auto idx = must_open(o);
+      auto idx = open_or_die(o);
       ASSERT_NE(idx, nullptr);
       EXPECT_EQ(idx->recovery_stats().clean_shutdown, clean);
       EXPECT_EQ(idx->recovery_stats().records, oracle.size());
@@ -182,7 +176,7 @@ TEST(FPTree, LayoutRecordsLeafSize) {
   TempDir dir;
   Options o = fp_options(kSmall, KeyType::u64);
   o.path = dir.file("l.pool");
-  { ASSERT_NE(must_open(o), nullptr); }
+  { ASSERT_NE(open_or_die(o), nullptr); }
   Options other = o;
   other.node_size = kPaper;
   EXPECT_FALSE(Index::open(other).ok());
@@ -198,7 +192,7 @@ std::uint64_t head_of(const pm::Pool& pool) {
 // verify() must be able to fail: a fingerprint, a duplicated key, a bitmap bit beyond the slots,
 // a leftover lock word and a non-empty micro-log are each reported.
 TEST(FPTree, VerifyCatchesCorruption) {
-  auto idx = must_open(fp_options(kSmall, KeyType::u64));
+  auto idx = open_or_die(fp_options(kSmall, KeyType::u64));
   ASSERT_NE(idx, nullptr);
   for (std::uint64_t k = 1; k <= 5; ++k) ASSERT_EQ(idx->insert(encode_u64(k), encode_u64(k)), Code::ok);
   ASSERT_TRUE(idx->verify().ok());
@@ -238,7 +232,7 @@ TEST(FPTree, RecoveryRefusesACycle) {
   Options o = fp_options(kSmall, KeyType::u64);
   o.path = dir.file("cyc.pool");
   {
-    auto idx = must_open(o);
+    auto idx = open_or_die(o);
     for (std::uint64_t k = 0; k < 100; ++k) ASSERT_EQ(idx->insert(encode_u64(k), encode_u64(k)), Code::ok);
     const pm::Pool& pool = idx->pool();
     auto* head = pool.at<fptree::Leaf<8>>(head_of(pool));

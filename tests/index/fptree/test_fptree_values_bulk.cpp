@@ -40,12 +40,6 @@ Options options(std::uint32_t node_size, KeyType kt, std::uint32_t max_value) {
   return o;
 }
 
-std::unique_ptr<Index> must_open(const Options& o) {
-  auto r = Index::open(o);
-  EXPECT_TRUE(r.ok()) << r.status().to_string();
-  return r.ok() ? std::move(r).value() : nullptr;
-}
-
 std::string key_of(KeyType kt, std::uint64_t r) {
   if (kt == KeyType::bytes) return "k" + std::to_string(r * 7919 % 100003);
   return encode_u64(r * 0x9E3779B97F4A7C15ull);
@@ -95,7 +89,7 @@ INSTANTIATE_TEST_SUITE_P(KeyTypes, FPTreeValues, ::testing::Values(KeyType::u64,
 
 TEST(FPTreeValueLimits, EveryValueSizeWorksOrGetsADocumentedError) {
   {  // inline: exactly 8 bytes
-    auto idx = must_open(options(kSmall, KeyType::u64, 8));
+    auto idx = open_or_die(options(kSmall, KeyType::u64, 8));
     ASSERT_NE(idx, nullptr);
     EXPECT_EQ(idx->insert(encode_u64(1), std::string(7, 'a')), Code::invalid_argument);
     EXPECT_EQ(idx->insert(encode_u64(1), std::string(9, 'a')), Code::value_too_large);
@@ -103,7 +97,7 @@ TEST(FPTreeValueLimits, EveryValueSizeWorksOrGetsADocumentedError) {
     EXPECT_EQ(idx->update(encode_u64(1), std::string()), Code::invalid_argument);
   }
   {  // out of line: 0..max bytes
-    auto idx = must_open(options(kSmall, KeyType::u64, 64));
+    auto idx = open_or_die(options(kSmall, KeyType::u64, 64));
     ASSERT_NE(idx, nullptr);
     for (std::size_t n : {0, 1, 8, 9, 63, 64}) {
       const std::string k = encode_u64(n), v(n, static_cast<char>('a' + n % 26));
@@ -117,7 +111,7 @@ TEST(FPTreeValueLimits, EveryValueSizeWorksOrGetsADocumentedError) {
     EXPECT_TRUE(idx->verify().ok());
   }
   {  // the largest limit and a value of that size
-    auto idx = must_open(options(kSmall, KeyType::u64, fptree::kMaxValueBytes));
+    auto idx = open_or_die(options(kSmall, KeyType::u64, fptree::kMaxValueBytes));
     ASSERT_NE(idx, nullptr);
     const std::string big(fptree::kMaxValueBytes, 'z');
     ASSERT_EQ(idx->insert(encode_u64(5), big), Code::ok);
@@ -135,7 +129,7 @@ TEST(FPTreeValueLimits, EveryValueSizeWorksOrGetsADocumentedError) {
 }
 
 TEST(FPTreeValueLimits, UpdateGoesOutOfPlaceAndFreesTheOldRecord) {
-  auto idx = must_open(options(kSmall, KeyType::u64, 200));
+  auto idx = open_or_die(options(kSmall, KeyType::u64, 200));
   ASSERT_NE(idx, nullptr);
   ASSERT_EQ(idx->insert(encode_u64(1), std::string(150, 'a')), Code::ok);
   const std::uint64_t before = idx->footprint().pm_bytes;
@@ -153,7 +147,7 @@ TEST(FPTreeValueLimits, ValuesSurviveCloseAndCrash) {
   std::map<std::string, std::string> oracle;
   std::mt19937_64 rng(3);
   {
-    auto idx = must_open(o);
+    auto idx = open_or_die(o);
     ASSERT_NE(idx, nullptr);
     for (int i = 0; i < 400; ++i) {
       const std::string k = key_of(KeyType::bytes, i), v = value_of(rng, 300);
@@ -163,7 +157,7 @@ TEST(FPTreeValueLimits, ValuesSurviveCloseAndCrash) {
     ASSERT_TRUE(idx->close().ok());
   }
   {
-    auto idx = must_open(o);
+    auto idx = open_or_die(o);
     ASSERT_NE(idx, nullptr);
     ASSERT_TRUE(idx->verify().ok());
     expect_matches(*idx, oracle);
@@ -174,7 +168,7 @@ TEST(FPTreeValueLimits, ValuesSurviveCloseAndCrash) {
     }
     // no close(): the next open recovers as after a crash
   }
-  auto idx = must_open(o);
+  auto idx = open_or_die(o);
   ASSERT_NE(idx, nullptr);
   EXPECT_FALSE(idx->recovery_stats().clean_shutdown);
   ASSERT_TRUE(idx->verify().ok());
@@ -226,7 +220,7 @@ INSTANTIATE_TEST_SUITE_P(Fills, FPTreeBulk,
                                            BulkParam{kPaper, 1.0, 8}, BulkParam{kSmall, 0.7, 40}));
 
 TEST(FPTreeBulkRefusals, BadInputLeavesTheIndexEmptyAndUsable) {
-  auto idx = must_open(options(kSmall, KeyType::u64, 8));
+  auto idx = open_or_die(options(kSmall, KeyType::u64, 8));
   ASSERT_NE(idx, nullptr);
   const std::uint64_t empty_bytes = idx->footprint().pm_bytes;
   const std::string a = encode_u64(1), b = encode_u64(2), v = encode_u64(9);
@@ -248,7 +242,7 @@ TEST(FPTreeBulkRefusals, BadInputLeavesTheIndexEmptyAndUsable) {
 TEST(FPTreeBulkRefusals, PoolFullUndoesEverything) {
   Options o = options(kSmall, KeyType::u64, 8);
   o.pool_size = 1 << 20;
-  auto idx = must_open(o);
+  auto idx = open_or_die(o);
   ASSERT_NE(idx, nullptr);
   const std::uint64_t empty_bytes = idx->footprint().pm_bytes;
   std::vector<std::string> keys;
@@ -272,7 +266,7 @@ TEST(FPTreeParallelRecovery, OneAndFourThreadsBuildTheSameTree) {
     std::map<std::string, std::string> oracle;
     std::mt19937_64 rng(11);
     {
-      auto idx = must_open(o);
+      auto idx = open_or_die(o);
       ASSERT_NE(idx, nullptr);
       for (std::uint64_t i = 0; i < 24000; ++i) {
         const std::string k = key_of(kt, i);
@@ -294,7 +288,7 @@ TEST(FPTreeParallelRecovery, OneAndFourThreadsBuildTheSameTree) {
       Options r = o;
       r.path = run == 0 ? copy : o.path;
       r.recovery_threads = run == 0 ? 1 : 4;
-      auto idx = must_open(r);
+      auto idx = open_or_die(r);
       ASSERT_NE(idx, nullptr);
       ASSERT_TRUE(idx->verify().ok());
       expect_matches(*idx, oracle);
@@ -324,7 +318,7 @@ TEST(FPTreeParallelRecovery, RefusesOutOfOrderLeavesWithFourThreads) {
   o.pool_size = 16 << 20;
   std::uint64_t last_leaf_key_off = 0;
   {
-    auto idx = must_open(o);
+    auto idx = open_or_die(o);
     ASSERT_NE(idx, nullptr);
     for (std::uint64_t i = 1; i <= 12000; ++i) ASSERT_EQ(idx->insert(encode_u64(i), encode_u64(i)), Code::ok);
     // Find the slot holding the largest key and make it the smallest: keys out of order.

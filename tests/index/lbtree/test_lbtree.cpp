@@ -18,12 +18,6 @@ namespace {
 
 using namespace pmindex::testing;
 
-std::unique_ptr<Index> open_or_die(const Options& o) {
-  auto r = Index::open(o);
-  EXPECT_TRUE(r.ok()) << r.status().to_string();
-  return r.ok() ? std::move(r).value() : nullptr;
-}
-
 Options lbtree_options(std::uint32_t node_size, KeyType kt, std::uint32_t max_value = 8) {
   Options o;
   o.kind = "lbtree";

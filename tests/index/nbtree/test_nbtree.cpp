@@ -25,6 +25,7 @@ namespace {
 using pmindex::testing::TempDir;
 using pmindex::testing::grow_phase;
 using pmindex::testing::MapChecker;
+using pmindex::testing::open_or_die;
 using pmindex::testing::mixed_phase;
 using pmindex::testing::RandomStats;
 using pmindex::testing::shrink_phase;
@@ -38,12 +39,6 @@ Options nb_options(std::uint32_t node_size, pm::Mode mode, std::string path = ""
   o.persistence = mode;
   o.max_value_size = 24;
   return o;
-}
-
-std::unique_ptr<Index> open_or_die(const Options& o) {
-  auto r = Index::open(o);
-  EXPECT_TRUE(r.ok()) << r.status().to_string();
-  return r.ok() ? std::move(r).value() : nullptr;
 }
 
 nbtree::NBTree* as_nb(Index* idx) { return dynamic_cast<nbtree::NBTree*>(idx); }

@@ -16,12 +16,6 @@ namespace {
 
 using namespace pmindex::testing;
 
-std::unique_ptr<Index> open_or_die(const Options& o) {
-  auto r = Index::open(o);
-  EXPECT_TRUE(r.ok()) << r.status().to_string();
-  return r.ok() ? std::move(r).value() : nullptr;
-}
-
 // The kit's random driver (index/common/map_checker.h) over byte keys with NUL bytes and the
 // empty key, verify() after every op, then recovery after a crash and after a clean close.
 TEST(RefList, RandomizedAgainstStdMap) {
