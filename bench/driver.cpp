@@ -666,125 +666,129 @@ std::string default_pool_path(const Config& c, bool* temporary) {
   return std::string(pmindex::pm::kDefaultPoolDir) + "/pmbench-" + std::to_string(::getpid()) + ".pool";
 }
 
-bool run_once(const Config& config, unsigned repeat, RunResult* r, std::string* error) {
-  (void)repeat;
-  // The dataset first: a text dataset's longest key sizes the index (max_key_size).
-  std::shared_ptr<const Dataset> dataset;
-  Config c = config;
-  if (!c.dataset.empty()) {
-    DatasetFormat format{};
-    if (!resolve_dataset_format(c.dataset_format, c.dataset, &format)) {
-      *error = "--dataset_format must be auto, sosd or text";
+namespace {
+
+// The dataset first: a text dataset's longest key sizes the index (max_key_size), so `c` may
+// change here.
+bool resolve_dataset(Config& c, RunResult* r, std::shared_ptr<const Dataset>* out,
+                     std::string* error) {
+  if (c.dataset.empty()) return true;
+  DatasetFormat format{};
+  if (!resolve_dataset_format(c.dataset_format, c.dataset, &format)) {
+    *error = "--dataset_format must be auto, sosd or text";
+    r->usage_error = true;
+    return false;
+  }
+  std::shared_ptr<const Dataset> dataset =
+      load_dataset(c.dataset, format, c.records + c.operations, c.seed, error);
+  if (!dataset) return false;
+  if (dataset->size() < c.records) {
+    *error = c.dataset + ": " + std::to_string(dataset->size()) + " distinct keys, fewer than --records " +
+             std::to_string(c.records);
+    return false;
+  }
+  if (dataset->variable_length()) {
+    if (c.key_type != "bytes") {
+      *error = c.dataset + " is a text dataset (variable-length keys): it needs --key_type bytes";
       r->usage_error = true;
       return false;
     }
-    dataset = load_dataset(c.dataset, format, c.records + c.operations, c.seed, error);
-    if (!dataset) return false;
-    if (dataset->size() < c.records) {
-      *error = c.dataset + ": " + std::to_string(dataset->size()) + " distinct keys, fewer than --records " +
-               std::to_string(c.records);
-      return false;
-    }
-    if (dataset->variable_length()) {
-      if (c.key_type != "bytes") {
-        *error = c.dataset + " is a text dataset (variable-length keys): it needs --key_type bytes";
-        r->usage_error = true;
-        return false;
-      }
-      c.key_size = std::max<std::size_t>(dataset->max_length, 1);
-      c.variable_keys = true;
-    }
+    c.key_size = std::max<std::size_t>(dataset->max_length, 1);
+    c.variable_keys = true;
   }
-  r->max_key_size = c.key_size;
-  r->variable_keys = c.variable_keys;
-  bool temporary = false;
-  std::string pool_path;
-  std::optional<TemporaryPool> remove_pool;  // declared before the target: removed after it
-  std::unique_ptr<Target> target;
-  const std::size_t malloc_before = ::mallinfo2().uordblks;
+  *out = std::move(dataset);
+  return true;
+}
+
+// The target the run measures: a DRAM comparator, a built-in index on a pool file (armed for
+// removal in `remove_pool` before the file exists), or a tree_api library given by path.
+// nullptr on failure, with *error set.
+std::unique_ptr<Target> open_target(const Config& c, RunResult* r, std::string* pool_path,
+                                    bool* temporary, std::optional<TemporaryPool>* remove_pool,
+                                    std::string* error) {
   const bool tree_api_path = c.target.find('/') != std::string::npos || c.target.ends_with(".so");
   if (c.key_order == "pibench" && (!tree_api_path || c.variable_keys)) {
     *error = c.variable_keys ? "--key_order pibench needs fixed-size keys, not a text dataset"
                              : "--key_order pibench is for tree_api libraries (given by path); "
                                "built-in indexes and DRAM comparators order keys by memcmp";
     r->usage_error = true;
-    return false;
+    return nullptr;
   }
-  if (auto dram = make_dram_target(c.target)) {
-    target = std::move(dram);
-  } else if (is_builtin(c.target)) {
-    pool_path = default_pool_path(c, &temporary);
+  if (auto dram = make_dram_target(c.target)) return dram;
+  if (is_builtin(c.target)) {
+    *pool_path = default_pool_path(c, temporary);
     std::error_code ec;
-    std::filesystem::create_directories(std::filesystem::path(pool_path).parent_path(), ec);
-    remove_pool.emplace(temporary, pool_path);  // armed before the file exists
-    target = make_native_target(c, pool_path, /*fresh=*/!c.skip_load, error, &r->usage_error);
-  } else if (tree_api_path) {
-    pool_path = c.pool_path;
-    target = make_tree_api_target(c, pool_path, error, &r->usage_error);
-  } else {
-    std::string names;
-    for (const auto& n : pmindex::IndexRegistry::names()) names += " " + n;
-    for (const auto& n : dram_comparator_names()) names += " " + n;
-    *error = "unknown index '" + c.target + "' (built-in:" + names +
-             "; a tree_api library is given by path)";
-    r->usage_error = true;
-    return false;
+    std::filesystem::create_directories(std::filesystem::path(*pool_path).parent_path(), ec);
+    remove_pool->emplace(*temporary, *pool_path);  // armed before the file exists
+    return make_native_target(c, *pool_path, /*fresh=*/!c.skip_load, error, &r->usage_error);
   }
-  if (!target) return false;
-  const TargetInfo& info = target->info();
-  r->target_kind = info.kind;
-  r->load_method = c.skip_load ? "skip" : info.load_method;
-  r->backing = info.backing;
-  r->durability = info.durability;
-  r->emulated_pm = info.emulated_pm;
+  if (tree_api_path) {
+    *pool_path = c.pool_path;
+    return make_tree_api_target(c, *pool_path, error, &r->usage_error);
+  }
+  std::string names;
+  for (const auto& n : pmindex::IndexRegistry::names()) names += " " + n;
+  for (const auto& n : dram_comparator_names()) names += " " + n;
+  *error = "unknown index '" + c.target + "' (built-in:" + names +
+           "; a tree_api library is given by path)";
+  r->usage_error = true;
+  return nullptr;
+}
 
-  const WorkloadSpec base = WorkloadSpec::from(c, c.operations, dataset);
+// Load (or take the skipped load's records), footprint after load, post-load validation.
+bool load_and_validate(const Config& c, const WorkloadSpec& base, Target& target,
+                       std::size_t malloc_before, RunResult* r, std::string* error) {
   if (!c.skip_load) {
-    if (!load(c, base, *target, r, error)) return false;
+    if (!load(c, base, target, r, error)) return false;
   } else {
     r->loaded = c.records;
   }
-  const auto [dram, pm] = target->footprint();
+  const auto [dram, pm] = target.footprint();
   r->dram_bytes = dram;
   r->pm_bytes = pm;
   r->malloc_delta_bytes = static_cast<std::int64_t>(::mallinfo2().uordblks) -
                           static_cast<std::int64_t>(malloc_before);
-  {
-    const auto t0 = Clock::now();
-    r->validate_error = validate_load(c, base, *target, &r->validation);
-    r->validate_seconds = seconds_since(t0);
-    if (!r->validate_error.empty()) {
-      *error = "post-load validation failed: " + r->validate_error;
-      return false;
-    }
+  const auto t0 = Clock::now();
+  r->validate_error = validate_load(c, base, target, &r->validation);
+  r->validate_seconds = seconds_since(t0);
+  if (!r->validate_error.empty()) {
+    *error = "post-load validation failed: " + r->validate_error;
+    return false;
   }
+  return true;
+}
 
-  std::uint64_t ops = c.mode == RunMode::time ? calibrate_operations(c, base, *target) : c.operations;
+// The run's operation count (time mode: calibrated, and within the dataset's spare keys).
+std::uint64_t run_operations(const Config& c, const WorkloadSpec& base,
+                             const std::shared_ptr<const Dataset>& dataset, Target& target) {
+  std::uint64_t ops = c.mode == RunMode::time ? calibrate_operations(c, base, target) : c.operations;
   const double insert_ratio = c.ratio[static_cast<int>(OpType::insert)];
   if (dataset && insert_ratio > 0 && c.mode == RunMode::time) {
     // Inserts take fresh dataset keys: keep the time-mode buffer within the dataset.
     const double spare = static_cast<double>(dataset->size() - c.records) - c.threads;
     ops = std::min<std::uint64_t>(ops, static_cast<std::uint64_t>(std::max(0.0, spare / insert_ratio)));
   }
-  const WorkloadSpec spec = WorkloadSpec::from(c, ops, dataset);
-  const std::vector<Schedule> schedules = build_schedules(spec);
-  if (dataset) {
-    for (const auto& s : schedules)
-      for (std::size_t i = 0; i < s.size(); ++i)
-        if (s.types[i] == OpType::insert && s.ids[i] >= dataset->size()) {
-          *error = c.dataset + ": the run inserts more keys than the dataset holds beyond --records (" +
-                   std::to_string(dataset->size()) + " distinct keys)";
-          return false;
-        }
-  }
-  for (const auto& s : schedules) {
-    r->scheduled += s.size();
-    r->expected_misses += s.expected_misses;
-  }
-  if (c.warmup) warmup(c, spec, *target);
-  r->clock_overhead_ns = clock_overhead_ns();
+  return ops;
+}
 
-  std::vector<ThreadOutcome> outcomes(c.threads);
+// Every insert of a dataset run must find a fresh dataset key.
+bool schedules_fit_dataset(const Config& c, const std::vector<Schedule>& schedules,
+                           const std::shared_ptr<const Dataset>& dataset, std::string* error) {
+  if (!dataset) return true;
+  for (const auto& s : schedules)
+    for (std::size_t i = 0; i < s.size(); ++i)
+      if (s.types[i] == OpType::insert && s.ids[i] >= dataset->size()) {
+        *error = c.dataset + ": the run inserts more keys than the dataset holds beyond --records (" +
+                 std::to_string(dataset->size()) + " distinct keys)";
+        return false;
+      }
+  return true;
+}
+
+// The measured run: one worker per thread, started together; this thread samples throughput
+// every --sampling_ms, enforces the time-mode deadline and draws the progress bar.
+void run_workers(const Config& c, const WorkloadSpec& spec, const std::vector<Schedule>& schedules,
+                 Target& target, RunResult* r, std::vector<ThreadOutcome>* outcomes) {
   std::vector<Counter> progress(c.threads);
   std::atomic<int> ready{0};
   std::atomic<bool> go{false}, stop{false};
@@ -792,15 +796,14 @@ bool run_once(const Config& config, unsigned repeat, RunResult* r, std::string* 
   std::vector<std::thread> workers;
   for (unsigned t = 0; t < c.threads; ++t)
     workers.emplace_back([&, t] {
-      run_thread(c, spec, schedules[t], t, *target, ready, go, stop, progress[t],
-                 r->clock_overhead_ns, &outcomes[t]);
+      run_thread(c, spec, schedules[t], t, target, ready, go, stop, progress[t],
+                 r->clock_overhead_ns, &(*outcomes)[t]);
       finished.fetch_add(1, std::memory_order_acq_rel);
     });
   while (ready.load(std::memory_order_acquire) < static_cast<int>(c.threads)) std::this_thread::yield();
   const Progress bar{c.progress && !c.quiet && ::isatty(1) != 0, "run"};
   const auto t0 = Clock::now();
   go.store(true, std::memory_order_release);
-  // The sampler: throughput every --sampling_ms, the time-mode deadline, the progress bar.
   const auto period = std::chrono::milliseconds(c.sampling_ms);
   std::uint64_t last = 0;
   auto next = t0 + period;
@@ -822,7 +825,10 @@ bool run_once(const Config& config, unsigned repeat, RunResult* r, std::string* 
   for (auto& w : workers) w.join();
   r->run_seconds = seconds_since(t0);
   bar.done();
+}
 
+// The threads' counts, latencies and PM work summed into the run's result.
+void merge_outcomes(const std::vector<ThreadOutcome>& outcomes, RunResult* r) {
   for (const auto& o : outcomes) {
     for (int k = 0; k < kOpTypes; ++k) {
       r->ops[k].completed += o.ops[k].completed;
@@ -840,6 +846,46 @@ bool run_once(const Config& config, unsigned repeat, RunResult* r, std::string* 
     r->completed += op.completed;
     r->succeeded += op.succeeded;
   }
+}
+
+}  // namespace
+
+bool run_once(const Config& config, unsigned repeat, RunResult* r, std::string* error) {
+  (void)repeat;
+  std::shared_ptr<const Dataset> dataset;
+  Config c = config;
+  if (!resolve_dataset(c, r, &dataset, error)) return false;
+  r->max_key_size = c.key_size;
+  r->variable_keys = c.variable_keys;
+  bool temporary = false;
+  std::string pool_path;
+  std::optional<TemporaryPool> remove_pool;  // declared before the target: removed after it
+  const std::size_t malloc_before = ::mallinfo2().uordblks;
+  std::unique_ptr<Target> target =
+      open_target(c, r, &pool_path, &temporary, &remove_pool, error);
+  if (!target) return false;
+  const TargetInfo& info = target->info();
+  r->target_kind = info.kind;
+  r->load_method = c.skip_load ? "skip" : info.load_method;
+  r->backing = info.backing;
+  r->durability = info.durability;
+  r->emulated_pm = info.emulated_pm;
+
+  const WorkloadSpec base = WorkloadSpec::from(c, c.operations, dataset);
+  if (!load_and_validate(c, base, *target, malloc_before, r, error)) return false;
+  const WorkloadSpec spec = WorkloadSpec::from(c, run_operations(c, base, dataset, *target), dataset);
+  const std::vector<Schedule> schedules = build_schedules(spec);
+  if (!schedules_fit_dataset(c, schedules, dataset, error)) return false;
+  for (const auto& s : schedules) {
+    r->scheduled += s.size();
+    r->expected_misses += s.expected_misses;
+  }
+  if (c.warmup) warmup(c, spec, *target);
+  r->clock_overhead_ns = clock_overhead_ns();
+
+  std::vector<ThreadOutcome> outcomes(c.threads);
+  run_workers(c, spec, schedules, *target, r, &outcomes);
+  merge_outcomes(outcomes, r);
   const auto filled = [](const ThreadOutcome& o) { return o.pool_full; };
   if (std::any_of(outcomes.begin(), outcomes.end(), filled)) {
     *error = "the pool filled up during the run (an operation failed with pool_full after " +

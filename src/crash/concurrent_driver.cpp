@@ -118,6 +118,7 @@ class ConcurrentIndexScenario final : public ConcurrentScenario {
     if (!idx.ok()) return idx.status();
     index_ = std::move(idx).value();
     if (cfg_.prepare) cfg_.prepare(*index_);
+    if (cfg_.observe) cfg_.observe(*index_, 0);
     // Preload (traced, no crash points): completed inserts before everything else.
     for (std::size_t i = 0; i < cfg_.preload; ++i) {
       OpRec& r = ops_[i];
@@ -167,6 +168,7 @@ class ConcurrentIndexScenario final : public ConcurrentScenario {
     // The last thread to finish checks the live structure.
     if (finished_.fetch_add(1, std::memory_order_acq_rel) + 1 == cfg_.threads) {
       if (Status s = index_->verify(); !s.ok()) ctx.fail(s);
+      if (cfg_.observe) cfg_.observe(*index_, 1);
     }
   }
 

@@ -60,10 +60,13 @@ class IndexScenario final : public Scenario {
   std::size_t op_count() const override { return ops_.size() + 1; }
 
   Status run_op(std::size_t i) override {
-    if (i == 0) return start_.image != nullptr ? recover_start() : create();
-    const WorkOp& op = ops_[i - 1];
-    if (Status s = apply_checked(*index_, op, oracle_, cfg_.scan_length); !s.ok()) return s;
-    return index_->verify();
+    Status s = i == 0 ? (start_.image != nullptr ? recover_start() : create()) : Status::Ok();
+    if (i > 0) {
+      s = apply_checked(*index_, ops_[i - 1], oracle_, cfg_.scan_length);
+      if (s.ok()) s = index_->verify();
+    }
+    if (s.ok() && cfg_.observe && start_.image == nullptr) cfg_.observe(*index_, i);
+    return s;
   }
 
   Status check_image(std::span<char> image, const CrashPoint& at, std::uint64_t salt) override {
@@ -149,6 +152,7 @@ class IndexScenario final : public Scenario {
     IndexCrashConfig inner = cfg_;
     inner.recovery_crash_images = 0;  // one level deep
     inner.tamper_image = nullptr;
+    inner.observe = nullptr;
     ExploreOptions opt;
     opt.label = label_ + ".recovery";
     opt.mode = mode_;

@@ -44,6 +44,10 @@ struct IndexCrashConfig {
   // Fault injection for the driver's own tests (a checker must be able to fail): called on
   // every image copy before it is opened.
   std::function<void(std::span<char> image)> tamper_image;
+  // Called on the live index after op 0 (create) and after every workload op i of the explored
+  // run (never in nested explorations, never on a recovered image), so a test can tally the
+  // SMOs its workload ran (tests/index/common/crash_kit.h SmoTally). Must not write PM.
+  std::function<void(const Index& index, std::size_t op)> observe;
 };
 
 // --- multi-threaded driver (docs/crash-simulator.md, "Multi-threaded index driver") ---------
@@ -72,6 +76,10 @@ struct ConcurrentCrashConfig {
   // Builds the live index instead of the registry entry's create (e.g. a known-bad template
   // instantiation that exists only in a test); images are still recovered by the entry.
   std::function<Result<std::unique_ptr<Index>>(std::unique_ptr<pm::Pool>, const Options&)> create;
+  // Called on the live index with op 0 right after it is created (before the preload) and with
+  // op 1 when the last thread has finished (after its verify()), so a test can tally the SMOs
+  // the schedule ran (tests/index/common/crash_kit.h SmoTally). Must not write PM.
+  std::function<void(const Index& index, std::size_t op)> observe;
 };
 
 ExploreReport run_index_crash_concurrent(const ConcurrentCrashConfig& config,

@@ -105,7 +105,7 @@ class LBTree final : public Index {
   // Registers the calling thread with the epoch manager (bytes keys pin it per operation).
   ThreadScope attach_thread() override;
 
-  // Experiment hook for the Theorem 3.5 reproduction (tests/index/lbtree/test_lbtree_lines.cpp),
+  // Experiment hook for the Theorem 3.5 reproduction (tests/index/lbtree/test_lbtree_pm_work.cpp),
   // not a production mode: the paper's "traditional" design of Fig. 8b - an insert takes the
   // first empty slot and never moves entries, a split packs the new leaf from slot 0. Set it
   // before any operation; it is not persistent and not thread-safe to change.

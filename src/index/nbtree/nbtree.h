@@ -29,6 +29,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -292,13 +293,18 @@ class NBTree final : public Index {
   // Breaks an invariant on purpose so a test can check that verify() notices.
   void corrupt_for_testing(int what);
   // Known-bad variants for the crash tests (a checker must be able to fail). Set on a
-  // quiescent index; `none` in production.
+  // quiescent index. They exist only in the tracing flavour (the crash simulator's build): in
+  // production and counting builds fault_ is a constant `none`, so the write path's comparisons
+  // with it fold away and no known-bad path is compiled in.
   enum class Fault : int {
     none,
     skip_insert_persist,  // I5 without its write-back: a completed insert can be lost (ADR)
     skip_reader_persist,  // R1 skipped: a reader can return a value a crash loses (ADR)
   };
-  void set_fault_for_testing(Fault f) { fault_ = f; }
+  void set_fault_for_testing(Fault f) {
+    if (f != Fault::none && !pm::kTracing) std::abort();  // tracing flavour only
+    fault_ = f;
+  }
 
  private:
   NBTree(std::unique_ptr<pm::Pool> pool, std::uint32_t node_size, std::uint32_t max_value,
@@ -450,7 +456,12 @@ class NBTree final : public Index {
   // cannot block another one (crash simulator). Allocation is off the common path (SMOs and
   // out-of-line values only).
   mutable sync::SpinLock alloc_mu_;
-  Fault fault_ = Fault::none;
+  // A Fault in the tracing flavour; elsewhere an empty constant that reads as Fault::none.
+  struct NoFault {
+    constexpr operator Fault() const { return Fault::none; }
+    constexpr NoFault& operator=(Fault) { return *this; }
+  };
+  [[no_unique_address]] std::conditional_t<pm::kTracing, Fault, NoFault> fault_{};
   std::vector<Inner*> all_inner_;     // every inner node, for freeing (inner_mu_)
   // Declared before epochs_: the epoch manager's last deleters return leaves to it.
   pm::DramArena dram_;

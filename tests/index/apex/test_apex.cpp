@@ -13,13 +13,14 @@
 #include <random>
 
 #include "index/apex/apex.h"
+#include "index/common/map_checker.h"
 #include "pmindex/index.h"
 #include "support/temp_dir.h"
 
 namespace pmindex {
 namespace {
 
-using pmindex::testing::TempDir;
+using namespace pmindex::testing;
 
 Options small_options(KeyType kt, const std::string& path = "") {
   Options o;
@@ -31,77 +32,15 @@ Options small_options(KeyType kt, const std::string& path = "") {
   return o;
 }
 
-std::unique_ptr<Index> open_or_die(const Options& o) {
-  auto r = Index::open(o);
-  EXPECT_TRUE(r.ok()) << r.status().to_string();
-  return r.ok() ? std::move(r).value() : nullptr;
-}
-
 apex::Apex& as_apex(Index& idx) { return dynamic_cast<apex::Apex&>(idx); }
 
 std::string val(std::uint64_t v) { return std::string(reinterpret_cast<const char*>(&v), 8); }
 
-// Applies one random operation to the index and the oracle and checks the result.
-class Checker {
- public:
-  Checker(Index& idx, std::map<std::string, std::string>& oracle) : idx_(idx), oracle_(oracle) {}
-  void op(int kind, const std::string& k, std::uint64_t v) {
-    const std::string value = val(v);
-    switch (kind) {
-      case 0: case 1: case 2: {
-        const bool fresh = oracle_.emplace(k, value).second;
-        ASSERT_EQ(idx_.insert(k, value), fresh ? Code::ok : Code::already_present);
-        break;
-      }
-      case 3: {
-        auto it = oracle_.find(k);
-        ASSERT_EQ(idx_.update(k, value), it == oracle_.end() ? Code::not_found : Code::ok);
-        if (it != oracle_.end()) it->second = value;
-        break;
-      }
-      case 4:
-        ASSERT_EQ(idx_.remove(k), oracle_.erase(k) ? Code::ok : Code::not_found);
-        break;
-      case 5: {
-        std::string got;
-        auto it = oracle_.find(k);
-        ASSERT_EQ(idx_.find(k, &got), it == oracle_.end() ? Code::not_found : Code::ok);
-        if (it != oracle_.end()) {
-          ASSERT_EQ(got, it->second);
-        }
-        break;
-      }
-      default: {
-        ScanBuffer buf;
-        const std::size_t want = 1 + v % 40;  // short and long scans (cutoff inside a node)
-        const std::size_t n = idx_.scan(k, want, buf);
-        auto it = oracle_.lower_bound(k);
-        for (std::size_t j = 0; j < n; ++j, ++it) {
-          ASSERT_NE(it, oracle_.end());
-          ASSERT_EQ(buf.key(j), it->first);
-          ASSERT_EQ(buf.value(j), it->second);
-        }
-        ASSERT_TRUE(n == want || it == oracle_.end());
-      }
-    }
-  }
-  void check_all() {
-    std::string got;
-    for (const auto& [k, v] : oracle_) {
-      ASSERT_EQ(idx_.find(k, &got), Code::ok);
-      ASSERT_EQ(got, v);
-    }
-    ScanBuffer buf;
-    const std::size_t n = idx_.scan(std::string(8, '\0'), oracle_.size() + 5, buf);
-    ASSERT_EQ(n, oracle_.size());
-    std::size_t j = 0;
-    for (const auto& [k, v] : oracle_) ASSERT_EQ(buf.key(j++), k);
-  }
-
- private:
-  Index& idx_;
-  std::map<std::string, std::string>& oracle_;
-};
+MapChecker apex_checker(const Options& o) {
+  MapChecker c(o);
+  c.set_lowest_key(std::string(8, '\0'));  // APEX takes 8-byte keys only
+  return c;
+}
 
 // Keys from a mix of distributions: uniform over all 64 bits (sideways splits, inner
 // expansions), a dense cluster of small integers (downward splits: the root's model cannot
@@ -118,20 +57,16 @@ std::uint64_t mixed_u64(std::mt19937_64& rng) {
 }
 
 TEST(Apex, RandomizedU64AgainstStdMapEverySmoKind) {
-  auto idx = open_or_die(small_options(KeyType::u64));
-  ASSERT_NE(idx, nullptr);
-  std::map<std::string, std::string> oracle;
-  Checker check(*idx, oracle);
-  std::mt19937_64 rng(42);
-  for (int i = 0; i < 12000; ++i) {
-    int kind = std::uniform_int_distribution<int>(0, 6)(rng);
-    if (i < 6000 && kind == 4) kind = 0;  // grow first, then mix in deletes
-    check.op(kind, encode_u64(mixed_u64(rng)), rng());
-    if (::testing::Test::HasFatalFailure()) return;
-    const Status s = idx->verify();
-    ASSERT_TRUE(s.ok()) << "after op " << i << ": " << s.to_string();
-  }
-  check.check_all();
+  MapChecker c = apex_checker(small_options(KeyType::u64));
+  ASSERT_TRUE(c.ok()) << c.open_status().to_string();
+  // Grow first (no removes), then mix in deletes; verify() after every op.
+  c.run({.phases = {Phase{6000, {3, 0, 1, 0, 1, 1}, 40, 0}, Phase{6000, {3, 0, 1, 1, 1, 1}, 40, 0}},
+         .seed = 42, .verify_after_smo = false},  // verify() after every op anyway
+        [](std::mt19937_64& rng) { return encode_u64(mixed_u64(rng)); },
+        [](std::mt19937_64& rng) { return val(rng()); });
+  if (HasFailure()) return;
+  Index* idx = &c.index();
+  const Model& oracle = c.model();
   const auto st = as_apex(*idx).stats();
   EXPECT_GT(st.expansions, 0u);
   EXPECT_GT(st.sideways_splits, 0u);
@@ -150,12 +85,11 @@ TEST(Apex, RandomizedU64AgainstStdMapEverySmoKind) {
 }
 
 TEST(Apex, SequentialInsertsAndStashOverflow) {
-  auto idx = open_or_die(small_options(KeyType::u64));
-  ASSERT_NE(idx, nullptr);
-  std::map<std::string, std::string> oracle;
-  Checker check(*idx, oracle);
+  MapChecker c = apex_checker(small_options(KeyType::u64));
+  ASSERT_TRUE(c.ok()) << c.open_status().to_string();
+  Index* idx = &c.index();
   for (std::uint64_t i = 0; i < 5000; ++i) {
-    check.op(0, encode_u64(i * 7), i);
+    ASSERT_TRUE(c.insert(encode_u64(i * 7), val(i)));
     if (i % 50 == 0) {
       ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
     }
@@ -163,27 +97,26 @@ TEST(Apex, SequentialInsertsAndStashOverflow) {
   // Appends are absorbed by inner expansions that extend the domain to the right, so the tree
   // stays shallow.
   EXPECT_LE(as_apex(*idx).stats().max_depth, 6u);
-  for (std::uint64_t i = 5000; i-- > 0;) check.op(0, encode_u64(i * 7 + 3), i);
+  for (std::uint64_t i = 5000; i-- > 0;) ASSERT_TRUE(c.insert(encode_u64(i * 7 + 3), val(i)));
   ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
-  check.check_all();
+  ASSERT_TRUE(c.check_all());
 }
 
 TEST(Apex, DescendingInsertsStayShallow) {
   for (KeyType kt : {KeyType::u64, KeyType::f64}) {
-    auto idx = open_or_die(small_options(kt));
-    ASSERT_NE(idx, nullptr);
-    std::map<std::string, std::string> oracle;
-    Checker check(*idx, oracle);
+    MapChecker c = apex_checker(small_options(kt));
+    ASSERT_TRUE(c.ok()) << c.open_status().to_string();
+    Index* idx = &c.index();
     for (std::uint64_t i = 0; i < 6000; ++i) {
       const std::uint64_t k = 1'000'000'000'000ull - i * 13;
-      check.op(0, kt == KeyType::u64 ? encode_u64(k) : encode_f64(static_cast<double>(k) / 7.0), i);
-      if (::testing::Test::HasFatalFailure()) return;
+      ASSERT_TRUE(c.insert(
+          kt == KeyType::u64 ? encode_u64(k) : encode_f64(static_cast<double>(k) / 7.0), val(i)));
       if (i % 100 == 0) {
         ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
       }
     }
     ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
-    check.check_all();
+    ASSERT_TRUE(c.check_all());
     // Prepends are absorbed by inner expansions that extend the domain to the left.
     EXPECT_LE(as_apex(*idx).stats().max_depth, 6u) << to_string(kt);
   }
@@ -207,20 +140,14 @@ double random_double(std::mt19937_64& rng) {
 }
 
 TEST(Apex, RandomizedF64AgainstStdMap) {
-  auto idx = open_or_die(small_options(KeyType::f64));
-  ASSERT_NE(idx, nullptr);
-  std::map<std::string, std::string> oracle;
-  Checker check(*idx, oracle);
-  std::mt19937_64 rng(7);
-  for (int i = 0; i < 8000; ++i) {
-    int kind = std::uniform_int_distribution<int>(0, 6)(rng);
-    if (i < 4000 && kind == 4) kind = 0;
-    check.op(kind, encode_f64(random_double(rng)), rng());
-    if (::testing::Test::HasFatalFailure()) return;
-    const Status s = idx->verify();
-    ASSERT_TRUE(s.ok()) << "after op " << i << ": " << s.to_string();
-  }
-  check.check_all();
+  MapChecker c = apex_checker(small_options(KeyType::f64));
+  ASSERT_TRUE(c.ok()) << c.open_status().to_string();
+  c.run({.phases = {Phase{4000, {3, 0, 1, 0, 1, 1}, 40, 0}, Phase{4000, {3, 0, 1, 1, 1, 1}, 40, 0}},
+         .seed = 7, .verify_after_smo = false},
+        [](std::mt19937_64& rng) { return encode_f64(random_double(rng)); },
+        [](std::mt19937_64& rng) { return val(rng()); });
+  if (HasFailure()) return;
+  Index* idx = &c.index();
   // NaN is refused with a clear code; so are keys of the wrong size.
   EXPECT_EQ(idx->insert(encode_f64(std::nan("")), val(1)), Code::invalid_argument);
   EXPECT_EQ(idx->insert(encode_f64(-std::nan("")), val(1)), Code::invalid_argument);
@@ -245,8 +172,9 @@ TEST(Apex, OtherKeyTypesAreRefusedAtCreation) {
 
 TEST(Apex, BulkLoadThenOperate) {
   for (KeyType kt : {KeyType::u64, KeyType::f64}) {
-    auto idx = open_or_die(small_options(kt));
-    ASSERT_NE(idx, nullptr);
+    MapChecker c = apex_checker(small_options(kt));
+    ASSERT_TRUE(c.ok()) << c.open_status().to_string();
+    Index* idx = &c.index();
     std::mt19937_64 rng(3);
     std::map<std::string, std::string> oracle;
     while (oracle.size() < 20000) {
@@ -255,10 +183,8 @@ TEST(Apex, BulkLoadThenOperate) {
                                 : encode_f64(random_double(rng));
       oracle.emplace(k, val(rng()));
     }
-    std::vector<KeyValue> kvs;
-    for (const auto& [k, v] : oracle) kvs.push_back({k, v});
-    ASSERT_TRUE(idx->bulk_load(kvs, 1.0).ok());
-    ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
+    ASSERT_TRUE(c.bulk_load(oracle, 1.0));
+    ASSERT_TRUE(c.verify());
     const auto st = as_apex(*idx).stats();
     EXPECT_EQ(st.records, oracle.size());
     // Bulk load keeps every stash ratio within [0.05, 0.3] (PA rounding to whole 16-record
@@ -269,19 +195,16 @@ TEST(Apex, BulkLoadThenOperate) {
               << ", max depth " << st.max_depth << ", inner " << st.inner_nodes << ", data "
               << st.data_nodes << ", stash ratio " << st.avg_stash_ratio << ", overflow ratio "
               << st.overflow_ratio << "\n";
+    std::vector<KeyValue> kvs;
+    for (const auto& [k, v] : oracle) kvs.push_back({k, v});
     EXPECT_FALSE(idx->bulk_load(kvs, 1.0).ok());  // only into an empty index
-    Checker check(*idx, oracle);
-    check.check_all();
-    for (int i = 0; i < 3000; ++i) {
-      const std::string k = kt == KeyType::u64 ? encode_u64(rng() % 200000) : encode_f64(random_double(rng));
-      check.op(std::uniform_int_distribution<int>(0, 6)(rng), k, rng());
-      if (::testing::Test::HasFatalFailure()) return;
-      if (i % 10 == 0) {
-        ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
-      }
-    }
-    ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
-    check.check_all();
+    c.run({.phases = {Phase{3000, {3, 0, 1, 1, 1, 1}, 40, 0}}, .seed = 3, .verify_every = 10,
+           .verify_after_smo = false},  // footprint() walks 20,000 records
+          [kt](std::mt19937_64& r) {
+            return kt == KeyType::u64 ? encode_u64(r() % 200000) : encode_f64(random_double(r));
+          },
+          [](std::mt19937_64& r) { return val(r()); });
+    if (HasFailure()) return;
   }
 }
 
@@ -292,41 +215,28 @@ TEST(Apex, BulkLoadRejectsUnsortedInput) {
   EXPECT_EQ(idx->bulk_load(kvs, 1.0).code(), Code::invalid_argument);
 }
 
+// The kit's reopen (clean close, then destroy without close), each followed by more random
+// ops; APEX recovers lazily, so the content is checked before the reachability walk ends.
 TEST(Apex, ReopenAfterCleanCloseAndAfterCrash) {
   TempDir dir;
-  for (bool clean : {true, false}) {
-    const std::string path = dir.file(clean ? "clean.pool" : "crash.pool");
-    std::map<std::string, std::string> oracle;
-    std::mt19937_64 rng(clean ? 1 : 2);
-    {
-      auto idx = open_or_die(small_options(KeyType::u64, path));
-      ASSERT_NE(idx, nullptr);
-      Checker check(*idx, oracle);
-      for (int i = 0; i < 4000; ++i) check.op(std::uniform_int_distribution<int>(0, 4)(rng),
-                                              encode_u64(mixed_u64(rng)), rng());
-      if (clean) {
-        ASSERT_TRUE(idx->close().ok());
-      }
-      // !clean: destroyed without close(), as a crash leaves the pool.
-    }
-    for (int round = 0; round < 2; ++round) {
-      auto idx = open_or_die(small_options(KeyType::u64, path));
-      ASSERT_NE(idx, nullptr);
-      EXPECT_EQ(idx->recovery_stats().clean_shutdown, clean && round == 0);
-      EXPECT_FALSE(idx->recovery_stats().records_counted);  // instant recovery walks nothing
-      Checker check(*idx, oracle);
-      check.check_all();  // answered while the reachability walk may still run
-      as_apex(*idx).wait_recovery_walk();
-      ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
-      for (int i = 0; i < 2000; ++i) check.op(std::uniform_int_distribution<int>(0, 6)(rng),
-                                              encode_u64(mixed_u64(rng)), rng());
-      ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
-      check.check_all();
-      EXPECT_GT(idx->recovery_stats().nodes, 0u);
-      std::cout << "[ info     ] " << (clean ? "clean" : "crash") << " reopen: first answer after "
-                << idx->recovery_stats().seconds * 1e3 << " ms, repaired "
-                << idx->recovery_stats().repaired << "\n";
-    }
+  MapChecker c = apex_checker(small_options(KeyType::u64, dir.file("r.pool")));
+  ASSERT_TRUE(c.ok()) << c.open_status().to_string();
+  const Gen keys = [](std::mt19937_64& rng) { return encode_u64(mixed_u64(rng)); };
+  const Gen values = [](std::mt19937_64& rng) { return val(rng()); };
+  c.run({.phases = {Phase{4000, {3, 0, 1, 1, 1, 0}, 40, 0}}, .seed = 1, .verify_every = 0},
+        keys, values);
+  for (bool clean : {true, false, false}) {
+    ASSERT_TRUE(c.reopen(clean));
+    Index* idx = &c.index();
+    EXPECT_FALSE(idx->recovery_stats().records_counted);  // instant recovery walks nothing
+    as_apex(*idx).wait_recovery_walk();
+    c.run({.phases = {Phase{2000, {3, 0, 1, 1, 1, 1}, 40, 0}}, .seed = 2, .verify_every = 0},
+          keys, values);
+    if (HasFailure()) return;
+    EXPECT_GT(idx->recovery_stats().nodes, 0u);
+    std::cout << "[ info     ] " << (clean ? "clean" : "crash") << " reopen: first answer after "
+              << idx->recovery_stats().seconds * 1e3 << " ms, repaired "
+              << idx->recovery_stats().repaired << "\n";
   }
 }
 

@@ -1,8 +1,9 @@
 // Crash / kill test scaffolding shared by the hybrid (DRAM-inner / PM-leaf) indexes' tests
 // (LB+-Tree, FPTree; any index in the IndexRegistry works):
 //  * run_registry_crash: the generic registry driver (random insert/update/upsert/remove mix
-//    over a small key space) under the crash simulator, sized by PMINDEX_CRASH_IMAGES, with an
-//    optional pre-check that the workload really splits leaves.
+//    over a small key space) under the crash simulator, sized by PMINDEX_CRASH_IMAGES; the
+//    kit's expect_explored checks the SMOs the run names (seen on the live index while it was
+//    explored) and, when it crashes inside recovery, that nested images were checked.
 //  * ScriptedScenario + run_scripted: a designed op list (optionally after a bulk load) that
 //    walks an index's persistence paths in order; every image is recovered through the
 //    registry, verify()ed, compared with the oracle (completed ops present, the op in flight
@@ -11,6 +12,7 @@
 //    script reached those paths.
 //  * expect_driver_catches: the driver must fail on an image that a tamper function damages.
 //  * run_kill: the kill -9 harness on a /dev/shm pool (PMINDEX_KILL_CYCLES).
+//  * expect_kill_catches: the kill harness must fail on a pool file a tamper function damages.
 // Replay any crash failure with PMINDEX_CRASH_REPLAY='<printed token>'.
 //
 // Thread safety: test code, single-threaded.
@@ -19,8 +21,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -37,39 +43,18 @@
 
 namespace pmindex::crash::hybrid_test {
 
-// Replays `n` ops of the seeded workload on a DRAM index and counts the ops that grew the PM
-// footprint (leaf splits: keys and values are inline) and shrank it (leaf removals).
-inline void expect_structural_changes(const Options& base, std::uint64_t key_space,
-                                      std::size_t n, std::uint64_t seed) {
-  Options o = base;
-  o.pool_size = 1 << 20;
-  o.persistence = pm::Mode::dram;
-  auto r = Index::open(o);
-  ASSERT_TRUE(r.ok()) << r.status().to_string();
-  auto idx = std::move(r).value();
-  Oracle oracle;
-  std::size_t splits = 0, removals = 0;
-  std::uint64_t before = idx->footprint().pm_bytes;
-  for (const WorkOp& op : make_workload(seed, n, key_space)) {
-    ASSERT_TRUE(apply_checked(*idx, op, oracle, 8).ok());
-    const std::uint64_t now = idx->footprint().pm_bytes;
-    if (now > before) ++splits;
-    if (now < before) ++removals;
-    before = now;
-  }
-  std::cout << "workload: " << n << " ops, " << splits << " splits, " << removals
-            << " leaf removals\n";
-  EXPECT_GT(splits, 0u);
-}
-
 struct RegistryCrashRun {
   Options options;                     // kind, node_size, key_type, max_key_size
+  std::size_t pool_size = 256 * 1024;  // the run's anonymous pool (<= 1 MiB: cheap images)
   std::uint64_t key_space = 24;
   pm::Mode mode = pm::Mode::adr;
   std::size_t min_ops = 0;             // at least this many (so leaves split and empty)
   std::size_t recovery_crash_images = 0;
   std::string label;                   // replay label, e.g. "lbtree256.adr"
-  bool check_workload_splits = false;  // expect_structural_changes before exploring
+  // SMOs the run must have made (crash_kit::SmoTally names over `probe`'s levels), e.g.
+  // {"pm_bytes+"}: leaves split while the crash points were explored.
+  std::vector<std::string> smos;
+  crash_kit::SmoTally::Probe probe = crash_kit::footprint_levels;
 };
 
 // At least `min_ops`, more for a larger image budget (the long suite), so that eADR, with
@@ -77,16 +62,17 @@ struct RegistryCrashRun {
 inline void run_registry_crash(const RegistryCrashRun& run) {
   IndexCrashConfig cfg;
   cfg.options = run.options;
+  cfg.pool_size = run.pool_size;
   cfg.key_space = run.key_space;
   cfg.recovery_crash_images = run.recovery_crash_images;
   const ExploreOptions opt = ExploreOptions::from_env(run.label, run.mode);
   cfg.ops = std::max(run.min_ops, default_crash_ops(opt.images_budget));
-  if (run.check_workload_splits && !opt.replay) {
-    expect_structural_changes(cfg.options, cfg.key_space, cfg.ops, opt.seed);
-  }
+  const crash_kit::SmoTally tally(run.probe);
+  cfg.observe = tally.observer();
   const ExploreReport r = run_index_crash(cfg, opt);
   if (r.replay_skipped) GTEST_SKIP() << "PMINDEX_CRASH_REPLAY names another configuration";
-  crash_kit::expect_explored(r, opt);
+  crash_kit::expect_explored(
+      r, opt, {.recovery_crashes = run.recovery_crash_images > 0, .smos = run.smos}, &tally);
 }
 
 // The driver must catch a loss that `tamper` causes in every image.
@@ -235,8 +221,8 @@ inline void run_scripted(ScriptedScenario& scenario, const std::string& label, p
   std::cout << label << ": " << scenario.splits() << " splits, " << scenario.removals()
             << " leaf removals over the runs\n";
   if (r.replay_skipped) GTEST_SKIP() << "PMINDEX_CRASH_REPLAY names another configuration";
-  crash_kit::expect_explored(r, opt, {.min_crash_points = std::max<std::size_t>(
-                                          1, expect.min_crash_points)});
+  crash_kit::expect_explored(
+      r, opt, {.min_crash_points = std::max<std::size_t>(1, expect.min_crash_points), .smos = {}});
   if (!opt.replay) {
     if (expect.splits) { EXPECT_GT(scenario.splits(), 0u); }
     if (expect.removals) { EXPECT_GT(scenario.removals(), 0u); }
@@ -258,6 +244,55 @@ inline void run_kill(const std::string& kind, std::uint32_t node_size, pm::Mode 
   std::cout << label << " seed " << cfg.seed << ": " << r.to_string() << "\n";
   EXPECT_TRUE(r.ok()) << r.to_string();
   EXPECT_EQ(r.cycles, cfg.cycles);
+}
+
+// The offset of the head leaf in a crash image or pool file: the index root's word at
+// `head_field` (0 when the root or a `leaf_bytes` leaf there would leave the image). For the
+// known-bad tampers below.
+inline std::uint64_t head_leaf(std::span<const char> image, std::size_t head_field,
+                               std::size_t leaf_bytes) {
+  std::uint64_t root = 0, head = 0;
+  std::memcpy(&root, image.data() + offsetof(pm::PoolHeader, root), 8);
+  if (root == 0 || root + head_field + 8 > image.size()) return 0;
+  std::memcpy(&head, image.data() + root + head_field, 8);
+  return head == 0 || head + leaf_bytes > image.size() ? 0 : head;
+}
+
+// Both checkers must catch the loss `tamper` causes: the crash driver in every image, and the
+// kill harness in the pool file after each kill.
+inline void expect_checkers_catch(const Options& options,
+                                  const std::function<void(std::span<char>)>& tamper,
+                                  const std::string& label);
+
+// The kill harness must catch a loss that `tamper` (an image tamper, as for
+// expect_driver_catches) causes in the pool file after each kill, before the reopen.
+inline void expect_kill_catches(Options options, std::function<void(std::span<char>)> tamper,
+                                const std::string& label) {
+  pmindex::testing::TempDir dir;
+  KillConfig cfg;
+  cfg.options = std::move(options);
+  cfg.options.path = dir.file("kill.pool");
+  cfg.options.pool_size = 1 << 20;
+  cfg.cycles = 8;
+  cfg.tamper_pool = [tamper = std::move(tamper)](const std::string& path) {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(f.good()) << path;
+    std::vector<char> image((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    tamper(image);
+    f.seekp(0);
+    f.write(image.data(), static_cast<std::streamsize>(image.size()));
+  };
+  const KillReport r = run_kill_cycles(cfg);
+  std::cout << label << ": " << r.to_string() << "\n";
+  ASSERT_FALSE(r.ok()) << label << ": the harness missed the planted loss";
+  std::cout << "[caught] " << r.failures.front().substr(0, 300) << "\n";
+}
+
+inline void expect_checkers_catch(const Options& options,
+                                  const std::function<void(std::span<char>)>& tamper,
+                                  const std::string& label) {
+  expect_driver_catches(options, 40, tamper, label + ".tampered");
+  expect_kill_catches(options, tamper, label + ".kill.tampered");
 }
 
 }  // namespace pmindex::crash::hybrid_test

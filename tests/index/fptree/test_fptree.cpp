@@ -10,22 +10,17 @@
 #include <tuple>
 
 #include "index/fptree/fptree.h"
+#include "index/common/map_checker.h"
 #include "pmindex/index.h"
 #include "support/temp_dir.h"
 
 namespace pmindex {
 namespace {
 
-using pmindex::testing::TempDir;
+using namespace pmindex::testing;
 
 constexpr std::uint32_t kSmall = sizeof(fptree::Leaf<8>);   // 192
 constexpr std::uint32_t kPaper = sizeof(fptree::Leaf<64>);  // 1152
-
-std::unique_ptr<Index> must_open(const Options& o) {
-  auto r = Index::open(o);
-  EXPECT_TRUE(r.ok()) << r.status().to_string();
-  return r.ok() ? std::move(r).value() : nullptr;
-}
 
 Options fp_options(std::uint32_t node_size, KeyType kt) {
   Options o;
@@ -69,63 +64,26 @@ void check_against(const Index& idx, const std::map<std::string, std::string>& o
 using RandomParam = std::tuple<std::uint32_t, KeyType>;
 class FPTreeRandom : public ::testing::TestWithParam<RandomParam> {};
 
+// The kit's random driver over a 400-key domain: a grow phase, a mixed phase and a shrink
+// phase. Every leaf size, the paper's 64 slots included, must split (the footprint grew) and
+// drain leaves (it shrank), so the closing check, deleting everything unlinks every non-head
+// leaf and PM use returns to the empty tree's, is not trivially true.
 TEST_P(FPTreeRandom, MatchesStdMapWithVerifyAfterEveryOp) {
   const auto [node_size, kt] = GetParam();
-  auto idx = must_open(fp_options(node_size, kt));
-  ASSERT_NE(idx, nullptr);
-  const std::uint64_t empty_bytes = idx->footprint().pm_bytes;
-  std::map<std::string, std::string> oracle;
-  std::mt19937_64 rng(node_size * 31 + static_cast<unsigned>(kt));
-  const int ops = node_size == kSmall ? 3000 : 1500;
-  for (int i = 0; i < ops; ++i) {
-    const std::string k = random_key(kt, rng() % 400);
-    const std::string v = random_value(rng);
-    std::string got;
-    switch (rng() % 6) {
-      case 0:
-      case 1: {
-        const bool fresh = !oracle.count(k);
-        ASSERT_EQ(idx->insert(k, v), fresh ? Code::ok : Code::already_present);
-        if (fresh) oracle[k] = v;
-        break;
-      }
-      case 2: {
-        const bool present = oracle.count(k) != 0;
-        ASSERT_EQ(idx->update(k, v), present ? Code::ok : Code::not_found);
-        if (present) oracle[k] = v;
-        break;
-      }
-      case 3:
-        ASSERT_EQ(idx->remove(k), oracle.erase(k) ? Code::ok : Code::not_found);
-        break;
-      case 4: {
-        const auto it = oracle.find(k);
-        ASSERT_EQ(idx->find(k, &got), it == oracle.end() ? Code::not_found : Code::ok);
-        if (it != oracle.end()) {
-          ASSERT_EQ(got, it->second);
-        }
-        break;
-      }
-      default: {
-        ScanBuffer out;
-        const std::size_t n = idx->scan(k, 7, out);
-        auto it = oracle.lower_bound(k);
-        for (std::size_t j = 0; j < n; ++j, ++it) {
-          ASSERT_NE(it, oracle.end());
-          ASSERT_EQ(out.key(j), it->first);
-          ASSERT_EQ(out.value(j), it->second);
-        }
-        ASSERT_TRUE(n == 7 || it == oracle.end());
-      }
-    }
-    const Status s = idx->verify();
-    ASSERT_TRUE(s.ok()) << "after op " << i << ": " << s.to_string();
-  }
-  check_against(*idx, oracle);
-  // Deleting everything unlinks every non-head leaf: PM use returns to the empty tree's.
-  for (const auto& [k, v] : oracle) ASSERT_EQ(idx->remove(k), Code::ok);
-  ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
-  EXPECT_EQ(idx->footprint().pm_bytes, empty_bytes);
+  MapChecker c(fp_options(node_size, kt));
+  ASSERT_TRUE(c.ok()) << c.open_status().to_string();
+  const std::uint64_t empty_bytes = c.index().footprint().pm_bytes;
+  const int ops = node_size == kSmall ? 1000 : 500;
+  const RandomStats st = c.run(
+      {.phases = {grow_phase(ops), mixed_phase(ops), shrink_phase(ops)},
+       .seed = node_size * 31 + static_cast<unsigned>(kt)},
+      [kt = kt](std::mt19937_64& rng) { return random_key(kt, rng() % 400); }, random_value);
+  EXPECT_GT(st.grew, 0u) << "no leaf split";
+  EXPECT_GT(st.shrank, 0u) << "no leaf removed";
+  const Model all = c.model();
+  for (const auto& [k, v] : all) ASSERT_TRUE(c.remove(k));
+  ASSERT_TRUE(c.verify());
+  EXPECT_EQ(c.index().footprint().pm_bytes, empty_bytes);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -134,7 +92,7 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(KeyType::u64, KeyType::f64, KeyType::bytes)));
 
 TEST(FPTree, EdgeKeysAndValues) {
-  auto idx = must_open(fp_options(kSmall, KeyType::u64));
+  auto idx = open_or_die(fp_options(kSmall, KeyType::u64));
   ASSERT_NE(idx, nullptr);
   const std::string zero = encode_u64(0), ones = encode_u64(~std::uint64_t{0});
   const std::string top(8, '\xff'), nul(8, '\0');
@@ -160,7 +118,7 @@ TEST(FPTree, EdgeKeysAndValues) {
 
 // Updates in a full leaf split it first (the new version needs a free slot).
 TEST(FPTree, UpdateInFullLeafSplits) {
-  auto idx = must_open(fp_options(kSmall, KeyType::u64));
+  auto idx = open_or_die(fp_options(kSmall, KeyType::u64));
   ASSERT_NE(idx, nullptr);
   for (std::uint64_t k = 0; k < 8; ++k) ASSERT_EQ(idx->insert(encode_u64(k), encode_u64(k)), Code::ok);
   const std::uint64_t before = idx->footprint().pm_bytes;
@@ -184,7 +142,7 @@ TEST(FPTree, ReopenAfterCloseAndAfterCrash) {
       o.path = dir.file("f.pool");
       std::map<std::string, std::string> oracle;
       {
-        auto idx = must_open(o);
+        auto idx = open_or_die(o);
         ASSERT_NE(idx, nullptr);
         std::mt19937_64 rng(7);
         for (int i = 0; i < 4000; ++i) {
@@ -201,7 +159,7 @@ TEST(FPTree, ReopenAfterCloseAndAfterCrash) {
           ASSERT_TRUE(idx->close().ok());
         }
       }
-      auto idx = must_open(o);
+      auto idx = open_or_die(o);
       ASSERT_NE(idx, nullptr);
       EXPECT_EQ(idx->recovery_stats().clean_shutdown, clean);
       EXPECT_EQ(idx->recovery_stats().records, oracle.size());
@@ -218,7 +176,7 @@ TEST(FPTree, LayoutRecordsLeafSize) {
   TempDir dir;
   Options o = fp_options(kSmall, KeyType::u64);
   o.path = dir.file("l.pool");
-  { ASSERT_NE(must_open(o), nullptr); }
+  { ASSERT_NE(open_or_die(o), nullptr); }
   Options other = o;
   other.node_size = kPaper;
   EXPECT_FALSE(Index::open(other).ok());
@@ -234,7 +192,7 @@ std::uint64_t head_of(const pm::Pool& pool) {
 // verify() must be able to fail: a fingerprint, a duplicated key, a bitmap bit beyond the slots,
 // a leftover lock word and a non-empty micro-log are each reported.
 TEST(FPTree, VerifyCatchesCorruption) {
-  auto idx = must_open(fp_options(kSmall, KeyType::u64));
+  auto idx = open_or_die(fp_options(kSmall, KeyType::u64));
   ASSERT_NE(idx, nullptr);
   for (std::uint64_t k = 1; k <= 5; ++k) ASSERT_EQ(idx->insert(encode_u64(k), encode_u64(k)), Code::ok);
   ASSERT_TRUE(idx->verify().ok());
@@ -274,7 +232,7 @@ TEST(FPTree, RecoveryRefusesACycle) {
   Options o = fp_options(kSmall, KeyType::u64);
   o.path = dir.file("cyc.pool");
   {
-    auto idx = must_open(o);
+    auto idx = open_or_die(o);
     for (std::uint64_t k = 0; k < 100; ++k) ASSERT_EQ(idx->insert(encode_u64(k), encode_u64(k)), Code::ok);
     const pm::Pool& pool = idx->pool();
     auto* head = pool.at<fptree::Leaf<8>>(head_of(pool));

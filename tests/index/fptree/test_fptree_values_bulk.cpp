@@ -17,13 +17,14 @@
 #include <vector>
 
 #include "index/fptree/fptree.h"
+#include "index/common/map_checker.h"
 #include "pmindex/index.h"
 #include "support/temp_dir.h"
 
 namespace pmindex {
 namespace {
 
-using pmindex::testing::TempDir;
+using namespace pmindex::testing;
 
 constexpr std::uint32_t kSmall = sizeof(fptree::Leaf<8>);   // 192
 constexpr std::uint32_t kPaper = sizeof(fptree::Leaf<64>);  // 1152
@@ -37,12 +38,6 @@ Options options(std::uint32_t node_size, KeyType kt, std::uint32_t max_value) {
   o.max_key_size = kt == KeyType::bytes ? 24 : 8;
   o.max_value_size = max_value;
   return o;
-}
-
-std::unique_ptr<Index> must_open(const Options& o) {
-  auto r = Index::open(o);
-  EXPECT_TRUE(r.ok()) << r.status().to_string();
-  return r.ok() ? std::move(r).value() : nullptr;
 }
 
 std::string key_of(KeyType kt, std::uint64_t r) {
@@ -77,52 +72,24 @@ class FPTreeValues : public ::testing::TestWithParam<KeyType> {};
 TEST_P(FPTreeValues, OutOfLineValuesMatchStdMapWithVerifyAfterEveryOp) {
   const KeyType kt = GetParam();
   constexpr std::uint32_t kMax = 100;
-  auto idx = must_open(options(kSmall, kt, kMax));
-  ASSERT_NE(idx, nullptr);
-  const std::uint64_t empty_bytes = idx->footprint().pm_bytes;
-  std::map<std::string, std::string> oracle;
-  std::mt19937_64 rng(7 + static_cast<unsigned>(kt));
-  for (int i = 0; i < 2500; ++i) {
-    const std::string k = key_of(kt, rng() % 300);
-    const std::string v = value_of(rng, kMax);
-    const bool present = oracle.count(k) != 0;
-    switch (rng() % 5) {
-      case 0:
-      case 1:
-        ASSERT_EQ(idx->insert(k, v), present ? Code::already_present : Code::ok) << i;
-        if (!present) oracle[k] = v;
-        break;
-      case 2:
-        ASSERT_EQ(idx->update(k, v), present ? Code::ok : Code::not_found) << i;
-        if (present) oracle[k] = v;
-        break;
-      case 3:
-        ASSERT_EQ(idx->remove(k), present ? Code::ok : Code::not_found) << i;
-        oracle.erase(k);
-        break;
-      default: {
-        std::string got;
-        ASSERT_EQ(idx->find(k, &got), present ? Code::ok : Code::not_found) << i;
-        if (present) {
-          ASSERT_EQ(got, oracle[k]) << i;
-        }
-      }
-    }
-    const Status s = idx->verify();
-    ASSERT_TRUE(s.ok()) << i << ": " << s.to_string();
-  }
-  expect_matches(*idx, oracle);
-  for (const auto& [k, v] : oracle) ASSERT_EQ(idx->remove(k), Code::ok);
-  ASSERT_TRUE(idx->verify().ok());
+  MapChecker c(options(kSmall, kt, kMax));
+  ASSERT_TRUE(c.ok()) << c.open_status().to_string();
+  const std::uint64_t empty_bytes = c.index().footprint().pm_bytes;
+  c.run({.phases = {mixed_phase(2500)}, .seed = 7 + static_cast<unsigned>(kt)},
+        [kt](std::mt19937_64& rng) { return key_of(kt, rng() % 300); },
+        [](std::mt19937_64& rng) { return value_of(rng, kMax); });
+  const Model all = c.model();
+  for (const auto& [k, v] : all) ASSERT_TRUE(c.remove(k));
+  ASSERT_TRUE(c.verify());
   // Every value record was freed (a leaf may stay: removal is best effort, not the head).
-  EXPECT_LE(idx->footprint().pm_bytes, empty_bytes + 4 * 256);
+  EXPECT_LE(c.index().footprint().pm_bytes, empty_bytes + 4 * 256);
 }
 
 INSTANTIATE_TEST_SUITE_P(KeyTypes, FPTreeValues, ::testing::Values(KeyType::u64, KeyType::bytes));
 
 TEST(FPTreeValueLimits, EveryValueSizeWorksOrGetsADocumentedError) {
   {  // inline: exactly 8 bytes
-    auto idx = must_open(options(kSmall, KeyType::u64, 8));
+    auto idx = open_or_die(options(kSmall, KeyType::u64, 8));
     ASSERT_NE(idx, nullptr);
     EXPECT_EQ(idx->insert(encode_u64(1), std::string(7, 'a')), Code::invalid_argument);
     EXPECT_EQ(idx->insert(encode_u64(1), std::string(9, 'a')), Code::value_too_large);
@@ -130,7 +97,7 @@ TEST(FPTreeValueLimits, EveryValueSizeWorksOrGetsADocumentedError) {
     EXPECT_EQ(idx->update(encode_u64(1), std::string()), Code::invalid_argument);
   }
   {  // out of line: 0..max bytes
-    auto idx = must_open(options(kSmall, KeyType::u64, 64));
+    auto idx = open_or_die(options(kSmall, KeyType::u64, 64));
     ASSERT_NE(idx, nullptr);
     for (std::size_t n : {0, 1, 8, 9, 63, 64}) {
       const std::string k = encode_u64(n), v(n, static_cast<char>('a' + n % 26));
@@ -144,7 +111,7 @@ TEST(FPTreeValueLimits, EveryValueSizeWorksOrGetsADocumentedError) {
     EXPECT_TRUE(idx->verify().ok());
   }
   {  // the largest limit and a value of that size
-    auto idx = must_open(options(kSmall, KeyType::u64, fptree::kMaxValueBytes));
+    auto idx = open_or_die(options(kSmall, KeyType::u64, fptree::kMaxValueBytes));
     ASSERT_NE(idx, nullptr);
     const std::string big(fptree::kMaxValueBytes, 'z');
     ASSERT_EQ(idx->insert(encode_u64(5), big), Code::ok);
@@ -162,7 +129,7 @@ TEST(FPTreeValueLimits, EveryValueSizeWorksOrGetsADocumentedError) {
 }
 
 TEST(FPTreeValueLimits, UpdateGoesOutOfPlaceAndFreesTheOldRecord) {
-  auto idx = must_open(options(kSmall, KeyType::u64, 200));
+  auto idx = open_or_die(options(kSmall, KeyType::u64, 200));
   ASSERT_NE(idx, nullptr);
   ASSERT_EQ(idx->insert(encode_u64(1), std::string(150, 'a')), Code::ok);
   const std::uint64_t before = idx->footprint().pm_bytes;
@@ -180,7 +147,7 @@ TEST(FPTreeValueLimits, ValuesSurviveCloseAndCrash) {
   std::map<std::string, std::string> oracle;
   std::mt19937_64 rng(3);
   {
-    auto idx = must_open(o);
+    auto idx = open_or_die(o);
     ASSERT_NE(idx, nullptr);
     for (int i = 0; i < 400; ++i) {
       const std::string k = key_of(KeyType::bytes, i), v = value_of(rng, 300);
@@ -190,7 +157,7 @@ TEST(FPTreeValueLimits, ValuesSurviveCloseAndCrash) {
     ASSERT_TRUE(idx->close().ok());
   }
   {
-    auto idx = must_open(o);
+    auto idx = open_or_die(o);
     ASSERT_NE(idx, nullptr);
     ASSERT_TRUE(idx->verify().ok());
     expect_matches(*idx, oracle);
@@ -201,7 +168,7 @@ TEST(FPTreeValueLimits, ValuesSurviveCloseAndCrash) {
     }
     // no close(): the next open recovers as after a crash
   }
-  auto idx = must_open(o);
+  auto idx = open_or_die(o);
   ASSERT_NE(idx, nullptr);
   EXPECT_FALSE(idx->recovery_stats().clean_shutdown);
   ASSERT_TRUE(idx->verify().ok());
@@ -213,58 +180,38 @@ TEST(FPTreeValueLimits, ValuesSurviveCloseAndCrash) {
 using BulkParam = std::tuple<std::uint32_t, double, std::uint32_t>;
 class FPTreeBulk : public ::testing::TestWithParam<BulkParam> {};
 
+// Bulk load through the kit, then random inserts / updates / removes (verify() every 50 ops
+// and after every SMO), then recovery after a "crash" (no close).
 TEST_P(FPTreeBulk, LoadsSortedInputThenBehavesLikeStdMap) {
   const auto [node_size, fill, max_value] = GetParam();
   TempDir dir;
   Options o = options(node_size, KeyType::u64, max_value);
   o.path = dir.file("b.pool");
-  std::map<std::string, std::string> oracle;
+  Model sorted;
   std::mt19937_64 rng(node_size + static_cast<unsigned>(fill * 100));
-  for (std::uint64_t i = 0; i < 3000; ++i)
-    oracle[encode_u64(i * 10 + (i == 0 ? 0 : 5))] = max_value == 8 ? encode_u64(rng()) : value_of(rng, max_value);
-  std::vector<KeyValue> kvs;
-  for (const auto& [k, v] : oracle) kvs.push_back({k, v});
-  {
-    auto idx = must_open(o);
-    ASSERT_NE(idx, nullptr);
-    ASSERT_TRUE(idx->bulk_load(kvs, fill).ok());
-    ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
-    expect_matches(*idx, oracle);
-    // The leaves hold `fill` of their slots: ceil(n / floor(N * fill)) of them + the empty head.
-    const unsigned n_slots = node_size == kSmall ? 8 : 64;
-    const std::size_t per = std::max<std::size_t>(1, static_cast<std::size_t>(n_slots * fill));
-    const std::size_t want = (kvs.size() + per - 1) / per + 1;
-    if (node_size == kSmall) {
-      EXPECT_EQ(dynamic_cast<const fptree::FPTree<8>&>(*idx).leaf_count(), want);
-    } else {
-      EXPECT_EQ(dynamic_cast<const fptree::FPTree<64>&>(*idx).leaf_count(), want);
-    }
-    EXPECT_FALSE(idx->bulk_load(kvs, fill).ok()) << "bulk load needs an empty index";
-    for (int i = 0; i < 1500; ++i) {
-      const std::string k = encode_u64(rng() % 31000);
-      const std::string v = max_value == 8 ? encode_u64(rng()) : value_of(rng, max_value);
-      const bool present = oracle.count(k) != 0;
-      if (rng() % 3 == 0) {
-        ASSERT_EQ(idx->remove(k), present ? Code::ok : Code::not_found);
-        oracle.erase(k);
-      } else if (present) {
-        ASSERT_EQ(idx->update(k, v), Code::ok);
-        oracle[k] = v;
-      } else {
-        ASSERT_EQ(idx->insert(k, v), Code::ok);
-        oracle[k] = v;
-      }
-      if (i % 50 == 0) {
-        const Status s = idx->verify();
-        ASSERT_TRUE(s.ok()) << i << ": " << s.to_string();
-      }
-    }
-    expect_matches(*idx, oracle);
+  auto value = [mv = max_value](std::mt19937_64& r) {
+    return mv == 8 ? encode_u64(r()) : value_of(r, mv);
+  };
+  for (std::uint64_t i = 0; i < 3000; ++i) sorted[encode_u64(i * 10 + (i == 0 ? 0 : 5))] = value(rng);
+  MapChecker c(o);
+  ASSERT_TRUE(c.ok()) << c.open_status().to_string();
+  ASSERT_TRUE(c.bulk_load(sorted, fill));
+  ASSERT_TRUE(c.verify());
+  // The leaves hold `fill` of their slots: ceil(n / floor(N * fill)) of them + the empty head.
+  const unsigned n_slots = node_size == kSmall ? 8 : 64;
+  const std::size_t per = std::max<std::size_t>(1, static_cast<std::size_t>(n_slots * fill));
+  const std::size_t want = (sorted.size() + per - 1) / per + 1;
+  if (node_size == kSmall) {
+    EXPECT_EQ(dynamic_cast<const fptree::FPTree<8>&>(c.index()).leaf_count(), want);
+  } else {
+    EXPECT_EQ(dynamic_cast<const fptree::FPTree<64>&>(c.index()).leaf_count(), want);
   }
-  auto idx = must_open(o);  // recovered after the "crash" (no close)
-  ASSERT_NE(idx, nullptr);
-  ASSERT_TRUE(idx->verify().ok());
-  expect_matches(*idx, oracle);
+  std::vector<KeyValue> kvs;
+  for (const auto& [k, v] : sorted) kvs.push_back({k, v});
+  EXPECT_FALSE(c.index().bulk_load(kvs, fill).ok()) << "bulk load needs an empty index";
+  c.run({.phases = {Phase{1500, {2, 0, 2, 1, 0, 0}, 40, 0}}, .seed = 5, .verify_every = 50},
+        [](std::mt19937_64& r) { return encode_u64(r() % 31000); }, value);
+  ASSERT_TRUE(c.reopen(/*clean=*/false));
 }
 
 INSTANTIATE_TEST_SUITE_P(Fills, FPTreeBulk,
@@ -273,7 +220,7 @@ INSTANTIATE_TEST_SUITE_P(Fills, FPTreeBulk,
                                            BulkParam{kPaper, 1.0, 8}, BulkParam{kSmall, 0.7, 40}));
 
 TEST(FPTreeBulkRefusals, BadInputLeavesTheIndexEmptyAndUsable) {
-  auto idx = must_open(options(kSmall, KeyType::u64, 8));
+  auto idx = open_or_die(options(kSmall, KeyType::u64, 8));
   ASSERT_NE(idx, nullptr);
   const std::uint64_t empty_bytes = idx->footprint().pm_bytes;
   const std::string a = encode_u64(1), b = encode_u64(2), v = encode_u64(9);
@@ -295,7 +242,7 @@ TEST(FPTreeBulkRefusals, BadInputLeavesTheIndexEmptyAndUsable) {
 TEST(FPTreeBulkRefusals, PoolFullUndoesEverything) {
   Options o = options(kSmall, KeyType::u64, 8);
   o.pool_size = 1 << 20;
-  auto idx = must_open(o);
+  auto idx = open_or_die(o);
   ASSERT_NE(idx, nullptr);
   const std::uint64_t empty_bytes = idx->footprint().pm_bytes;
   std::vector<std::string> keys;
@@ -319,7 +266,7 @@ TEST(FPTreeParallelRecovery, OneAndFourThreadsBuildTheSameTree) {
     std::map<std::string, std::string> oracle;
     std::mt19937_64 rng(11);
     {
-      auto idx = must_open(o);
+      auto idx = open_or_die(o);
       ASSERT_NE(idx, nullptr);
       for (std::uint64_t i = 0; i < 24000; ++i) {
         const std::string k = key_of(kt, i);
@@ -341,7 +288,7 @@ TEST(FPTreeParallelRecovery, OneAndFourThreadsBuildTheSameTree) {
       Options r = o;
       r.path = run == 0 ? copy : o.path;
       r.recovery_threads = run == 0 ? 1 : 4;
-      auto idx = must_open(r);
+      auto idx = open_or_die(r);
       ASSERT_NE(idx, nullptr);
       ASSERT_TRUE(idx->verify().ok());
       expect_matches(*idx, oracle);
@@ -371,7 +318,7 @@ TEST(FPTreeParallelRecovery, RefusesOutOfOrderLeavesWithFourThreads) {
   o.pool_size = 16 << 20;
   std::uint64_t last_leaf_key_off = 0;
   {
-    auto idx = must_open(o);
+    auto idx = open_or_die(o);
     ASSERT_NE(idx, nullptr);
     for (std::uint64_t i = 1; i <= 12000; ++i) ASSERT_EQ(idx->insert(encode_u64(i), encode_u64(i)), Code::ok);
     // Find the slot holding the largest key and make it the smallest: keys out of order.

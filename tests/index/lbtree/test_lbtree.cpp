@@ -9,19 +9,14 @@
 #include <random>
 #include <tuple>
 
+#include "index/common/map_checker.h"
 #include "pmindex/index.h"
 #include "support/temp_dir.h"
 
 namespace pmindex {
 namespace {
 
-using pmindex::testing::TempDir;
-
-std::unique_ptr<Index> open_or_die(const Options& o) {
-  auto r = Index::open(o);
-  EXPECT_TRUE(r.ok()) << r.status().to_string();
-  return r.ok() ? std::move(r).value() : nullptr;
-}
+using namespace pmindex::testing;
 
 Options lbtree_options(std::uint32_t node_size, KeyType kt, std::uint32_t max_value = 8) {
   Options o;
@@ -88,87 +83,32 @@ using Param = std::tuple<std::uint32_t, KeyType, std::uint32_t>;
 
 class LBTreeRandom : public ::testing::TestWithParam<Param> {};
 
+// The kit's random driver: a grow phase (splits) then a shrink phase whose removes mostly hit
+// live keys, so leaves drain and are unlinked; both must happen. Then reopen after a clean
+// close, delete everything (the space comes back: only the root and the head leaf remain),
+// and recover after a crash (no close): still empty.
 TEST_P(LBTreeRandom, AgainstStdMapWithVerifyAfterEveryOp) {
   const auto [node_size, kt, max_value] = GetParam();
   TempDir dir;
   Options o = lbtree_options(node_size, kt, max_value);
   o.path = dir.file("t.pool");
-  auto idx = open_or_die(o);
-  ASSERT_NE(idx, nullptr);
-  const std::uint64_t empty_pm = idx->footprint().pm_bytes;
-  std::map<std::string, std::string> oracle;
-  KeyGen gen(kt, 11 + node_size);
-  std::mt19937_64 rng(5);
-  std::string got;
-  ScanBuffer buf;
-  const int kOps = 3000;
-  for (int i = 0; i < kOps; ++i) {
-    const std::string k = gen.next();
-    const std::string v = gen.value(max_value);
-    // Grow for the first half, shrink in the second (exercises splits, then leaf removal).
-    const int bias = i < kOps / 2 ? 0 : 2;
-    switch (std::uniform_int_distribution<int>(0, 5)(rng) + (bias && rng() % 2 ? 1 : 0)) {
-      case 0:
-      case 1: {
-        const bool fresh = oracle.emplace(k, v).second;
-        ASSERT_EQ(idx->insert(k, v), fresh ? Code::ok : Code::already_present);
-        break;
-      }
-      case 2: {
-        auto it = oracle.find(k);
-        ASSERT_EQ(idx->update(k, v), it == oracle.end() ? Code::not_found : Code::ok);
-        if (it != oracle.end()) it->second = v;
-        break;
-      }
-      case 3:
-      case 6:
-        ASSERT_EQ(idx->remove(k), oracle.erase(k) ? Code::ok : Code::not_found);
-        break;
-      case 4: {
-        auto it = oracle.find(k);
-        const Code c = idx->find(k, &got);
-        ASSERT_EQ(c, it == oracle.end() ? Code::not_found : Code::ok);
-        if (it != oracle.end()) { ASSERT_EQ(got, it->second); }
-        break;
-      }
-      case 5: {
-        const std::size_t n = rng() % 40;
-        idx->scan(k, n, buf);
-        auto it = oracle.lower_bound(k);
-        std::size_t j = 0;
-        for (; it != oracle.end() && j < n; ++it, ++j) {
-          ASSERT_LT(j, buf.size());
-          ASSERT_EQ(buf.key(j), it->first);
-          ASSERT_EQ(buf.value(j), it->second);
-        }
-        ASSERT_EQ(buf.size(), j);
-        break;
-      }
-    }
-    const Status s = idx->verify();
-    ASSERT_TRUE(s.ok()) << "op " << i << ": " << s.to_string();
-  }
-  expect_same(*idx, oracle);
-  // Reopen after a clean close.
-  ASSERT_TRUE(idx->close().ok());
-  idx.reset();
-  idx = open_or_die(o);
-  ASSERT_NE(idx, nullptr);
-  EXPECT_TRUE(idx->recovery_stats().clean_shutdown);
-  ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
-  expect_same(*idx, oracle);
-  // Delete everything: the space comes back (only the root and the head leaf remain).
-  for (const auto& [k, v] : oracle) ASSERT_EQ(idx->remove(k), Code::ok);
-  ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
-  EXPECT_EQ(idx->footprint().pm_bytes, empty_pm);
-  // Crash (no close) and recover: still empty and consistent.
-  idx.reset();
-  idx = open_or_die(o);
-  ASSERT_NE(idx, nullptr);
-  EXPECT_FALSE(idx->recovery_stats().clean_shutdown);
-  ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
-  EXPECT_EQ(idx->scan(std::string(), 10, buf), 0u);
-  EXPECT_EQ(idx->footprint().pm_bytes, empty_pm);
+  MapChecker c(o);
+  ASSERT_TRUE(c.ok()) << c.open_status().to_string();
+  const std::uint64_t empty_pm = c.index().footprint().pm_bytes;
+  auto gen = std::make_shared<KeyGen>(kt, 11 + node_size);
+  const RandomStats st =
+      c.run({.phases = {grow_phase(1500), shrink_phase(1500)}, .seed = 5},
+            [gen](std::mt19937_64&) { return gen->next(); },
+            [gen, mv = max_value](std::mt19937_64&) { return gen->value(mv); });
+  EXPECT_GT(st.grew, 0u) << "no leaf split";
+  EXPECT_GT(st.shrank, 0u) << "no leaf drained";
+  ASSERT_TRUE(c.reopen(/*clean=*/true));
+  const Model all = c.model();
+  for (const auto& [k, v] : all) ASSERT_TRUE(c.remove(k));
+  ASSERT_TRUE(c.verify());
+  EXPECT_EQ(c.index().footprint().pm_bytes, empty_pm);
+  ASSERT_TRUE(c.reopen(/*clean=*/false));
+  EXPECT_EQ(c.index().footprint().pm_bytes, empty_pm);
 }
 
 INSTANTIATE_TEST_SUITE_P(

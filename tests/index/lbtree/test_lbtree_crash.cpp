@@ -15,9 +15,9 @@
 namespace pmindex::crash {
 namespace {
 
-// The crash run only means something if its workload reaches the interesting paths, so each
-// run first replays its operations on a plain index and expects leaf splits. The random mix
-// rarely empties a leaf; test_lbtree_crash_phased covers removal.
+// The crash run only means something if its workload reaches the interesting paths: the kit
+// fails a run whose explored workload split no leaf (the PM footprint never grew). The random
+// mix rarely empties a leaf; test_lbtree_crash_phased covers removal.
 void run(std::uint32_t node_size, std::uint64_t key_space, pm::Mode mode, std::size_t ops) {
   hybrid_test::RegistryCrashRun r;
   r.options.kind = "lbtree";
@@ -27,7 +27,7 @@ void run(std::uint32_t node_size, std::uint64_t key_space, pm::Mode mode, std::s
   r.mode = mode;
   r.min_ops = ops;
   r.label = "lbtree" + std::to_string(node_size) + "." + std::string(pm::to_string(mode));
-  r.check_workload_splits = true;
+  r.smos = {"pm_bytes+"};  // leaf splits (8-byte keys and values are inline)
   hybrid_test::run_registry_crash(r);
 }
 
@@ -38,24 +38,18 @@ TEST(CrashLBTree, Leaf512Eadr) { run(512, 120, pm::Mode::eadr, 300); }
 TEST(CrashLBTree, Leaf1024Adr) { run(1024, 200, pm::Mode::adr, 500); }
 TEST(CrashLBTree, Leaf1024Eadr) { run(1024, 200, pm::Mode::eadr, 500); }
 
-// The driver must catch an lbtree-specific loss: clearing the head leaf's bitmap in every image
-// drops records that completed operations wrote.
-TEST(CrashLBTree, DriverCatchesLostRecords) {
+// An lbtree-specific loss that the crash driver and the kill harness must both catch: clearing
+// the head leaf's bitmap drops records that completed operations wrote.
+TEST(CrashLBTree, DriverAndKillHarnessCatchLostRecords) {
   Options o;
   o.kind = "lbtree";
   o.node_size = 256;
-  hybrid_test::expect_driver_catches(
-      o, 40,
-      [](std::span<char> image) {
-        std::uint64_t root = 0, head = 0;
-        std::memcpy(&root, image.data() + offsetof(pm::PoolHeader, root), 8);
-        if (root == 0 || root + 16 > image.size()) return;
-        std::memcpy(&head, image.data() + root + 8, 8);
-        if (head == 0 || head + 256 > image.size()) return;
-        image[head] = 0;                                              // bitmap bits 0-7
-        image[head + 1] = static_cast<char>(image[head + 1] & 0xC0);  // bits 8-13
-      },
-      "lbtree.tampered");
+  hybrid_test::expect_checkers_catch(o, [](std::span<char> image) {
+    if (const std::uint64_t head = hybrid_test::head_leaf(image, 8, 256)) {
+      image[head] = 0;                                              // bitmap bits 0-7
+      image[head + 1] = static_cast<char>(image[head + 1] & 0xC0);  // bits 8-13
+    }
+  }, "lbtree");
 }
 
 }  // namespace

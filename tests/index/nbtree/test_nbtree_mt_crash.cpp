@@ -11,6 +11,7 @@
 
 #include <iostream>
 
+#include "index/common/crash_kit.h"
 #include "index/nbtree/nbtree.h"
 #include "pmindex/crash/index_driver.h"
 
@@ -40,15 +41,18 @@ ConcurrentCrashConfig config(std::size_t threads, nbtree::NBTree::Fault fault,
   return cfg;
 }
 
-struct Totals {
-  std::size_t runs = 0, images = 0, crash_points = 0, steps = 0, failed_runs = 0;
-  std::size_t short_runs = 0;  // schedules that checked less than their budget offered
-  std::string first_failure, first_short;
-};
+using Totals = crash_kit::SweepTotals;
+
+// NBTree's leaf count, read on the live index: "leaves+" is a leaf split (a replaced leaf
+// becomes two) during a schedule.
+crash_kit::SmoTally::Levels leaf_levels(const Index& idx) {
+  return {{"leaves", dynamic_cast<const nbtree::NBTree&>(idx).leaf_count()}};
+}
 
 // Spends the mode's image budget over consecutive seeds (125 images per schedule).
 Totals sweep(pm::Mode mode, std::size_t threads, nbtree::NBTree::Fault fault,
-             std::size_t max_seeds = 0, KeyType kt = KeyType::u64) {
+             std::size_t max_seeds = 0, KeyType kt = KeyType::u64,
+             const crash_kit::SmoTally* tally = nullptr) {
   const std::string label = "nbtree.mt." + std::string(pm::to_string(mode)) + "." +
                             std::to_string(threads) + "t" +
                             (kt == KeyType::bytes ? ".bytes" : "") +
@@ -59,14 +63,12 @@ Totals sweep(pm::Mode mode, std::size_t threads, nbtree::NBTree::Fault fault,
   Totals t;
   if (opt.replay) {
     opt.seed = opt.replay->seed;
-    const ExploreReport r = run_index_crash_concurrent(config(threads, fault, kt), opt);
+    ConcurrentCrashConfig cfg = config(threads, fault, kt);
+    if (tally != nullptr) cfg.observe = tally->observer();
+    const ExploreReport r = run_index_crash_concurrent(cfg, opt);
     std::cout << label << " replay: " << r.to_string() << "\n";
-    t.runs = 1;
-    t.images = r.images_checked;
-    if (!r.ok()) {
-      t.failed_runs = 1;
-      t.first_failure = r.to_string();
-    }
+    if (!r.ok()) t.add(r, opt);  // a replay checks one image: only a violation counts
+    else ++t.runs;
     return t;
   }
   const std::size_t per_run = 125;
@@ -82,35 +84,25 @@ Totals sweep(pm::Mode mode, std::size_t threads, nbtree::NBTree::Fault fault,
   opt.max_failures = 1;
   for (std::size_t i = 0; i < seeds; ++i) {
     opt.seed = base + i * 7919;
-    const ExploreReport r = run_index_crash_concurrent(config(threads, fault, kt), opt);
-    ++t.runs;
-    t.images += r.images_checked;
-    t.crash_points += r.crash_points;
-    t.steps += r.schedule_steps;
-    if (r.ok() && r.coverage(opt) == ExploreReport::Coverage::short_of_budget) {
-      if (t.short_runs++ == 0) t.first_short = "seed " + std::to_string(opt.seed) + ": " +
-                                               r.coverage_text(opt);
-    }
-    if (!r.ok()) {
-      ++t.failed_runs;
-      if (t.first_failure.empty()) t.first_failure = r.to_string();
-      if (bad) break;
-    }
+    ConcurrentCrashConfig cfg = config(threads, fault, kt);
+    if (tally != nullptr) cfg.observe = tally->observer();
+    const ExploreReport r = run_index_crash_concurrent(cfg, opt);
+    t.add(r, opt);
+    if (!r.ok() && bad) break;
   }
-  std::cout << label << " base seed " << base << ": " << t.runs << " schedules, " << t.images
-            << " images, " << t.crash_points << " crash points, " << t.steps
-            << " scheduling steps, " << t.failed_runs << " failed, " << t.short_runs
-            << " short of their budget\n";
+  std::cout << label << " base seed " << base << ": " << t.to_string() << "\n";
   return t;
 }
 
+// The kit's rules per schedule (crash_kit::expect_swept): no violation, every schedule checked
+// its 125 images or every distinct image it offered, and leaves split in some schedule.
 void expect_clean(pm::Mode mode, std::size_t threads, KeyType kt = KeyType::u64) {
-  const Totals t = sweep(mode, threads, nbtree::NBTree::Fault::none, 0, kt);
-  EXPECT_EQ(t.failed_runs, 0u) << t.first_failure;
-  EXPECT_GT(t.runs, 0u);
-  // Every schedule checked its 125 images or every distinct image it offered (crash_kit.h's
-  // rule, per schedule).
-  EXPECT_EQ(t.short_runs, 0u) << t.first_short;
+  const crash_kit::SmoTally tally(leaf_levels);
+  const Totals t = sweep(mode, threads, nbtree::NBTree::Fault::none, 0, kt, &tally);
+  crash_kit::expect_swept(t,
+                          "nbtree.mt." + std::string(pm::to_string(mode)) + "." +
+                              std::to_string(threads) + "t",
+                          {"leaves+"}, &tally);
 }
 
 TEST(MtCrashNBTree, Eadr2Threads) { expect_clean(pm::Mode::eadr, 2); }

@@ -1,7 +1,7 @@
 // reflist under the crash simulator, in adr and eadr modes. Sized by PMINDEX_CRASH_IMAGES
 // (about 1,000 images per mode in CI; the `long` variant runs 10,000) and seeded by
 // PMINDEX_CRASH_SEED (CI derives it from the commit hash). A failure prints a replay token:
-//   PMINDEX_CRASH_REPLAY='reflist.adr/<seed>/<op>/<point>/<choice>' ./test_crash_reflist
+//   PMINDEX_CRASH_REPLAY='reflist.adr/<seed>/<op>/<point>/<choice>' ./test_reflist_crash
 #include <gtest/gtest.h>
 
 #include <cstddef>
@@ -10,19 +10,17 @@
 
 #include "pmindex/crash/index_driver.h"
 #include "index/common/crash_kit.h"
+#include "index/common/hybrid_test_support.h"
 
 namespace pmindex::crash {
 namespace {
 
 void run(pm::Mode mode) {
-  IndexCrashConfig cfg;
-  cfg.options.kind = "reflist";
-  cfg.options.key_type = KeyType::u64;
-  const std::string label = "reflist." + std::string(pm::to_string(mode));
-  const ExploreOptions opt = ExploreOptions::from_env(label, mode);
-  const ExploreReport r = run_index_crash(cfg, opt);
-  if (r.replay_skipped) GTEST_SKIP() << "PMINDEX_CRASH_REPLAY names another configuration";
-  crash_kit::expect_explored(r, opt);
+  hybrid_test::RegistryCrashRun r;
+  r.options.kind = "reflist";
+  r.mode = mode;
+  r.label = "reflist." + std::string(pm::to_string(mode));
+  hybrid_test::run_registry_crash(r);
 }
 
 TEST(CrashRefList, Adr) { run(pm::Mode::adr); }
@@ -39,7 +37,7 @@ TEST(CrashRefList, CrashDuringRecovery) {
         "reflist.nested." + std::string(pm::to_string(mode)), mode, 20261122, 200);
     const ExploreReport r = run_index_crash(cfg, opt);
     if (r.replay_skipped) continue;
-    crash_kit::expect_explored(r, opt, {.recovery_crashes = true});
+    crash_kit::expect_explored(r, opt, {.recovery_crashes = true, .smos = {}});
   }
 }
 

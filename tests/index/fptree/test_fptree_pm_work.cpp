@@ -3,7 +3,7 @@
 // Lines are the distinct 64 B lines stored through pm:: per operation; flushes are the cache
 // lines written back. Operations that split or remove a leaf are counted apart (the paper's
 // row is the common case). 64-entry leaves, u64 keys, a tree of 20,000 random keys.
-// Deterministic counts, not timings:  ./build/<preset>/tests/test_fptree_lines
+// Deterministic counts, not timings:  ./build/<preset>/tests/test_fptree_pm_work
 #include <gtest/gtest.h>
 
 #include <cstdio>

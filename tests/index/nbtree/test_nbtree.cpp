@@ -15,6 +15,7 @@
 #include <random>
 
 #include "index/nbtree/nbtree.h"
+#include "index/common/map_checker.h"
 #include "pmindex/index.h"
 #include "support/temp_dir.h"
 
@@ -22,6 +23,12 @@ namespace pmindex {
 namespace {
 
 using pmindex::testing::TempDir;
+using pmindex::testing::grow_phase;
+using pmindex::testing::MapChecker;
+using pmindex::testing::open_or_die;
+using pmindex::testing::mixed_phase;
+using pmindex::testing::RandomStats;
+using pmindex::testing::shrink_phase;
 
 Options nb_options(std::uint32_t node_size, pm::Mode mode, std::string path = "") {
   Options o;
@@ -32,12 +39,6 @@ Options nb_options(std::uint32_t node_size, pm::Mode mode, std::string path = ""
   o.persistence = mode;
   o.max_value_size = 24;
   return o;
-}
-
-std::unique_ptr<Index> open_or_die(const Options& o) {
-  auto r = Index::open(o);
-  EXPECT_TRUE(r.ok()) << r.status().to_string();
-  return r.ok() ? std::move(r).value() : nullptr;
 }
 
 nbtree::NBTree* as_nb(Index* idx) { return dynamic_cast<nbtree::NBTree*>(idx); }
@@ -95,58 +96,15 @@ void expect_recovered(Index& idx, const std::map<std::string, std::string>& orac
 
 class NBTreeRandom : public ::testing::TestWithParam<std::tuple<std::uint32_t, pm::Mode>> {};
 
+// The kit's random driver (grow, mixed, shrink), verify() after every op; leaves must split.
 TEST_P(NBTreeRandom, AgainstStdMapWithVerifyAfterEveryOp) {
   const auto [node_size, mode] = GetParam();
-  auto idx = open_or_die(nb_options(node_size, mode));
-  ASSERT_NE(idx, nullptr);
-  std::map<std::string, std::string> oracle;
-  Gen g(node_size * 31 + static_cast<int>(mode));
-  std::string got;
-  ScanBuffer buf;
-  for (int i = 0; i < 6000; ++i) {
-    const std::string k = g.key();
-    const std::string v = g.value();
-    switch (g.u(5)) {
-      case 0:
-      case 1: {
-        const bool fresh = oracle.emplace(k, v).second;
-        ASSERT_EQ(idx->insert(k, v), fresh ? Code::ok : Code::already_present) << i;
-        break;
-      }
-      case 2: {
-        auto it = oracle.find(k);
-        ASSERT_EQ(idx->update(k, v), it == oracle.end() ? Code::not_found : Code::ok) << i;
-        if (it != oracle.end()) it->second = v;
-        break;
-      }
-      case 3:
-        ASSERT_EQ(idx->remove(k), oracle.erase(k) ? Code::ok : Code::not_found) << i;
-        break;
-      case 4: {
-        auto it = oracle.find(k);
-        ASSERT_EQ(idx->find(k, &got), it == oracle.end() ? Code::not_found : Code::ok) << i;
-        if (it != oracle.end()) {
-          ASSERT_EQ(got, it->second) << i;
-        }
-        break;
-      }
-      case 5: {
-        const std::size_t n = idx->scan(k, 7, buf);
-        auto it = oracle.lower_bound(k);
-        for (std::size_t j = 0; j < n; ++j, ++it) {
-          ASSERT_NE(it, oracle.end());
-          ASSERT_EQ(buf.key(j), it->first);
-          ASSERT_EQ(buf.value(j), it->second);
-        }
-        ASSERT_TRUE(n == 7 || it == oracle.end());
-        break;
-      }
-    }
-    const Status s = idx->verify();
-    ASSERT_TRUE(s.ok()) << "after op " << i << ": " << s.to_string();
-  }
-  check_against(*idx, oracle);
-  EXPECT_GT(as_nb(idx.get())->leaf_count(), 4u) << "the test should split leaves";
+  MapChecker c(nb_options(node_size, mode));
+  ASSERT_TRUE(c.ok()) << c.open_status().to_string();
+  auto g = std::make_shared<Gen>(node_size * 31 + static_cast<int>(mode));
+  c.run({.phases = {grow_phase(2000), mixed_phase(2000), shrink_phase(2000)}, .seed = 3},
+        [g](std::mt19937_64&) { return g->key(); }, [g](std::mt19937_64&) { return g->value(); });
+  EXPECT_GT(as_nb(&c.index())->leaf_count(), 4u) << "the test should split leaves";
 }
 
 INSTANTIATE_TEST_SUITE_P(SmallLeaves, NBTreeRandom,
@@ -331,6 +289,16 @@ TEST(NBTree, VerifyCatchesCorruption) {
   }
 }
 
+// The crash tests' known-bad variants exist only in the tracing flavour: this (production)
+// build refuses to switch one on instead of running a write path without its persist.
+TEST(NBTreeDeathTest, FaultsAreTracingFlavourOnly) {
+  auto idx = open_or_die(nb_options(128, pm::Mode::adr));
+  ASSERT_NE(idx, nullptr);
+  as_nb(idx.get())->set_fault_for_testing(nbtree::NBTree::Fault::none);  // allowed
+  EXPECT_DEATH(as_nb(idx.get())->set_fault_for_testing(nbtree::NBTree::Fault::skip_insert_persist),
+               "");
+}
+
 TEST(NBTree, OneFlushPerWriteInAdrOnTheCommonPath) {
   auto idx = open_or_die(nb_options(1024, pm::Mode::adr));
   ASSERT_NE(idx, nullptr);
@@ -433,59 +401,11 @@ struct BytesGen : Gen {
   }
 };
 
-void random_ops_bytes(Index& idx, BytesGen& g, std::map<std::string, std::string>& oracle,
-                      int ops, bool verify_each) {
-  std::string got;
-  ScanBuffer buf;
-  for (int i = 0; i < ops; ++i) {
-    const std::string k = g.key();
-    const std::string v = g.value();
-    switch (g.u(6)) {
-      case 0:
-      case 1: {
-        const bool fresh = oracle.emplace(k, v).second;
-        ASSERT_EQ(idx.insert(k, v), fresh ? Code::ok : Code::already_present) << i;
-        break;
-      }
-      case 2: {
-        auto it = oracle.find(k);
-        ASSERT_EQ(idx.update(k, v), it == oracle.end() ? Code::not_found : Code::ok) << i;
-        if (it != oracle.end()) it->second = v;
-        break;
-      }
-      case 3:
-        ASSERT_EQ(idx.remove(k), oracle.erase(k) ? Code::ok : Code::not_found) << i;
-        break;
-      case 4: {
-        auto it = oracle.find(k);
-        ASSERT_EQ(idx.find(k, &got), it == oracle.end() ? Code::not_found : Code::ok) << i;
-        if (it != oracle.end()) {
-          ASSERT_EQ(got, it->second) << i;
-        }
-        break;
-      }
-      case 5: {
-        ASSERT_EQ(idx.upsert(k, v), Code::ok) << i;
-        oracle[k] = v;
-        break;
-      }
-      case 6: {
-        const std::size_t n = idx.scan(k, 7, buf);
-        auto it = oracle.lower_bound(k);
-        for (std::size_t j = 0; j < n; ++j, ++it) {
-          ASSERT_NE(it, oracle.end());
-          ASSERT_EQ(buf.key(j), it->first) << i;
-          ASSERT_EQ(buf.value(j), it->second) << i;
-        }
-        ASSERT_TRUE(n == 7 || it == oracle.end()) << i;
-        break;
-      }
-    }
-    if (verify_each) {
-      const Status s = idx.verify();
-      ASSERT_TRUE(s.ok()) << "after op " << i << ": " << s.to_string();
-    }
-  }
+RandomStats random_ops_bytes(MapChecker& c, std::shared_ptr<BytesGen> g, int ops,
+                             int verify_every) {
+  return c.run({.phases = {mixed_phase(ops)}, .seed = 9, .verify_every = verify_every},
+               [g](std::mt19937_64&) { return g->key(); },
+               [g](std::mt19937_64&) { return g->value(); });
 }
 
 class NBTreeBytesRandom
@@ -493,13 +413,11 @@ class NBTreeBytesRandom
 
 TEST_P(NBTreeBytesRandom, AgainstStdMapWithVerifyAfterEveryOp) {
   const auto [node_size, mode] = GetParam();
-  auto idx = open_or_die(nb_bytes_options(node_size, mode));
-  ASSERT_NE(idx, nullptr);
-  std::map<std::string, std::string> oracle;
-  BytesGen g(node_size * 37 + static_cast<int>(mode));
-  random_ops_bytes(*idx, g, oracle, 5000, true);
-  check_against(*idx, oracle);
-  EXPECT_GT(as_nb(idx.get())->leaf_count(), 4u) << "the test should split leaves";
+  MapChecker c(nb_bytes_options(node_size, mode));
+  ASSERT_TRUE(c.ok()) << c.open_status().to_string();
+  random_ops_bytes(c, std::make_shared<BytesGen>(node_size * 37 + static_cast<int>(mode)), 5000,
+                   1);
+  EXPECT_GT(as_nb(&c.index())->leaf_count(), 4u) << "the test should split leaves";
 }
 
 INSTANTIATE_TEST_SUITE_P(SmallLeaves, NBTreeBytesRandom,
@@ -524,44 +442,26 @@ TEST(NBTreeBytes, ReopenKeepsEverythingAndDeletingAllLeaksNothing) {
     ASSERT_NE(idx, nullptr);
     baseline = idx->footprint().pm_bytes;
   }
-  std::map<std::string, std::string> oracle;
-  BytesGen g(4242);
-  {
-    auto idx = open_or_die(nb_bytes_options(128, pm::Mode::adr, path));
-    ASSERT_NE(idx, nullptr);
-    random_ops_bytes(*idx, g, oracle, 3000, false);
-    ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
-    ASSERT_TRUE(idx->close().ok());
-  }
-  {
-    auto idx = open_or_die(nb_bytes_options(128, pm::Mode::adr, path));
-    ASSERT_NE(idx, nullptr);
-    expect_recovered(*idx, oracle, /*clean=*/true);
-    random_ops_bytes(*idx, g, oracle, 3000, false);
-    // destroyed without close(): what a process crash leaves
-  }
-  {
-    auto idx = open_or_die(nb_bytes_options(128, pm::Mode::adr, path));
-    ASSERT_NE(idx, nullptr);
-    expect_recovered(*idx, oracle, /*clean=*/false);
-    for (const auto& [k, v] : oracle) ASSERT_EQ(idx->remove(k), Code::ok);
-    ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
-    // At run time already: every key and value record is freed (K3 through the epochs); what
-    // is left is one block per leaf (leaves are not merged) above the fresh index's bytes.
-    auto* nb = as_nb(idx.get());
-    nb->collect_garbage();
-    EXPECT_EQ(idx->footprint().pm_bytes, baseline + (nb->leaf_count() - 1) * 128)
-        << "records not freed at run time";
-    ASSERT_TRUE(idx->close().ok());
-  }
-  {
-    auto idx = open_or_die(nb_bytes_options(128, pm::Mode::adr, path));
-    ASSERT_NE(idx, nullptr);
-    ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
-    ScanBuffer buf;
-    EXPECT_EQ(idx->scan("", 10, buf), 0u);
-    EXPECT_EQ(idx->footprint().pm_bytes, baseline) << "key or value records leaked";
-  }
+  auto g = std::make_shared<BytesGen>(4242);
+  // verify() only after SMOs and at the end; reopen after a clean close, more ops, then
+  // recovery after a destroy without close (what a process crash leaves).
+  MapChecker c(nb_bytes_options(128, pm::Mode::adr, path));
+  ASSERT_TRUE(c.ok()) << c.open_status().to_string();
+  random_ops_bytes(c, g, 3000, 0);
+  ASSERT_TRUE(c.reopen(/*clean=*/true));
+  random_ops_bytes(c, g, 3000, 0);
+  ASSERT_TRUE(c.reopen(/*clean=*/false));
+  const auto all = c.model();
+  for (const auto& [k, v] : all) ASSERT_TRUE(c.remove(k));
+  ASSERT_TRUE(c.verify());
+  // At run time already: every key and value record is freed (K3 through the epochs); what
+  // is left is one block per leaf (leaves are not merged) above the fresh index's bytes.
+  auto* nb = as_nb(&c.index());
+  nb->collect_garbage();
+  EXPECT_EQ(c.index().footprint().pm_bytes, baseline + (nb->leaf_count() - 1) * 128)
+      << "records not freed at run time";
+  ASSERT_TRUE(c.reopen(/*clean=*/true));
+  EXPECT_EQ(c.index().footprint().pm_bytes, baseline) << "key or value records leaked";
 }
 
 // Recovery never trusts a key word or a key record (K5): an out-of-bounds record offset, an

@@ -5,7 +5,7 @@
 // pm:: per operation (Runtime::end_operation). The theorem bounds our worst case by 1.31 lines
 // per insert and the traditional best case from below by 1.77, so the measured ratio should be
 // at least 1.35. Deterministic counts, not timings.
-//   ./build/<preset>/tests/test_lbtree_lines   (prints the table; PMINDEX_LINES_INSERTS=n)
+//   ./build/<preset>/tests/test_lbtree_pm_work   (prints the table; PMINDEX_LINES_INSERTS=n)
 #include <gtest/gtest.h>
 
 #include <cstdlib>

@@ -2,81 +2,71 @@
 // key types and bad input.
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <iostream>
 #include <map>
 #include <random>
 
+#include "index/common/map_checker.h"
 #include "pmindex/index.h"
 #include "support/temp_dir.h"
 
 namespace pmindex {
 namespace {
 
-using pmindex::testing::TempDir;
+using namespace pmindex::testing;
 
-std::unique_ptr<Index> open_or_die(const Options& o) {
-  auto r = Index::open(o);
-  EXPECT_TRUE(r.ok()) << r.status().to_string();
-  return r.ok() ? std::move(r).value() : nullptr;
-}
-
+// The kit's random driver (index/common/map_checker.h) over byte keys with NUL bytes and the
+// empty key, verify() after every op, then recovery after a crash and after a clean close.
 TEST(RefList, RandomizedAgainstStdMap) {
+  TempDir dir;
   Options o;
   o.kind = "reflist";
+  o.path = dir.file("r.pool");
   o.pool_size = 4 << 20;
   o.key_type = KeyType::bytes;
   o.max_key_size = 16;
   o.max_value_size = 16;
-  auto idx = open_or_die(o);
-  ASSERT_NE(idx, nullptr);
-  std::map<std::string, std::string> oracle;
-  std::mt19937_64 rng(7);
-  auto rand_str = [&](std::size_t maxlen) {
-    std::string s(std::uniform_int_distribution<std::size_t>(0, maxlen)(rng), '\0');
-    for (char& c : s) c = static_cast<char>(std::uniform_int_distribution<int>(0, 3)(rng));
-    return s;
+  MapChecker c(o);
+  ASSERT_TRUE(c.ok()) << c.open_status().to_string();
+  auto rand_str = [](std::size_t maxlen) {
+    return [maxlen](std::mt19937_64& rng) {
+      std::string s(std::uniform_int_distribution<std::size_t>(0, maxlen)(rng), '\0');
+      for (char& ch : s) ch = static_cast<char>(std::uniform_int_distribution<int>(0, 3)(rng));
+      return s;
+    };
   };
-  std::string got;
-  ScanBuffer buf;
-  for (int i = 0; i < 3000; ++i) {
-    const std::string k = rand_str(4);
-    const std::string v = rand_str(16);
-    switch (std::uniform_int_distribution<int>(0, 4)(rng)) {
-      case 0: {
-        const bool fresh = oracle.emplace(k, v).second;
-        EXPECT_EQ(idx->insert(k, v), fresh ? Code::ok : Code::already_present);
-        break;
-      }
-      case 1: {
-        auto it = oracle.find(k);
-        EXPECT_EQ(idx->update(k, v), it == oracle.end() ? Code::not_found : Code::ok);
-        if (it != oracle.end()) it->second = v;
-        break;
-      }
-      case 2:
-        EXPECT_EQ(idx->remove(k), oracle.erase(k) ? Code::ok : Code::not_found);
-        break;
-      case 3: {
-        auto it = oracle.find(k);
-        const Code c = idx->find(k, &got);
-        EXPECT_EQ(c, it == oracle.end() ? Code::not_found : Code::ok);
-        if (it != oracle.end()) {
-          EXPECT_EQ(got, it->second);
-        }
-        break;
-      }
-      case 4: {
-        const std::size_t n = idx->scan(k, 5, buf);
-        auto it = oracle.lower_bound(k);
-        for (std::size_t j = 0; j < n; ++j, ++it) {
-          ASSERT_NE(it, oracle.end());
-          EXPECT_EQ(buf.key(j), it->first);
-          EXPECT_EQ(buf.value(j), it->second);
-        }
-        EXPECT_TRUE(n == 5 || it == oracle.end());
-        break;
-      }
-    }
-    ASSERT_TRUE(idx->verify().ok()) << "after op " << i << ": " << idx->verify().to_string();
+  const RandomStats st = c.run({.phases = {grow_phase(1500), shrink_phase(1500)}, .seed = 7},
+                               rand_str(4), rand_str(16));
+  EXPECT_GT(st.grew, 0u);
+  EXPECT_GT(st.shrank, 0u);
+  ASSERT_TRUE(c.reopen(/*clean=*/false));
+  ASSERT_TRUE(c.reopen(/*clean=*/true));
+}
+
+// verify() must be able to fail. Layout (src/index/reflist/reflist.h): the root's head word
+// at byte 8, a record's next word at byte 0. Each damage is planted behind the index's back.
+TEST(RefList, VerifyCatchesCorruption) {
+  for (int what = 0; what < 3; ++what) {
+    Options o;
+    o.pool_size = 1 << 20;
+    auto idx = open_or_die(o);
+    ASSERT_NE(idx, nullptr);
+    for (std::uint64_t k = 1; k <= 5; ++k)
+      ASSERT_EQ(idx->insert(encode_u64(k), encode_u64(k)), Code::ok);
+    ASSERT_TRUE(idx->verify().ok());
+    char* base = idx->pool().base();
+    std::uint64_t head = 0;
+    std::memcpy(&head, base + idx->pool().root() + 8, 8);
+    ASSERT_NE(head, 0u);
+    std::uint64_t word = 0;
+    if (what == 0) word = head;                      // the first record points at itself
+    if (what == 1) word = 0;                         // the chain ends after one record
+    if (what == 2) word = idx->pool().size() + 64;   // the next record is out of bounds
+    std::memcpy(base + head, &word, 8);
+    const Status s = idx->verify();
+    EXPECT_FALSE(s.ok()) << "damage " << what << " not detected";
+    std::cout << "damage " << what << ": " << s.to_string() << "\n";
   }
 }
 
