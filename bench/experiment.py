@@ -63,6 +63,7 @@ import json
 import math
 import os
 import re
+import resource
 import subprocess
 import sys
 import time
@@ -490,6 +491,7 @@ def main():
             entry = {"id": run_id, "index": index, "index_kind": kinds.get(index, "tree_api"),
                      "workload": w["name"], "figure": w.get("figure", ""), "threads": threads,
                      "records": run["records"], "dataset": run["dataset"], "load": load,
+                     "pool": pool if group is not None else None,
                      "mode": mode, "repeat": rep, "binary": w.get("binary", "production"),
                      "exit_code": proc.returncode, "json": f"runs/{run_id}.json",
                      "csv": f"runs/{run_id}.csv", "wall_seconds": round(elapsed, 3)}
@@ -514,6 +516,10 @@ def main():
         for group in loaded:
             remove_pool(os.path.join(pool_dir, f"experiment-{os.getpid()}-{group}.pool"))
     manifest["wall_seconds"] = round(time.time() - t_start, 1)
+    # CPU seconds of every run (user + system): on a shared machine the wall time depends on
+    # the neighbours, this much less.
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    manifest["cpu_seconds"] = round(children.ru_utime + children.ru_stime, 1)
     manifest["memory_latency"]["after"] = probe_memory(pmbench, out, "after", probe_mib)
     manifest["finished_utc"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     manifest["failures"] = failures

@@ -238,7 +238,9 @@ def data_size_lines(manifest, runs):
     lines.append(f"- {len(manifest['runs'])} runs, {loads} load{'' if loads == 1 else 's'} ({shared} runs reopened a pool loaded by an "
                  f"earlier run of the same index and thread count); post-load validation: {', '.join(kinds) or 'n/a'}")
     if manifest.get("wall_seconds") is not None:
-        lines.append(f"- runs took {manifest['wall_seconds']:.0f} s of wall time on {manifest.get('cores')} cores")
+        cpu = manifest.get("cpu_seconds")
+        lines.append(f"- runs took {manifest['wall_seconds']:.0f} s of wall time on {manifest.get('cores')} cores"
+                     + (f" ({cpu:.0f} CPU seconds: user + system of every run)" if cpu is not None else ""))
     return lines + [""]
 
 

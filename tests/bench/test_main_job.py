@@ -202,8 +202,11 @@ class EndToEnd(unittest.TestCase):
             self.assertIn('**3,072 records** (`records = "@llc1x"`: the last-level cache, 0.09375 MiB', report)
             self.assertIn("5 runs, 1 load (4 runs reopened a pool", report)
             self.assertIn("## Where the time went", report)
-            leftovers = [p for p in os.listdir("/dev/shm/pmindex") if p.startswith("experiment-")]
-            self.assertFalse([p for p in leftovers if p.startswith(f"experiment-{proc.pid}-")])
+            # the shared pool and its sidecar are gone
+            used = {r["pool"] for r in manifest["runs"] if r["pool"]}
+            self.assertEqual(len(used), 1)
+            for p in used:
+                self.assertFalse(os.path.exists(p) or os.path.exists(p + ".pmbench"), p)
 
     def test_skip_load_refuses_a_pool_whose_keys_changed(self):
         with tempfile.TemporaryDirectory() as work:
