@@ -20,7 +20,9 @@ A workload with `needs_variable_keys = true` skips the built-in indexes whose re
 they take no byte-string keys (APEX), so a new index joins such workloads by its traits alone.
 
 Threads. A workload's `threads` lists integers, "@cores" (the machine's core count) or
-"@ladder" (1, 2, 4, ... up to the core count).
+"@ladder" (1, 2, 4, ... up to the core count). `dram_threads` (experiment or workload) replaces
+it for the DRAM comparators: they have no pool to share, so every run of theirs loads anew, and
+a short experiment may run them at fewer thread counts.
 
 Records. `records` (experiment or workload) is an integer or "@llc<K>x": K times the machine's
 last-level cache in records of LLC_BYTES_PER_RECORD (32) bytes, rounded up to a multiple of
@@ -338,7 +340,10 @@ def plan_runs(exp, indexes, kinds, meta, pmbench, resolved, llc, counting):
                          and "--pool_path" not in args and "--skip_load" not in args
                          and "--repeat" not in args and "--bulk_load" not in args)
             binary = counting if w.get("binary") == "counting" else None
-            for threads in expand_threads(w.get("threads", [1])):
+            thread_spec = w.get("threads", [1])
+            if kinds.get(index) == "dram":
+                thread_spec = w.get("dram_threads", exp.get("dram_threads", thread_spec))
+            for threads in expand_threads(thread_spec):
                 for rep in range(int(w.get("repeats", exp.get("repeats", 1)))):
                     run = {"w": w, "index": index, "threads": threads, "rep": rep, "records": records,
                            "binary": binary, "extra": extra, "dataset": dataset, "group": None}

@@ -161,6 +161,13 @@ class EndToEnd(unittest.TestCase):
                 self.assertEqual(len({r["group"] for r in group}), 1)
             self.assertTrue(all(r["group"] is None for r in lb if r["workload"] == "insert2"))
             self.assertTrue(all(r["group"] is None for r in runs if r["index"] == "stdmap"))
+            self.assertEqual(sorted({r["threads"] for r in runs if r["index"] == "stdmap"}), [1, 2])
+            # dram_threads: the DRAM comparators' own thread counts
+            proc = self.run_exp(work, toml.replace("share_load = true\n", 'share_load = true\ndram_threads = [2]\n'),
+                                "--dry-run")
+            runs = json.loads(proc.stdout)["runs"]
+            self.assertEqual({r["threads"] for r in runs if r["index"] == "stdmap"}, {2})
+            self.assertEqual({r["threads"] for r in runs if r["index"] == "lbtree"}, {1, 2})
             proc = self.run_exp(work, toml.replace("share_load = true\n", ""), "--dry-run")
             self.assertTrue(all(r["group"] is None for r in json.loads(proc.stdout)["runs"]))
 
