@@ -232,6 +232,11 @@ def data_size_lines(manifest, runs):
     if pm and llc:
         lines.append("- PM bytes after load / last-level cache: " + ", ".join(
             f"{short(i)} {b / llc['bytes']:.1f}x" for i, b in sorted(pm.items())))
+        want = int(spec[4:-1]) if isinstance(spec, str) and spec[4:-1].isdigit() else None
+        small = [short(i) for i, b in sorted(pm.items()) if want and b < want * llc["bytes"]]
+        if small:
+            lines.append(f"- **below {want}x the cache:** {', '.join(small)} (their PM bytes per record are under "
+                         f"{llc['bytes_per_record']} B; those runs partly measure cached data)")
     loads = sum(1 for r in manifest["runs"] if r.get("load", "own") != "shared (reopened)")
     shared = sum(1 for r in manifest["runs"] if r.get("load") == "shared (reopened)")
     kinds = sorted({r["data"]["load"].get("validation", {}).get("kind", "") for r in runs} - {""})

@@ -3,7 +3,7 @@
 loads shared across workloads.
 
 - "@llc<K>x" resolves from a fake sysfs tree (--sysfs-root / $PMBENCH_SYSFS_ROOT): the highest
-  level's unified or data cache, K x its size in 32-byte records; no cache information falls
+  level's unified or data cache, K x its size in 24-byte records; no cache information falls
   back to 32 MiB with a warning; nonsense in sysfs or in `records` stops the experiment.
 - Shared loads: the plan groups a built-in index's read and update workloads at one thread
   count (reads first), never inserts, DRAM comparators or workloads with their own pool; an
@@ -51,17 +51,17 @@ class LastLevelCache(unittest.TestCase):
             size, source = experiment.last_level_cache(root)
             self.assertEqual(size, 32 << 20)
             self.assertTrue(source.startswith("L3"), source)
-            self.assertEqual(experiment.resolve_records("@llc4x", (size, source)), 4 * 1024 * 1024)
-            self.assertEqual(experiment.resolve_records("@llc1x", (size, source)), 1024 * 1024)
+            self.assertEqual(experiment.resolve_records("@llc4x", (size, source)), 5593088)  # 5.6M
+            self.assertEqual(experiment.resolve_records("@llc1x", (size, source)), 1398784)
         with tempfile.TemporaryDirectory() as root:
             # a data cache at the highest level counts; an instruction cache never does
             fake_sysfs(root, [("1", "Data", "32K"), ("2", "Data", "2M"), ("3", "Instruction", "64M")])
             self.assertEqual(experiment.last_level_cache(root)[0], 2 << 20)
-            # 4 x 2 MiB / 32 B = 262,144 records (already a multiple of 1024)
-            self.assertEqual(experiment.resolve_records("@llc4x", experiment.last_level_cache(root)), 262144)
+            # 4 x 2 MiB / 24 B = 349,525.3 records, rounded up to a multiple of 1024
+            self.assertEqual(experiment.resolve_records("@llc4x", experiment.last_level_cache(root)), 350208)
 
     def test_counts_round_up_to_a_multiple_of_1024(self):
-        self.assertEqual(experiment.resolve_records("@llc4x", (1000 * 1000, "x")), 125952)
+        self.assertEqual(experiment.resolve_records("@llc4x", (1000 * 1000, "x")), 166912)
 
     def test_no_cache_information_falls_back_with_a_warning(self):
         with tempfile.TemporaryDirectory() as root:
@@ -86,6 +86,34 @@ class LastLevelCache(unittest.TestCase):
                 experiment.resolve_records(bad, (32 << 20, "x"))
         self.assertEqual(experiment.resolve_records(0, None), 0)
         self.assertEqual(experiment.resolve_records(12345, None), 12345)
+
+
+class ReportHeader(unittest.TestCase):
+    @staticmethod
+    def header(manifest, runs):
+        """plot.data_size_lines in an interpreter with matplotlib (plot.py imports it)."""
+        code = ("import json, sys; sys.path.insert(0, sys.argv[1]); import plot; "
+                "m, r = json.load(sys.stdin); print('\\n'.join(plot.data_size_lines(m, r)))")
+        python = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+        proc = subprocess.run([python, "-c", code, BENCH], input=json.dumps([manifest, runs]),
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise AssertionError(proc.stderr)
+        return proc.stdout
+
+    def test_indexes_below_the_cache_multiple_are_named(self):
+        def run(index, pm):
+            return {"index": index, "records": 1000, "load": "own",
+                    "data": {"memory": {"pm_bytes": pm}, "target": {"load_method": "insert"},
+                             "load": {"validation": {"kind": "sampled"}}}}
+        manifest = {"experiment": {"records": "@llc4x"}, "records_resolved": 1000,
+                    "llc": {"bytes": 1000, "source": "L3", "bytes_per_record": 24},
+                    "runs": [{"load": "own"}, {"load": "own"}]}
+        lines = self.header(manifest, [run("big", 4100), run("small", 3900)])
+        self.assertIn("big 4.1x, small 3.9x", lines)
+        self.assertIn("**below 4x the cache:** small (", lines)
+        lines = self.header(manifest, [run("big", 4100)])
+        self.assertNotIn("below", lines)
 
 
 WORKLOADS = """
@@ -131,11 +159,11 @@ class EndToEnd(unittest.TestCase):
             proc = self.run_exp(work, toml, "--sysfs-root", root, "--dry-run")
             self.assertEqual(proc.returncode, 0, proc.stderr)
             plan = json.loads(proc.stdout)
-            self.assertEqual(plan["records"], 65536)  # 8 x 256 KiB / 32 B
+            self.assertEqual(plan["records"], 88064)  # 8 x 256 KiB / 24 B, rounded up
             self.assertEqual(plan["llc"]["bytes"], 256 << 10)
-            self.assertTrue(all(r["records"] == 65536 for r in plan["runs"]))
+            self.assertTrue(all(r["records"] == 88064 for r in plan["runs"]))
             proc = self.run_exp(work, toml, "--dry-run", env=dict(os.environ, PMBENCH_SYSFS_ROOT=root))
-            self.assertEqual(json.loads(proc.stdout)["records"], 65536, proc.stderr)
+            self.assertEqual(json.loads(proc.stdout)["records"], 88064, proc.stderr)
             bad = fake_sysfs(os.path.join(work, "bad"), [("3", "Unified", "-8M")])
             proc = self.run_exp(work, toml, "--sysfs-root", bad, "--dry-run")
             self.assertNotEqual(proc.returncode, 0)
@@ -173,7 +201,7 @@ class EndToEnd(unittest.TestCase):
 
     def test_a_shared_load_runs_every_workload_and_tracks_updated_values(self):
         with tempfile.TemporaryDirectory() as work:
-            # 1 x a 96 KiB cache = 3072 records of 32 B
+            # 1 x a 96 KiB cache = 4096 records of 24 B
             root = fake_sysfs(os.path.join(work, "sysfs"), [("2", "Unified", "96K")])
             toml = ('records = "@llc1x"\nshare_load = true\nmode = "operation"\nindexes = ["lbtree"]\n'
                     'memory_probe_mib = 0\n' + WORKLOADS)
@@ -183,7 +211,7 @@ class EndToEnd(unittest.TestCase):
             self.assertEqual(proc.returncode, 0, proc.stderr)
             with open(os.path.join(work, "out", "manifest.json")) as f:
                 manifest = json.load(f)
-            self.assertEqual((manifest["records_resolved"], manifest["llc"]["bytes"]), (3072, 96 << 10))
+            self.assertEqual((manifest["records_resolved"], manifest["llc"]["bytes"]), (4096, 96 << 10))
             loads = {r["workload"]: r["load"] for r in manifest["runs"]}
             self.assertEqual(loads, {"lookup": "shared (loaded here)", "scan": "shared (reopened)",
                                      "update": "shared (reopened)", "update2": "shared (reopened)",
@@ -206,7 +234,7 @@ class EndToEnd(unittest.TestCase):
             self.assertEqual(plot.returncode, 0, plot.stderr)
             with open(os.path.join(work, "out", "report.md")) as f:
                 report = f.read()
-            self.assertIn('**3,072 records** (`records = "@llc1x"`: the last-level cache, 0.09375 MiB', report)
+            self.assertIn('**4,096 records** (`records = "@llc1x"`: the last-level cache, 0.09375 MiB', report)
             self.assertIn("5 runs, 1 load (4 runs reopened a pool", report)
             self.assertIn("## Where the time went", report)
             # the shared pool and its sidecar are gone
