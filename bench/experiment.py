@@ -26,8 +26,9 @@ a short experiment may run them at fewer thread counts.
 
 Records. `records` (experiment or workload) is an integer or "@llc<K>x": K times the machine's
 last-level cache in records of LLC_BYTES_PER_RECORD (24) bytes, rounded up to a multiple of
-1024 -- 5.6M records on a 32 MiB cache for "@llc4x", so every index's PM data is at least 4x
-the cache (the report prints each index's ratio) and "PM" runs do not measure cached DRAM. The cache is the highest level's
+1024 -- 5.6M records on a 32 MiB cache for "@llc4x", so an index's PM data is about 4x the
+cache or more (the report prints each index's ratio and names those below) and "PM" runs do not
+measure cached DRAM. The cache is the highest level's
 unified (or data) cache of cpu0 in sysfs (<root>/sys/devices/system/cpu/cpu0/cache/index*/
 {level,type,size}; <root> is / unless --sysfs-root or $PMBENCH_SYSFS_ROOT says otherwise).
 Without cache information there, FALLBACK_LLC_BYTES (32 MiB) is used with a warning. The size,
