@@ -25,6 +25,10 @@ const char* op_name(OpType t) {
 }
 
 std::uint64_t Config::expected_records() const {
+  return std::max(expect_records, expected_by_this_run());
+}
+
+std::uint64_t Config::expected_by_this_run() const {
   if (mode == RunMode::operation) return records + operations;  // at most one insert per op
   // A thread inserts at most kTimeModeInsertBound a second whatever else it does (in a
   // read-mostly mix the reads are fast, so the inserts' share of the run does not bound them),
@@ -60,9 +64,10 @@ std::vector<std::pair<std::string, std::string>> Config::as_pairs() const {
       {"scan_size", num(scan_size)}, {"sampling_ms", num(sampling_ms)},
       {"distribution", to_string(distribution)}, {"skew", num(skew)}, {"seed", num(seed)},
       {"pool_path", pool_path}, {"pool_size", num(pool_size)},
-      {"skip_load", skip_load ? "true" : "false"}, {"latency_sampling", num(latency_sampling)},
+      {"skip_load", skip_load ? "true" : "false"}, {"expect_records", num(expect_records)}, {"latency_sampling", num(latency_sampling)},
       {"mode", mode == RunMode::time ? "time" : "operation"}, {"seconds", num(seconds)},
       {"persistence", persistence}, {"verify", verify ? "true" : "false"},
+      {"full_validation", full_validation ? "true" : "false"},
       {"dataset", dataset}, {"dataset_format", dataset_format}, {"workload", workload}, {"repeat", num(repeat)},
       {"warmup", warmup ? "true" : "false"}, {"key_type", key_type},
       {"key_order", key_order},
@@ -244,6 +249,9 @@ int parse_command_line(int argc, const char* const* argv, Config* out, std::ostr
                  "pool bytes, suffixes K M G T (powers of 1024; 0: the index's default)")
       ->capture_default_str();
   app.add_flag("--skip_load", c.skip_load, "open the existing pool at --pool_path instead of loading");
+  app.add_option("--expect_records", c.expect_records,
+                 "size the pool for at least N records (a pool later runs reopen and insert into)")
+      ->check(whole_number(0, 10'000'000'000));
   app.add_option("--latency_sampling", c.latency_sampling, "fraction of operations timed")
       ->check(CLI::Range(0.0, 1.0))->capture_default_str();
   std::string mode = "operation";
@@ -260,6 +268,8 @@ int parse_command_line(int argc, const char* const* argv, Config* out, std::ostr
   app.add_option("--probe_mib", c.probe_mib, "--probe_memory's working set (MiB)")
       ->check(whole_number(2, 65536))->capture_default_str();
   app.add_flag("--verify", c.verify, "conformance mode: check every result, stop at the first mismatch");
+  app.add_flag("--full_validation", c.full_validation,
+               "after the load, check every record (default: a sample; --verify implies it)");
   app.add_option("--dataset", c.dataset,
                  "keys from a file (SOSD binary, or text with one key per line) or a generator "
                  "(gen:lognormal, gen:longlat)");

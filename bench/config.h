@@ -48,6 +48,10 @@ struct Config {
   std::string pool_path;
   std::size_t pool_size = 0;
   bool skip_load = false;
+  // Size a built-in index's pool for at least this many records (0: from the run alone). A pool
+  // loaded once for several runs (bench/experiment.py's shared loads) must hold the inserts of
+  // the run that ends its use.
+  std::uint64_t expect_records = 0;
   double latency_sampling = 0.0;
   RunMode mode = RunMode::operation;
   double seconds = 20;
@@ -59,6 +63,9 @@ struct Config {
   bool probe_memory = false;        // measure memory latency (memprobe.h) instead of a run
   unsigned probe_mib = 256;         // its working set
   bool verify = false;
+  // Post-load validation checks every loaded record (lookups, absent keys, a full ordered scan
+  // counting them) instead of a sample; --verify implies it.
+  bool full_validation = false;
   std::string dataset;               // a file, or gen:lognormal / gen:longlat
   std::string dataset_format = "auto";  // auto | sosd | text (bench/dataset.h)
   // Set by the driver, not a flag: the dataset's keys are variable-length (text), and
@@ -91,6 +98,7 @@ struct Config {
   // length, within the inserts' share of kMaxTimeModeOperations). Built-in pools are sized
   // from it unless pool_size is given.
   std::uint64_t expected_records() const;
+  std::uint64_t expected_by_this_run() const;  // the same without --expect_records
   // Every flag and its value, for the JSON "config" block.
   std::vector<std::pair<std::string, std::string>> as_pairs() const;
 };

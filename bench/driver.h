@@ -5,6 +5,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "config.h"
@@ -44,8 +45,9 @@ struct RecoveryResult {
 };
 
 // What post-load validation checked: "checked", "not checked (why)", or "" (not reached).
+// kind: "full" (every record; --full_validation, --verify) or "sampled" (the default).
 struct ValidationReport {
-  std::string lookups, scan_order, scan_values;
+  std::string kind, lookups, scan_order, scan_values, record_count;
 };
 
 struct RunResult {
@@ -72,11 +74,23 @@ struct RunResult {
   PmTotals pm_total;
   // memory after load
   std::int64_t dram_bytes = -1, pm_bytes = -1, malloc_delta_bytes = 0;
+  // pmbench's own memory, apart from the index: the largest of its data structures alive at
+  // once (schedules, dataset keys, bulk-load arrays, conformance models), counted from their
+  // sizes; and the process's peak RSS (index, harness and the pool pages touched, together).
+  std::uint64_t harness_bytes = 0;
+  std::uint64_t schedule_bytes = 0, dataset_bytes = 0, model_bytes = 0;
+  std::int64_t peak_rss_bytes = -1;
+  // --skip_load: what earlier runs on the pool did, from its sidecar ("" when there is none).
+  std::string pool_history;
   // conformance
   bool verified = false;
   std::string verify_error;                // empty: every result matched
   std::uint64_t checked = 0;
   std::string structure_error;             // the index's own verify() after the run
+  bool structure_checked = false;          // verify() ran (--verify, --full_validation)
+  // Wall seconds of each phase, in order: open, load, validate, schedule (calibration and
+  // generation), run, check and recovery, close. The target's destruction comes after.
+  std::vector<std::pair<std::string, double>> phase_seconds;
   RecoveryResult recovery;
   bool has_recovery = false;
   // The run could not start because of the options (an index that does not support the key

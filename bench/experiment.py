@@ -20,7 +20,30 @@ A workload with `needs_variable_keys = true` skips the built-in indexes whose re
 they take no byte-string keys (APEX), so a new index joins such workloads by its traits alone.
 
 Threads. A workload's `threads` lists integers, "@cores" (the machine's core count) or
-"@ladder" (1, 2, 4, ... up to the core count).
+"@ladder" (1, 2, 4, ... up to the core count). `dram_threads` (experiment or workload) replaces
+it for the DRAM comparators: they have no pool to share, so every run of theirs loads anew, and
+a short experiment may run them at fewer thread counts.
+
+Records. `records` (experiment or workload) is an integer or "@llc<K>x": K times the machine's
+last-level cache in records of LLC_BYTES_PER_RECORD (24) bytes, rounded up to a multiple of
+1024 -- 5.6M records on a 32 MiB cache for "@llc4x", so an index's PM data is about 4x the
+cache or more (the report prints each index's ratio and names those below) and "PM" runs do not
+measure cached DRAM. The cache is the highest level's
+unified (or data) cache of cpu0 in sysfs (<root>/sys/devices/system/cpu/cpu0/cache/index*/
+{level,type,size}; <root> is / unless --sysfs-root or $PMBENCH_SYSFS_ROOT says otherwise).
+Without cache information there, FALLBACK_LLC_BYTES (32 MiB) is used with a warning. The size,
+its source and the resolved count go into the manifest (`llc`, `records_resolved`).
+
+Shared loads. With `share_load = true` (experiment or workload), the runs of a built-in index
+at one thread count, repeat, binary and load-shaping flags share one load: the first loads a
+pool under /dev/shm/pmindex and keeps it (`--pool_path`), the others reopen it (`--skip_load`).
+Workloads that only read run first, then those that update values (pmbench's pool sidecar tells
+a later run that values were updated: it then checks presence and order, not values), and last
+at most one workload that inserts or removes keys (or crash-recovers); the loading run sizes
+the pool for that last run's inserts (`--expect_records`). Further workloads that change keys
+load their own pool, and so do DRAM comparators and tree_api libraries (they have no pool
+pmbench can reopen). A failed run makes the next run of its group load afresh. Each manifest entry says `load`: "own",
+"shared (loaded here)" or "shared (reopened)".
 
 Memory latency. `pmbench --probe_memory` runs before the first run and after the last one
 (`memory_probe_mib = N` sets its working set, default 256; 0 skips it); both results go into
@@ -33,13 +56,17 @@ the manifest and the report, because on a shared VM every emulated-PM figure mov
   <out>/runs/<id>.log        pmbench's stdout/stderr
 
 Usage: bench/experiment.py EXPERIMENT.toml --pmbench BUILD/bench/pmbench [--out DIR]
-           [--datasets-cache DIR] [--datasets-py PATH]
+           [--datasets-cache DIR] [--datasets-py PATH] [--sysfs-root DIR]
 Progress goes to stderr, one line per run. Exit code 1 if any run failed (the others still run).
 """
 import argparse
 import datetime
+import glob
 import json
+import math
 import os
+import re
+import resource
 import subprocess
 import sys
 import time
@@ -179,6 +206,108 @@ def dataset_args(w, exp, resolved):
         args += ["--key_type", key_type]
     return args, path
 
+# "@llc4x": 4 x the cache / 24 B = 5.6M records on a 32 MiB cache. 24 B is the smallest PM
+# footprint per record measured here (APEX, 4M records: 100.7 MB); with the 32 B first assumed,
+# four of the five indexes' PM data came out at 3.0-3.7x the cache, not 4x.
+LLC_BYTES_PER_RECORD = 24
+FALLBACK_LLC_BYTES = 32 << 20      # when sysfs has no cache information
+SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def parse_cache_size(text):
+    """sysfs cache sizes read like "32768K"; None if the text is not a positive size."""
+    m = re.fullmatch(r"\s*(\d+)\s*([KMG]?)\s*", text or "")
+    if not m or int(m.group(1)) == 0:
+        return None
+    return int(m.group(1)) * SIZE_UNITS[m.group(2)]
+
+
+def last_level_cache(sysfs_root=None):
+    """(bytes, source) of cpu0's last-level cache: the highest level among its unified and data
+    caches. No cache directory: (FALLBACK_LLC_BYTES, "fallback: ...") and a warning. A cache
+    entry that is there but unreadable or nonsense stops the experiment (exit 2)."""
+    root = sysfs_root or os.environ.get("PMBENCH_SYSFS_ROOT") or "/"
+    base = os.path.join(root, "sys/devices/system/cpu/cpu0/cache")
+    best = None
+    for d in sorted(glob.glob(os.path.join(base, "index*"))):
+        try:
+            with open(os.path.join(d, "type")) as f:
+                kind = f.read().strip()
+            with open(os.path.join(d, "level")) as f:
+                level_text = f.read().strip()
+            with open(os.path.join(d, "size")) as f:
+                size_text = f.read().strip()
+        except OSError as e:
+            raise SystemExit(f"experiment.py: cannot read cache information in {d}: {e}")
+        if kind not in ("Unified", "Data"):
+            continue
+        size = parse_cache_size(size_text)
+        if not level_text.isdigit() or int(level_text) < 1 or size is None:
+            raise SystemExit(f"experiment.py: nonsense cache information in {d}: level {level_text!r}, "
+                             f"size {size_text!r}")
+        level = int(level_text)
+        if best is None or (level, size) > (best[0], best[1]):
+            best = (level, size, d)
+    if best is None:
+        print(f"experiment.py: WARNING: no cache information under {base}; assuming a "
+              f"{FALLBACK_LLC_BYTES >> 20} MiB last-level cache", file=sys.stderr)
+        return FALLBACK_LLC_BYTES, f"fallback: no cache information under {base}"
+    return best[1], f"L{best[0]} ({best[2]})"
+
+
+def resolve_records(spec, llc=None, sysfs_root=None):
+    """A `records` value: an integer >= 0, or "@llc<K>x" (K >= 1) for K times the last-level
+    cache in LLC_BYTES_PER_RECORD-byte records, rounded up to a multiple of 1024. `llc` is a
+    (bytes, source) pair already read, or None to read it. Anything else stops the experiment."""
+    if isinstance(spec, int) and not isinstance(spec, bool) and spec >= 0:
+        return spec
+    m = re.fullmatch(r"@llc([1-9]\d{0,3})x", spec) if isinstance(spec, str) else None
+    if not m:
+        raise SystemExit(f"experiment.py: bad records {spec!r} (an integer >= 0 or \"@llc<K>x\", "
+                         f"e.g. \"@llc4x\")")
+    llc_bytes, _ = llc or last_level_cache(sysfs_root)
+    n = math.ceil(int(m.group(1)) * llc_bytes / LLC_BYTES_PER_RECORD)
+    return -(-n // 1024) * 1024
+
+
+def op_class(w):
+    """How a workload changes a shared pool: 0 reads only, 1 updates values, 2 inserts or removes
+    keys (or crash-recovers: the killed child inserts). From its pmbench args."""
+    args = [str(a) for a in w.get("args", [])]
+
+    def ratio(*flags):
+        for i, a in enumerate(args[:-1]):
+            if a in flags:
+                try:
+                    return float(args[i + 1])
+                except ValueError:
+                    return 1.0  # not a number: pmbench will refuse it; never share it
+        return 0.0
+    workload = args[args.index("--workload") + 1] if "--workload" in args[:-1] else ""
+    recovery = args[args.index("--recovery") + 1] if "--recovery" in args[:-1] else ""
+    if ratio("-i", "--insert_ratio") > 0 or ratio("-d", "--remove_ratio") > 0 or recovery == "crash" \
+            or workload in ("ycsb-d", "ycsb-e") or "--bulk_load" in args:
+        return 2
+    if ratio("-u", "--update_ratio") > 0 or ratio("--rmw_ratio") > 0 or workload in ("ycsb-a", "ycsb-b", "ycsb-f"):
+        return 1
+    return 0
+
+
+# Flags that shape the loaded pool: runs share a load only when they agree on all of them.
+LOAD_FLAGS = {"-k", "--key_size", "-v", "--value_size", "-f", "--key_prefix", "--key_type",
+              "--key_order", "--node_size", "--persistence", "--value_bits", "--pool_size",
+              "--fill", "--dataset", "--dataset_format"}
+
+
+def load_signature(w, extra):
+    """The load-shaping flags of a run (its dataset args `extra` and LOAD_FLAGS in its args)."""
+    args = [str(a) for a in w.get("args", [])]
+    sig = list(extra)
+    for i, a in enumerate(args):
+        if a in LOAD_FLAGS and i + 1 < len(args):
+            sig += [a, args[i + 1]]
+    return tuple(sig)
+
 
 def probe_memory(pmbench, out, when, mib):
     """The machine's memory latency (pmbench --probe_memory over `mib` MiB), measured before
@@ -196,6 +325,83 @@ def probe_memory(pmbench, out, when, mib):
         return json.load(f)["memory_latency"]
 
 
+def plan_runs(exp, indexes, kinds, meta, pmbench, resolved, llc, counting):
+    """The runs in execution order: each an entry dict (workload, index, threads, repeat,
+    records, binary, the dataset args, and `group`: None, or the shared-load group it belongs
+    to). A group runs where its first member would, read-only workloads first."""
+    units, groups = [], {}
+    for w in exp["workloads"]:
+        w_indexes = expand_indexes(w["indexes"], pmbench)[0] if "indexes" in w else indexes
+        records = resolve_records(w.get("records", exp.get("records", 100000)), llc)
+        extra, dataset = dataset_args(w, exp, resolved)
+        args = [str(a) for a in w.get("args", [])]
+        for index in w_indexes:
+            if w.get("builtin_only") and kinds.get(index) != "builtin":
+                continue
+            if w.get("needs_variable_keys") and not takes_variable_keys(meta, index):
+                continue
+            shareable = (w.get("share_load", exp.get("share_load", False)) and kinds.get(index) == "builtin"
+                         and "--pool_path" not in args and "--skip_load" not in args
+                         and "--repeat" not in args and "--bulk_load" not in args)
+            binary = counting if w.get("binary") == "counting" else None
+            thread_spec = w.get("threads", [1])
+            if kinds.get(index) == "dram":
+                thread_spec = w.get("dram_threads", exp.get("dram_threads", thread_spec))
+            for threads in expand_threads(thread_spec):
+                for rep in range(int(w.get("repeats", exp.get("repeats", 1)))):
+                    run = {"w": w, "index": index, "threads": threads, "rep": rep, "records": records,
+                           "binary": binary, "extra": extra, "dataset": dataset, "group": None}
+                    if not shareable:
+                        units.append([run])
+                        continue
+                    key = (index, threads, rep, binary, records, load_signature(w, extra))
+                    members = groups.get(key, [])[1:]
+                    if op_class(w) == 2 and any(op_class(r["w"]) == 2 for r in members):
+                        units.append([run])  # one run that changes keys per group, the last
+                        continue
+                    if key not in groups:
+                        groups[key] = [len(groups)]
+                        units.append(groups[key])
+                    run["group"] = groups[key][0]
+                    groups[key].append(run)
+    plan = []
+    for u in units:
+        members = [r for r in u if isinstance(r, dict)]
+        if members[0]["group"] is not None:
+            members.sort(key=lambda r: op_class(r["w"]))
+            expect = max(expected_records(r, exp) for r in members)
+            for r in members:
+                r["expect_records"] = expect
+        plan += members
+    return plan
+
+
+TIME_MODE_INSERT_BOUND = 5e6  # pmbench's kTimeModeInsertBound (bench/config.h): inserts/s/thread
+
+
+def expected_records(run, exp):
+    """The records a shared pool must hold by the end of this run, as pmbench sizes its own
+    pool (Config::expected_records): records, plus for a run that inserts the operations
+    (operation mode) or the insert bound x seconds x threads (time mode)."""
+    w = run["w"]
+    if op_class(w) < 2:
+        return run["records"]
+    args = [str(a) for a in w.get("args", [])]
+    if w.get("mode", exp.get("mode", "time")) == "time":
+        seconds = float(w.get("seconds", exp.get("seconds", 1.0)))
+        return run["records"] + int(TIME_MODE_INSERT_BOUND * seconds * run["threads"])
+    ops = int(args[args.index("-p") + 1]) if "-p" in args[:-1] else 1000000
+    return run["records"] + max(ops, 1000000)
+
+
+def remove_pool(path):
+    for p in (path, path + ".pmbench"):
+        try:
+            os.remove(p)
+        except FileNotFoundError:
+            pass
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("experiment")
@@ -207,6 +413,10 @@ def main():
     ap.add_argument("--datasets-py", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                                           "datasets.py"),
                     help="the datasets.py to fetch named datasets with (default: the one beside this file)")
+    ap.add_argument("--sysfs-root", help="read the CPU caches under DIR/sys instead of /sys "
+                    "(default: $PMBENCH_SYSFS_ROOT or /); for \"@llc<K>x\" record counts")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="print the resolved records and the planned runs (JSON) and exit")
     args = ap.parse_args()
 
     with open(args.experiment, "rb") as f:
@@ -215,24 +425,16 @@ def main():
     counting = os.path.abspath(args.pmbench_counting or os.path.join(os.path.dirname(pmbench), "pmbench-counting"))
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     out = os.path.abspath(args.out or os.path.join("results", f"{exp.get('name', 'experiment')}-{stamp}"))
-    os.makedirs(os.path.join(out, "runs"), exist_ok=True)
 
     probe_mib = exp.get("memory_probe_mib", 256)
     if not isinstance(probe_mib, int) or isinstance(probe_mib, bool) or not (probe_mib == 0 or 2 <= probe_mib <= 65536):
         sys.exit("memory_probe_mib must be 0 (no probe) or an integer in [2, 65536]")
+    # The cache is read when a record count refers to it, and recorded in the manifest.
+    specs = [exp.get("records")] + [w.get("records") for w in exp["workloads"]]
+    llc = last_level_cache(args.sysfs_root) if any(isinstance(x, str) for x in specs) else None
+    records = resolve_records(exp.get("records", 100000), llc)
     indexes, kinds = expand_indexes(exp.get("indexes", ["@all"]), pmbench)
     meta = index_metadata(pmbench)
-    plan = []
-    for w in exp["workloads"]:
-        w_indexes = expand_indexes(w["indexes"], pmbench)[0] if "indexes" in w else indexes
-        for index in w_indexes:
-            if w.get("builtin_only") and kinds.get(index) != "builtin":
-                continue
-            if w.get("needs_variable_keys") and not takes_variable_keys(meta, index):
-                continue
-            for threads in expand_threads(w.get("threads", [1])):
-                for rep in range(int(w.get("repeats", exp.get("repeats", 1)))):
-                    plan.append((w, index, threads, rep))
 
     # Fetch every named dataset before the first run, so a failed download costs no runs.
     resolved = {}
@@ -241,56 +443,92 @@ def main():
         if name is not None and is_registry_dataset(name) and (name, limit) not in resolved:
             resolved[(name, limit)] = fetch_dataset(args.datasets_py, name, limit, args.datasets_cache)
 
+    plan = plan_runs(exp, indexes, kinds, meta, pmbench, resolved, llc, counting)
+    llc_info = {"bytes": llc[0], "source": llc[1], "bytes_per_record": LLC_BYTES_PER_RECORD} if llc else None
+    if args.dry_run:
+        print(json.dumps({"records": records, "llc": llc_info,
+                          "runs": [{"index": r["index"], "workload": r["w"]["name"], "threads": r["threads"],
+                                    "records": r["records"], "group": r["group"]} for r in plan]}, indent=1))
+        return 0
+    os.makedirs(os.path.join(out, "runs"), exist_ok=True)
     manifest = {"experiment": exp, "experiment_file": os.path.abspath(args.experiment),
                 "started_utc": stamp, "pmbench": pmbench, "runs": [],
+                "records_resolved": records, "llc": llc_info,
                 "cores": os.cpu_count(), "indexes_meta": meta,
                 "memory_latency": {"before": probe_memory(pmbench, out, "before", probe_mib)}}
     failures = 0
     t_start = time.time()
-    for n, (w, index, threads, rep) in enumerate(plan, 1):
-        mode = w.get("mode", exp.get("mode", "time"))
-        # A tree_api library given by path is named by its file name (no '/' in run ids).
-        label = os.path.basename(index).removesuffix(".so") if "/" in index else index
-        run_id = f"{label}__{w['name']}__t{threads}__{mode}__r{rep}"
-        binary = counting if w.get("binary") == "counting" else pmbench
-        records = w.get("records", exp.get("records", 100000))
-        cmd = [binary, index, "-n", str(records), "-t", str(threads),
-               "-m", mode, "--sampling_ms", str(exp.get("sampling_ms", 1000)),
-               "--seed", str(int(exp.get("seed", 1729)) + rep),
-               "--json", os.path.join(out, "runs", run_id + ".json"),
-               "--csv", os.path.join(out, "runs", run_id + ".csv"), "--no_progress"]
-        if mode == "time":
-            cmd += ["--seconds", str(w.get("seconds", exp.get("seconds", 1.0)))]
-        extra, dataset = dataset_args(w, exp, resolved)
-        cmd += extra + [str(a) for a in w.get("args", [])]
-        t0 = time.time()
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        elapsed = time.time() - t0
-        with open(os.path.join(out, "runs", run_id + ".log"), "w") as f:
-            f.write("$ " + " ".join(cmd) + "\n" + proc.stdout + proc.stderr)
-        entry = {"id": run_id, "index": index, "index_kind": kinds.get(index, "tree_api"),
-                 "workload": w["name"], "figure": w.get("figure", ""), "threads": threads,
-                 "records": records, "dataset": dataset,
-                 "mode": mode, "repeat": rep, "binary": w.get("binary", "production"),
-                 "exit_code": proc.returncode, "json": f"runs/{run_id}.json",
-                 "csv": f"runs/{run_id}.csv", "wall_seconds": round(elapsed, 3)}
-        manifest["runs"].append(entry)
-        status = "ok"
-        if proc.returncode != 0:
-            failures += 1
-            status = f"FAILED (exit {proc.returncode}; see runs/{run_id}.log)"
-        else:
-            try:
-                with open(os.path.join(out, entry["json"])) as f:
-                    tp = json.load(f)["run"]["throughput"]
-                status = f"{tp / 1e6:.3f} Mops/s"
-            except (OSError, KeyError, ValueError):
-                status = "ok (no JSON)"
-        eta = (time.time() - t_start) / n * (len(plan) - n)
-        print(f"[{n}/{len(plan)}] {index} {w['name']} t={threads} {mode} r{rep}: {status} "
-              f"({elapsed:.1f}s, ~{eta:.0f}s left)", file=sys.stderr, flush=True)
-        with open(os.path.join(out, "manifest.json"), "w") as f:
-            json.dump(manifest, f, indent=2)
+    pool_dir = "/dev/shm/pmindex"
+    loaded = {}  # group -> whether its pool holds a good load
+    try:
+        for n, run in enumerate(plan, 1):
+            w, index, threads, rep, group = run["w"], run["index"], run["threads"], run["rep"], run["group"]
+            mode = w.get("mode", exp.get("mode", "time"))
+            # A tree_api library given by path is named by its file name (no '/' in run ids).
+            label = os.path.basename(index).removesuffix(".so") if "/" in index else index
+            run_id = f"{label}__{w['name']}__t{threads}__{mode}__r{rep}"
+            binary = run["binary"] or pmbench
+            cmd = [binary, index, "-n", str(run["records"]), "-t", str(threads),
+                   "-m", mode, "--sampling_ms", str(exp.get("sampling_ms", 1000)),
+                   "--seed", str(int(exp.get("seed", 1729)) + rep),
+                   "--json", os.path.join(out, "runs", run_id + ".json"),
+                   "--csv", os.path.join(out, "runs", run_id + ".csv"), "--no_progress"]
+            if mode == "time":
+                cmd += ["--seconds", str(w.get("seconds", exp.get("seconds", 1.0)))]
+            load = "own"
+            if group is not None:
+                pool = os.path.join(pool_dir, f"experiment-{os.getpid()}-{group}.pool")
+                if loaded.get(group):
+                    cmd += ["--pool_path", pool, "--skip_load"]
+                    load = "shared (reopened)"
+                else:
+                    os.makedirs(pool_dir, exist_ok=True)
+                    remove_pool(pool)
+                    cmd += ["--pool_path", pool, "--expect_records", str(run["expect_records"])]
+                    load = "shared (loaded here)"
+            cmd += run["extra"] + [str(a) for a in w.get("args", [])]
+            t0 = time.time()
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            elapsed = time.time() - t0
+            if group is not None:
+                loaded[group] = proc.returncode == 0
+                last_of_group = all(r["group"] != group for r in plan[n:])
+                if last_of_group:
+                    remove_pool(pool)
+            with open(os.path.join(out, "runs", run_id + ".log"), "w") as f:
+                f.write("$ " + " ".join(cmd) + "\n" + proc.stdout + proc.stderr)
+            entry = {"id": run_id, "index": index, "index_kind": kinds.get(index, "tree_api"),
+                     "workload": w["name"], "figure": w.get("figure", ""), "threads": threads,
+                     "records": run["records"], "dataset": run["dataset"], "load": load,
+                     "pool": pool if group is not None else None,
+                     "mode": mode, "repeat": rep, "binary": w.get("binary", "production"),
+                     "exit_code": proc.returncode, "json": f"runs/{run_id}.json",
+                     "csv": f"runs/{run_id}.csv", "wall_seconds": round(elapsed, 3)}
+            manifest["runs"].append(entry)
+            status = "ok"
+            if proc.returncode != 0:
+                failures += 1
+                status = f"FAILED (exit {proc.returncode}; see runs/{run_id}.log)"
+            else:
+                try:
+                    with open(os.path.join(out, entry["json"])) as f:
+                        tp = json.load(f)["run"]["throughput"]
+                    status = f"{tp / 1e6:.3f} Mops/s"
+                except (OSError, KeyError, ValueError):
+                    status = "ok (no JSON)"
+            eta = (time.time() - t_start) / n * (len(plan) - n)
+            print(f"[{n}/{len(plan)}] {index} {w['name']} t={threads} {mode} r{rep} ({load}): {status} "
+                  f"({elapsed:.1f}s, ~{eta:.0f}s left)", file=sys.stderr, flush=True)
+            with open(os.path.join(out, "manifest.json"), "w") as f:
+                json.dump(manifest, f, indent=2)
+    finally:
+        for group in loaded:
+            remove_pool(os.path.join(pool_dir, f"experiment-{os.getpid()}-{group}.pool"))
+    manifest["wall_seconds"] = round(time.time() - t_start, 1)
+    # CPU seconds of every run (user + system): on a shared machine the wall time depends on
+    # the neighbours, this much less.
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    manifest["cpu_seconds"] = round(children.ru_utime + children.ru_stime, 1)
     manifest["memory_latency"]["after"] = probe_memory(pmbench, out, "after", probe_mib)
     manifest["finished_utc"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     manifest["failures"] = failures

@@ -120,6 +120,14 @@ class KeyFormat {
     else
       store_be64(out + key_size_ - 8, order_word(id));
   }
+  // Fixed-size keys: rewrites only the 8 ordering bytes of a buffer that already holds
+  // make(any id) (its prefix and padding are the same for every id).
+  void write_word(std::uint64_t id, char* out) const {
+    if (pibench_order_)
+      store_le64(out + key_size_ - 8, order_word(id));
+    else
+      store_be64(out + key_size_ - 8, order_word(id));
+  }
   // The key word of a fixed-size key as this format stores it.
   std::uint64_t load_word(const char* last8) const {
     return pibench_order_ ? load_le64(last8) : load_be64(last8);

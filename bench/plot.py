@@ -198,13 +198,84 @@ def short(index):
 
 def footprint_rows(runs, records):
     rows = {}
-    for r in sorted(runs, key=lambda r: (r["threads"], r["workload"])):
+    # A run that loaded (not one that reopened a shared pool): the footprint right after a load.
+    loaded_first = sorted(runs, key=lambda r: (r["data"]["target"].get("load_method") == "skip",
+                                               r["threads"], r["workload"]))
+    for r in loaded_first:
         if r["index"] in rows or r["figure"] not in ("throughput-uniform", "throughput-selfsimilar"):
             continue
         m = r["data"]["memory"]
         rows[r["index"]] = (r["index_kind"], m.get("dram_bytes"), m.get("pm_bytes"), m.get("malloc_delta_bytes"),
                             r["data"]["load"]["records"])
     return rows
+
+
+def data_size_lines(manifest, runs):
+    """The header's data-set size: the record count, how it was chosen (a number, or "@llc<K>x"
+    from the last-level cache), and each index's PM bytes after load against that cache."""
+    exp = manifest["experiment"]
+    spec = exp.get("records", 100000)
+    records = manifest.get("records_resolved", spec)
+    llc = manifest.get("llc")
+    lines = ["## Data set and run size", ""]
+    if llc:
+        lines.append(f"- **{records:,} records** (`records = \"{spec}\"`: the last-level cache, "
+                     f"{llc['bytes'] / 2**20:g} MiB from {llc['source']}, x{spec[4:-1] if isinstance(spec, str) else '?'} "
+                     f"at {llc['bytes_per_record']} B per record)")
+    else:
+        lines.append(f"- **{records:,} records** (a fixed count; the last-level cache was not read)")
+    pm = {}
+    for r in runs:
+        b = r["data"].get("memory", {}).get("pm_bytes")
+        if b and r["data"]["target"].get("load_method") != "skip" and r["records"] == records:
+            pm.setdefault(r["index"], b)
+    if pm and llc:
+        lines.append("- PM bytes after load / last-level cache: " + ", ".join(
+            f"{short(i)} {b / llc['bytes']:.1f}x" for i, b in sorted(pm.items())))
+        want = int(spec[4:-1]) if isinstance(spec, str) and spec[4:-1].isdigit() else None
+        small = [short(i) for i, b in sorted(pm.items()) if want and b < want * llc["bytes"]]
+        if small:
+            lines.append(f"- **below {want}x the cache:** {', '.join(small)} (their PM bytes per record are under "
+                         f"{llc['bytes_per_record']} B; those runs partly measure cached data)")
+    loads = sum(1 for r in manifest["runs"] if r.get("load", "own") != "shared (reopened)")
+    shared = sum(1 for r in manifest["runs"] if r.get("load") == "shared (reopened)")
+    kinds = sorted({r["data"]["load"].get("validation", {}).get("kind", "") for r in runs} - {""})
+    lines.append(f"- {len(manifest['runs'])} runs, {loads} load{'' if loads == 1 else 's'} ({shared} runs reopened a pool loaded by an "
+                 f"earlier run of the same index and thread count); post-load validation: {', '.join(kinds) or 'n/a'}")
+    if manifest.get("wall_seconds") is not None:
+        cpu = manifest.get("cpu_seconds")
+        lines.append(f"- runs took {manifest['wall_seconds']:.0f} s of wall time on {manifest.get('cores')} cores"
+                     + (f" ({cpu:.0f} CPU seconds: user + system of every run)" if cpu is not None else ""))
+    return lines + [""]
+
+
+def time_breakdown(manifest, runs):
+    """Where the experiment's time went, per index: runs, loads, and the mean seconds of each
+    pmbench phase (JSON `phases`) beside the mean wall time of a run (the rest is process start,
+    key generation for the first run and the index's teardown)."""
+    by = defaultdict(list)
+    for r in runs:
+        if r["data"].get("phases"):
+            by[r["index"]].append(r)
+    if not by:
+        return []
+    phases = []
+    for rs in by.values():
+        for r in rs:
+            for p in r["data"]["phases"]:
+                if p not in phases:
+                    phases.append(p)
+    lines = ["## Where the time went", "",
+             "Mean seconds per run of each pmbench phase, and the runs' total wall time per index.", "",
+             "| index | runs | loads | " + " | ".join(phases) + " | wall per run | wall total |",
+             "|---|---|---|" + "---|" * (len(phases) + 2)]
+    for index, rs in sorted(by.items()):
+        loads = sum(1 for r in rs if r["data"]["target"].get("load_method") != "skip")
+        means = [sum(r["data"]["phases"].get(p, 0) for r in rs) / len(rs) for p in phases]
+        wall = [r.get("wall_seconds", 0) for r in rs]
+        lines.append(f"| {short(index)} | {len(rs)} | {loads} | " + " | ".join(f"{m:.2f}" for m in means) +
+                     f" | {sum(wall) / len(wall):.2f} | {sum(wall):.0f} |")
+    return lines + [""]
 
 
 def pm_per_op(runs, path):
@@ -371,6 +442,7 @@ def main():
         lines += ["> **PM is emulated.** Built-in indexes ran on a pool in DRAM-backed tmpfs (or anonymous memory); "
                   "numbers show software costs (flushes, fences, layout) but not Optane's latency or bandwidth. "
                   "On a shared 2-core machine throughput is noisy; compare shapes, not absolute values.", ""]
+    lines += data_size_lines(manifest, runs)
     lines += winner_table(runs)
     lines += ["## Environment", "", "| | |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in env.items()]
@@ -412,6 +484,7 @@ def main():
         lines += ["", "## Recovery", "", "| index | kind | answers after (s) | normal throughput after (s) | records found |",
                   "|---|---|---|---|---|"]
         lines += ["| " + " | ".join(fmt(c, 4) for c in row) + " |" for row in rec_table]
+    lines += [""] + time_breakdown(manifest, runs)
     failed = [r for r in manifest["runs"] if r["exit_code"] != 0]
     if failed:
         lines += ["", "## Failed runs", ""] + [f"- `{r['id']}` exit {r['exit_code']} (log: `runs/{r['id']}.log`)" for r in failed]

@@ -111,9 +111,12 @@ ordered_json to_json(const Config& c, const RunResult& r) {
   j["load"] = {{"records", r.loaded}, {"seconds", r.load_seconds},
                {"throughput", r.load_seconds > 0 ? r.loaded / r.load_seconds : 0.0},
                {"validate_seconds", r.validate_seconds},
-               {"validation", {{"lookups", r.validation.lookups},
+               {"validation", {{"kind", r.validation.kind},
+                               {"lookups", r.validation.lookups},
                                {"scan_order", r.validation.scan_order},
-                               {"scan_values", r.validation.scan_values}}}};
+                               {"scan_values", r.validation.scan_values},
+                               {"record_count", r.validation.record_count}}},
+               {"pool_history", r.pool_history}};
   j["run"] = {{"seconds", r.run_seconds}, {"completed", r.completed}, {"succeeded", r.succeeded},
               {"throughput", r.throughput()}, {"scheduled", r.scheduled}, {"expected_misses", r.expected_misses},
               {"schedule_exhausted", r.schedule_exhausted},
@@ -139,12 +142,24 @@ ordered_json to_json(const Config& c, const RunResult& r) {
   j["memory"] = {{"dram_bytes", r.dram_bytes < 0 ? ordered_json(nullptr) : ordered_json(r.dram_bytes)},
                  {"pm_bytes", r.pm_bytes < 0 ? ordered_json(nullptr) : ordered_json(r.pm_bytes)},
                  {"malloc_delta_bytes", r.malloc_delta_bytes},
+                 {"harness_bytes", r.harness_bytes},
+                 {"harness_bytes_per_record", r.loaded > 0 ? static_cast<double>(r.harness_bytes) / r.loaded : 0.0},
+                 {"harness", {{"schedule_bytes", r.schedule_bytes}, {"dataset_bytes", r.dataset_bytes},
+                              {"note", "pmbench's own data, counted from its structures' sizes (schedules, "
+                                       "dataset keys, bulk-load arrays); not the conformance model of --verify"}}},
+                 {"peak_rss_bytes", r.peak_rss_bytes < 0 ? ordered_json(nullptr) : ordered_json(r.peak_rss_bytes)},
                  {"note", "dram_bytes/pm_bytes from Index::footprint() after load (built-in indexes); "
-                          "malloc_delta_bytes: glibc mallinfo2 in-use delta over load (all targets)"}};
+                          "malloc_delta_bytes: glibc mallinfo2 in-use delta over load (all targets); "
+                          "harness_bytes: pmbench's own memory, not the index's; peak_rss_bytes: the "
+                          "whole process (index, harness and the pool pages it touched)"}};
   j["throughput_series"] = {{"interval_ms", c.sampling_ms}, {"ops_per_second", r.throughput_series}};
   j["verify"] = {{"enabled", r.verified}, {"checked", r.checked},
                  {"passed", r.verified ? ordered_json(r.verify_error.empty()) : ordered_json(nullptr)},
-                 {"error", r.verify_error}, {"structure_error", r.structure_error}};
+                 {"error", r.verify_error}, {"structure_error", r.structure_error},
+                 {"structure_checked", r.structure_checked}};
+  ordered_json phases = ordered_json::object();
+  for (const auto& [name, sec] : r.phase_seconds) phases[name] = sec;
+  j["phases"] = phases;
   if (r.has_recovery) {
     const RecoveryResult& rc = r.recovery;
     j["recovery"] = {{"kind", rc.kind}, {"reopen_seconds", rc.reopen_seconds},
@@ -198,9 +213,11 @@ void write_human(std::ostream& out, const Config& c, const std::vector<RunResult
       out << "  NOTE: PM emulated (" << r.backing << "): " << r.durability << "\n";
     out << "Load (" << r.load_method << "): " << r.loaded << " records in " << r.load_seconds << " s ("
         << std::setprecision(0) << (r.load_seconds > 0 ? r.loaded / r.load_seconds : 0) << " ops/s)\n";
+    if (!r.pool_history.empty()) out << "Pool: " << r.pool_history << "\n";
     if (!r.validation.lookups.empty())
-      out << "Validation: lookups: " << r.validation.lookups << "; scan order: "
-          << r.validation.scan_order << "; scan values: " << r.validation.scan_values << "\n";
+      out << "Validation (" << r.validation.kind << "): lookups: " << r.validation.lookups
+          << "; scan order: " << r.validation.scan_order << "; scan values: "
+          << r.validation.scan_values << "; record count: " << r.validation.record_count << "\n";
     out << std::setprecision(3) << "Run: " << r.completed << " operations in " << r.run_seconds
         << " s\n";
     // A recovery run's operations feed the recovery timer (see "Recovery" below); their rate
@@ -231,6 +248,15 @@ void write_human(std::ostream& out, const Config& c, const std::vector<RunResult
     out << "\n";
     if (r.dram_bytes >= 0) out << "  Footprint after load: DRAM " << r.dram_bytes << " B, PM " << r.pm_bytes << " B\n";
     out << "  malloc in use after load: " << r.malloc_delta_bytes << " B\n";
+    out << "  Harness memory (pmbench's own, not the index's): " << r.harness_bytes << " B ("
+        << std::setprecision(1) << (r.loaded > 0 ? static_cast<double>(r.harness_bytes) / r.loaded : 0.0)
+        << " B per record; schedules " << r.schedule_bytes << " B, dataset " << r.dataset_bytes
+        << " B); process peak RSS " << r.peak_rss_bytes << " B\n";
+    if (!r.phase_seconds.empty()) {
+      out << std::setprecision(2) << "  Phases (s):";
+      for (const auto& [name, sec] : r.phase_seconds) out << " " << name << " " << sec << ";";
+      out << "\n";
+    }
     if (r.schedule_exhausted) out << "  WARNING: a thread ran out of pre-generated operations before --seconds\n";
     if (r.verified)
       out << "  Conformance: " << (r.verify_error.empty() ? "PASSED" : "FAILED") << " (" << r.checked

@@ -100,7 +100,8 @@ Schedule build_one(const WorkloadSpec& s, unsigned t, const std::array<std::uint
                     (zipf_like(s.distribution) && start_n >= base_n)
                         ? zeta_extend(base_zeta, base_n, start_n, s.skew) : -1);
   out.ids.resize(n);
-  out.versions.assign(n, 0);
+  const bool writes_values = mine[static_cast<int>(OpType::update)] + mine[static_cast<int>(OpType::rmw)] > 0;
+  if (writes_values) out.versions.assign(n, 0);
   std::uint32_t next_version = 1;
   const bool latest = s.distribution == DistKind::latest;
   for (std::uint64_t i = 0; i < n; ++i) {
@@ -149,19 +150,16 @@ Schedule build_one(const WorkloadSpec& s, unsigned t, const std::array<std::uint
     if (type == OpType::update || type == OpType::rmw) out.versions[i] = next_version++;
   }
 
-  // Key and value bytes.
-  out.key_offsets.resize(n + 1);
-  out.key_offsets[0] = 0;
-  for (std::uint64_t i = 0; i < n; ++i) out.key_offsets[i + 1] = out.key_offsets[i] + s.keys.length(out.ids[i]);
-  out.keys.resize(out.key_offsets[n]);
-  out.values.resize(n * out.value_size);
-  for (std::uint64_t i = 0; i < n; ++i) {
-    s.keys.write(out.ids[i], out.keys.data() + out.key_offsets[i]);
-    if (out.types[i] == OpType::insert || out.types[i] == OpType::update ||
-        out.types[i] == OpType::rmw)
-      s.values.write(out.ids[i], out.versions[i], out.values.data() + i * out.value_size);
+  // Keys: stored only for datasets (see Schedule); values are always computed.
+  out.key_format = &s.keys;
+  out.value_format = &s.values;
+  if (s.keys.dataset() != nullptr) {
+    out.key_offsets.resize(n + 1);
+    out.key_offsets[0] = 0;
+    for (std::uint64_t i = 0; i < n; ++i) out.key_offsets[i + 1] = out.key_offsets[i] + s.keys.length(out.ids[i]);
+    out.keys.resize(out.key_offsets[n]);
+    for (std::uint64_t i = 0; i < n; ++i) s.keys.write(out.ids[i], out.keys.data() + out.key_offsets[i]);
   }
-
   // Latency sampling from a separate stream, so the operations do not depend on the rate.
   Xoshiro256ss sampler(s.seed, 0x100000000ull + t);
   out.timed.resize(n);

@@ -18,6 +18,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -53,23 +54,46 @@ inline std::uint64_t insert_id(std::uint64_t records, unsigned threads, unsigned
 inline std::uint64_t absent_id(unsigned t) { return ~std::uint64_t{0} - t; }
 
 // One thread's operations, in execution order.
+// Compact (issue 26: a 100M-record run's harness must stay under 2 GB): keys are stored only
+// when they come from a dataset (a lookup into the dataset would be a cache miss inside the
+// timed loop); hash keys are computed from the id by key() (a multiply and a byte swap, no
+// PRNG, no memory access), and values always by value() (a mix of id and version). Versions
+// are stored only when the mix writes values (update, rmw).
 struct Schedule {
   std::vector<OpType> types;
   std::vector<std::uint64_t> ids;
-  std::vector<std::uint32_t> versions;  // value version written (insert: 0, update/rmw: > 0)
+  std::vector<std::uint32_t> versions;  // value version written (update/rmw: > 0); empty: all 0
   std::vector<std::uint8_t> timed;      // 1: measure this operation's latency
-  std::vector<char> keys;               // the keys back to back (fixed or variable length)
-  std::vector<std::uint64_t> key_offsets;  // key i is keys[key_offsets[i], key_offsets[i+1])
-  std::vector<char> values;             // size() * value_size bytes (insert/update/rmw)
+  std::vector<char> keys;               // stored keys back to back (datasets only)
+  std::vector<std::uint64_t> key_offsets;  // stored key i is keys[key_offsets[i], key_offsets[i+1])
   std::array<std::uint64_t, kOpTypes> counts{};
   std::uint64_t expected_misses = 0;    // ops on a thread with no ids left (owned mode)
   std::size_t value_size = 8;
+  const KeyFormat* key_format = nullptr;      // the spec's (it outlives the schedule)
+  const ValueFormat* value_format = nullptr;
 
   std::size_t size() const { return types.size(); }
-  std::string_view key(std::size_t i) const {
-    return {keys.data() + key_offsets[i], key_offsets[i + 1] - key_offsets[i]};
+  bool stored_keys() const { return !key_offsets.empty(); }
+  std::uint32_t version(std::size_t i) const { return versions.empty() ? 0 : versions[i]; }
+  // A per-thread buffer for key(): the key format's prefix and padding, written once.
+  std::string key_buffer() const { return stored_keys() ? std::string() : key_format->make(0); }
+  // Key i: a view into the stored keys, or computed into `buf` (from key_buffer()).
+  std::string_view key(std::size_t i, std::string& buf) const {
+    if (stored_keys()) return {keys.data() + key_offsets[i], key_offsets[i + 1] - key_offsets[i]};
+    key_format->write_word(ids[i], buf.data());
+    return buf;
   }
-  const char* value(std::size_t i) const { return values.data() + i * value_size; }
+  // Value i (value_size bytes) written into buf (insert: version 0; update/rmw: its version).
+  std::string_view value(std::size_t i, std::string& buf) const {
+    buf.resize(value_size);
+    value_format->write(ids[i], version(i), buf.data());
+    return buf;
+  }
+  // Bytes this schedule holds (for the harness memory report).
+  std::uint64_t bytes() const {
+    return types.capacity() * sizeof(OpType) + ids.capacity() * 8 + versions.capacity() * 4 +
+           timed.capacity() + keys.capacity() + key_offsets.capacity() * 8;
+  }
 };
 
 // The exact per-type counts of `operations` for `ratio` (largest remainder; sums exactly).

@@ -3,6 +3,7 @@
 //   update  every 7th update reports success but keeps the old value (a lost update)
 //   scan    scans skip their second record
 //   insert  every 11th insert reports success but stores nothing
+//   value   every 13th insert stores a value with its first byte flipped
 //   none    no bug (the checker must pass; guards against a checker that always fails)
 // $PMBENCH_BROKEN_AFTER=N arms the bug only after N calls of the broken operation, so it slips
 // past pmbench's post-load validation and must be caught by --verify in the run phase.
@@ -31,7 +32,9 @@ class BrokenTree final : public tree_api {
   bool insert(const char* key, size_t key_sz, const char* value, size_t value_sz) override {
     std::lock_guard lock(mutex_);
     if (bug_ == "insert" && ++inserts_ > after_ && inserts_ % 11 == 0) return true;
-    return map_.emplace(std::string(key, key_sz), std::string(value, value_sz)).second;
+    std::string v(value, value_sz);
+    if (bug_ == "value" && ++inserts_ > after_ && inserts_ % 13 == 0 && !v.empty()) v[0] ^= 1;
+    return map_.emplace(std::string(key, key_sz), std::move(v)).second;
   }
   bool update(const char* key, size_t key_sz, const char* value, size_t value_sz) override {
     std::lock_guard lock(mutex_);
