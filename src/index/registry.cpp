@@ -5,6 +5,7 @@
 #include "index/fptree/fptree.h"
 #include "index/lbtree/lbtree.h"
 #include "index/nbtree/nbtree.h"
+#include "index/part/part.h"
 #include "index/reflist/reflist.h"
 #include "pmindex/index.h"
 
@@ -59,6 +60,7 @@ const std::vector<IndexRegistry::Entry>& IndexRegistry::entries() {
         .numa = "no",
         .recovery = "leaf-chain walk; DRAM layer rebuilt"}},
       fptree::registry_entry(),
+      part::Part::registry_entry(),
   };
   return kEntries;
 }

@@ -53,7 +53,7 @@ TEST_P(SharedKeys, TalliesMatchPresence) {
 
 INSTANTIATE_TEST_SUITE_P(
     Kinds, SharedKeys,
-    ::testing::Combine(::testing::Values("reflist", "lbtree", "fptree", "nbtree", "apex"),
+    ::testing::Combine(::testing::Values("reflist", "lbtree", "fptree", "nbtree", "apex", "part"),
                        ::testing::Values(pm::Mode::adr, pm::Mode::eadr, pm::Mode::dram)),
     [](const auto& p) {
       return std::get<0>(p.param) + "_" + std::string(pm::to_string(std::get<1>(p.param)));
