@@ -113,9 +113,9 @@ Result<std::unique_ptr<Index>> Part::recover(std::unique_ptr<pm::Pool> pool, con
   p.allocator().begin_recovery(/*start_now=*/true);
   p.commit_open();
   idx->make_tree(run_tag(p.generation()));
-  idx->start_walk(root_off);
   idx->recovery_.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - idx->open_start_).count();
+  idx->start_walk(root_off);
   return std::unique_ptr<Index>(std::move(idx));
 }
 

@@ -65,7 +65,10 @@ class Part final : public Index {
   Code remove(std::string_view key) override;
   std::size_t scan(std::string_view start, std::size_t max, ScanBuffer& out) const override;
   Status verify() const override;
-  RecoveryStats recovery_stats() const override { return recovery_; }
+  RecoveryStats recovery_stats() const override {
+    std::lock_guard<std::mutex> lock(walk_mu_);  // the walker fills records and nodes
+    return recovery_;
+  }
   Footprint footprint() const override;
   Status close() override;
   const pm::Pool& pool() const override { return *pool_; }

@@ -249,24 +249,28 @@ Code Tree<P>::find(std::string_view key, std::uint64_t* value) const {
 }
 
 // Optimistic all the way: prefix bytes that are not stored (or not trusted) are skipped, and
-// the record's full key decides.
+// the record's full key decides. A record's value is read before the version of the lock that
+// guards its slot is validated: a writer persists before it unlocks (P2-P9), so a validated
+// read never returns a value or an absence that a crash could still take back.
 template <class P>
 Code Tree<P>::find_once(std::string_view key, std::uint64_t* value, Olc& o) const {
+  const std::uint64_t* plock = root_lock_;
+  std::uint64_t pv = read_lock(*root_lock_, nullptr, o);
+  if (o.stop()) return Code::ok;
   std::uint64_t w = load_word(*root_word_);
-  const std::uint64_t* plock = nullptr;
-  std::uint64_t pv = 0;
   std::uint32_t depth = 0;
   for (;;) {
-    if (w == 0) return Code::not_found;
-    if (is_record(w)) {
-      if (key_of(w) != key) return Code::not_found;
-      if (value != nullptr) *value = load_word(record(w)->value);
-      return Code::ok;
+    if (w == 0 || is_record(w)) {
+      const bool hit = w != 0 && key_of(w) == key;
+      if (hit && value != nullptr) *value = load_word(record(w)->value);
+      check(*plock, pv, o);
+      if (o.stop()) return Code::ok;
+      return hit ? Code::ok : Code::not_found;
     }
     NodeHeader* n = node(w);
     const std::uint64_t v = read_lock(n->lock, n, o);
     if (o.stop()) return Code::ok;
-    if (plock != nullptr) check(*plock, pv, o);
+    check(*plock, pv, o);
     if (o.stop()) return Code::ok;
     Prefix p;
     if (!prefix_at(n, depth, &p)) {
@@ -288,9 +292,10 @@ Code Tree<P>::find_once(std::string_view key, std::uint64_t* value, Olc& o) cons
         ++depth;
       }
     }
-    check(n->lock, v, o);
-    if (o.stop()) return Code::ok;
-    if (mismatch) return Code::not_found;
+    if (mismatch) {
+      check(n->lock, v, o);
+      return Code::not_found;
+    }
     plock = &n->lock;
     pv = v;
     w = next;

@@ -28,7 +28,15 @@ Code Tree<P>::scan(std::string_view start, std::size_t max, Emit&& emit) const {
     Olc o;
     const bool resumed = count > 0;
     const std::string bound(resumed ? std::string_view(last) : start);
-    scan_word(load_word(*root_word_), 0, true, bound, !resumed, max, count, emit, o, last);
+    const std::uint64_t rv = read_lock(*root_lock_, nullptr, o);
+    const std::uint64_t w = o.stop() ? 0 : load_word(*root_word_);
+    if (w != 0 && is_record(w)) {  // a lone record: its value is read under the root's version
+      const std::uint64_t value = load_word(record(w)->value);
+      check(*root_lock_, rv, o);
+      if (!o.stop()) emit_record(w, value, true, bound, !resumed, max, count, emit, last);
+    } else if (w != 0) {
+      scan_word(w, 0, true, bound, !resumed, max, count, emit, o, last);
+    }
     if (o.damaged) return Code::corrupted;
     if (!o.restart) return Code::ok;
     detail::restart_pause();
@@ -43,18 +51,7 @@ template <class Emit>
 bool Tree<P>::scan_word(std::uint64_t w, std::uint32_t depth, bool bounded,
                         std::string_view bound, bool inclusive, std::size_t max,
                         std::size_t& count, Emit& emit, Olc& o, std::string& last) const {
-  if (count >= max) return false;
-  if (w == 0) return true;
-  if (is_record(w)) {
-    const std::string_view k = key_of(w);
-    if (bounded) {
-      const int c = detail::compare_keys(k, bound);
-      if (c < 0 || (c == 0 && !inclusive)) return true;
-    }
-    emit(k, load_word(record(w)->value));
-    last.assign(k);
-    return ++count < max;
-  }
+  if (count >= max) return false;  // w is a node: records are emitted by their container
   if (depth > max_key_) {
     o.damaged = true;  // deeper than any key: a cycle
     return false;
@@ -99,21 +96,47 @@ bool Tree<P>::scan_word(std::uint64_t w, std::uint32_t depth, bool bounded,
   detail::EntryBuffer<Entry> buf;
   Entry* e = buf.get(capacity_of(static_cast<NodeType>(n->type)));
   const unsigned k = collect(n, e);
+  // Record values are read before the node's version is validated (as find_once does), so
+  // no value an unfinished update wrote is returned.
+  detail::EntryBuffer<std::uint64_t> vbuf;
+  std::uint64_t* values = vbuf.get(k + 1);
+  values[k] = end != 0 ? load_word(record(end)->value) : 0;
+  for (unsigned j = 0; j < k; ++j)
+    values[j] = is_record(e[j].word) ? load_word(record(e[j].word)->value) : 0;
   check(n->lock, v, o);
   if (o.stop()) return false;
+  for (unsigned j = 0; j < k; ++j) e[j].value = values[j];
   std::sort(e, e + k, [](const Entry& a, const Entry& b) { return a.byte < b.byte; });
-  if (!scan_word(end, branch, inner_bounded, bound, inclusive, max, count, emit, o, last))
+  if (end != 0 && !emit_record(end, values[k], inner_bounded, bound, inclusive, max, count, emit, last))
     return false;
   const bool bound_goes_on = inner_bounded && bound.size() > branch;
   const std::uint8_t bb = bound_goes_on ? static_cast<std::uint8_t>(bound[branch]) : 0;
   for (unsigned j = 0; j < k; ++j) {
     if (bound_goes_on && e[j].byte < bb) continue;
     const bool child_bounded = bound_goes_on && e[j].byte == bb;
-    if (!scan_word(e[j].word, branch + 1, child_bounded, bound, inclusive, max, count, emit, o,
-                   last))
-      return false;
+    const bool go_on =
+        is_record(e[j].word)
+            ? emit_record(e[j].word, e[j].value, child_bounded, bound, inclusive, max, count, emit, last)
+            : scan_word(e[j].word, branch + 1, child_bounded, bound, inclusive, max, count, emit, o, last);
+    if (!go_on) return false;
   }
   return true;
+}
+
+template <class P>
+template <class Emit>
+bool Tree<P>::emit_record(std::uint64_t w, std::uint64_t value, bool bounded,
+                          std::string_view bound, bool inclusive, std::size_t max,
+                          std::size_t& count, Emit& emit, std::string& last) const {
+  if (count >= max) return false;
+  const std::string_view k = key_of(w);
+  if (bounded) {
+    const int c = detail::compare_keys(k, bound);
+    if (c < 0 || (c == 0 && !inclusive)) return true;
+  }
+  emit(k, value);
+  last.assign(k);
+  return ++count < max;
 }
 
 // --- verify ---------------------------------------------------------------------------------------

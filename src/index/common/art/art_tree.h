@@ -110,6 +110,7 @@ class Tree {
   struct Entry {
     std::uint8_t byte;
     std::uint64_t word;
+    std::uint64_t value = 0;  // scans: the record's value word, read before validation
   };
   // Where a descent came from: the slot that names the current node and the lock guarding it.
   struct Parent {
@@ -220,6 +221,10 @@ class Tree {
                           std::uint8_t slot_byte, bool is_end, std::string& prev, bool& any,
                           TreeStats* st, bool allow_stale,
                           bool (*value_ok)(const void*, std::uint64_t), const void* ctx) const;
+  template <class Emit>
+  bool emit_record(std::uint64_t w, std::uint64_t value, bool bounded, std::string_view bound,
+                   bool inclusive, std::size_t max, std::size_t& count, Emit& emit,
+                   std::string& last) const;
   template <class Mark>
   std::string walk_word(std::uint64_t w, std::uint32_t depth, Mark& mark) const;
 
