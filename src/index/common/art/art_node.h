@@ -60,7 +60,8 @@ constexpr std::uint64_t rebyte(std::uint64_t w, std::uint8_t byte) {
 //   bits 32-63 run tag    the run that last touched the word
 // A word whose run tag is not this run's is a leftover of an earlier run (a crashed run's lock
 // included): it means "unlocked, never touched in this run", and the first thread to see it
-// checks the node and rebuilds its volatile metadata (admit). Never persisted, never traced.
+// checks the node and rebuilds its volatile metadata (admit). Written through the placement's
+// cas / publish (traced in the crash simulator's flavour), never persisted.
 struct NodeLock {
   static constexpr std::uint64_t kObsolete = 1;
   static constexpr std::uint64_t kLocked = 2;
@@ -82,15 +83,6 @@ struct NodeLock {
   static std::uint64_t load(const std::uint64_t& word) {
     return std::atomic_ref<std::uint64_t>(const_cast<std::uint64_t&>(word))
         .load(std::memory_order_acquire);
-  }
-  // acquire on success: the holder sees the previous holder's writes (unlock is a release).
-  static bool try_cas(std::uint64_t& word, std::uint64_t& expected, std::uint64_t desired) {
-    return std::atomic_ref<std::uint64_t>(word).compare_exchange_strong(
-        expected, desired, std::memory_order_acquire, std::memory_order_relaxed);
-  }
-  // release: publishes the critical section's writes to the next holder and to readers.
-  static void store(std::uint64_t& word, std::uint64_t value) {
-    std::atomic_ref<std::uint64_t>(word).store(value, std::memory_order_release);
   }
 };
 

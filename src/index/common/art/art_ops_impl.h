@@ -477,7 +477,7 @@ Code Tree<P>::remove_in(Parent pa, std::uint64_t w, std::uint64_t v, std::uint32
     if (!is_end) {
       if (t == NodeType::n48)
         set_accel_byte(reinterpret_cast<N48*>(n)->index, static_cast<std::uint8_t>(key[branch]), 0);
-      --n->count;
+      set_count(n, n->count - 1u);
     }
     unlock(n->lock);
   }

@@ -137,7 +137,7 @@ class Tree {
   bool upgrade(std::uint64_t& word, std::uint64_t& v) const {
     pm::yield_point("art.upgrade");
     std::uint64_t expected = v;
-    if (!NodeLock::try_cas(word, expected, v + NodeLock::kLocked)) return false;
+    if (!P::cas(&word, expected, v + NodeLock::kLocked)) return false;
     v += NodeLock::kLocked;
     return true;
   }
@@ -148,11 +148,13 @@ class Tree {
       if (upgrade(word, v)) return true;
     }
   }
+  // The holder is the only writer of a held word; release (publish): the critical section's
+  // writes reach the next holder and validating readers.
   static void unlock(std::uint64_t& word) {
-    NodeLock::store(word, NodeLock::bump(NodeLock::load(word), NodeLock::kLocked));
+    P::publish(&word, NodeLock::bump(NodeLock::load(word), NodeLock::kLocked));
   }
   static void unlock_obsolete(std::uint64_t& word) {
-    NodeLock::store(word, NodeLock::bump(NodeLock::load(word), NodeLock::kLocked + 1));
+    P::publish(&word, NodeLock::bump(NodeLock::load(word), NodeLock::kLocked + 1));
   }
   bool admit(NodeHeader* n, std::uint64_t stale) const;
   std::string check_node(const NodeHeader* n) const;
@@ -176,6 +178,11 @@ class Tree {
   void publish_persist(std::uint64_t* word, std::uint64_t v) const {
     p_.publish(word, v);
     p_.persist(word, sizeof *word);
+  }
+  // The count is read and written by the lock holder only (volatile, never persisted).
+  void set_count(NodeHeader* n, unsigned count) const {
+    const std::uint16_t c = static_cast<std::uint16_t>(count);
+    p_.write(&n->count, &c, sizeof c);
   }
   void insert_in_place(NodeHeader* n, std::uint8_t b, std::uint64_t w) const;
   void repair_if_stale(NodeHeader* n, std::uint32_t depth, std::string_view key) const;

@@ -30,7 +30,7 @@ std::uint64_t Tree<P>::read_lock(std::uint64_t& word, NodeHeader* n, Olc& o) con
     std::uint64_t w = NodeLock::load(word);
     if (NodeLock::tag_of(w) != tag_) [[unlikely]] {
       if (n == nullptr) {
-        NodeLock::try_cas(word, w, NodeLock::fresh(tag_));  // the root lock guards no metadata
+        P::cas(&word, w, NodeLock::fresh(tag_));  // the root lock guards no metadata
       } else if (!admit(n, w)) {
         o.damaged = true;
         return 0;
@@ -58,13 +58,13 @@ template <class P>
 bool Tree<P>::admit(NodeHeader* n, std::uint64_t stale) const {
   std::uint64_t expected = stale;
   const std::uint64_t tag_word = std::uint64_t{tag_} << 32;
-  if (!NodeLock::try_cas(n->lock, expected, tag_word | NodeLock::kLocked)) return true;
+  if (!P::cas(&n->lock, expected, tag_word | NodeLock::kLocked)) return true;
   if (!check_node(n).empty()) {
-    NodeLock::store(n->lock, tag_word | NodeLock::kDamaged);
+    P::publish(&n->lock, tag_word | NodeLock::kDamaged);
     return false;
   }
   rebuild_accelerators(n);
-  NodeLock::store(n->lock, NodeLock::fresh(tag_));
+  P::publish(&n->lock, NodeLock::fresh(tag_));
   return true;
 }
 
@@ -122,10 +122,8 @@ template <class P>
 void Tree<P>::set_accel_byte(std::uint64_t* words, unsigned i, std::uint8_t b) {
   const unsigned shift = 8 * (i % 8);
   const std::uint64_t old = load_word(words[i / 8]);
-  // release: optimistic readers load accelerator words with acquire (art_node.h contract).
-  std::atomic_ref<std::uint64_t>(words[i / 8])
-      .store((old & ~(std::uint64_t{0xff} << shift)) | std::uint64_t{b} << shift,
-             std::memory_order_release);
+  // release (publish): optimistic readers load accelerator words with acquire.
+  P::publish(&words[i / 8], (old & ~(std::uint64_t{0xff} << shift)) | std::uint64_t{b} << shift);
 }
 
 // P10: accelerators and count from the child words (the persistent truth). Caller holds the lock.
@@ -136,7 +134,7 @@ void Tree<P>::rebuild_accelerators(NodeHeader* n) const {
   unsigned live = 0;
   if (t == NodeType::n48) {
     N48* n48 = reinterpret_cast<N48*>(n);
-    for (auto& word : n48->index) std::atomic_ref<std::uint64_t>(word).store(0, std::memory_order_release);
+    for (auto& word : n48->index) P::publish(&word, 0);
   }
   for (unsigned j = 0; j < capacity_of(t); ++j) {
     const std::uint64_t w = load_word(ch[j]);
@@ -147,7 +145,7 @@ void Tree<P>::rebuild_accelerators(NodeHeader* n) const {
     if (t == NodeType::n48)
       set_accel_byte(reinterpret_cast<N48*>(n)->index, byte_of(w), static_cast<std::uint8_t>(j + 1));
   }
-  n->count = static_cast<std::uint16_t>(live);
+  set_count(n, live);
 }
 
 // --- node access ------------------------------------------------------------------------------
@@ -347,7 +345,7 @@ void Tree<P>::insert_in_place(NodeHeader* n, std::uint8_t b, std::uint64_t w) co
       break;
     }
   }
-  ++n->count;
+  set_count(n, n->count + 1u);
 }
 
 // P7: a node reached below its level (a crash hit between P5 and P6) gets its prefix bytes

@@ -10,7 +10,12 @@
 //   in_bounds(ref, bytes, align)    first-touch and recovery checks (DRAM: always true)
 //   write(dst, src, n)              into a block not yet reachable (or under its lock)
 //   publish(word*, v)               failure-atomic 8-byte store, release order
+//   cas(word*, expected&, v)        8-byte compare-and-swap, acq_rel (lock words)
 //   persist(p, n)                   write back and fence (no-op for DRAM)
+// Volatile words kept in PM (lock words, accelerators, counts) are written through write /
+// publish / cas too, never persisted: in the tracing flavour the crash simulator then sees
+// every store to the pool (its bypass check), and after a crash their contents are ignored
+// (art_node.h: run-tagged lock words; metadata rebuilt at first touch).
 //
 // Thread safety: as the underlying allocator (both thread-safe).
 #pragma once
@@ -44,6 +49,9 @@ struct PmPlacement {
   }
   static void write(void* dst, const void* src, std::size_t n) { pm::copy(dst, src, n); }
   static void publish(std::uint64_t* word, std::uint64_t v) { pm::publish(word, v); }
+  static bool cas(std::uint64_t* word, std::uint64_t& expected, std::uint64_t v) {
+    return pm::cas(word, expected, v);
+  }
   static void persist(const void* p, std::size_t n) { pm::persist(p, n); }
 };
 
@@ -69,6 +77,12 @@ struct DramPlacement {
   // release: a reader that acquire-loads the word sees the block written before it.
   static void publish(std::uint64_t* word, std::uint64_t v) {
     std::atomic_ref<std::uint64_t>(*word).store(v, std::memory_order_release);
+  }
+  // acq_rel on success: a lock holder sees the previous holder's writes and its own later
+  // writes stay after the lock (as pm::cas). acquire on failure: the caller re-reads.
+  static bool cas(std::uint64_t* word, std::uint64_t& expected, std::uint64_t v) {
+    return std::atomic_ref<std::uint64_t>(*word).compare_exchange_strong(
+        expected, v, std::memory_order_acq_rel, std::memory_order_acquire);
   }
   static void persist(const void*, std::size_t) {}
 };
