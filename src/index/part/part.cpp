@@ -110,6 +110,11 @@ Result<std::unique_ptr<Index>> Part::recover(std::unique_ptr<pm::Pool> pool, con
       !index_common::ValueCodec::valid_limit(r->max_value_size))
     return p.error(Code::corrupted, "part root holds impossible size limits");
   idx->root_ = r;
+  {  // the top word is followed before the walk: check it now (read only)
+    const PmTree probe(art::PmPlacement{&p}, &r->top, &r->lock, 1, r->max_key_size);
+    if (std::string e = probe.check_top(); !e.empty())
+      return p.error(Code::corrupted, "part root word: " + e);
+  }
   p.allocator().begin_recovery(/*start_now=*/true);
   p.commit_open();
   idx->make_tree(run_tag(p.generation()));

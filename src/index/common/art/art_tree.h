@@ -90,6 +90,11 @@ class Tree {
   // first damage. Depth is bounded by the key limit, so a cycle ends as damage.
   template <class Mark>
   std::string walk(Mark&& mark) const;
+  // The root word's target checked as a node's children are at first touch ("" if sound).
+  std::string check_top() const {
+    const std::uint64_t w = load_word(*root_word_);
+    return w == 0 ? std::string{} : check_child(w);
+  }
 
  private:
   struct Olc {
