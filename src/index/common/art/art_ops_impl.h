@@ -104,9 +104,9 @@ Code Tree<P>::leaf_split(Parent pa, std::uint64_t w, std::uint32_t depth, std::s
   unsigned k = 0;
   std::uint64_t end = 0;
   if (key.size() == d2) end = record_word(0, ref);
-  else e[k++] = Entry{static_cast<std::uint8_t>(key[d2]), record_word(0, ref)};
+  else e[k++] = Entry{static_cast<std::uint8_t>(key[d2]), record_word(0, ref), 0};
   if (rk.size() == d2) end = rebyte(w, 0);
-  else e[k++] = Entry{static_cast<std::uint8_t>(rk[d2]), w};
+  else e[k++] = Entry{static_cast<std::uint8_t>(rk[d2]), w, 0};
   const std::uint64_t nw =
       new_node(NodeType::n4, make_shape(depth, m), bytes_word(key, depth, m), end, e, k, &code);
   if (nw == 0) {
@@ -152,9 +152,9 @@ Code Tree<P>::prefix_split(Parent pa, std::uint64_t w, std::uint64_t v, Prefix& 
   Entry e[2];
   unsigned k = 0;
   std::uint64_t end = 0;
-  e[k++] = Entry{nb, w};
+  e[k++] = Entry{nb, w, 0};
   if (key.size() == depth + mis) end = record_word(0, ref);
-  else e[k++] = Entry{static_cast<std::uint8_t>(key[depth + mis]), record_word(0, ref)};
+  else e[k++] = Entry{static_cast<std::uint8_t>(key[depth + mis]), record_word(0, ref), 0};
   const std::uint64_t yw = new_node(NodeType::n4, make_shape(depth, mis),
                                     bytes_word(key, depth, mis), end, e, k, &code);
   auto drop = [&] {
@@ -216,7 +216,7 @@ Code Tree<P>::add_child(Parent pa, std::uint64_t w, std::uint64_t v, std::uint32
   }
   Entry e[257];
   unsigned k = collect(n, e);
-  e[k++] = Entry{b, rw};
+  e[k++] = Entry{b, rw, 0};
   const std::uint32_t len = branch - node_depth;
   const std::uint64_t nw = new_node(grown(t), make_shape(node_depth, len),
                                     bytes_word(key, node_depth, len), load_word(n->end), e, k,

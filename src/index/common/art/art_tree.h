@@ -115,7 +115,9 @@ class Tree {
   struct Entry {
     std::uint8_t byte;
     std::uint64_t word;
-    std::uint64_t value = 0;  // scans: the record's value word, read before validation
+    std::uint64_t value;  // scans only: the record's value word, read before validation
+                          // (no initialiser: the write paths keep 257-entry arrays on the
+                          // stack, which must not be zeroed per call)
   };
   // Where a descent came from: the slot that names the current node and the lock guarding it.
   struct Parent {

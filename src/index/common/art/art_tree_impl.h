@@ -196,7 +196,7 @@ unsigned Tree<P>::collect(const NodeHeader* n, Entry* out) const {
   unsigned k = 0;
   for (unsigned j = 0; j < capacity_of(static_cast<NodeType>(n->type)); ++j) {
     const std::uint64_t w = load_word(ch[j]);
-    if (w != 0) out[k++] = Entry{byte_of(w), w};
+    if (w != 0) out[k++] = Entry{byte_of(w), w, 0};
   }
   return k;
 }
