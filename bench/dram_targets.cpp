@@ -5,6 +5,7 @@
 //             concurrently; values sit in a Slot guarded by a per-record spin lock (an update
 //             rewrites a value in place); remove needs tbb's unsafe_erase, so removes take a
 //             map-wide exclusive lock that every other operation holds shared.
+//   art       the trie core of the `part` index in DRAM (art_target.cpp)
 // Finds, inserts and scans copy keys and values into std::string, as an application would.
 #include <absl/container/btree_map.h>
 #include <oneapi/tbb/concurrent_map.h>
@@ -199,13 +200,18 @@ std::size_t TbbMapSession::scan(std::string_view start, int count, ScanResult* o
 
 }  // namespace
 
-std::vector<std::string> dram_comparator_names() { return {"stdmap", "btreemap", "tbbmap"}; }
+std::vector<std::string> dram_comparator_names() {
+  return {"stdmap", "btreemap", "tbbmap", "art"};
+}
+
+std::unique_ptr<Target> make_art_target();  // art_target.cpp
 
 std::unique_ptr<Target> make_dram_target(const std::string& name) {
   if (name == "stdmap") return std::make_unique<LockedMapTarget<std::map<std::string, std::string>>>(name);
   if (name == "btreemap")
     return std::make_unique<LockedMapTarget<absl::btree_map<std::string, std::string>>>(name);
   if (name == "tbbmap") return std::make_unique<TbbMapTarget>();
+  if (name == "art") return make_art_target();
   return nullptr;
 }
 

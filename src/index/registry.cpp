@@ -5,6 +5,7 @@
 #include "index/fptree/fptree.h"
 #include "index/lbtree/lbtree.h"
 #include "index/nbtree/nbtree.h"
+#include "index/part/part.h"
 #include "index/reflist/reflist.h"
 #include "index/utree/utree.h"
 #include "pmindex/index.h"
@@ -73,6 +74,7 @@ const std::vector<IndexRegistry::Entry>& IndexRegistry::entries() {
         .allocator = traits::kPmindexAllocator,
         .numa = "no",
         .recovery = "walk of the list; DRAM array layer rebuilt"}},
+      part::Part::registry_entry(),
   };
   return kEntries;
 }

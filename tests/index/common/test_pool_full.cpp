@@ -209,11 +209,11 @@ TEST_P(PoolFullConcurrent, FillStaysConsistent) {
 std::vector<Case> cases() {
   std::vector<Case> out;
   for (bool scope : {false, true}) {
-    for (const char* kind : {"reflist", "lbtree", "fptree", "nbtree", "apex", "utree"}) {
+    for (const char* kind : {"reflist", "lbtree", "fptree", "nbtree", "apex", "utree", "part"}) {
       out.push_back({kind, KeyType::u64, 8, scope});
       out.push_back({kind, KeyType::u64, 8, scope, /*ascending=*/true});
     }
-    for (const char* kind : {"lbtree", "fptree", "nbtree", "utree"}) {
+    for (const char* kind : {"lbtree", "fptree", "nbtree", "utree", "part"}) {
       out.push_back({kind, KeyType::u64, 64, scope});
       out.push_back({kind, KeyType::bytes, 64, scope});
     }

@@ -54,7 +54,7 @@ TEST_P(SharedKeys, TalliesMatchPresence) {
 
 INSTANTIATE_TEST_SUITE_P(
     Kinds, SharedKeys,
-    ::testing::Combine(::testing::Values("reflist", "lbtree", "fptree", "nbtree", "apex", "utree"),
+    ::testing::Combine(::testing::Values("reflist", "lbtree", "fptree", "nbtree", "apex", "utree", "part"),
                        ::testing::Values(pm::Mode::adr, pm::Mode::eadr, pm::Mode::dram)),
     [](const auto& p) {
       return std::get<0>(p.param) + "_" + std::string(pm::to_string(std::get<1>(p.param)));

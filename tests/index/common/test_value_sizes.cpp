@@ -13,7 +13,8 @@ namespace {
 
 // Kinds whose default value mode stores exactly 8 bytes.
 bool fixed_eight_bytes(const std::string& kind) {
-  return kind == "apex" || kind == "lbtree" || kind == "fptree" || kind == "utree";
+  return kind == "apex" || kind == "lbtree" || kind == "fptree" || kind == "utree" ||
+         kind == "part";
 }
 
 std::unique_ptr<Index> open_dram(const std::string& kind, std::uint32_t max_value) {

@@ -1,0 +1,540 @@
+// art::Tree operations: insert, find, update, remove. Included by art_tree_impl.h only.
+// Each *_once makes one optimistic attempt: it returns with o.restart set when a version check
+// failed (nothing was changed), with o.damaged set when it met a damaged node.
+#pragma once
+
+namespace pmindex::art {
+
+// --- insert -----------------------------------------------------------------------------------
+
+template <class P>
+Code Tree<P>::insert(std::string_view key, std::uint64_t value) {
+  auto guard = epochs_.pin();
+  for (;;) {
+    Olc o;
+    const Code c = insert_once(key, value, o);
+    if (o.damaged) return Code::corrupted;
+    if (!o.restart) return c;
+    detail::restart_pause();
+  }
+}
+
+template <class P>
+Code Tree<P>::insert_once(std::string_view key, std::uint64_t value, Olc& o) {
+  Parent pa{root_lock_, read_lock(*root_lock_, nullptr, o), root_word_};
+  if (o.stop()) return Code::ok;
+  std::uint32_t depth = 0;
+  for (;;) {
+    const std::uint64_t w = load_word(*pa.slot);
+    check(*pa.lock, pa.version, o);
+    if (o.stop()) return Code::ok;
+    if (w == 0) {  // the empty root (a descent follows only non-empty child slots)
+      Code code = Code::ok;
+      const std::uint64_t ref = new_record(key, value, &code);
+      if (ref == 0) return code;
+      if (!upgrade(*pa.lock, pa.version)) {
+        p_.deallocate(ref, record_bytes(key.size()));
+        o.restart = true;
+        return Code::ok;
+      }
+      publish_persist(pa.slot, record_word(0, ref));  // P2
+      unlock(*pa.lock);
+      return Code::ok;
+    }
+    if (is_record(w)) return leaf_split(pa, w, depth, key, value, o);
+    NodeHeader* n = node(w);
+    std::uint64_t v = read_lock(n->lock, n, o);
+    if (o.stop()) return Code::ok;
+    check(*pa.lock, pa.version, o);
+    if (o.stop()) return Code::ok;
+    Prefix p;
+    const bool shape_ok = prefix_at(n, depth, &p);
+    const std::uint32_t mis = shape_ok ? match_prefix(n, p, key, depth, o) : 0;
+    check(n->lock, v, o);
+    if (o.stop()) return Code::ok;
+    if (!shape_ok) {
+      o.damaged = true;
+      return Code::corrupted;
+    }
+    if (mis < p.len) return prefix_split(pa, w, v, p, mis, depth, key, value, o);
+    const std::uint32_t branch = depth + p.len;
+    if (key.size() == branch) {
+      const std::uint64_t e = load_word(n->end);
+      check(n->lock, v, o);
+      if (o.stop()) return Code::ok;
+      if (e != 0) return key_of(e) == key ? Code::already_present : Code::corrupted;
+      Code code = Code::ok;
+      const std::uint64_t ref = new_record(key, value, &code);
+      if (ref == 0) return code;
+      if (!upgrade(n->lock, v)) {
+        p_.deallocate(ref, record_bytes(key.size()));
+        o.restart = true;
+        return Code::ok;
+      }
+      repair_if_stale(n, depth, key);
+      publish_persist(&n->end, record_word(0, ref));  // P3 (end slot)
+      unlock(n->lock);
+      return Code::ok;
+    }
+    std::uint64_t* s = find_slot(n, static_cast<std::uint8_t>(key[branch]));
+    const std::uint64_t cw = s != nullptr ? load_word(*s) : 0;
+    check(n->lock, v, o);
+    if (o.stop()) return Code::ok;
+    if (cw == 0) return add_child(pa, w, v, depth, branch, key, value, o);
+    pa = Parent{&n->lock, v, s};
+    depth = branch + 1;
+  }
+}
+
+// The slot holds a record with another key: a new N4 takes both, under their common prefix.
+template <class P>
+Code Tree<P>::leaf_split(Parent pa, std::uint64_t w, std::uint32_t depth, std::string_view key,
+                         std::uint64_t value, Olc& o) {
+  const std::string_view rk = key_of(w);
+  if (rk == key) return Code::already_present;  // w was validated after it was read
+  if (rk.size() < depth) return Code::corrupted;
+  std::uint32_t m = 0;
+  const std::size_t lim = std::min(key.size(), rk.size());
+  while (depth + m < lim && key[depth + m] == rk[depth + m]) ++m;
+  const std::uint32_t d2 = depth + m;
+  Code code = Code::ok;
+  const std::uint64_t ref = new_record(key, value, &code);
+  if (ref == 0) return code;
+  Entry e[2];
+  unsigned k = 0;
+  std::uint64_t end = 0;
+  if (key.size() == d2) end = record_word(0, ref);
+  else e[k++] = Entry{static_cast<std::uint8_t>(key[d2]), record_word(0, ref), 0};
+  if (rk.size() == d2) end = rebyte(w, 0);
+  else e[k++] = Entry{static_cast<std::uint8_t>(rk[d2]), w, 0};
+  const std::uint64_t nw =
+      new_node(NodeType::n4, make_shape(depth, m), bytes_word(key, depth, m), end, e, k, &code);
+  if (nw == 0) {
+    p_.deallocate(ref, record_bytes(key.size()));
+    return code;
+  }
+  if (!upgrade(*pa.lock, pa.version)) {
+    p_.deallocate(target_of(nw), sizeof(N4));
+    p_.deallocate(ref, record_bytes(key.size()));
+    o.restart = true;
+    return Code::ok;
+  }
+  publish_persist(pa.slot, rebyte(nw, byte_of(w)));  // P2 (leaf split)
+  unlock(*pa.lock);
+  return Code::ok;
+}
+
+// The key leaves n's prefix at position mis: a new N4 with the common part takes n (under its
+// prefix byte at mis) and the new record; n keeps the rest of its prefix (P5, P6).
+template <class P>
+Code Tree<P>::prefix_split(Parent pa, std::uint64_t w, std::uint64_t v, Prefix& p,
+                           std::uint32_t mis, std::uint32_t depth, std::string_view key,
+                           std::uint64_t value, Olc& o) {
+  NodeHeader* n = node(w);
+  if (p.len > p.avail && p.src.size() < std::size_t{depth} + p.len) {
+    // The mismatch was in the stored bytes: n's remaining prefix comes from a record's key
+    // (the upgrade below validates that n did not change meanwhile).
+    p.src = any_key(n, o);
+    if (o.stop()) return Code::ok;
+    if (p.src.size() < std::size_t{depth} + p.len) {
+      o.restart = true;
+      return Code::ok;
+    }
+  }
+  const std::uint32_t nlen = p.len - mis - 1;
+  std::uint64_t nbytes = 0;
+  for (std::uint32_t i = 0; i < std::min(nlen, kStoredPrefix); ++i)
+    nbytes |= std::uint64_t{p.byte(depth, mis + 1 + i)} << (8 * i);
+  const std::uint8_t nb = p.byte(depth, mis);
+  Code code = Code::ok;
+  const std::uint64_t ref = new_record(key, value, &code);
+  if (ref == 0) return code;
+  Entry e[2];
+  unsigned k = 0;
+  std::uint64_t end = 0;
+  e[k++] = Entry{nb, w, 0};
+  if (key.size() == depth + mis) end = record_word(0, ref);
+  else e[k++] = Entry{static_cast<std::uint8_t>(key[depth + mis]), record_word(0, ref), 0};
+  const std::uint64_t yw = new_node(NodeType::n4, make_shape(depth, mis),
+                                    bytes_word(key, depth, mis), end, e, k, &code);
+  auto drop = [&] {
+    if (yw != 0) p_.deallocate(target_of(yw), sizeof(N4));
+    p_.deallocate(ref, record_bytes(key.size()));
+  };
+  if (yw == 0) {
+    drop();
+    return code;
+  }
+  if (!upgrade(*pa.lock, pa.version)) {
+    drop();
+    o.restart = true;
+    return Code::ok;
+  }
+  if (!upgrade(n->lock, v)) {
+    unlock(*pa.lock);
+    drop();
+    o.restart = true;
+    return Code::ok;
+  }
+  publish_persist(pa.slot, rebyte(yw, byte_of(w)));                // P5
+  publish_persist(&n->prefix, nbytes);                              // P6a
+  publish_persist(&n->shape, make_shape(depth + mis + 1, nlen));    // P6b
+  unlock(n->lock);
+  unlock(*pa.lock);
+  return Code::ok;
+}
+
+// No child for the key's byte at n's branch depth: a free slot takes the record (P3), or a
+// larger copy of n does (P4).
+template <class P>
+Code Tree<P>::add_child(Parent pa, std::uint64_t w, std::uint64_t v, std::uint32_t node_depth,
+                        std::uint32_t branch, std::string_view key, std::uint64_t value,
+                        Olc& o) {
+  NodeHeader* n = node(w);
+  const std::uint8_t b = static_cast<std::uint8_t>(key[branch]);
+  Code code = Code::ok;
+  const std::uint64_t ref = new_record(key, value, &code);
+  if (ref == 0) return code;
+  const std::uint64_t rw = record_word(b, ref);
+  if (!upgrade(n->lock, v)) {
+    p_.deallocate(ref, record_bytes(key.size()));
+    o.restart = true;
+    return Code::ok;
+  }
+  const NodeType t = static_cast<NodeType>(n->type);
+  if (n->count < capacity_of(t)) {
+    repair_if_stale(n, node_depth, key);
+    insert_in_place(n, b, rw);  // P3
+    unlock(n->lock);
+    return Code::ok;
+  }
+  if (!upgrade(*pa.lock, pa.version)) {
+    unlock(n->lock);
+    p_.deallocate(ref, record_bytes(key.size()));
+    o.restart = true;
+    return Code::ok;
+  }
+  Entry e[257];
+  unsigned k = collect(n, e);
+  e[k++] = Entry{b, rw, 0};
+  const std::uint32_t len = branch - node_depth;
+  const std::uint64_t nw = new_node(grown(t), make_shape(node_depth, len),
+                                    bytes_word(key, node_depth, len), load_word(n->end), e, k,
+                                    &code);
+  if (nw == 0) {
+    unlock(*pa.lock);
+    unlock(n->lock);
+    p_.deallocate(ref, record_bytes(key.size()));
+    return code;
+  }
+  publish_persist(pa.slot, rebyte(nw, byte_of(w)));  // P4
+  unlock_obsolete(n->lock);
+  unlock(*pa.lock);
+  retire_node(w);
+  return Code::ok;
+}
+
+// --- find ---------------------------------------------------------------------------------------
+
+template <class P>
+Code Tree<P>::find(std::string_view key, std::uint64_t* value) const {
+  auto guard = epochs_.pin();
+  for (;;) {
+    Olc o;
+    const Code c = find_once(key, value, o);
+    if (o.damaged) return Code::corrupted;
+    if (!o.restart) return c;
+    detail::restart_pause();
+  }
+}
+
+// Optimistic all the way: prefix bytes that are not stored (or not trusted) are skipped, and
+// the record's full key decides. A record's value is read before the version of the lock that
+// guards its slot is validated: a writer persists before it unlocks (P2-P9), so a validated
+// read never returns a value or an absence that a crash could still take back.
+template <class P>
+Code Tree<P>::find_once(std::string_view key, std::uint64_t* value, Olc& o) const {
+  const std::uint64_t* plock = root_lock_;
+  std::uint64_t pv = read_lock(*root_lock_, nullptr, o);
+  if (o.stop()) return Code::ok;
+  std::uint64_t w = load_word(*root_word_);
+  std::uint32_t depth = 0;
+  for (;;) {
+    if (w == 0 || is_record(w)) {
+      const bool hit = w != 0 && key_of(w) == key;
+      if (hit && value != nullptr) *value = load_word(record(w)->value);
+      check(*plock, pv, o);
+      if (o.stop()) return Code::ok;
+      return hit ? Code::ok : Code::not_found;
+    }
+    NodeHeader* n = node(w);
+    const std::uint64_t v = read_lock(n->lock, n, o);
+    if (o.stop()) return Code::ok;
+    check(*plock, pv, o);
+    if (o.stop()) return Code::ok;
+    Prefix p;
+    if (!prefix_at(n, depth, &p)) {
+      check(n->lock, v, o);
+      if (!o.restart) o.damaged = true;
+      return Code::ok;
+    }
+    bool mismatch = key.size() < std::size_t{depth} + p.len;
+    for (std::uint32_t i = 0; i < p.avail && !mismatch; ++i)
+      mismatch = static_cast<std::uint8_t>(key[depth + i]) != p.byte(depth, i);
+    std::uint64_t next = 0;
+    if (!mismatch) {
+      depth += p.len;
+      if (key.size() == depth) {
+        next = load_word(n->end);
+      } else {
+        const std::uint64_t* s = find_slot(n, static_cast<std::uint8_t>(key[depth]));
+        next = s != nullptr ? load_word(*s) : 0;
+        ++depth;
+      }
+    }
+    if (mismatch) {
+      check(n->lock, v, o);
+      return Code::not_found;
+    }
+    plock = &n->lock;
+    pv = v;
+    w = next;
+  }
+}
+
+// --- update and remove ----------------------------------------------------------------------------
+
+template <class P>
+Code Tree<P>::locate(std::string_view key, Found* f, Olc& o) const {
+  Parent pa{root_lock_, read_lock(*root_lock_, nullptr, o), root_word_};
+  if (o.stop()) return Code::ok;
+  Parent node_pa = pa;
+  std::uint64_t nodew = 0, nv = 0;
+  std::uint32_t depth = 0, nd = 0, br = 0;
+  for (;;) {
+    const std::uint64_t w = load_word(*pa.slot);
+    check(*pa.lock, pa.version, o);
+    if (o.stop()) return Code::ok;
+    if (w == 0) return Code::not_found;
+    if (is_record(w)) {
+      if (key_of(w) != key) return Code::not_found;
+      *f = Found{pa.lock, pa.version, pa.slot, w, nodew, node_pa, nd, br};
+      return Code::ok;
+    }
+    NodeHeader* n = node(w);
+    const std::uint64_t v = read_lock(n->lock, n, o);
+    if (o.stop()) return Code::ok;
+    check(*pa.lock, pa.version, o);
+    if (o.stop()) return Code::ok;
+    Prefix p;
+    if (!prefix_at(n, depth, &p)) {
+      check(n->lock, v, o);
+      if (!o.restart) o.damaged = true;
+      return Code::ok;
+    }
+    bool mismatch = key.size() < std::size_t{depth} + p.len;
+    for (std::uint32_t i = 0; i < p.avail && !mismatch; ++i)
+      mismatch = static_cast<std::uint8_t>(key[depth + i]) != p.byte(depth, i);
+    if (mismatch) {
+      check(n->lock, v, o);
+      return Code::not_found;
+    }
+    node_pa = pa;
+    nodew = w;
+    nv = v;
+    nd = depth;
+    br = depth + p.len;
+    std::uint64_t* s = &n->end;
+    depth = br;
+    if (key.size() != br) {
+      s = find_slot(n, static_cast<std::uint8_t>(key[br]));
+      depth = br + 1;
+      if (s == nullptr) {
+        check(n->lock, v, o);
+        return Code::not_found;
+      }
+    }
+    pa = Parent{&n->lock, nv, s};
+  }
+}
+
+template <class P>
+Code Tree<P>::update(std::string_view key, std::uint64_t value, std::uint64_t* old) {
+  auto guard = epochs_.pin();
+  for (;;) {
+    Olc o;
+    const Code c = update_once(key, value, old, o);
+    if (o.damaged) return Code::corrupted;
+    if (!o.restart) return c;
+    detail::restart_pause();
+  }
+}
+
+// The container of the record's slot is locked, so updates and removes of one key serialise.
+template <class P>
+Code Tree<P>::update_once(std::string_view key, std::uint64_t value, std::uint64_t* old,
+                          Olc& o) {
+  Found f;
+  const Code c = locate(key, &f, o);
+  if (o.stop() || c != Code::ok) return c;
+  if (!upgrade(*f.lock, f.version)) {
+    o.restart = true;
+    return Code::ok;
+  }
+  Record* r = p_.template at<Record>(target_of(f.rec));
+  *old = load_word(r->value);
+  publish_persist(&r->value, value);  // P8
+  unlock(*f.lock);
+  return Code::ok;
+}
+
+template <class P>
+Code Tree<P>::remove(std::string_view key, std::uint64_t* old) {
+  auto guard = epochs_.pin();
+  for (;;) {
+    Olc o;
+    const Code c = remove_once(key, old, o);
+    if (o.damaged) return Code::corrupted;
+    if (!o.restart) return c;
+    detail::restart_pause();
+  }
+}
+
+template <class P>
+Code Tree<P>::remove_once(std::string_view key, std::uint64_t* old, Olc& o) {
+  Found f;
+  const Code c = locate(key, &f, o);
+  if (o.stop() || c != Code::ok) return c;
+  if (f.node == 0) {  // the record is the root word
+    if (!upgrade(*f.lock, f.version)) {
+      o.restart = true;
+      return Code::ok;
+    }
+    *old = load_word(record(f.rec)->value);
+    publish_persist(f.slot, 0);  // P9a
+    unlock(*f.lock);
+    retire_record(f.rec);
+    return Code::ok;
+  }
+  return remove_in(f.pa, f.node, f.version, f.node_depth, f.branch, f.slot, key, old, o);
+}
+
+// The record's slot is in node w: clear it in place (P9a), or replace w by a smaller copy
+// (P9b) or, when one item would remain, by that item (P9c).
+template <class P>
+Code Tree<P>::remove_in(Parent pa, std::uint64_t w, std::uint64_t v, std::uint32_t node_depth,
+                        std::uint32_t branch, std::uint64_t* rslot, std::string_view key,
+                        std::uint64_t* old, Olc& o) {
+  NodeHeader* n = node(w);
+  if (!upgrade(n->lock, v)) {
+    o.restart = true;
+    return Code::ok;
+  }
+  const std::uint64_t rec = load_word(*rslot);
+  const bool is_end = rslot == &n->end;
+  const std::uint64_t end = load_word(n->end);
+  const NodeType t = static_cast<NodeType>(n->type);
+  const unsigned count = n->count;
+  const unsigned after = count + (end != 0 ? 1 : 0) - 1;
+  *old = load_word(record(rec)->value);
+  bool replaced = false;
+  if (after <= 1) {
+    std::uint64_t remaining = is_end ? 0 : end;
+    if (remaining == 0) {
+      Entry e[256];
+      const unsigned k = collect(n, e);
+      for (unsigned j = 0; j < k && remaining == 0; ++j)
+        if (e[j].word != rec) remaining = e[j].word;
+    }
+    const Code c = collapse(pa, w, node_depth, branch, remaining, o);
+    if (o.stop()) {
+      unlock(n->lock);
+      return Code::ok;
+    }
+    replaced = c == Code::ok;  // pool_full: fall back to clearing the slot in place
+  } else if (!is_end && t != NodeType::n4 && count - 1 <= shrink_at(t) &&
+             upgrade(*pa.lock, pa.version)) {
+    Entry e[256];
+    unsigned k = 0;
+    for (unsigned j = 0, m = collect(n, e); j < m; ++j)
+      if (e[j].word != rec) e[k++] = e[j];
+    const std::uint32_t len = branch - node_depth;
+    Code code = Code::ok;
+    const std::uint64_t nw = new_node(shrunk(t), make_shape(node_depth, len),
+                                      bytes_word(key, node_depth, len), end, e, k, &code);
+    if (nw != 0) {
+      publish_persist(pa.slot, rebyte(nw, byte_of(load_word(*pa.slot))));  // P9b
+      replaced = true;
+    }
+    unlock(*pa.lock);
+  }
+  if (replaced) {
+    unlock_obsolete(n->lock);
+    retire_node(w);
+  } else {
+    repair_if_stale(n, node_depth, key);
+    publish_persist(rslot, 0);  // P9a
+    if (!is_end) {
+      if (t == NodeType::n48)
+        set_accel_byte(reinterpret_cast<N48*>(n)->index, static_cast<std::uint8_t>(key[branch]), 0);
+      set_count(n, n->count - 1u);
+    }
+    unlock(n->lock);
+  }
+  retire_record(rec);
+  return Code::ok;
+}
+
+// P9c: n (locked by the caller) leaves its parent's slot to its one remaining item: a record
+// moves up as is; a node C is replaced by a copy whose prefix is n's prefix, C's byte and C's
+// prefix. Returns pool_full (nothing changed) if the copy cannot be allocated.
+template <class P>
+Code Tree<P>::collapse(Parent pa, std::uint64_t w, std::uint32_t node_depth,
+                       std::uint32_t branch, std::uint64_t remaining, Olc& o) {
+  (void)w;
+  if (!upgrade(*pa.lock, pa.version)) {
+    o.restart = true;
+    return Code::ok;
+  }
+  const std::uint8_t slot_byte = byte_of(load_word(*pa.slot));
+  if (remaining == 0 || is_record(remaining)) {
+    publish_persist(pa.slot, remaining == 0 ? 0 : rebyte(remaining, slot_byte));  // P9c
+    unlock(*pa.lock);
+    return Code::ok;
+  }
+  NodeHeader* c = node(remaining);
+  if (!write_lock(c->lock, c, o)) {
+    unlock(*pa.lock);
+    return Code::ok;
+  }
+  Prefix cp;
+  Olc local;
+  const std::string_view src = prefix_at(c, branch + 1, &cp) ? any_key(c, local) : std::string_view{};
+  const std::uint32_t len = branch - node_depth + 1 + cp.len;
+  if (local.damaged || src.size() < std::size_t{node_depth} + len) {
+    unlock(c->lock);
+    unlock(*pa.lock);
+    o.damaged = true;
+    return Code::ok;
+  }
+  Entry e[256];
+  const unsigned k = collect(c, e);
+  Code code = Code::ok;
+  const std::uint64_t nw =
+      new_node(static_cast<NodeType>(c->type), make_shape(node_depth, len),
+               bytes_word(src, node_depth, len), load_word(c->end), e, k, &code);
+  if (nw == 0) {
+    unlock(c->lock);
+    unlock(*pa.lock);
+    return code;
+  }
+  publish_persist(pa.slot, rebyte(nw, slot_byte));  // P9c
+  unlock_obsolete(c->lock);
+  unlock(*pa.lock);
+  retire_node(remaining);
+  return Code::ok;
+}
+
+}  // namespace pmindex::art
+
+#include "index/common/art/art_scan_impl.h"

@@ -1,0 +1,283 @@
+// art::Tree scans, verify() and the recovery walk. Included by art_ops_impl.h only.
+#pragma once
+
+namespace pmindex::art {
+
+namespace detail {
+// A node's live entries: inline for small nodes, on the heap for N48/N256 (the walks recurse
+// up to the key limit deep, so frames stay small).
+template <class Entry>
+struct EntryBuffer {
+  Entry small[16];
+  std::unique_ptr<Entry[]> big;
+  Entry* get(unsigned capacity) {
+    if (capacity <= 16) return small;
+    big.reset(new Entry[capacity]);
+    return big.get();
+  }
+};
+}  // namespace detail
+
+template <class P>
+template <class Emit>
+Code Tree<P>::scan(std::string_view start, std::size_t max, Emit&& emit) const {
+  auto guard = epochs_.pin();
+  std::size_t count = 0;
+  std::string last;  // the last key emitted: a restart resumes after it
+  for (;;) {
+    Olc o;
+    const bool resumed = count > 0;
+    const std::string bound(resumed ? std::string_view(last) : start);
+    const std::uint64_t rv = read_lock(*root_lock_, nullptr, o);
+    const std::uint64_t w = o.stop() ? 0 : load_word(*root_word_);
+    if (w != 0 && is_record(w)) {  // a lone record: its value is read under the root's version
+      const std::uint64_t value = load_word(record(w)->value);
+      check(*root_lock_, rv, o);
+      if (!o.stop()) emit_record(w, value, true, bound, !resumed, max, count, emit, last);
+    } else if (w != 0) {
+      scan_word(w, 0, true, bound, !resumed, max, count, emit, o, last);
+    }
+    if (o.damaged) return Code::corrupted;
+    if (!o.restart) return Code::ok;
+    detail::restart_pause();
+  }
+}
+
+// In-order walk of one child word. `bounded`: keys here may be below the bound and must be
+// compared; otherwise everything here is above it. Returns false to stop (max reached,
+// restart or damage in o).
+template <class P>
+template <class Emit>
+bool Tree<P>::scan_word(std::uint64_t w, std::uint32_t depth, bool bounded,
+                        std::string_view bound, bool inclusive, std::size_t max,
+                        std::size_t& count, Emit& emit, Olc& o, std::string& last) const {
+  if (count >= max) return false;  // w is a node: records are emitted by their container
+  if (depth > max_key_) {
+    o.damaged = true;  // deeper than any key: a cycle
+    return false;
+  }
+  NodeHeader* n = node(w);
+  const std::uint64_t v = read_lock(n->lock, n, o);
+  if (o.stop()) return false;
+  Prefix p;
+  if (!prefix_at(n, depth, &p)) {
+    check(n->lock, v, o);
+    if (!o.restart) o.damaged = true;
+    return false;
+  }
+  bool inner_bounded = bounded;
+  if (bounded) {
+    if (p.len > p.avail) {
+      p.src = any_key(n, o);
+      if (o.stop() || p.src.size() < std::size_t{depth} + p.len) {
+        if (!o.damaged) o.restart = true;
+        return false;
+      }
+    }
+    for (std::uint32_t i = 0; i < p.len; ++i) {
+      if (depth + i >= bound.size()) {
+        inner_bounded = false;  // the bound ends inside the prefix: all keys here are above it
+        break;
+      }
+      const std::uint8_t bb = static_cast<std::uint8_t>(bound[depth + i]);
+      const std::uint8_t pb = p.byte(depth, i);
+      if (bb < pb) {
+        inner_bounded = false;
+        break;
+      }
+      if (bb > pb) {  // everything here is below the bound
+        check(n->lock, v, o);
+        return !o.stop();
+      }
+    }
+  }
+  const std::uint32_t branch = depth + p.len;
+  const std::uint64_t end = load_word(n->end);
+  detail::EntryBuffer<Entry> buf;
+  Entry* e = buf.get(capacity_of(static_cast<NodeType>(n->type)));
+  const unsigned k = collect(n, e);
+  // Record values are read before the node's version is validated (as find_once does), so
+  // no value an unfinished update wrote is returned.
+  detail::EntryBuffer<std::uint64_t> vbuf;
+  std::uint64_t* values = vbuf.get(k + 1);
+  values[k] = end != 0 ? load_word(record(end)->value) : 0;
+  for (unsigned j = 0; j < k; ++j)
+    values[j] = is_record(e[j].word) ? load_word(record(e[j].word)->value) : 0;
+  check(n->lock, v, o);
+  if (o.stop()) return false;
+  for (unsigned j = 0; j < k; ++j) e[j].value = values[j];
+  std::sort(e, e + k, [](const Entry& a, const Entry& b) { return a.byte < b.byte; });
+  if (end != 0 && !emit_record(end, values[k], inner_bounded, bound, inclusive, max, count, emit, last))
+    return false;
+  const bool bound_goes_on = inner_bounded && bound.size() > branch;
+  const std::uint8_t bb = bound_goes_on ? static_cast<std::uint8_t>(bound[branch]) : 0;
+  for (unsigned j = 0; j < k; ++j) {
+    if (bound_goes_on && e[j].byte < bb) continue;
+    const bool child_bounded = bound_goes_on && e[j].byte == bb;
+    const bool go_on =
+        is_record(e[j].word)
+            ? emit_record(e[j].word, e[j].value, child_bounded, bound, inclusive, max, count, emit, last)
+            : scan_word(e[j].word, branch + 1, child_bounded, bound, inclusive, max, count, emit, o, last);
+    if (!go_on) return false;
+  }
+  return true;
+}
+
+template <class P>
+template <class Emit>
+bool Tree<P>::emit_record(std::uint64_t w, std::uint64_t value, bool bounded,
+                          std::string_view bound, bool inclusive, std::size_t max,
+                          std::size_t& count, Emit& emit, std::string& last) const {
+  if (count >= max) return false;
+  const std::string_view k = key_of(w);
+  if (bounded) {
+    const int c = detail::compare_keys(k, bound);
+    if (c < 0 || (c == 0 && !inclusive)) return true;
+  }
+  emit(k, value);
+  last.assign(k);
+  return ++count < max;
+}
+
+// --- verify ---------------------------------------------------------------------------------------
+
+template <class P>
+std::string Tree<P>::verify(TreeStats* stats, bool allow_stale,
+                            bool (*value_ok)(const void*, std::uint64_t), const void* ctx) const {
+  auto guard = epochs_.pin();
+  TreeStats local;
+  TreeStats* st = stats != nullptr ? stats : &local;
+  *st = TreeStats{};
+  std::string path, prev;
+  bool any = false;
+  const std::uint64_t root = load_word(*root_word_);
+  if (root != 0) {
+    if (std::string e = check_child(root); !e.empty()) return "root: " + e;
+  }
+  return verify_word(root, 0, path, 0, false, prev, any, st, allow_stale, value_ok, ctx);
+}
+
+// path: the key bytes [0, depth) every record below must start with.
+template <class P>
+std::string Tree<P>::verify_word(std::uint64_t w, std::uint32_t depth, std::string& path,
+                                 std::uint8_t slot_byte, bool is_end, std::string& prev,
+                                 bool& any, TreeStats* st, bool allow_stale,
+                                 bool (*value_ok)(const void*, std::uint64_t),
+                                 const void* ctx) const {
+  if (w == 0) return {};
+  const std::string at_path = " (under a path of " + std::to_string(depth) + " bytes)";
+  if (byte_of(w) != slot_byte) return "child word's byte differs from its slot's" + at_path;
+  if (is_record(w)) {
+    const std::string_view k = key_of(w);
+    if (k.size() < depth || k.compare(0, depth, path) != 0)
+      return "record key does not start with its path" + at_path;
+    if (is_end && k.size() != depth) return "end record is longer than its node's path" + at_path;
+    if (any && detail::compare_keys(prev, k) >= 0) return "keys out of order" + at_path;
+    if (value_ok != nullptr && !value_ok(ctx, load_word(record(w)->value)))
+      return "record value is unreadable" + at_path;
+    prev.assign(k);
+    any = true;
+    ++st->records;
+    return {};
+  }
+  if (depth > max_key_) return "tree deeper than the key limit (a cycle?)";
+  const NodeHeader* n = node(w);
+  if (std::string e = check_node(n); !e.empty()) return e + at_path;
+  const NodeType t = static_cast<NodeType>(n->type);
+  ++st->nodes[n->type];
+  st->max_depth = std::max(st->max_depth, depth);
+  Prefix p;
+  if (!prefix_at(n, depth, &p)) return "node level is above its depth or prefix too short" + at_path;
+  if (level_of(load_word(n->shape)) != depth) {
+    ++st->stale_prefixes;
+    if (!allow_stale) return "node level differs from its depth (stale prefix)" + at_path;
+  }
+  // The prefix bytes: from a record below (every record must agree, checked at the records).
+  Olc o;
+  const std::string_view src = any_key(const_cast<NodeHeader*>(n), o);
+  if (o.stop() || src.size() < std::size_t{depth} + p.len) return "node's records do not cover its prefix" + at_path;
+  for (std::uint32_t i = 0; i < p.avail; ++i)
+    if (p.byte(depth, i) != static_cast<std::uint8_t>(src[depth + i]))
+      return "stored prefix byte " + std::to_string(i) + " differs from the records'" + at_path;
+  const std::uint32_t branch = depth + p.len;
+  detail::EntryBuffer<Entry> buf;
+  Entry* e = buf.get(capacity_of(t));
+  const unsigned k = collect(n, e);
+  // Accelerators and count, once the node is admitted in this run (invariant 3).
+  if (NodeLock::tag_of(NodeLock::load(n->lock)) == tag_) {
+    if (n->count != k) return "node count " + std::to_string(n->count) + " != live children " + std::to_string(k) + at_path;
+    const std::uint64_t* ch = children_of(n);
+    for (unsigned j = 0; j < capacity_of(t); ++j) {
+      const std::uint64_t cw = load_word(ch[j]);
+      if (cw == 0 || t == NodeType::n256) continue;
+      if (t == NodeType::n48) {
+        const N48* x = reinterpret_cast<const N48*>(n);
+        const unsigned b = byte_of(cw);
+        if (static_cast<std::uint8_t>(x->index[b / 8] >> (8 * (b % 8))) != j + 1)
+          return "N48 index disagrees with child " + std::to_string(j) + at_path;
+      } else {
+        const std::uint64_t* keys = t == NodeType::n4 ? &reinterpret_cast<const N4*>(n)->keys
+                                                      : reinterpret_cast<const N16*>(n)->keys;
+        if (static_cast<std::uint8_t>(keys[j / 8] >> (8 * (j % 8))) != byte_of(cw))
+          return "key byte disagrees with child " + std::to_string(j) + at_path;
+      }
+    }
+  }
+  std::sort(e, e + k, [](const Entry& a, const Entry& b) { return a.byte < b.byte; });
+  const std::size_t saved = path.size();
+  path.append(src.substr(depth, p.len));
+  std::string err = verify_word(load_word(n->end), branch, path, 0, true, prev, any, st,
+                                allow_stale, value_ok, ctx);
+  for (unsigned j = 0; j < k && err.empty(); ++j) {
+    path.push_back(static_cast<char>(e[j].byte));
+    err = verify_word(e[j].word, branch + 1, path, e[j].byte, false, prev, any, st,
+                      allow_stale, value_ok, ctx);
+    path.pop_back();
+  }
+  path.resize(saved);
+  return err;
+}
+
+// --- recovery walk ----------------------------------------------------------------------------------
+
+template <class P>
+template <class Mark>
+std::string Tree<P>::walk(Mark&& mark) const {
+  const std::uint64_t root = load_word(*root_word_);
+  if (root == 0) return {};
+  if (std::string e = check_child(root); !e.empty()) return "root: " + e;
+  return walk_word(root, 0, mark);
+}
+
+// Checks before following (bounds, type, shape against depth); marks after. A node reached
+// twice is marked twice, which the allocator reports as an overlap; depth is bounded.
+template <class P>
+template <class Mark>
+std::string Tree<P>::walk_word(std::uint64_t w, std::uint32_t depth, Mark& mark) const {
+  if (is_record(w)) {
+    const Record* r = record(w);
+    if (r->key_len < depth) return "record key shorter than its path";
+    return mark(target_of(w), record_bytes(r->key_len), true, load_word(r->value))
+               ? std::string{} : std::string("record overlaps another block");
+  }
+  if (depth > max_key_) return "tree deeper than the key limit (a cycle?)";
+  const NodeHeader* n = node(w);
+  if (std::string e = check_node(n); !e.empty()) return e;
+  Prefix p;
+  if (!prefix_at(n, depth, &p)) return "node level is above its depth or prefix too short";
+  if (!mark(target_of(w), node_bytes(static_cast<NodeType>(n->type)), false, 0))
+    return "node overlaps another block";
+  const std::uint32_t branch = depth + p.len;
+  const std::uint64_t end = load_word(n->end);
+  if (end != 0) {
+    if (std::string e = walk_word(end, branch, mark); !e.empty()) return e;
+  }
+  detail::EntryBuffer<Entry> buf;
+  Entry* e = buf.get(capacity_of(static_cast<NodeType>(n->type)));
+  const unsigned k = collect(n, e);
+  for (unsigned j = 0; j < k; ++j)
+    if (std::string err = walk_word(e[j].word, branch + 1, mark); !err.empty()) return err;
+  return {};
+}
+
+}  // namespace pmindex::art

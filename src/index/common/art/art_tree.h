@@ -1,0 +1,255 @@
+// art::Tree<Placement>: the adaptive radix tree core (Leis et al., ICDE'13: N4/N16/N48/N256,
+// path compression; synchronisation: optimistic lock coupling, Leis et al., DaMoN'16),
+// persistent or not by its placement (placement.h). Layouts: art_node.h. Persistence steps
+// (cited as // Pn:) are defined in src/index/part/PROTOCOL.md; the DRAM placement runs the
+// same code with persist() a no-op.
+//
+// The tree stores byte-string keys (0..max_key bytes, compared by memcmp then length, so a
+// key that is a prefix of another sorts first) with an 8-byte value word each; the caller
+// decides what the word means (index/common/value_codec.h for the `part` index).
+//
+// Thread safety: every operation may run concurrently. Readers take no locks: they read node
+// words with acquire loads and validate the node's version (NodeLock) before acting on what
+// they read. Writers lock the nodes they change (top-down; a lock taken below a held lock is
+// taken by a non-waiting upgrade, or waits only on a child, so there is no cycle).
+// Removed nodes and records are freed through the epoch manager (epochs()); callers pin it
+// around every operation (the public functions pin on their own).
+// Invariants (checked by verify()):
+//   (1) a node reached at depth d has level <= d and prefix length >= d - level (level < d
+//       only after a crash between P5 and P6, until a writer repairs it, P7);
+//   (2) every node holds at least two items (children plus its end record);
+//   (3) a live child word's byte is the byte the slot is for, and no two live slots of a node
+//       hold the same byte; the accelerators (N4/N16 key bytes, N48 index, count) agree
+//       with the child words once the node was touched in this run;
+//   (4) every record under a node has the node's full path (key bytes [0, branch depth)) as
+//       its key's prefix, a record in an end slot ends at the branch depth, a child record's
+//       key has the slot's byte at the branch depth; an in-order walk yields strictly
+//       increasing keys.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "index/common/art/art_node.h"
+#include "index/common/art/placement.h"
+#include "pmindex/status.h"
+#include "pmindex/sync/epoch.h"
+
+namespace pmindex::art {
+
+// Node counts of a verify() walk, by type (tests check that every transition happened).
+struct TreeStats {
+  std::uint64_t records = 0;
+  std::uint64_t nodes[5] = {0, 0, 0, 0, 0};  // indexed by NodeType
+  std::uint64_t stale_prefixes = 0;          // nodes reached below their level (after a crash)
+  std::uint32_t max_depth = 0;
+};
+
+template <class P>
+class Tree {
+ public:
+  // root_word: the word holding the top child word (0 = empty tree); root_lock: its lock
+  // word (a NodeLock word, volatile). run_tag: this run's tag (never 0), see NodeLock.
+  Tree(P placement, std::uint64_t* root_word, std::uint64_t* root_lock, std::uint32_t run_tag,
+       std::uint32_t max_key)
+      : p_(placement), root_word_(root_word), root_lock_(root_lock), tag_(run_tag),
+        max_key_(max_key) {}
+  Tree(const Tree&) = delete;
+  Tree& operator=(const Tree&) = delete;
+
+  sync::EpochManager& epochs() const { return epochs_; }
+  std::uint32_t run_tag() const { return tag_; }
+  const P& placement() const { return p_; }
+
+  // insert: already_present, pool_full, corrupted. The record is written with `value`.
+  Code insert(std::string_view key, std::uint64_t value);
+  // update: not_found, corrupted. *old is the replaced value word (the caller releases it
+  // through epochs() once no reader can hold it).
+  Code update(std::string_view key, std::uint64_t value, std::uint64_t* old);
+  // find: not_found, corrupted. Pin epochs() around the call and the use of *value if the
+  // value word names memory that an update may release.
+  Code find(std::string_view key, std::uint64_t* value) const;
+  // remove: not_found, pool_full (a shrink could not allocate), corrupted. *old as update.
+  Code remove(std::string_view key, std::uint64_t* old);
+  // Records with key >= start in key order, emit(key, value word) for each, at most `max`.
+  // Returns corrupted if damage was met, ok otherwise. Caller pins epochs() while it uses
+  // what emit hands it; emit must copy the key.
+  template <class Emit>
+  Code scan(std::string_view start, std::size_t max, Emit&& emit) const;
+
+  // Quiescent full check of invariants (1)-(4); "" when sound. value_ok(word) checks one
+  // value word (out-of-line records) and may be null.
+  std::string verify(TreeStats* stats, bool allow_stale,
+                     bool (*value_ok)(const void*, std::uint64_t), const void* ctx) const;
+  // Recovery walk (no locks; writers must be held off): every node and record is checked as
+  // at first touch, then mark(ref, bytes, is_record, value word) is called; returns "" or the
+  // first damage. Depth is bounded by the key limit, so a cycle ends as damage.
+  template <class Mark>
+  std::string walk(Mark&& mark) const;
+  // The root word's target checked as a node's children are at first touch ("" if sound).
+  std::string check_top() const {
+    const std::uint64_t w = load_word(*root_word_);
+    return w == 0 ? std::string{} : check_child(w);
+  }
+
+ private:
+  struct Olc {
+    bool restart = false;
+    bool damaged = false;
+    bool stop() const { return restart || damaged; }
+  };
+  struct Prefix {
+    std::uint32_t len = 0;      // effective prefix length at the depth the node is reached at
+    std::uint32_t avail = 0;    // leading bytes of `stored` that are trusted
+    std::uint64_t stored = 0;
+    std::string_view src;       // a record key under the node (when bytes beyond avail matter)
+    std::uint8_t byte(std::uint32_t depth, std::uint32_t i) const {
+      return i < avail ? static_cast<std::uint8_t>(stored >> (8 * i))
+                       : static_cast<std::uint8_t>(src[depth + i]);
+    }
+  };
+  struct Entry {
+    std::uint8_t byte;
+    std::uint64_t word;
+    std::uint64_t value;  // scans only: the record's value word, read before validation
+                          // (no initialiser: the write paths keep 257-entry arrays on the
+                          // stack, which must not be zeroed per call)
+  };
+  // Where a descent came from: the slot that names the current node and the lock guarding it.
+  struct Parent {
+    std::uint64_t* lock;
+    std::uint64_t version;
+    std::uint64_t* slot;
+  };
+
+  template <class T>
+  T* at(std::uint64_t w) const { return p_.template at<T>(target_of(w)); }
+  NodeHeader* node(std::uint64_t w) const { return at<NodeHeader>(w); }
+  const Record* record(std::uint64_t w) const { return at<const Record>(w); }
+  std::string_view key_of(std::uint64_t w) const {
+    const Record* r = record(w);
+    return {r->key(), r->key_len};
+  }
+
+  // --- locks (NodeLock in art_node.h) -------------------------------------------------------
+  std::uint64_t read_lock(std::uint64_t& word, NodeHeader* n, Olc& o) const;
+  void check(const std::uint64_t& word, std::uint64_t v, Olc& o) const {
+    pm::yield_point("art.check");
+    if (NodeLock::load(word) != v) o.restart = true;
+  }
+  bool upgrade(std::uint64_t& word, std::uint64_t& v) const {
+    pm::yield_point("art.upgrade");
+    std::uint64_t expected = v;
+    if (!P::cas(&word, expected, v + NodeLock::kLocked)) return false;
+    v += NodeLock::kLocked;
+    return true;
+  }
+  bool write_lock(std::uint64_t& word, NodeHeader* n, Olc& o) const {
+    for (;;) {
+      std::uint64_t v = read_lock(word, n, o);
+      if (o.stop()) return false;
+      if (upgrade(word, v)) return true;
+    }
+  }
+  // The holder is the only writer of a held word; release (publish): the critical section's
+  // writes reach the next holder and validating readers.
+  static void unlock(std::uint64_t& word) {
+    P::publish(&word, NodeLock::bump(NodeLock::load(word), NodeLock::kLocked));
+  }
+  static void unlock_obsolete(std::uint64_t& word) {
+    P::publish(&word, NodeLock::bump(NodeLock::load(word), NodeLock::kLocked + 1));
+  }
+  bool admit(NodeHeader* n, std::uint64_t stale) const;
+  std::string check_node(const NodeHeader* n) const;
+  std::string check_child(std::uint64_t w) const;
+  void rebuild_accelerators(NodeHeader* n) const;
+
+  // --- node access --------------------------------------------------------------------------
+  std::uint64_t* find_slot(NodeHeader* n, std::uint8_t b) const;
+  unsigned collect(const NodeHeader* n, Entry* out) const;
+  static void set_accel_byte(std::uint64_t* words, unsigned i, std::uint8_t b);
+  bool prefix_at(const NodeHeader* n, std::uint32_t depth, Prefix* out) const;
+  std::string_view any_key(NodeHeader* n, Olc& o) const;
+  std::uint32_t match_prefix(NodeHeader* n, Prefix& p, std::string_view key, std::uint32_t depth,
+                             Olc& o) const;
+  static std::uint64_t bytes_word(std::string_view src, std::uint32_t from, std::uint32_t len);
+
+  // --- writes -------------------------------------------------------------------------------
+  std::uint64_t new_record(std::string_view key, std::uint64_t value, Code* code) const;
+  std::uint64_t new_node(NodeType t, std::uint64_t shape, std::uint64_t prefix,
+                         std::uint64_t end, const Entry* e, unsigned n, Code* code) const;
+  void publish_persist(std::uint64_t* word, std::uint64_t v) const {
+    p_.publish(word, v);
+    p_.persist(word, sizeof *word);
+  }
+  // The count is read and written by the lock holder only (volatile, never persisted).
+  void set_count(NodeHeader* n, unsigned count) const {
+    const std::uint16_t c = static_cast<std::uint16_t>(count);
+    p_.write(&n->count, &c, sizeof c);
+  }
+  void insert_in_place(NodeHeader* n, std::uint8_t b, std::uint64_t w) const;
+  void repair_if_stale(NodeHeader* n, std::uint32_t depth, std::string_view key) const;
+  void retire_node(std::uint64_t w) const { epochs_.retire(const_cast<Tree*>(this), &free_node, target_of(w)); }
+  void retire_record(std::uint64_t w) const { epochs_.retire(const_cast<Tree*>(this), &free_record, target_of(w)); }
+  static void free_node(void* ctx, std::uint64_t ref);
+  static void free_record(void* ctx, std::uint64_t ref);
+
+  Code insert_once(std::string_view key, std::uint64_t value, Olc& o);
+  Code leaf_split(Parent pa, std::uint64_t w, std::uint32_t depth, std::string_view key,
+                  std::uint64_t value, Olc& o);
+  Code prefix_split(Parent pa, std::uint64_t w, std::uint64_t v, Prefix& p, std::uint32_t mis,
+                    std::uint32_t depth, std::string_view key, std::uint64_t value, Olc& o);
+  Code add_child(Parent pa, std::uint64_t w, std::uint64_t v, std::uint32_t node_depth,
+                 std::uint32_t branch, std::string_view key, std::uint64_t value, Olc& o);
+  Code find_once(std::string_view key, std::uint64_t* value, Olc& o) const;
+  Code remove_once(std::string_view key, std::uint64_t* old, Olc& o);
+  Code update_once(std::string_view key, std::uint64_t value, std::uint64_t* old, Olc& o);
+  Code remove_in(Parent pa, std::uint64_t w, std::uint64_t v, std::uint32_t node_depth,
+                 std::uint32_t branch, std::uint64_t* rslot, std::string_view key,
+                 std::uint64_t* old, Olc& o);
+  Code collapse(Parent pa, std::uint64_t w, std::uint32_t node_depth, std::uint32_t branch,
+                std::uint64_t remaining, Olc& o);
+  // Where update and remove found `key`'s record: the slot and the lock guarding it (the
+  // container node's, or the root lock when the record is the root word), and for a record in
+  // a node, that node with the slot naming it (its parent's), its depth and branch depth.
+  struct Found {
+    std::uint64_t* lock = nullptr;
+    std::uint64_t version = 0;
+    std::uint64_t* slot = nullptr;
+    std::uint64_t rec = 0;
+    std::uint64_t node = 0;  // 0: the record is the root word
+    Parent pa{};
+    std::uint32_t node_depth = 0, branch = 0;
+  };
+  Code locate(std::string_view key, Found* f, Olc& o) const;
+
+  template <class Emit>
+  bool scan_word(std::uint64_t w, std::uint32_t depth, bool bounded, std::string_view bound,
+                 bool inclusive, std::size_t max, std::size_t& count, Emit& emit, Olc& o,
+                 std::string& last) const;
+  std::string verify_word(std::uint64_t w, std::uint32_t depth, std::string& path,
+                          std::uint8_t slot_byte, bool is_end, std::string& prev, bool& any,
+                          TreeStats* st, bool allow_stale,
+                          bool (*value_ok)(const void*, std::uint64_t), const void* ctx) const;
+  template <class Emit>
+  bool emit_record(std::uint64_t w, std::uint64_t value, bool bounded, std::string_view bound,
+                   bool inclusive, std::size_t max, std::size_t& count, Emit& emit,
+                   std::string& last) const;
+  template <class Mark>
+  std::string walk_word(std::uint64_t w, std::uint32_t depth, Mark& mark) const;
+
+  P p_;
+  std::uint64_t* root_word_;
+  std::uint64_t* root_lock_;
+  const std::uint32_t tag_;
+  const std::uint32_t max_key_;
+  mutable sync::EpochManager epochs_;
+};
+
+}  // namespace pmindex::art
+
+#include "index/common/art/art_tree_impl.h"

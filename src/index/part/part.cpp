@@ -1,0 +1,307 @@
+// part: creation, start-now recovery and the native API over art::Tree (PROTOCOL.md).
+#include "index/part/part.h"
+
+#include <chrono>
+#include <cmath>
+#include <random>
+#include <unordered_set>
+
+#include "index/common/reclaim.h"
+#include "index/common/traits.h"
+
+namespace pmindex::part {
+
+namespace {
+// This run's NodeLock tag: the pool generation (bumped by every open) in the low 16 bits and
+// 16 random bits above, never 0. A lock word from another run differs unless both halves
+// repeat (README: the limit).
+std::uint32_t run_tag(std::uint64_t generation) {
+  std::random_device rd;
+  const std::uint32_t tag = static_cast<std::uint32_t>(generation & 0xffff) |
+                            (static_cast<std::uint32_t>(rd()) << 16);
+  return tag != 0 ? tag : 1;
+}
+std::uint32_t max_key_of(const Options& o) {
+  return o.key_type == KeyType::bytes ? o.max_key_size : 8;
+}
+}  // namespace
+
+pm::Layout Part::layout_for(const Options& o) { return pm::Layout{"part", 0, o.key_type, 0}; }
+
+Status Part::validate(const Options& o) {
+  if (o.node_size != 0)
+    return Status(Code::invalid_argument, "part has fixed node sizes (N4..N256); node_size must be 0");
+  if (o.key_type == KeyType::bytes && o.max_key_size > art::kMaxKeyBytes)
+    return Status(Code::invalid_argument,
+                  "part keys are limited to " + std::to_string(art::kMaxKeyBytes) + " bytes");
+  if (!index_common::ValueCodec::valid_limit(o.max_value_size))
+    return Status(Code::invalid_argument, "part max_value_size must be in [8, 65536]");
+  return Status::Ok();
+}
+
+std::size_t Part::default_pool_size(const Options& o) {
+  // A record block (64 B until small classes land) and about one node line per record, then
+  // out-of-line values; doubled for slack.
+  const std::size_t value = o.max_value_size > 8 ? 64 + o.max_value_size : 0;
+  const std::size_t per_record = 128 + max_key_of(o) + value;
+  return std::max<std::size_t>(std::size_t{4} << 20, o.expected_records * per_record * 2);
+}
+
+Part::Part(std::unique_ptr<pm::Pool> pool)
+    : pool_(std::move(pool)), open_start_(std::chrono::steady_clock::now()) {
+  key_mode_ = pool_->info().layout.key_mode;
+}
+
+Part::~Part() {
+  if (walker_.joinable()) walker_.join();
+}
+
+void Part::make_tree(std::uint32_t tag) {
+  values_.configure(pool_.get(), root_->max_value_size);
+  tree_ = std::make_unique<PmTree>(art::PmPlacement{pool_.get()}, &root_->top, &root_->lock, tag,
+                                   root_->max_key_size);
+}
+
+Result<std::unique_ptr<Index>> Part::create(std::unique_ptr<pm::Pool> pool, const Options& o) {
+  std::unique_ptr<Part> idx(new Part(std::move(pool)));
+  if (Status s = idx->init_root(max_key_of(o), o.max_value_size); !s.ok()) return s;
+  idx->recovery_.created = true;
+  return std::unique_ptr<Index>(std::move(idx));
+}
+
+Status Part::init_root(std::uint32_t max_key, std::uint32_t max_value) {
+  Code code = Code::ok;
+  const std::uint64_t off = pool_->allocator().allocate(sizeof(Root), &code);
+  if (off == 0) return pool_->error(code, "no space for the index root");
+  Root* r = pool_->at<Root>(off);
+  Root init{};
+  init.magic = kRootMagic;
+  init.max_key_size = max_key;
+  init.max_value_size = max_value;
+  pm::copy(r, &init, sizeof init);  // R1: the root object, empty tree
+  pm::persist(r, sizeof init);      // R2: persisted before it is reachable
+  pool_->set_root(off);             // R3: published in the pool header
+  root_ = r;
+  make_tree(run_tag(pool_->generation()));
+  return Status::Ok();
+}
+
+// R4 (read only, so a refused pool is unchanged): the root object and its top word are checked;
+// R5: start-now allocator, commit_open, the tree answers at once, and a background walk marks
+// every reachable block (checking each as first touch does) before finish_recovery().
+Result<std::unique_ptr<Index>> Part::recover(std::unique_ptr<pm::Pool> pool, const Options& o) {
+  std::unique_ptr<Part> idx(new Part(std::move(pool)));
+  pm::Pool& p = *idx->pool_;
+  idx->recovery_.clean_shutdown = p.was_clean();
+  idx->recovery_.records_counted = false;
+  const std::uint64_t root_off = p.root();
+  if (root_off == 0) {  // crashed between pool creation and R3: nothing was reachable
+    p.allocator().begin_recovery(/*start_now=*/false);
+    if (Status s = p.allocator().finish_recovery(); !s.ok()) return s;
+    p.commit_open();
+    if (Status s = idx->init_root(max_key_of(o), o.max_value_size); !s.ok()) return s;
+    return std::unique_ptr<Index>(std::move(idx));
+  }
+  Root* r = p.checked<Root>(root_off, sizeof(Root), 64);
+  if (r == nullptr || r->magic != kRootMagic)
+    return p.error(Code::corrupted, "part root object is missing or has a wrong magic");
+  const bool fixed_keys = idx->key_mode_ != KeyType::bytes;
+  if (r->max_key_size > art::kMaxKeyBytes || (fixed_keys && r->max_key_size != 8) ||
+      !index_common::ValueCodec::valid_limit(r->max_value_size))
+    return p.error(Code::corrupted, "part root holds impossible size limits");
+  idx->root_ = r;
+  {  // the top word is followed before the walk: check it now (read only)
+    const PmTree probe(art::PmPlacement{&p}, &r->top, &r->lock, 1, r->max_key_size);
+    if (std::string e = probe.check_top(); !e.empty())
+      return p.error(Code::corrupted, "part root word: " + e);
+  }
+  p.allocator().begin_recovery(/*start_now=*/true);
+  p.commit_open();
+  idx->make_tree(run_tag(p.generation()));
+  idx->recovery_.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - idx->open_start_).count();
+  idx->start_walk(root_off);
+  return std::unique_ptr<Index>(std::move(idx));
+}
+
+void Part::start_walk(std::uint64_t root_off) {
+  walk_done_.store(false, std::memory_order_relaxed);  // relaxed: before the thread starts
+  walker_ = std::thread([this, root_off] {
+    pm::Allocator& al = pool_->allocator();
+    std::unordered_set<std::uint64_t> nodes;
+    std::uint64_t records = 0;
+    auto mark = [&](std::uint64_t ref, std::size_t bytes, bool is_record, std::uint64_t value) {
+      if (!is_record && !nodes.insert(ref).second) return false;  // reached twice: a cycle/DAG
+      if (al.mark_reachable(ref, bytes) != Code::ok) return false;
+      records += is_record ? 1 : 0;
+      return !is_record || values_.mark(value) == Code::ok;
+    };
+    Status s = Status::Ok();
+    if (al.mark_reachable(root_off, sizeof(Root)) != Code::ok) {
+      s = pool_->error(Code::corrupted, "part root object cannot be marked");
+    } else if (std::string e = tree_->walk(mark); !e.empty()) {
+      s = pool_->error(Code::corrupted, "part recovery walk: " + e);
+    } else {
+      s = al.finish_recovery();  // only a complete walk frees: unvisited blocks may be live
+    }
+    std::lock_guard<std::mutex> lock(walk_mu_);
+    if (!s.ok()) corrupted_.store(true, std::memory_order_relaxed);  // relaxed: read after walk_done_
+    walk_status_ = std::move(s);
+    recovery_.records = records;
+    recovery_.nodes = nodes.size();
+    walk_done_.store(true, std::memory_order_release);  // release: pairs with writable()
+    walk_cv_.notify_all();
+  });
+}
+
+Status Part::wait_recovery_walk() const {
+  std::unique_lock<std::mutex> lock(walk_mu_);
+  walk_cv_.wait(lock, [&] { return walk_done_.load(std::memory_order_acquire); });
+  return walk_status_;
+}
+
+// Writers wait for the recovery walk: it must see the tree as recovered, and no block from
+// before the restart may be freed before it is marked (allocator.h, start-now mode).
+Code Part::writable() const {
+  if (!walk_done_.load(std::memory_order_acquire)) [[unlikely]]
+    (void)wait_recovery_walk();
+  return corrupted_.load(std::memory_order_relaxed) ? Code::corrupted : Code::ok;
+}
+
+Code Part::check_key(std::string_view key) const {
+  if (key_mode_ == KeyType::bytes) return key.size() > root_->max_key_size ? Code::key_too_large : Code::ok;
+  if (key.size() != 8) return Code::invalid_argument;
+  if (key_mode_ == KeyType::f64 && std::isnan(decode_f64(key))) return Code::invalid_argument;
+  return Code::ok;
+}
+
+void Part::release_value(void* ctx, std::uint64_t word) {
+  static_cast<const Part*>(ctx)->values_.release(word);  // K3
+}
+
+void Part::retire_value(std::uint64_t word) {
+  if (!values_.inline_values()) tree_->epochs().retire(this, &Part::release_value, word);
+}
+
+Code Part::insert(std::string_view key, std::string_view value) {
+  if (Code c = check_key(key); c != Code::ok) return c;
+  if (Code c = values_.check(value); c != Code::ok) return c;
+  if (Code c = writable(); c != Code::ok) return c;
+  return index_common::retry_after_reclaim(tree_->epochs(), [&] {
+    Code code = Code::ok;
+    const std::uint64_t word = values_.make_word(value, &code);  // K1 (out of line)
+    if (code != Code::ok) return code;
+    const Code c = tree_->insert(key, word);
+    if (c != Code::ok) values_.release(word);  // never published
+    return c;
+  });
+}
+
+Code Part::update(std::string_view key, std::string_view value) {
+  if (Code c = check_key(key); c != Code::ok) return c;
+  if (Code c = values_.check(value); c != Code::ok) return c;
+  if (Code c = writable(); c != Code::ok) return c;
+  return index_common::retry_after_reclaim(tree_->epochs(), [&] {
+    Code code = Code::ok;
+    const std::uint64_t word = values_.make_word(value, &code);
+    if (code != Code::ok) return code;
+    std::uint64_t old = 0;
+    const Code c = tree_->update(key, word, &old);
+    if (c != Code::ok) {
+      values_.release(word);
+      return c;
+    }
+    retire_value(old);  // K3 once no reader can hold it
+    return Code::ok;
+  });
+}
+
+Code Part::find(std::string_view key, std::string* value) const {
+  if (Code c = check_key(key); c != Code::ok) return c;
+  auto guard = tree_->epochs().pin();  // an out-of-line value stays until we have copied it
+  std::uint64_t word = 0;
+  const Code c = tree_->find(key, &word);
+  if (c == Code::ok && value != nullptr && !values_.read(word, value)) return Code::corrupted;
+  if (first_answer_.load(std::memory_order_relaxed) == 0) [[unlikely]] {
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - open_start_).count();
+    double zero = 0;
+    first_answer_.compare_exchange_strong(zero, s, std::memory_order_relaxed);
+  }
+  return c;
+}
+
+Code Part::remove(std::string_view key) {
+  if (Code c = check_key(key); c != Code::ok) return c;
+  if (Code c = writable(); c != Code::ok) return c;
+  std::uint64_t old = 0;
+  const Code c = tree_->remove(key, &old);
+  if (c == Code::ok) retire_value(old);
+  return c;
+}
+
+std::size_t Part::scan(std::string_view start, std::size_t max, ScanBuffer& out) const {
+  out.clear();
+  auto guard = tree_->epochs().pin();
+  std::string value;
+  tree_->scan(start, max, [&](std::string_view k, std::uint64_t word) {
+    if (!values_.read(word, &value)) value.clear();
+    out.append(k, value);
+  });
+  return out.size();
+}
+
+namespace {
+bool value_readable(const void* ctx, std::uint64_t word) {
+  std::size_t bytes = 0;
+  return static_cast<const index_common::ValueCodec*>(ctx)->record_size(word, &bytes);
+}
+}  // namespace
+
+Status Part::verify_with(art::TreeStats* stats) const {
+  if (Status s = wait_recovery_walk(); !s.ok()) return s;
+  // Stale prefixes are legal after a crash until a writer repairs them (P7); counted in stats.
+  const std::string e = tree_->verify(stats, /*allow_stale=*/true, &value_readable, &values_);
+  if (!e.empty()) return pool_->error(Code::corrupted, "part verify: " + e);
+  return Status::Ok();
+}
+
+Status Part::verify() const { return verify_with(nullptr); }
+
+Footprint Part::footprint() const {
+  Footprint f;
+  const auto s = pool_->allocator().stats();
+  f.pm_bytes = s.bytes_in_use;
+  f.pm_reserved = s.bytes_reserved;
+  f.dram_bytes = 0;  // everything lives in the pool; lock words and metadata are in the nodes
+  return f;
+}
+
+Status Part::close() {
+  (void)wait_recovery_walk();
+  if (!closed_) {
+    tree_->epochs().drain();
+    pool_->close_clean();
+    closed_ = true;
+  }
+  return Status::Ok();
+}
+
+IndexRegistry::Entry Part::registry_entry() {
+  return {"part",
+          "P-ART: persistent adaptive radix tree (N4/N16/N48/N256, path compression, OLC)",
+          &Part::layout_for, &Part::validate, &Part::default_pool_size, &Part::create,
+          &Part::recover,
+          {.architecture = "radix tree (ART); PM (nodes and records)",
+           .node_structure = "N4/N16/N48/N256 with compressed prefixes; key+value records; "
+                             "child slots carry their key byte",
+           .concurrency = "optimistic lock coupling: lock-free readers, node locks "
+                          "(run-tagged lock words in the nodes)",
+           .variable_keys = "inlined (records hold the key)",
+           .allocator = traits::kPmindexAllocatorStartNow,
+           .numa = "no",
+           .recovery = "instant: node metadata rebuilt on first touch; background "
+                       "reachability walk (writers wait for it)"}};
+}
+
+}  // namespace pmindex::part

@@ -1,0 +1,112 @@
+// part: a persistent adaptive radix tree (RECIPE's P-ART design point, SOSP'19), the shared
+// trie core (src/index/common/art/) with its nodes and records in the pool. README.md:
+// design and numbers; PROTOCOL.md: persistence steps P1-P10 and recovery R1-R5.
+//
+// Thread safety: every operation may run concurrently (lock-free readers, writers lock the
+// nodes they change; art_tree.h). Writers wait while the start-now recovery walk runs after
+// a restart; readers answer at once.
+// Invariants: those of art::Tree (art_tree.h (1)-(4)), plus
+//   (5) the root object is published in the pool header and never moves; its `top` word is
+//       the tree's root child word;
+//   (6) every block reachable from the root (root object, nodes, records, out-of-line
+//       values) is owned; everything else is free after the recovery walk.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "index/common/art/art_tree.h"
+#include "index/common/value_codec.h"
+#include "pmindex/index.h"
+
+namespace pmindex::part {
+
+// Root object, 64 B (one line):
+//   [ 0, 8) magic "PARTREE1"   [ 8,16) top: the tree's root child word (0 = empty)
+//   [16,24) lock: NodeLock word guarding `top` (volatile, art_node.h)
+//   [24,28) max_key_size       [28,32) max_value_size
+//   [32,64) reserved (0)
+struct Root {
+  std::uint64_t magic;
+  std::uint64_t top;
+  std::uint64_t lock;
+  std::uint32_t max_key_size;
+  std::uint32_t max_value_size;
+  std::uint8_t reserved[32];
+};
+static_assert(sizeof(Root) == 64 && offsetof(Root, top) == 8 && offsetof(Root, lock) == 16 &&
+              offsetof(Root, max_key_size) == 24);
+static_assert(std::is_standard_layout_v<Root> && std::is_trivially_copyable_v<Root>);
+inline constexpr std::uint64_t kRootMagic = 0x3145455254524150ull;  // "PARTREE1"
+
+using PmTree = art::Tree<art::PmPlacement>;
+
+class Part final : public Index {
+ public:
+  static pm::Layout layout_for(const Options& options);
+  static Status validate(const Options& options);
+  static std::size_t default_pool_size(const Options& options);
+  static Result<std::unique_ptr<Index>> create(std::unique_ptr<pm::Pool> pool,
+                                               const Options& options);
+  static Result<std::unique_ptr<Index>> recover(std::unique_ptr<pm::Pool> pool,
+                                                const Options& options);
+  static IndexRegistry::Entry registry_entry();
+
+  ~Part() override;
+  std::string_view kind() const override { return "part"; }
+  Code insert(std::string_view key, std::string_view value) override;
+  Code update(std::string_view key, std::string_view value) override;
+  Code find(std::string_view key, std::string* value) const override;
+  Code remove(std::string_view key) override;
+  std::size_t scan(std::string_view start, std::size_t max, ScanBuffer& out) const override;
+  Status verify() const override;
+  RecoveryStats recovery_stats() const override {
+    std::lock_guard<std::mutex> lock(walk_mu_);  // the walker fills records and nodes
+    return recovery_;
+  }
+  Footprint footprint() const override;
+  Status close() override;
+  const pm::Pool& pool() const override { return *pool_; }
+
+  // verify() with the walk's node counts (tests: every node type and transition happened,
+  // stale prefixes met after a crash).
+  Status verify_with(art::TreeStats* stats) const;
+  // Seconds from the start of open to the first answered lookup (0 until one is answered).
+  double first_answer_seconds() const { return first_answer_.load(std::memory_order_relaxed); }
+  // Waits for the start-now recovery walk (tests, close).
+  Status wait_recovery_walk() const;
+
+ private:
+  explicit Part(std::unique_ptr<pm::Pool> pool);
+  Status init_root(std::uint32_t max_key, std::uint32_t max_value);
+  void make_tree(std::uint32_t tag);
+  void start_walk(std::uint64_t root_off);
+  Code check_key(std::string_view key) const;
+  Code writable() const;
+  void retire_value(std::uint64_t word);
+  static void release_value(void* ctx, std::uint64_t word);
+
+  std::unique_ptr<pm::Pool> pool_;
+  Root* root_ = nullptr;
+  pm::KeyMode key_mode_ = pm::KeyMode::u64;
+  index_common::ValueCodec values_;
+  std::unique_ptr<PmTree> tree_;
+  RecoveryStats recovery_;
+  std::chrono::steady_clock::time_point open_start_;
+  mutable std::atomic<double> first_answer_{0};
+  // Start-now recovery (R4-R5): the walker marks reachable blocks; writers wait for it.
+  mutable std::mutex walk_mu_;
+  mutable std::condition_variable walk_cv_;
+  std::atomic<bool> walk_done_{true};
+  std::atomic<bool> corrupted_{false};
+  Status walk_status_;  // guarded by walk_mu_
+  std::thread walker_;
+  bool closed_ = false;
+};
+
+}  // namespace pmindex::part

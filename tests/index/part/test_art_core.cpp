@@ -1,0 +1,259 @@
+// The trie core on its own, with both placements (PM pool and DRAM arena): randomized
+// operations against std::map with verify() after every one, key sets built to break tries,
+// every grow and shrink transition, and verify() failing on a corrupted structure.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "index/part/art_test_support.h"
+
+namespace pmindex::art::testing {
+namespace {
+
+template <class F>
+class ArtCore : public ::testing::Test {
+ protected:
+  F f;
+  std::map<std::string, std::uint64_t> m;
+  std::uint64_t next_value = 1;
+
+  void insert(const std::string& k) {
+    const std::uint64_t v = next_value++;
+    const Code want = m.count(k) != 0 ? Code::already_present : Code::ok;
+    ASSERT_EQ(f.tree->insert(k, v), want) << "key of " << k.size() << " bytes";
+    if (want == Code::ok) m[k] = v;
+  }
+  void remove(const std::string& k) {
+    std::uint64_t old = 0;
+    const Code want = m.count(k) != 0 ? Code::ok : Code::not_found;
+    ASSERT_EQ(f.tree->remove(k, &old), want);
+    if (want == Code::ok) {
+      EXPECT_EQ(old, m[k]);
+      m.erase(k);
+    }
+  }
+  void update(const std::string& k) {
+    std::uint64_t old = 0;
+    const std::uint64_t v = next_value++;
+    const Code want = m.count(k) != 0 ? Code::ok : Code::not_found;
+    ASSERT_EQ(f.tree->update(k, v, &old), want);
+    if (want == Code::ok) {
+      EXPECT_EQ(old, m[k]);
+      m[k] = v;
+    }
+  }
+  void find(const std::string& k) {
+    std::uint64_t v = 0;
+    const auto it = m.find(k);
+    ASSERT_EQ(f.tree->find(k, &v), it != m.end() ? Code::ok : Code::not_found);
+    if (it != m.end()) {
+      EXPECT_EQ(v, it->second);
+    }
+  }
+  void scan_from(const std::string& start, std::size_t max) {
+    std::vector<std::pair<std::string, std::uint64_t>> got;
+    ASSERT_EQ(f.tree->scan(start, max, [&](std::string_view k, std::uint64_t v) { got.emplace_back(k, v); }), Code::ok);
+    auto it = m.lower_bound(start);
+    std::size_t i = 0;
+    for (; it != m.end() && i < max; ++it, ++i) {
+      ASSERT_LT(i, got.size());
+      ASSERT_EQ(got[i].first, it->first);
+      ASSERT_EQ(got[i].second, it->second);
+    }
+    ASSERT_EQ(got.size(), i);
+  }
+  void check(TreeStats* st = nullptr) { ASSERT_TRUE(agrees(*f.tree, m, st)); }
+};
+
+using Placements = ::testing::Types<PmFixture, DramFixture>;
+TYPED_TEST_SUITE(ArtCore, Placements);
+
+// Short keys over a tiny alphabet (NUL and 0xff included): empty keys, prefix keys and
+// leaf splits at every depth happen within a few operations.
+std::string small_key(std::mt19937_64& rng) {
+  static const char kAlphabet[] = {'\0', '\x01', 'a', '\xff'};
+  std::string k(rng() % 6, '\0');
+  for (char& c : k) c = kAlphabet[rng() % 4];
+  return k;
+}
+// Keys with a long shared prefix (hundreds of bytes) and a short varying tail.
+std::string long_key(std::mt19937_64& rng) {
+  std::string k(300, 'p');
+  if (rng() % 3 == 0) k[rng() % 300] = 'q';  // some split the prefix far down
+  k.resize(300 - rng() % 3);
+  for (unsigned i = 0, n = rng() % 4; i < n; ++i) k.push_back(static_cast<char>(rng() % 5));
+  return k;
+}
+std::string be64(std::uint64_t v) {
+  std::string k(8, '\0');
+  for (int i = 0; i < 8; ++i) k[i] = static_cast<char>(v >> (56 - 8 * i));
+  return k;
+}
+
+TYPED_TEST(ArtCore, RandomOpsAgainstMapWithVerifyAfterEach) {
+  std::mt19937_64 rng(20);
+  for (int round = 0; round < 3; ++round) {
+    for (int i = 0; i < 700; ++i) {
+      std::string k = round == 0 ? small_key(rng) : round == 1 ? long_key(rng) : be64(rng() % 300);
+      switch (rng() % 6) {
+        case 0: case 1: this->insert(k); break;
+        case 2: this->remove(k); break;
+        case 3: this->update(k); break;
+        case 4: this->find(k); break;
+        default: this->scan_from(k, rng() % 7); break;
+      }
+      if (::testing::Test::HasFatalFailure()) return;
+      this->check();
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  }
+}
+
+TYPED_TEST(ArtCore, EmptyAndSingleByteKeys) {
+  this->insert("");
+  this->check();
+  for (int b = 0; b < 256; ++b) this->insert(std::string(1, static_cast<char>(b)));
+  this->check();
+  this->find("");
+  this->scan_from("", 3);
+  this->remove("");
+  this->check();
+  for (int b = 255; b >= 0; --b) this->remove(std::string(1, static_cast<char>(b)));
+  this->check();
+  EXPECT_TRUE(this->m.empty());
+}
+
+// Every byte value at every depth 0..5, under prefixes of NULs and of 0xff; each prefix of a
+// key is itself a key (prefix keys end in end slots).
+TYPED_TEST(ArtCore, EveryByteAtEveryDepth) {
+  for (char fill : {'\0', '\xff'}) {
+    for (std::size_t d = 0; d < 6; ++d) {
+      for (int b = 0; b < 256; ++b) this->insert(std::string(d, fill) + static_cast<char>(b));
+      this->insert(std::string(d, fill));
+    }
+  }
+  this->check();
+  for (const auto& [k, v] : std::map<std::string, std::uint64_t>(this->m)) this->find(k);
+  this->scan_from(std::string(3, '\xff'), 40);
+  std::mt19937_64 rng(3);
+  std::vector<std::string> keys;
+  for (const auto& [k, v] : this->m) keys.push_back(k);
+  std::shuffle(keys.begin(), keys.end(), rng);
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    this->remove(keys[i]);
+    if (i % 97 == 0) this->check();
+  }
+  this->check();
+  EXPECT_TRUE(this->m.empty());
+}
+
+TYPED_TEST(ArtCore, LongSharedPrefixesAndPrefixKeys) {
+  const std::string base(700, 'z');
+  for (std::size_t cut : {699u, 500u, 300u, 9u, 8u, 7u, 1u, 0u}) {
+    std::string k = base.substr(0, cut);
+    this->insert(k);
+    this->insert(k + "a");
+    this->insert(k + std::string(1, '\0'));
+    this->check();
+  }
+  this->insert(base);
+  this->insert(base.substr(0, 350) + "y" + base.substr(351));  // splits a 300+ byte prefix
+  this->check();
+  this->scan_from(base.substr(0, 400), 5);
+  for (const auto& [k, v] : std::map<std::string, std::uint64_t>(this->m)) {
+    this->remove(k);
+    this->check();
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+}
+
+// Dense integers (one node per byte level fills up) and sparse random ones.
+TYPED_TEST(ArtCore, DenseAndSparseIntegers) {
+  for (std::uint64_t i = 0; i < 3000; ++i) this->insert(be64(i));
+  std::mt19937_64 rng(5);
+  for (int i = 0; i < 3000; ++i) this->insert(be64(rng()));
+  this->insert(be64(0));
+  this->insert(be64(~std::uint64_t{0}));
+  this->insert(be64(std::uint64_t{1} << 63));
+  this->check();
+  this->scan_from(be64(2990), 20);
+  for (std::uint64_t i = 0; i < 3000; i += 2) this->remove(be64(i));
+  this->check();
+}
+
+// One node's children: 1..256 then back down, verify() and the node types after each step, so
+// N4->N16->N48->N256 and N256->N48->N16->N4 and the collapse all happen and are checked.
+TYPED_TEST(ArtCore, EveryGrowAndShrinkTransition) {
+  const std::string p = "node";
+  this->insert(p);  // an end record, so the node keeps two items until the last child goes
+  bool seen[5] = {};
+  for (int b = 0; b < 256; ++b) {
+    this->insert(p + static_cast<char>(b));
+    TreeStats st;
+    this->check(&st);
+    if (::testing::Test::HasFatalFailure()) return;
+    const NodeType want = b < 4 ? NodeType::n4 : b < 16 ? NodeType::n16 : b < 48 ? NodeType::n48 : NodeType::n256;
+    EXPECT_EQ(st.nodes[static_cast<int>(want)], 1u) << "after " << b + 1 << " children";
+    seen[static_cast<int>(want)] = true;
+  }
+  for (int b = 255; b >= 0; --b) {
+    this->remove(p + static_cast<char>(b));
+    TreeStats st;
+    this->check(&st);
+    if (::testing::Test::HasFatalFailure()) return;
+    const unsigned left = static_cast<unsigned>(b);
+    const std::uint64_t nodes = st.nodes[1] + st.nodes[2] + st.nodes[3] + st.nodes[4];
+    EXPECT_EQ(nodes, left == 0 ? 0u : 1u) << left << " children left";
+    if (left > 0 && left <= 3) {
+      EXPECT_EQ(st.nodes[1], 1u) << left;
+    }
+    if (left >= 41 && left < 48) {
+      EXPECT_EQ(st.nodes[4] + st.nodes[3], 1u);
+    }
+  }
+  EXPECT_TRUE(seen[1] && seen[2] && seen[3] && seen[4]);
+  EXPECT_EQ(this->m.size(), 1u);  // the end record took the node's place
+}
+
+// A collapse merges prefixes: removing the sibling of a long-prefix subtree.
+TYPED_TEST(ArtCore, CollapseMergesPrefixes) {
+  const std::string deep(40, 'd');
+  this->insert("a");
+  this->insert("b" + deep + "x");
+  this->insert("b" + deep + "y");
+  this->insert("b" + deep.substr(0, 20) + "e");
+  this->check();
+  this->remove("b" + deep.substr(0, 20) + "e");  // the inner node collapses into its child
+  this->check();
+  this->remove("a");
+  this->check();
+  this->find("b" + deep + "x");
+  this->scan_from("b", 10);
+}
+
+// verify() must fail on damage: a record key that leaves its path, and a bad type byte.
+TYPED_TEST(ArtCore, VerifyCatchesCorruption) {
+  for (int i = 0; i < 40; ++i) this->insert("k" + std::to_string(i));
+  this->check();
+  char* victim = nullptr;
+  this->f.tree->scan("k2", 1, [&](std::string_view k, std::uint64_t) { victim = const_cast<char*>(k.data()); });
+  ASSERT_NE(victim, nullptr);
+  victim[0] = 'j';  // the record still sits under 'k'
+  TreeStats st;
+  EXPECT_NE(this->f.tree->verify(&st, false, nullptr, nullptr), "");
+  victim[0] = 'k';
+  EXPECT_EQ(this->f.tree->verify(&st, false, nullptr, nullptr), "");
+  // The root is a node: break its type byte.
+  const std::uint64_t root = this->f.words[0];
+  ASSERT_FALSE(is_record(root));
+  auto* h = this->f.tree->placement().template at<NodeHeader>(target_of(root));
+  const std::uint8_t saved = h->type;
+  h->type = 9;
+  EXPECT_NE(this->f.tree->verify(&st, false, nullptr, nullptr), "");
+  h->type = saved;
+  EXPECT_EQ(this->f.tree->verify(&st, false, nullptr, nullptr), "");
+}
+
+}  // namespace
+}  // namespace pmindex::art::testing
