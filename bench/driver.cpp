@@ -846,11 +846,32 @@ std::string default_pool_path(const Config& c, bool* temporary) {
   return std::string(pmindex::pm::kDefaultPoolDir) + "/pmbench-" + std::to_string(::getpid()) + ".pool";
 }
 
-bool run_once(const Config& config, unsigned repeat, RunResult* r, std::string* error) {
-  (void)repeat;
-  // The dataset first: a text dataset's longest key sizes the index (max_key_size).
+namespace {
+
+// One run's state shared by its steps (run_once below reads as the run's outline).
+struct RunState {
+  Config c;
   std::shared_ptr<const Dataset> dataset;
-  Config c = config;
+  bool temporary = false;
+  std::string pool_path;
+  std::optional<TemporaryPool> remove_pool;  // declared before the target: removed after it
+  std::unique_ptr<Target> target;
+  PoolHistory history;
+  std::vector<Schedule> schedules;
+  std::optional<WorkloadSpec> spec;  // the measured run's (operations known after calibration)
+  Clock::time_point phase_start = Clock::now();
+
+  // Closes the current phase of the JSON "phases" breakdown under `name`.
+  void next_phase(RunResult* r, const char* name) {
+    r->phase_seconds.emplace_back(name, seconds_since(phase_start));
+    phase_start = Clock::now();
+  }
+  bool named_pool() const { return !temporary && target && target->native() != nullptr; }
+};
+
+// The dataset first: a text dataset's longest key sizes the index (max_key_size).
+bool resolve_dataset(RunState& st, RunResult* r, std::string* error) {
+  Config& c = st.c;
   if (!c.dataset.empty()) {
     DatasetFormat format{};
     if (!resolve_dataset_format(c.dataset_format, c.dataset, &format)) {
@@ -858,36 +879,32 @@ bool run_once(const Config& config, unsigned repeat, RunResult* r, std::string* 
       r->usage_error = true;
       return false;
     }
-    dataset = load_dataset(c.dataset, format, c.records + c.operations, c.seed, error);
-    if (!dataset) return false;
-    if (dataset->size() < c.records) {
-      *error = c.dataset + ": " + std::to_string(dataset->size()) + " distinct keys, fewer than --records " +
-               std::to_string(c.records);
+    st.dataset = load_dataset(c.dataset, format, c.records + c.operations, c.seed, error);
+    if (!st.dataset) return false;
+    if (st.dataset->size() < c.records) {
+      *error = c.dataset + ": " + std::to_string(st.dataset->size()) +
+               " distinct keys, fewer than --records " + std::to_string(c.records);
       return false;
     }
-    if (dataset->variable_length()) {
+    if (st.dataset->variable_length()) {
       if (c.key_type != "bytes") {
         *error = c.dataset + " is a text dataset (variable-length keys): it needs --key_type bytes";
         r->usage_error = true;
         return false;
       }
-      c.key_size = std::max<std::size_t>(dataset->max_length, 1);
+      c.key_size = std::max<std::size_t>(st.dataset->max_length, 1);
       c.variable_keys = true;
     }
   }
   r->max_key_size = c.key_size;
   r->variable_keys = c.variable_keys;
-  bool temporary = false;
-  std::string pool_path;
-  std::optional<TemporaryPool> remove_pool;  // declared before the target: removed after it
-  std::unique_ptr<Target> target;
-  std::error_code ec_ignored;
-  auto t_phase = Clock::now();  // where each phase of the run went (JSON "phases")
-  const auto next_phase = [&](const char* name) {
-    r->phase_seconds.emplace_back(name, seconds_since(t_phase));
-    t_phase = Clock::now();
-  };
-  const std::size_t malloc_before = ::mallinfo2().uordblks;
+  return true;
+}
+
+// The target the run measures: a DRAM comparator, a built-in index on a pool file (armed for
+// removal before the file exists), or a tree_api library given by path.
+bool open_target(RunState& st, RunResult* r, std::string* error) {
+  const Config& c = st.c;
   const bool tree_api_path = c.target.find('/') != std::string::npos || c.target.ends_with(".so");
   if (c.key_order == "pibench" && (!tree_api_path || c.variable_keys)) {
     *error = c.variable_keys ? "--key_order pibench needs fixed-size keys, not a text dataset"
@@ -897,16 +914,16 @@ bool run_once(const Config& config, unsigned repeat, RunResult* r, std::string* 
     return false;
   }
   if (auto dram = make_dram_target(c.target)) {
-    target = std::move(dram);
+    st.target = std::move(dram);
   } else if (is_builtin(c.target)) {
-    pool_path = default_pool_path(c, &temporary);
+    st.pool_path = default_pool_path(c, &st.temporary);
     std::error_code ec;
-    std::filesystem::create_directories(std::filesystem::path(pool_path).parent_path(), ec);
-    remove_pool.emplace(temporary, pool_path);  // armed before the file exists
-    target = make_native_target(c, pool_path, /*fresh=*/!c.skip_load, error, &r->usage_error);
+    std::filesystem::create_directories(std::filesystem::path(st.pool_path).parent_path(), ec);
+    st.remove_pool.emplace(st.temporary, st.pool_path);  // armed before the file exists
+    st.target = make_native_target(c, st.pool_path, /*fresh=*/!c.skip_load, error, &r->usage_error);
   } else if (tree_api_path) {
-    pool_path = c.pool_path;
-    target = make_tree_api_target(c, pool_path, error, &r->usage_error);
+    st.pool_path = c.pool_path;
+    st.target = make_tree_api_target(c, st.pool_path, error, &r->usage_error);
   } else {
     std::string names;
     for (const auto& n : pmindex::IndexRegistry::names()) names += " " + n;
@@ -916,69 +933,78 @@ bool run_once(const Config& config, unsigned repeat, RunResult* r, std::string* 
     r->usage_error = true;
     return false;
   }
-  if (!target) return false;
-  const TargetInfo& info = target->info();
+  if (!st.target) return false;
+  const TargetInfo& info = st.target->info();
   r->target_kind = info.kind;
   r->load_method = c.skip_load ? "skip" : info.load_method;
   r->backing = info.backing;
   r->durability = info.durability;
   r->emulated_pm = info.emulated_pm;
+  return true;
+}
 
-  next_phase("open");
-  const WorkloadSpec base = WorkloadSpec::from(c, c.operations, dataset);
-  const bool named_pool = !temporary && target->native() != nullptr;
-  PoolHistory history;
+// Load, or take a kept pool's records (--skip_load) after checking its history sidecar.
+bool load_or_reopen(RunState& st, const WorkloadSpec& base, RunResult* r, std::string* error) {
+  const Config& c = st.c;
   if (!c.skip_load) {
-    if (named_pool) std::filesystem::remove(sidecar_path(pool_path), ec_ignored);  // a new load
-    if (!load(c, base, *target, r, error)) return false;
-  } else {
-    r->loaded = c.records;
-    if (named_pool && read_history(pool_path, &history)) {
-      if (std::string e = check_history(c, history); !e.empty()) {
-        *error = "--skip_load: " + e;
-        return false;
-      }
-      r->pool_history = history.values_updated ? "reopened; earlier runs updated values"
-                                               : "reopened; records as loaded";
-    } else if (named_pool) {
-      r->pool_history = "reopened; no record of earlier runs (assumed as loaded)";
+    std::error_code ec_ignored;
+    if (st.named_pool()) std::filesystem::remove(sidecar_path(st.pool_path), ec_ignored);  // a new load
+    if (!load(c, base, *st.target, r, error)) return false;
+    st.history.records = c.records;
+    st.history.key_size = c.key_size;
+    st.history.value_size = c.value_size;
+    st.history.value_bits = c.value_bits;
+    st.history.key_type = c.key_type;
+    return true;
+  }
+  r->loaded = c.records;
+  if (st.named_pool() && read_history(st.pool_path, &st.history)) {
+    if (std::string e = check_history(c, st.history); !e.empty()) {
+      *error = "--skip_load: " + e;
+      return false;
     }
+    r->pool_history = st.history.values_updated ? "reopened; earlier runs updated values"
+                                                : "reopened; records as loaded";
+  } else if (st.named_pool()) {
+    r->pool_history = "reopened; no record of earlier runs (assumed as loaded)";
   }
-  if (!c.skip_load) {
-    history.records = c.records;
-    history.key_size = c.key_size;
-    history.value_size = c.value_size;
-    history.value_bits = c.value_bits;
-    history.key_type = c.key_type;
-  }
-  next_phase("load");
-  const auto [dram, pm] = target->footprint();
+  return true;
+}
+
+// Footprint after load and the post-load validation (values only while no run updated them).
+bool footprint_and_validate(RunState& st, const WorkloadSpec& base, std::size_t malloc_before,
+                            RunResult* r, std::string* error) {
+  const auto [dram, pm] = st.target->footprint();
   r->dram_bytes = dram;
   r->pm_bytes = pm;
   r->malloc_delta_bytes = static_cast<std::int64_t>(::mallinfo2().uordblks) -
                           static_cast<std::int64_t>(malloc_before);
-  {
-    const auto t0 = Clock::now();
-    r->validate_error = validate_load(c, base, *target, !history.values_updated, &r->validation);
-    r->validate_seconds = seconds_since(t0);
-    if (!r->validate_error.empty()) {
-      *error = "post-load validation failed: " + r->validate_error;
-      return false;
-    }
+  const auto t0 = Clock::now();
+  r->validate_error = validate_load(st.c, base, *st.target, !st.history.values_updated, &r->validation);
+  r->validate_seconds = seconds_since(t0);
+  if (!r->validate_error.empty()) {
+    *error = "post-load validation failed: " + r->validate_error;
+    return false;
   }
+  return true;
+}
 
-  next_phase("validate");
-  std::uint64_t ops = c.mode == RunMode::time ? calibrate_operations(c, base, *target) : c.operations;
+// The measured run's operations (time mode: calibrated, within the dataset's spare keys), its
+// schedules, and the harness's own memory.
+bool plan_run(RunState& st, const WorkloadSpec& base, RunResult* r, std::string* error) {
+  const Config& c = st.c;
+  const auto& dataset = st.dataset;
+  std::uint64_t ops = c.mode == RunMode::time ? calibrate_operations(c, base, *st.target) : c.operations;
   const double insert_ratio = c.ratio[static_cast<int>(OpType::insert)];
   if (dataset && insert_ratio > 0 && c.mode == RunMode::time) {
     // Inserts take fresh dataset keys: keep the time-mode buffer within the dataset.
     const double spare = static_cast<double>(dataset->size() - c.records) - c.threads;
     ops = std::min<std::uint64_t>(ops, static_cast<std::uint64_t>(std::max(0.0, spare / insert_ratio)));
   }
-  const WorkloadSpec spec = WorkloadSpec::from(c, ops, dataset);
-  const std::vector<Schedule> schedules = build_schedules(spec);
+  st.spec.emplace(WorkloadSpec::from(c, ops, dataset));
+  st.schedules = build_schedules(*st.spec);
   if (dataset) {
-    for (const auto& s : schedules)
+    for (const auto& s : st.schedules)
       for (std::size_t i = 0; i < s.size(); ++i)
         if (s.types[i] == OpType::insert && s.ids[i] >= dataset->size()) {
           *error = c.dataset + ": the run inserts more keys than the dataset holds beyond --records (" +
@@ -986,7 +1012,7 @@ bool run_once(const Config& config, unsigned repeat, RunResult* r, std::string* 
           return false;
         }
   }
-  for (const auto& s : schedules) {
+  for (const auto& s : st.schedules) {
     r->scheduled += s.size();
     r->expected_misses += s.expected_misses;
     r->schedule_bytes += s.bytes();
@@ -996,11 +1022,13 @@ bool run_once(const Config& config, unsigned repeat, RunResult* r, std::string* 
                        dataset->text_bytes.capacity() + dataset->text_offsets.capacity() * 8 +
                        dataset->text_sorted_ids.capacity() * 8;
   r->harness_bytes = r->dataset_bytes + std::max(r->harness_bytes, r->schedule_bytes);
-  if (c.warmup) warmup(c, spec, *target);
-  r->clock_overhead_ns = clock_overhead_ns();
-  next_phase("schedule");
+  return true;
+}
 
-  std::vector<ThreadOutcome> outcomes(c.threads);
+// The measured run: one worker per thread, started together; this thread samples throughput
+// every --sampling_ms, enforces the time-mode deadline and draws the progress bar.
+void run_workers(RunState& st, RunResult* r, std::vector<ThreadOutcome>* outcomes) {
+  const Config& c = st.c;
   std::vector<Counter> progress(c.threads);
   std::atomic<int> ready{0};
   std::atomic<bool> go{false}, stop{false};
@@ -1008,15 +1036,14 @@ bool run_once(const Config& config, unsigned repeat, RunResult* r, std::string* 
   std::vector<std::thread> workers;
   for (unsigned t = 0; t < c.threads; ++t)
     workers.emplace_back([&, t] {
-      run_thread(c, spec, schedules[t], t, *target, ready, go, stop, progress[t],
-                 r->clock_overhead_ns, &outcomes[t]);
+      run_thread(c, *st.spec, st.schedules[t], t, *st.target, ready, go, stop, progress[t],
+                 r->clock_overhead_ns, &(*outcomes)[t]);
       finished.fetch_add(1, std::memory_order_acq_rel);
     });
   while (ready.load(std::memory_order_acquire) < static_cast<int>(c.threads)) std::this_thread::yield();
   const Progress bar{c.progress && !c.quiet && ::isatty(1) != 0, "run"};
   const auto t0 = Clock::now();
   go.store(true, std::memory_order_release);
-  // The sampler: throughput every --sampling_ms, the time-mode deadline, the progress bar.
   const auto period = std::chrono::milliseconds(c.sampling_ms);
   std::uint64_t last = 0;
   auto next = t0 + period;
@@ -1038,8 +1065,11 @@ bool run_once(const Config& config, unsigned repeat, RunResult* r, std::string* 
   for (auto& w : workers) w.join();
   r->run_seconds = seconds_since(t0);
   bar.done();
-  next_phase("run");
+}
 
+// The threads' counts, latencies and PM work summed into the run's result; false (with the
+// reason) when an operation met a full pool.
+bool merge_outcomes(const std::vector<ThreadOutcome>& outcomes, RunResult* r, std::string* error) {
   for (const auto& o : outcomes) {
     for (int k = 0; k < kOpTypes; ++k) {
       r->ops[k].completed += o.ops[k].completed;
@@ -1064,34 +1094,78 @@ bool run_once(const Config& config, unsigned repeat, RunResult* r, std::string* 
              "(bytes; the default is sized for --records plus the inserts the run can make)";
     return false;
   }
+  return true;
+}
+
+// After the run: the index's own structural check (with --verify or --full_validation only:
+// it walks the whole index, seconds per run at millions of records, issue 26) and recovery.
+bool check_and_recover(RunState& st, RunResult* r, std::string* error) {
+  const Config& c = st.c;
   r->verified = c.verify;
-  // The index's own structural check walks the whole index: with --verify or
-  // --full_validation only (it cost seconds per run at millions of records, issue 26).
   r->structure_checked = c.verify || c.full_validation;
-  if (r->structure_checked) r->structure_error = target->verify();
+  if (r->structure_checked) r->structure_error = st.target->verify();
   if (c.verify && r->verify_error.empty() && !r->structure_error.empty())
     r->verify_error = "index verify() after the run: " + r->structure_error;
-
   if (!c.recovery.empty()) {
     r->has_recovery = true;
-    if (!measure_recovery(c, spec, target, pool_path, &r->recovery)) {
+    if (!measure_recovery(c, *st.spec, st.target, st.pool_path, &r->recovery)) {
       *error = "recovery: " + r->recovery.error;
       return false;
     }
   }
-  next_phase("check and recovery");
-  r->peak_rss_bytes = peak_rss_bytes();
-  if (!temporary && target && target->native() != nullptr) {
-    // A named pool is left cleanly closed so --skip_load can reopen it, with its history.
-    const std::string e = target->close();
-    if (!e.empty()) { *error = "close: " + e; return false; }
-    const auto succeeded = [&](OpType t) { return r->ops[static_cast<int>(t)].succeeded > 0; };
-    history.values_updated = history.values_updated || succeeded(OpType::update) || succeeded(OpType::rmw);
-    history.keys_changed = history.keys_changed || succeeded(OpType::insert) ||
-                           succeeded(OpType::remove) || c.recovery == "crash";
-    if (!write_history(pool_path, history)) { *error = "cannot write " + sidecar_path(pool_path); return false; }
+  return true;
+}
+
+// A named pool is left cleanly closed so --skip_load can reopen it, with its history sidecar
+// saying whether this run changed values or keys.
+bool close_named_pool(RunState& st, const RunResult& r, std::string* error) {
+  if (!st.named_pool()) return true;
+  const std::string e = st.target->close();
+  if (!e.empty()) {
+    *error = "close: " + e;
+    return false;
   }
-  next_phase("close");
+  const auto succeeded = [&](OpType t) { return r.ops[static_cast<int>(t)].succeeded > 0; };
+  PoolHistory& h = st.history;
+  h.values_updated = h.values_updated || succeeded(OpType::update) || succeeded(OpType::rmw);
+  h.keys_changed = h.keys_changed || succeeded(OpType::insert) || succeeded(OpType::remove) ||
+                   st.c.recovery == "crash";
+  if (!write_history(st.pool_path, h)) {
+    *error = "cannot write " + sidecar_path(st.pool_path);
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool run_once(const Config& config, unsigned repeat, RunResult* r, std::string* error) {
+  (void)repeat;
+  RunState st;
+  st.c = config;
+  if (!resolve_dataset(st, r, error)) return false;
+  const std::size_t malloc_before = ::mallinfo2().uordblks;
+  st.phase_start = Clock::now();
+  if (!open_target(st, r, error)) return false;
+  st.next_phase(r, "open");
+  const WorkloadSpec base = WorkloadSpec::from(st.c, st.c.operations, st.dataset);
+  if (!load_or_reopen(st, base, r, error)) return false;
+  st.next_phase(r, "load");
+  if (!footprint_and_validate(st, base, malloc_before, r, error)) return false;
+  st.next_phase(r, "validate");
+  if (!plan_run(st, base, r, error)) return false;
+  if (st.c.warmup) warmup(st.c, *st.spec, *st.target);
+  r->clock_overhead_ns = clock_overhead_ns();
+  st.next_phase(r, "schedule");
+  std::vector<ThreadOutcome> outcomes(st.c.threads);
+  run_workers(st, r, &outcomes);
+  st.next_phase(r, "run");
+  if (!merge_outcomes(outcomes, r, error)) return false;
+  if (!check_and_recover(st, r, error)) return false;
+  st.next_phase(r, "check and recovery");
+  r->peak_rss_bytes = peak_rss_bytes();
+  if (!close_named_pool(st, *r, error)) return false;
+  st.next_phase(r, "close");
   return true;
 }
 

@@ -38,6 +38,8 @@ TEST(OmpDelete, LbtreeTreeApiLibrary) { run_twenty(library("lbtree") + " 16"); }
 TEST(OmpDelete, ApexTreeApiLibrary) { run_twenty(library("apex") + " 8"); }
 TEST(OmpDelete, NbtreeTreeApiLibrary) { run_twenty(library("nbtree") + " 8"); }
 TEST(OmpDelete, FptreeTreeApiLibrary) { run_twenty(library("fptree") + " 8"); }
+TEST(OmpDelete, UtreeTreeApiLibrary) { run_twenty(library("utree") + " 8"); }
+TEST(OmpDelete, PartTreeApiLibrary) { run_twenty(library("part") + " 8"); }
 #endif
 
 }  // namespace
