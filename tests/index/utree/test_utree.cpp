@@ -10,6 +10,7 @@
 #include <random>
 #include <tuple>
 
+#include "index/common/map_checker.h"
 #include "index/utree/utree.h"
 #include "pmindex/index.h"
 #include "support/temp_dir.h"
@@ -17,14 +18,9 @@
 namespace pmindex {
 namespace {
 
+using pmindex::testing::open_or_die;
 using pmindex::testing::TempDir;
 using Map = std::map<std::string, std::string>;
-
-std::unique_ptr<Index> open_or_die(const Options& o) {
-  auto r = Index::open(o);
-  EXPECT_TRUE(r.ok()) << r.status().to_string();
-  return r.ok() ? std::move(r).value() : nullptr;
-}
 
 Options utree_options(std::uint32_t node_size, KeyType kt, std::uint32_t max_value = 8) {
   Options o;
