@@ -9,14 +9,7 @@ namespace pmindex::art {
 
 template <class P>
 Code Tree<P>::insert(std::string_view key, std::uint64_t value) {
-  auto guard = epochs_.pin();
-  for (;;) {
-    Olc o;
-    const Code c = insert_once(key, value, o);
-    if (o.damaged) return Code::corrupted;
-    if (!o.restart) return c;
-    detail::restart_pause();
-  }
+  return with_restarts([&](Olc& o) { return insert_once(key, value, o); });
 }
 
 template <class P>
@@ -238,14 +231,7 @@ Code Tree<P>::add_child(Parent pa, std::uint64_t w, std::uint64_t v, std::uint32
 
 template <class P>
 Code Tree<P>::find(std::string_view key, std::uint64_t* value) const {
-  auto guard = epochs_.pin();
-  for (;;) {
-    Olc o;
-    const Code c = find_once(key, value, o);
-    if (o.damaged) return Code::corrupted;
-    if (!o.restart) return c;
-    detail::restart_pause();
-  }
+  return with_restarts([&](Olc& o) { return find_once(key, value, o); });
 }
 
 // Optimistic all the way: prefix bytes that are not stored (or not trusted) are skipped, and
@@ -360,14 +346,7 @@ Code Tree<P>::locate(std::string_view key, Found* f, Olc& o) const {
 
 template <class P>
 Code Tree<P>::update(std::string_view key, std::uint64_t value, std::uint64_t* old) {
-  auto guard = epochs_.pin();
-  for (;;) {
-    Olc o;
-    const Code c = update_once(key, value, old, o);
-    if (o.damaged) return Code::corrupted;
-    if (!o.restart) return c;
-    detail::restart_pause();
-  }
+  return with_restarts([&](Olc& o) { return update_once(key, value, old, o); });
 }
 
 // The container of the record's slot is locked, so updates and removes of one key serialise.
@@ -390,14 +369,7 @@ Code Tree<P>::update_once(std::string_view key, std::uint64_t value, std::uint64
 
 template <class P>
 Code Tree<P>::remove(std::string_view key, std::uint64_t* old) {
-  auto guard = epochs_.pin();
-  for (;;) {
-    Olc o;
-    const Code c = remove_once(key, old, o);
-    if (o.damaged) return Code::corrupted;
-    if (!o.restart) return c;
-    detail::restart_pause();
-  }
+  return with_restarts([&](Olc& o) { return remove_once(key, old, o); });
 }
 
 template <class P>

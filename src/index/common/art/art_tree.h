@@ -198,6 +198,10 @@ class Tree {
   static void free_node(void* ctx, std::uint64_t ref);
   static void free_record(void* ctx, std::uint64_t ref);
 
+  // Repeats one optimistic attempt (`once(olc)`, a *_once below) under one epoch pin until it
+  // neither restarts nor meets a damaged node (then: corrupted).
+  template <class Once>
+  Code with_restarts(Once&& once) const;
   Code insert_once(std::string_view key, std::uint64_t value, Olc& o);
   Code leaf_split(Parent pa, std::uint64_t w, std::uint32_t depth, std::string_view key,
                   std::uint64_t value, Olc& o);

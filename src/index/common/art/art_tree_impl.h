@@ -19,6 +19,19 @@ inline int compare_keys(std::string_view a, std::string_view b) {
 }
 }  // namespace detail
 
+template <class P>
+template <class Once>
+Code Tree<P>::with_restarts(Once&& once) const {
+  auto guard = epochs_.pin();
+  for (;;) {
+    Olc o;
+    const Code c = once(o);
+    if (o.damaged) return Code::corrupted;
+    if (!o.restart) return c;
+    detail::restart_pause();
+  }
+}
+
 // --- locks and first touch -----------------------------------------------------------------
 
 // Waits while a writer holds the lock; returns the version to validate against. A word left by
