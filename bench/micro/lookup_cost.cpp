@@ -1,6 +1,6 @@
 // Instructions per lookup and per insert of one index, for callgrind (issue 16, "Must prove").
 //
-//   valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file=OUT \
+//   valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file=OUT
 //       build/release/bench/lookup_cost KIND [--records N] [--lookups L] [--inserts I]
 //
 // Opens KIND in `dram` persistence mode on an anonymous pool, bulk-loads N sorted random

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <string>
 
 #include "index/common/op_cost.h"
 #include "pmindex/index.h"
@@ -30,12 +31,12 @@ TEST(PartCounting, FlushesAndFencesPerOperation) {
   const pm::Counters rem = op_cost([&] { ASSERT_EQ(idx->remove(encode_u64(0x150)), Code::ok); });
   std::string v;
   const pm::Counters find = op_cost([&] { ASSERT_EQ(idx->find(encode_u64(0x1f5), &v), Code::ok); });
-  std::printf("[part cost] insert %llu flushes %llu fences %llu lines; update %llu/%llu/%llu; "
-              "remove %llu/%llu/%llu; find %llu/%llu/%llu\n",
-              (unsigned long long)ins.flushes, (unsigned long long)ins.fences, (unsigned long long)ins.lines_written,
-              (unsigned long long)upd.flushes, (unsigned long long)upd.fences, (unsigned long long)upd.lines_written,
-              (unsigned long long)rem.flushes, (unsigned long long)rem.fences, (unsigned long long)rem.lines_written,
-              (unsigned long long)find.flushes, (unsigned long long)find.fences, (unsigned long long)find.lines_written);
+  const auto triple = [](const pm::Counters& c) {
+    return std::to_string(c.flushes) + "/" + std::to_string(c.fences) + "/" +
+           std::to_string(c.lines_written);
+  };
+  std::printf("[part cost] flushes/fences/lines: insert %s; update %s; remove %s; find %s\n",
+              triple(ins).c_str(), triple(upd).c_str(), triple(rem).c_str(), triple(find).c_str());
   EXPECT_EQ(ins.flushes, 2u);
   EXPECT_EQ(ins.fences, 2u);
   EXPECT_EQ(upd.flushes, 1u);

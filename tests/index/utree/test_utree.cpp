@@ -288,6 +288,7 @@ TEST(Utree, RecoveryFinishesAnInterruptedRemove) {
   const std::uint64_t n7 = node_of(o.path, 7, &link7);
   const std::uint64_t n12 = node_of(o.path, 12, &link12);
   ASSERT_NE(n7, 0u);
+  ASSERT_NE(n12, 0u);
   patch(o.path, n7, peek(o.path, n7) | utree::kMarkBit);
   patch(o.path, link12, peek(o.path, link12) | utree::kDirtyBit);
   auto idx = open_or_die(o);
