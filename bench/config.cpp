@@ -215,6 +215,9 @@ int parse_command_line(int argc, const char* const* argv, Config* out, std::ostr
   CLI::App app{"pmbench: a PiBench-compatible benchmark for persistent-memory range indexes"};
   app.add_option("index", c.target, "built-in index name (see --list) or path to a tree_api library");
   app.set_version_flag("--version", std::string("pmbench ") + PMINDEX_VERSION_STRING);
+  app.add_option("--plugin", c.plugins,
+                 "load a library that registers index kinds (repeatable; docs/pmbench.md)")
+      ->allow_extra_args(false);  // one library per --plugin, not every word after it
   app.add_option("-n,--records", c.records, "records to load")
       ->check(whole_number(0, kMaxCount))->capture_default_str();
   app.add_option("-p,--operations", c.operations, "operations to run (operation mode)")

@@ -32,6 +32,7 @@ inline constexpr double kTimeModeInsertBound = 5e6;
 
 struct Config {
   std::string target;               // positional: built-in name or path to a tree_api library
+  std::vector<std::string> plugins; // --plugin: libraries that register index kinds
   std::uint64_t records = 1'000'000;
   std::uint64_t operations = 1'000'000;
   unsigned threads = 1;

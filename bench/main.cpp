@@ -2,6 +2,8 @@
 // Usage: pmbench <built-in name | path/to/tree_api.so> [PiBench flags] [extensions]
 // Exit codes: 0 success, 1 a run failed (open error, validation or conformance mismatch,
 // out of memory), 2 invalid command line.
+#include <dlfcn.h>
+
 #include <cstdio>
 #include <exception>
 #include <fstream>
@@ -54,7 +56,7 @@ int write_index_list(const std::string& path) {
   for (const pmindex::IndexRegistry::Entry& e : pmindex::IndexRegistry::entries()) {
     const pmindex::IndexTraits& t = e.traits;
     list.push_back({{"name", e.name},
-                    {"kind", "builtin"},
+                    {"kind", pmindex::IndexRegistry::built_in(e.name) ? "builtin" : "plugin"},
                     {"description", e.description},
                     {"traits",
                      {{"architecture", t.architecture},
@@ -76,14 +78,40 @@ int write_index_list(const std::string& path) {
   return 0;
 }
 
+// --plugin LIB: a library built against pmindex's headers, not linked with pmindex, that
+// registers index kinds (IndexRegistry::add) from its exported entry point. It runs on the
+// pmindex inside this binary, which exports its symbols for that. Loaded once, never unloaded.
+bool load_plugins(const pmbench::Config& c) {
+  for (const std::string& path : c.plugins) {
+    void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) {
+      std::cerr << "pmbench: --plugin " << path << ": " << dlerror() << "\n";
+      return false;
+    }
+    auto entry = reinterpret_cast<pmindex::PluginEntryPoint>(dlsym(lib, pmindex::kPluginEntryPoint));
+    if (entry == nullptr) {
+      std::cerr << "pmbench: --plugin " << path << ": no " << pmindex::kPluginEntryPoint
+                << " symbol (see examples/pair_log_plugin.cpp)\n";
+      return false;
+    }
+    if (const pmindex::Status s = entry(); !s.ok()) {
+      std::cerr << "pmbench: --plugin " << path << ": " << s.to_string() << "\n";
+      return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 int run(int argc, char** argv) {
   pmbench::Config c;
   const int code = pmbench::parse_command_line(argc, argv, &c, std::cout, std::cerr);
   if (code >= 0) return code;
+  if (!load_plugins(c)) return 2;
   if (c.list) {
-    for (const auto& n : pmindex::IndexRegistry::names()) std::cout << n << "\tbuilt-in PM index\n";
+    for (const auto& n : pmindex::IndexRegistry::names())
+      std::cout << n << (pmindex::IndexRegistry::built_in(n) ? "\tbuilt-in PM index\n" : "\tplugin PM index\n");
     for (const auto& n : pmbench::dram_comparator_names()) std::cout << n << "\tDRAM comparator\n";
     if (!c.json_path.empty()) return write_index_list(c.json_path);
     return 0;

@@ -28,6 +28,8 @@ run_examples() {  # DIR
   "$dir/choose_mode" dram
   "$dir/crash_and_recover" nbtree "$pools/c.pool"
   "$dir/crash_and_recover" lbtree "$pools/c.pool"
+  "$dir/external_index" "$pools/x.pool" | grep -q "recovered 99 records"
+  [ -e "$dir/libpair_log_plugin.so" ] || { echo "the plugin example was not built"; exit 1; }
 }
 no_isa_flags() {  # BUILD_DIR: the examples' compile commands carry no -m flag
   if grep -E '"command".*examples/.*\.cpp' "$1/compile_commands.json" | grep -qE ' -m[a-z0-9]'; then

@@ -178,9 +178,12 @@ struct IndexTraits {
   std::string_view recovery;        // what opening a pool does, and its cost
 };
 
-// Index kinds by name. Each index adds one entry in src/index/registry.cpp. Index::open does
-// the common part (create-or-open decision, pool creation and header checks) and then calls
-// the entry's create (fresh pool) or recover (existing pool, or a crash image).
+// Index kinds by name. Each built-in index adds one entry in src/index/registry.cpp; an index
+// defined outside the library registers at run time with add() (examples/external_index/).
+// Index::open does the common part (create-or-open decision, pool creation and header checks)
+// and then calls the entry's create (fresh pool) or recover (existing pool, or a crash image),
+// so a registered kind is opened by name, crash-tested by the crash driver and run by pmbench
+// (`pmbench --plugin LIB`) exactly like a built-in one.
 class IndexRegistry {
  public:
   using PoolPtr = std::unique_ptr<pm::Pool>;
@@ -201,9 +204,25 @@ class IndexRegistry {
     Result<std::unique_ptr<Index>> (*recover)(PoolPtr pool, const Options&);
     IndexTraits traits;
   };
-  static const std::vector<Entry>& entries();
+  // Every kind: the built-in ones, then the added ones in the order they were added.
+  static std::vector<Entry> entries();
+  // The kind named `name`, or nullptr. The pointer stays valid for the process's lifetime.
   static const Entry* find(std::string_view name);
   static std::vector<std::string> names();
+  // True for the kinds compiled into the library, false for added ones and unknown names.
+  static bool built_in(std::string_view name);
+
+  // Registers an index kind defined outside the library. Refused with Code::invalid_argument
+  // (and nothing registered) when the name is empty, longer than a pool header's 15-byte kind
+  // field, not made of [a-z0-9_] or already taken, or when a function pointer is missing.
+  // Thread-safe; a kind cannot be removed. Register before opening pools of that kind.
+  static Status add(Entry entry);
 };
+
+// A plugin library for `pmbench --plugin` exports this C symbol, which registers its kinds with
+// IndexRegistry::add (examples/pair_log_plugin.cpp):
+//   extern "C" pmindex::Status pmindex_register_plugin();
+inline constexpr const char* kPluginEntryPoint = "pmindex_register_plugin";
+using PluginEntryPoint = Status (*)();
 
 }  // namespace pmindex

@@ -1,5 +1,6 @@
-// The built-in index kinds. An index adds one line here (explicit registration: static
-// self-registration would be dropped by the linker from a static library).
+// The index kinds: the built-in ones (an index adds one line here: explicit registration, since
+// static self-registration would be dropped by the linker from a static library), and the kinds
+// added at run time by code outside the library (IndexRegistry::add).
 #include "index/apex/apex.h"
 #include "index/common/traits.h"
 #include "index/fptree/fptree.h"
@@ -8,11 +9,16 @@
 #include "index/part/part.h"
 #include "index/reflist/reflist.h"
 #include "index/utree/utree.h"
+
+#include <deque>
+#include <mutex>
 #include "pmindex/index.h"
 
 namespace pmindex {
+namespace {
 
-const std::vector<IndexRegistry::Entry>& IndexRegistry::entries() {
+const std::vector<IndexRegistry::Entry>& builtin_entries() {
+  using Entry = IndexRegistry::Entry;
   static const std::vector<Entry> kEntries = {
       {"reflist", "reference index: persistent sorted list with a DRAM map over it",
        &reflist::RefList::layout_for, &reflist::RefList::validate,
@@ -79,8 +85,42 @@ const std::vector<IndexRegistry::Entry>& IndexRegistry::entries() {
   return kEntries;
 }
 
+// Kinds added at run time. A deque, so find()'s pointers stay valid while more are added.
+struct AddedKinds {
+  std::mutex mu;
+  std::deque<IndexRegistry::Entry> entries;
+};
+
+AddedKinds& added_kinds() {
+  static AddedKinds* kinds = new AddedKinds;  // never destroyed: find() may run at exit
+  return *kinds;
+}
+
+// A kind name is stored in the pool header's 16-byte kind field (NUL-padded) and used in file
+// names by tools, so it is short and plain.
+bool valid_kind_name(std::string_view name) {
+  if (name.empty() || name.size() > 15) return false;
+  for (char ch : name)
+    if (!((ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '_')) return false;
+  return true;
+}
+
+}  // namespace
+
+std::vector<IndexRegistry::Entry> IndexRegistry::entries() {
+  std::vector<Entry> out = builtin_entries();
+  AddedKinds& added = added_kinds();
+  std::lock_guard lock(added.mu);
+  out.insert(out.end(), added.entries.begin(), added.entries.end());
+  return out;
+}
+
 const IndexRegistry::Entry* IndexRegistry::find(std::string_view name) {
-  for (const Entry& e : entries())
+  for (const Entry& e : builtin_entries())
+    if (e.name == name) return &e;
+  AddedKinds& added = added_kinds();
+  std::lock_guard lock(added.mu);
+  for (const Entry& e : added.entries)
     if (e.name == name) return &e;
   return nullptr;
 }
@@ -89,6 +129,33 @@ std::vector<std::string> IndexRegistry::names() {
   std::vector<std::string> out;
   for (const Entry& e : entries()) out.push_back(e.name);
   return out;
+}
+
+bool IndexRegistry::built_in(std::string_view name) {
+  for (const Entry& e : builtin_entries())
+    if (e.name == name) return true;
+  return false;
+}
+
+Status IndexRegistry::add(Entry entry) {
+  if (!valid_kind_name(entry.name))
+    return Status(Code::invalid_argument,
+                  "index kind name '" + entry.name + "' must be 1-15 characters of [a-z0-9_]");
+  if (entry.layout == nullptr || entry.validate == nullptr || entry.default_pool_size == nullptr ||
+      entry.create == nullptr || entry.recover == nullptr)
+    return Status(Code::invalid_argument,
+                  "index kind '" + entry.name + "': layout, validate, default_pool_size, create "
+                  "and recover are all required");
+  for (const Entry& e : builtin_entries())
+    if (e.name == entry.name)
+      return Status(Code::invalid_argument, "index kind '" + entry.name + "' is built in");
+  AddedKinds& added = added_kinds();
+  std::lock_guard lock(added.mu);
+  for (const Entry& e : added.entries)
+    if (e.name == entry.name)
+      return Status(Code::invalid_argument, "index kind '" + entry.name + "' is already registered");
+  added.entries.push_back(std::move(entry));
+  return Status::Ok();
 }
 
 }  // namespace pmindex
