@@ -1,5 +1,5 @@
-// The registered index `part` through the native API: key modes and edge keys, out-of-line
-// values, reopen after close and after a crash, a stale prefix met by recovery (a crash
+// The registered index `part` through the native API: key modes and edge keys, the test kit's
+// random driver against std::map (map_checker.h) with out-of-line values, reopen after close and after a crash, a stale prefix met by recovery (a crash
 // between P5 and P6) and repaired by a writer (P7), damage found by the first touch and the
 // recovery walk, and the time to the first answered lookup.
 #include <gtest/gtest.h>
@@ -9,7 +9,9 @@
 #include <fstream>
 #include <map>
 #include <random>
+#include <tuple>
 
+#include "index/common/map_checker.h"
 #include "index/part/part.h"
 #include "support/temp_dir.h"
 
@@ -56,45 +58,53 @@ TEST(Part, EdgeKeysInU64Mode) {
   EXPECT_TRUE(idx->verify().ok());
 }
 
-TEST(Part, ByteKeysAgainstMapWithOutOfLineValues) {
-  auto idx = open_ok(part_options("", KeyType::bytes, 100));
-  ASSERT_NE(idx, nullptr);
-  std::map<std::string, std::string> m;
-  std::mt19937_64 rng(11);
-  for (int i = 0; i < 4000; ++i) {
-    std::string k(rng() % 12, '\0');
-    for (char& c : k) c = static_cast<char>("\0\1abz\xff"[rng() % 6]);
-    const std::string v(rng() % 100, static_cast<char>('a' + i % 26));
-    switch (rng() % 4) {
-      case 0: case 1:
-        ASSERT_EQ(idx->insert(k, v), m.count(k) ? Code::already_present : Code::ok);
-        m.emplace(k, v);
-        break;
-      case 2:
-        ASSERT_EQ(idx->update(k, v), m.count(k) ? Code::ok : Code::not_found);
-        if (m.count(k)) m[k] = v;
-        break;
-      default:
-        ASSERT_EQ(idx->remove(k), m.erase(k) ? Code::ok : Code::not_found);
-    }
-  }
-  ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
-  for (const auto& [k, v] : m) {
-    std::string got;
-    ASSERT_EQ(idx->find(k, &got), Code::ok);
-    EXPECT_EQ(got, v);
-  }
-  ScanBuffer out;
-  ASSERT_EQ(idx->scan("", m.size() + 5, out), m.size());
-  std::size_t i = 0;
-  for (const auto& [k, v] : m) {
-    ASSERT_EQ(out.key(i), k);
-    ASSERT_EQ(out.value(i), v);
-    ++i;
-  }
-  EXPECT_EQ(idx->insert(std::string(513, 'k'), encode_u64(1)), Code::key_too_large);
-  EXPECT_EQ(idx->insert("k", std::string(101, 'v')), Code::value_too_large);
+// Keys drawn for the trie's hard cases: u64 keys sharing long prefixes (a few high bytes vary),
+// byte keys of 0-11 bytes over {0x00, 0x01, a, b, z, 0xff} (NUL bytes, prefix keys, the empty
+// key), values of 0-100 bytes in the out-of-line mode.
+std::string draw_key(KeyType kt, std::mt19937_64& rng) {
+  if (kt == KeyType::u64) return encode_u64((rng() % 64) << 56 | (rng() % 64) << 8 | rng() % 4);
+  std::string k(rng() % 12, '\0');
+  for (char& c : k) c = "\0\1abz\xff"[rng() % 6];
+  return k;
 }
+
+using RandomParam = std::tuple<KeyType, std::uint32_t>;
+class PartRandom : public ::testing::TestWithParam<RandomParam> {};
+
+// The kit's random driver (map_checker.h) with verify() after every op: nodes grow (N4 -> N16
+// -> N48 -> N256) in the grow phase and shrink or collapse in the shrink phase; then a clean
+// reopen and a recovery after a crash, each compared with the model in full.
+TEST_P(PartRandom, AgainstStdMapWithVerifyAfterEveryOp) {
+  const auto [kt, max_value] = GetParam();
+  pmindex::testing::TempDir dir;
+  pmindex::testing::MapChecker c(part_options(dir.file("p.pool"), kt, max_value));
+  ASSERT_TRUE(c.ok()) << c.open_status().to_string();
+  const pmindex::testing::Gen keys = [kt](std::mt19937_64& rng) { return draw_key(kt, rng); };
+  const pmindex::testing::Gen values = [mv = max_value](std::mt19937_64& rng) {
+    std::string v = encode_u64(rng());
+    if (mv > 8) v.assign(rng() % (mv + 1), static_cast<char>('a' + rng() % 26));
+    return v;
+  };
+  using pmindex::testing::grow_phase;
+  using pmindex::testing::shrink_phase;
+  const pmindex::testing::RandomStats st =
+      c.run({.phases = {grow_phase(2000), shrink_phase(1500)}, .seed = 11}, keys, values);
+  EXPECT_GT(st.grew, 0u) << "no node allocated";
+  EXPECT_GT(st.shrank, 0u) << "no node freed";
+  ASSERT_TRUE(c.reopen(/*clean=*/true));
+  c.run({.phases = {pmindex::testing::mixed_phase(300)}, .seed = 12}, keys, values);
+  ASSERT_TRUE(c.reopen(/*clean=*/false));
+  EXPECT_EQ(c.index().insert(std::string(513, 'k'), encode_u64(1)),
+            kt == KeyType::bytes ? Code::key_too_large : Code::invalid_argument);
+  if (max_value > 8) {
+    EXPECT_EQ(c.index().insert("k", std::string(max_value + 1, 'v')), Code::value_too_large);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(KeysAndValues, PartRandom,
+                         ::testing::Values(RandomParam{KeyType::u64, 8},
+                                           RandomParam{KeyType::bytes, 8},
+                                           RandomParam{KeyType::bytes, 100}));
 
 TEST(Part, RefusesNodeSizeAndHugeKeys) {
   Options o = part_options("");

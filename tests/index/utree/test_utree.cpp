@@ -1,5 +1,5 @@
-// uTree against std::map with tiny DRAM leaves (64 B = 2 entries, 128 B = 8: a split every
-// few inserts), verify() after every operation, all three key types, inline and out-of-line
+// uTree against std::map through the test kit (map_checker.h) with tiny DRAM leaves (64 B = 2
+// entries, 128 B = 8: a split every few inserts), verify() after every operation, all three key types, inline and out-of-line
 // values; reopen after close and after a "crash"; a remove interrupted between mark and unlink
 // repaired at recovery; corrupted lists refused; verify() catching damage; bulk load; an
 // insert of a present key allocates nothing; DRAM bytes per record.
@@ -7,6 +7,7 @@
 
 #include <cstring>
 #include <map>
+#include <memory>
 #include <random>
 #include <tuple>
 
@@ -18,7 +19,13 @@
 namespace pmindex {
 namespace {
 
+using pmindex::testing::Gen;
+using pmindex::testing::grow_phase;
+using pmindex::testing::MapChecker;
+using pmindex::testing::mixed_phase;
 using pmindex::testing::open_or_die;
+using pmindex::testing::RandomStats;
+using pmindex::testing::shrink_phase;
 using pmindex::testing::TempDir;
 using Map = std::map<std::string, std::string>;
 
@@ -86,88 +93,29 @@ void expect_same(Index& idx, const Map& oracle) {
   }
 }
 
-// A short scan from a random start matches the oracle's range.
-void expect_scan_from(Index& idx, const Map& oracle, const std::string& start, std::size_t n) {
-  ScanBuffer buf;
-  idx.scan(start, n, buf);
-  auto it = oracle.lower_bound(start);
-  std::size_t i = 0;
-  for (; it != oracle.end() && i < n; ++it, ++i) {
-    ASSERT_LT(i, buf.size());
-    ASSERT_EQ(buf.key(i), it->first);
-    ASSERT_EQ(buf.value(i), it->second);
-  }
-  ASSERT_EQ(buf.size(), i);
-}
-
 class Randomized
     : public ::testing::TestWithParam<std::tuple<std::uint32_t, KeyType, std::uint32_t>> {};
 
+// The kit's random driver (verify() after every op): a grow phase splits the tiny DRAM leaves,
+// a shrink phase removes live keys; then a clean reopen, more writes on the rebuilt DRAM
+// layer, and a recovery after a crash (no close), each compared with the model in full.
 TEST_P(Randomized, AgainstStdMapWithVerifyAfterEveryOp) {
   const auto [node_size, kt, max_value] = GetParam();
   TempDir dir;
   Options o = utree_options(node_size, kt, max_value);
   o.path = dir.file("u.pool");
-  Map oracle;
-  KeyGen gen(kt, node_size * 31 + static_cast<unsigned>(kt) + max_value);
-  {
-    auto idx = open_or_die(o);
-    ASSERT_NE(idx, nullptr);
-    for (int i = 0; i < 1500; ++i) {
-      const std::string k = gen.next();
-      const std::string v = gen.value(max_value);
-      const bool present = oracle.count(k) != 0;
-      switch (gen.pick(8)) {
-        case 0: case 1: case 2:
-          ASSERT_EQ(idx->insert(k, v), present ? Code::already_present : Code::ok);
-          if (!present) oracle[k] = v;
-          break;
-        case 3:
-          ASSERT_EQ(idx->update(k, v), present ? Code::ok : Code::not_found);
-          if (present) oracle[k] = v;
-          break;
-        case 4:
-          ASSERT_EQ(idx->upsert(k, v), Code::ok);
-          oracle[k] = v;
-          break;
-        case 5: case 6:
-          ASSERT_EQ(idx->remove(k), present ? Code::ok : Code::not_found);
-          oracle.erase(k);
-          break;
-        default:
-          expect_scan_from(*idx, oracle, k, 1 + gen.pick(12));
-      }
-      const Status s = idx->verify();
-      ASSERT_TRUE(s.ok()) << "op " << i << ": " << s.to_string();
-    }
-    expect_same(*idx, oracle);
-    ASSERT_TRUE(idx->close().ok());
-  }
-  {  // clean reopen
-    auto idx = open_or_die(o);
-    ASSERT_NE(idx, nullptr);
-    EXPECT_TRUE(idx->recovery_stats().clean_shutdown);
-    EXPECT_EQ(idx->recovery_stats().records, oracle.size());
-    ASSERT_TRUE(idx->verify().ok());
-    expect_same(*idx, oracle);
-    for (int i = 0; i < 200; ++i) {  // the rebuilt layer takes inserts and removes
-      const std::string k = gen.next();
-      if (oracle.count(k) != 0) {
-        ASSERT_EQ(idx->remove(k), Code::ok);
-        oracle.erase(k);
-      } else {
-        const std::string v = gen.value(max_value);
-        ASSERT_EQ(idx->insert(k, v), Code::ok);
-        oracle[k] = v;
-      }
-    }
-    ASSERT_TRUE(idx->verify().ok());
-  }  // destroyed without close(): a crash
-  auto idx = open_or_die(o);
-  ASSERT_NE(idx, nullptr);
-  EXPECT_FALSE(idx->recovery_stats().clean_shutdown);
-  ASSERT_TRUE(idx->verify().ok());
-  expect_same(*idx, oracle);
+  MapChecker c(o);
+  ASSERT_TRUE(c.ok()) << c.open_status().to_string();
+  auto gen = std::make_shared<KeyGen>(kt, node_size * 31 + static_cast<unsigned>(kt) + max_value);
+  const Gen keys = [gen](std::mt19937_64&) { return gen->next(); };
+  const Gen values = [gen, mv = max_value](std::mt19937_64&) { return gen->value(mv); };
+  const RandomStats st = c.run({.phases = {grow_phase(1000), shrink_phase(500)}, .seed = 3},
+                               keys, values);
+  EXPECT_GT(st.grew, 0u) << "no PM node allocated";
+  EXPECT_GT(st.shrank, 0u) << "no PM node freed";
+  ASSERT_TRUE(c.reopen(/*clean=*/true));
+  c.run({.phases = {mixed_phase(200)}, .seed = 4}, keys, values);
+  ASSERT_TRUE(c.reopen(/*clean=*/false));
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -217,7 +165,7 @@ TEST(Utree, SpaceReturnedAfterRemovingEverything) {
 TEST(Utree, VerifyCatchesDamage) {
   for (int what = 0; what < 3; ++what) {
     Options o = utree_options(512, KeyType::u64);
-    auto r = utree::create(pm::Pool::create({.size = 1 << 20, .mode = pm::Mode::adr,
+    auto r = utree::create(pm::Pool::create({.path = {}, .size = 1 << 20, .mode = pm::Mode::adr,
                                              .layout = utree::layout_for(o)})
                                .value(),
                            o);
