@@ -397,6 +397,42 @@ def memory_latency_row(probes):
             f"before the runs {one(probes.get('before'))}; after {one(probes.get('after'))} |")
 
 
+# A percentile is only as good as the samples above it: with fewer than this many samples beyond
+# a percentile, its cell is marked (one scheduler hiccup can set it).
+TAIL_SAMPLES_MIN = 10
+
+
+def latency_rows(runs):
+    """The tail-latency figure as a table (survey Fig. 6): one row per workload, thread count and
+    index, percentiles in ns from the first repeat (as the figure), the sample count, and a
+    dagger on every percentile with fewer than TAIL_SAMPLES_MIN samples above it."""
+    rows = []
+    for r in runs:
+        if r["figure"] not in ("throughput-uniform", "latency") or r["repeat"] != 0:
+            continue
+        op = OP_OF_WORKLOAD.get(r["workload"].split("-")[0], "read")
+        lat = r["data"]["latency_ns"].get(op, {})
+        n = lat.get("samples", 0)
+        if n <= 0:
+            continue
+        cells = []
+        for key, label in PERCENTILES:
+            beyond = n * (1 - float(label.rstrip("%")) / 100)
+            cells.append(f"{lat[key]:,.0f}" + ("†" if beyond < TAIL_SAMPLES_MIN else ""))
+        rows.append((r["workload"], r["threads"], short(r["index"]), cells, n))
+    rows.sort(key=lambda row: (row[0], row[1], row[2]))
+    if not rows:
+        return []
+    lines = ["", "## Tail latency (survey Fig. 6), ns", "",
+             "Sampled operations, clock overhead excluded, first repeat. † marks a percentile with fewer "
+             f"than {TAIL_SAMPLES_MIN} samples above it: one scheduler hiccup can set it (run longer or "
+             "sample more to firm it up).", "",
+             "| workload | threads | index | " + " | ".join(label for _, label in PERCENTILES) + " | samples |",
+             "|---|---|---|" + "---|" * (len(PERCENTILES) + 1)]
+    lines += [f"| {w} | {t} | {i} | " + " | ".join(c) + f" | {n:,} |" for w, t, i, c, n in rows]
+    return lines
+
+
 def main():
     if len(sys.argv) != 2:
         print(__doc__, file=sys.stderr)
@@ -480,6 +516,7 @@ def main():
                   "| workload | index | flushes | fences | lines written | media bytes written | media RMW reads |",
                   "|---|---|---|---|---|---|---|"]
         lines += ["| " + " | ".join(fmt(c, 2) for c in row) + " |" for row in pm_table]
+    lines += latency_rows(runs)
     if rec_table:
         lines += ["", "## Recovery", "", "| index | kind | answers after (s) | normal throughput after (s) | records found |",
                   "|---|---|---|---|---|"]

@@ -171,6 +171,23 @@ class Report(unittest.TestCase):
         with open(os.path.join(out, "report.md")) as f:
             return f.read()
 
+    def test_tail_latency_table_marks_thin_percentiles(self):
+        proc, out = run_experiment('name = "t"\nindexes = ["lbtree"]\nrecords = 2000\n'
+                                   'memory_probe_mib = 0\nmode = "operation"\n[[workloads]]\nname = "lookup-latency"\n'
+                                   'figure = "latency"\nargs = ["-p", "2000", "-r", "1", "--latency_sampling", "1"]\n',
+                                   self.work)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        report = self.plot(out)
+        self.assertIn("## Tail latency (survey Fig. 6), ns", report)
+        rows = [line for line in report.splitlines() if line.startswith("| lookup-latency | 1 | lbtree |")]
+        self.assertEqual(len(rows), 1, report)
+        cells = [c.strip() for c in rows[0].strip("|").split("|")]
+        p50, p9999, samples = cells[3], cells[7], cells[8]
+        # 2,000 samples: 1,000 above the median (firm), 0.2 above p99.99 (marked).
+        self.assertNotIn("†", p50)
+        self.assertTrue(p9999.endswith("†"), rows[0])
+        self.assertEqual(samples, "2,000")
+
     def test_design_matrix_comes_from_the_registry(self):
         proc, out = run_experiment('name = "t"\nindexes = ["lbtree", "apex", "btreemap"]\nrecords = 2000\n'
                                    'memory_probe_mib = 0\n[[not_measured]]\nitem = "Fig. 8 (NUMA)"\n'
