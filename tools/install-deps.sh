@@ -11,6 +11,7 @@ packages=(
   libtbb-dev libabsl-dev                        # DRAM comparators (tbb::concurrent_map, absl::btree_map)
   clang-14 libclang-rt-14-dev                   # libFuzzer target (g++ has no -fsanitize=fuzzer)
   python3 python3-matplotlib                    # plots and report
+  doxygen                                       # API reference (tools/api-docs.sh)
 )
 
 missing=()

@@ -1,104 +1,105 @@
-// Epoch-based reclamation (EBR): frees an unlinked object once no thread can still be
-// reading it. One EpochManager per index instance. Process-wide state is only what finds a
-// thread's registrations: the set of live managers' ids and each thread's cache and list.
-//
-//   EpochManager epochs;                               // owned by the index
-//   { auto g = epochs.pin();                           // around every operation; the first
-//                                                      // pin of a thread registers it
-//     Node* n = root.load(std::memory_order_acquire);  // safe to read until g is destroyed
-//     ... unlink `old` from the structure ...
-//     g.retire(pool, [](void* p, uint64_t off) { static_cast<Allocator*>(p)->deallocate(off); },
-//              old_offset);
-//   }
-//
-// Scheme (three epochs). A global epoch E only grows. A pinned thread announces the epoch it
-// read when it pinned. try_advance() moves E to E+1 when every pinned thread announces E.
-// Retired items collect in the retiring thread's bag; when the bag is sealed (at each
-// collect, see kBagCapacity, and at hand-over) it is tagged with the current epoch e and joins
-// the thread's limbo list. A batch tagged e is freed once E >= e+2: every thread
-// that was pinned when the items were unlinked announced an epoch <= e, so the step
-// e+1 -> e+2 could only happen after it unpinned.
-//
-// Why that holds in the C++ model (the proof needs a Dekker-style handshake, so each side
-// has a seq_cst fence; there is no way to express it with acquire/release alone):
-//   reader  P1 state.store(e|pinned, release)  P2 fence(seq_cst)  P3 load of the structure
-//   retire  U unlink (before retire())         S1 fence(seq_cst)  S2 tag = E.load(relaxed)
-//   advance A1 g = E.load(relaxed)  A2 fence(seq_cst)  A3 state.load(acquire) of every thread
-//           A4 E.compare_exchange(g, g+1, seq_cst)
-// P2 runs at every operation, S1 and A2 once per collect (at most one in kUnpinsPerCollect
-// unpins, and one fence serves as both: collect_record), so P2 is the light side of an
-// asymmetric fence and S1, A2 its heavy side (asymmetric_fence.h): a heavy() puts a full
-// barrier into every other running thread, which acts as a seq_cst fence at some point of its
-// program, and the argument below is about the relative order of P2 and S1 / A2 only, so it
-// holds for that point as it does for P2. (Where membarrier is unavailable, all three are
-// seq_cst fences.)
-// Suppose a reader's P3 saw the object (read the link before U). Then P2 precedes S1 in the
-// single total order S of seq_cst operations ([atomics.order]: P2 happens before P3, P3 is
-// coherence-ordered before U, U happens before S1). (i) The reader announced e <= tag: had
-// its pin read a store of tag+1 or later, that store would precede P2 and follow S1 in S (S2
-// read an older value): a cycle. (ii) The advance tag+1 -> tag+2 reads the reader's P1 or a
-// later store of its state: were A3's value older than P1, A2 would precede P2 in S, while
-// the store of tag+1 that A1 read follows S1 and precedes A2: again a cycle. So that advance
-// is refused until the reader unpins, and the batch (freed at E >= tag+2) outlives the read.
-// The walk of the record list is covered the same way: a thread's record is published (a
-// release CAS on the list head) before its first P1, so a walk whose head load missed it
-// would again put A2 before P2. A record reused by another thread (after its owner's exit,
-// claimed with acquire) is the same case: the new owner's P1 follows that claim.
-// Hand-overs keep the argument: a bag is sealed (S1, S2) by its owner, or by drain() adopting
-// an idle thread's items, whose unlinks happen before the drain by its precondition; either
-// way U happens before S1. The destructor runs every item without epochs: no thread is
-// pinned (checked) and no thread uses the manager any more (its precondition).
-// The happens-before edge that makes the deleter's writes race-free (and that TSan checks;
-// g++ 12's TSan ignores fences, which here only decide *which* value A3 reads) is a chain
-// of release/acquire pairs: reader's accesses -> unpin (release) -> A3 (acquire) -> A4
-// (seq_cst RMW) -> the deleting thread's load of E (acquire) -> deleter.
-//
-// Registration (the hot path). A thread registers with a manager once, at its first pin()
-// or attach(), and stays registered until it exits or the manager is destroyed; nobody pays
-// a register + unregister per operation. An attached thread finds its record through a
-// thread-local direct-mapped cache keyed by the manager's instance id (unique in the
-// process, so a new manager at a reused address never hits a stale entry): pin() + unpin()
-// is a cache probe, a depth count, one epoch load, two stores of the state word and a check
-// for pending items, with no atomic RMW and no thread-id call. On a miss (first use, or two
-// managers sharing a slot) the thread's list of registrations is searched.
-//
-// Lifetime (issue 17: PiBench deletes a tree while its OpenMP pool threads live on).
-//  - Thread exit: a thread_local destructor hands each registration's pending items to its
-//    manager's orphan list (sealed, not run) and frees the record for reuse. It touches only
-//    managers still in the process-wide set of live instance ids, checked and held under
-//    that set's mutex, which the destructor also takes; so a thread that outlives a manager
-//    exits without touching it.
-//  - Manager destruction while registered threads are alive is allowed if none of them is
-//    pinned and, as for any object, every use of the manager happens before the destructor
-//    (threads joined, or synchronised with the destroying thread, e.g. by an OpenMP barrier).
-//    The destructor then runs every pending item, its registered threads' included. A thread
-//    pinned at that moment is a misuse the destructor reports (it aborts with a message).
-//  - A thread that used a destroyed manager may go on to use other managers and exit
-//    normally. Touching the destroyed manager itself (pin, retire, a Participant's or Guard's
-//    pin or retire) is a documented misuse with undefined behaviour, like any use after
-//    delete: for an index, every thread must be done with the tree before `delete tree`.
-//
-// Thread safety: every member function of EpochManager may be called concurrently from any
-// thread, except drain() (see there) and the destructor. A Participant and a Guard belong to
-// the thread that created them: use and destroy them there only (checked by assert only, to
-// keep pin and unpin cheap). A Participant is only a handle on its thread's registration: it
-// may outlive the manager if it is not used after that (destroying it touches nothing).
-//
-// Invariants:
-//  (1) An object is retired only after it is unlinked, i.e. no new reader can reach it; the
-//      unlink happens before the retire call (same thread, or synchronised with it).
-//  (2) A thread touches shared objects only while pinned (holding a Guard), and keeps no
-//      reference to them after its outermost Guard is destroyed.
-//  (3) Each retired item's deleter runs exactly once: when E >= tag+2, or in drain() /
-//      the destructor once nothing is pinned. Deleters must not throw; they may retire
-//      further items, but must not otherwise call into this manager.
-//  (4) Deleters run only outside pinned sections of the thread that runs them (at the
-//      outermost unpin, in a retire() made while unpinned, collect(), drain() and the
-//      destructor), so a deleter never runs while its thread holds a lock taken inside an
-//      operation. (A thread's exit runs none: it only hands its items over.)
-//  (5) A thread's records are per manager; when the thread exits, or drain() adopts an idle
-//      thread's items, its bag and limbo move to the manager's orphan list, which any
-//      thread's collect() frees when safe.
+/// \file
+/// Epoch-based reclamation (EBR): frees an unlinked object once no thread can still be
+/// reading it. One EpochManager per index instance. Process-wide state is only what finds a
+/// thread's registrations: the set of live managers' ids and each thread's cache and list.
+///
+///   EpochManager epochs;                               // owned by the index
+///   { auto g = epochs.pin();                           // around every operation; the first
+///                                                      // pin of a thread registers it
+///     Node* n = root.load(std::memory_order_acquire);  // safe to read until g is destroyed
+///     ... unlink `old` from the structure ...
+///     g.retire(pool, [](void* p, uint64_t off) { static_cast<Allocator*>(p)->deallocate(off); },
+///              old_offset);
+///   }
+///
+/// Scheme (three epochs). A global epoch E only grows. A pinned thread announces the epoch it
+/// read when it pinned. try_advance() moves E to E+1 when every pinned thread announces E.
+/// Retired items collect in the retiring thread's bag; when the bag is sealed (at each
+/// collect, see kBagCapacity, and at hand-over) it is tagged with the current epoch e and joins
+/// the thread's limbo list. A batch tagged e is freed once E >= e+2: every thread
+/// that was pinned when the items were unlinked announced an epoch <= e, so the step
+/// e+1 -> e+2 could only happen after it unpinned.
+///
+/// Why that holds in the C++ model (the proof needs a Dekker-style handshake, so each side
+/// has a seq_cst fence; there is no way to express it with acquire/release alone):
+///   reader  P1 state.store(e|pinned, release)  P2 fence(seq_cst)  P3 load of the structure
+///   retire  U unlink (before retire())         S1 fence(seq_cst)  S2 tag = E.load(relaxed)
+///   advance A1 g = E.load(relaxed)  A2 fence(seq_cst)  A3 state.load(acquire) of every thread
+///           A4 E.compare_exchange(g, g+1, seq_cst)
+/// P2 runs at every operation, S1 and A2 once per collect (at most one in kUnpinsPerCollect
+/// unpins, and one fence serves as both: collect_record), so P2 is the light side of an
+/// asymmetric fence and S1, A2 its heavy side (asymmetric_fence.h): a heavy() puts a full
+/// barrier into every other running thread, which acts as a seq_cst fence at some point of its
+/// program, and the argument below is about the relative order of P2 and S1 / A2 only, so it
+/// holds for that point as it does for P2. (Where membarrier is unavailable, all three are
+/// seq_cst fences.)
+/// Suppose a reader's P3 saw the object (read the link before U). Then P2 precedes S1 in the
+/// single total order S of seq_cst operations ([atomics.order]: P2 happens before P3, P3 is
+/// coherence-ordered before U, U happens before S1). (i) The reader announced e <= tag: had
+/// its pin read a store of tag+1 or later, that store would precede P2 and follow S1 in S (S2
+/// read an older value): a cycle. (ii) The advance tag+1 -> tag+2 reads the reader's P1 or a
+/// later store of its state: were A3's value older than P1, A2 would precede P2 in S, while
+/// the store of tag+1 that A1 read follows S1 and precedes A2: again a cycle. So that advance
+/// is refused until the reader unpins, and the batch (freed at E >= tag+2) outlives the read.
+/// The walk of the record list is covered the same way: a thread's record is published (a
+/// release CAS on the list head) before its first P1, so a walk whose head load missed it
+/// would again put A2 before P2. A record reused by another thread (after its owner's exit,
+/// claimed with acquire) is the same case: the new owner's P1 follows that claim.
+/// Hand-overs keep the argument: a bag is sealed (S1, S2) by its owner, or by drain() adopting
+/// an idle thread's items, whose unlinks happen before the drain by its precondition; either
+/// way U happens before S1. The destructor runs every item without epochs: no thread is
+/// pinned (checked) and no thread uses the manager any more (its precondition).
+/// The happens-before edge that makes the deleter's writes race-free (and that TSan checks;
+/// g++ 12's TSan ignores fences, which here only decide *which* value A3 reads) is a chain
+/// of release/acquire pairs: reader's accesses -> unpin (release) -> A3 (acquire) -> A4
+/// (seq_cst RMW) -> the deleting thread's load of E (acquire) -> deleter.
+///
+/// Registration (the hot path). A thread registers with a manager once, at its first pin()
+/// or attach(), and stays registered until it exits or the manager is destroyed; nobody pays
+/// a register + unregister per operation. An attached thread finds its record through a
+/// thread-local direct-mapped cache keyed by the manager's instance id (unique in the
+/// process, so a new manager at a reused address never hits a stale entry): pin() + unpin()
+/// is a cache probe, a depth count, one epoch load, two stores of the state word and a check
+/// for pending items, with no atomic RMW and no thread-id call. On a miss (first use, or two
+/// managers sharing a slot) the thread's list of registrations is searched.
+///
+/// Lifetime (issue 17: PiBench deletes a tree while its OpenMP pool threads live on).
+///  - Thread exit: a thread_local destructor hands each registration's pending items to its
+///    manager's orphan list (sealed, not run) and frees the record for reuse. It touches only
+///    managers still in the process-wide set of live instance ids, checked and held under
+///    that set's mutex, which the destructor also takes; so a thread that outlives a manager
+///    exits without touching it.
+///  - Manager destruction while registered threads are alive is allowed if none of them is
+///    pinned and, as for any object, every use of the manager happens before the destructor
+///    (threads joined, or synchronised with the destroying thread, e.g. by an OpenMP barrier).
+///    The destructor then runs every pending item, its registered threads' included. A thread
+///    pinned at that moment is a misuse the destructor reports (it aborts with a message).
+///  - A thread that used a destroyed manager may go on to use other managers and exit
+///    normally. Touching the destroyed manager itself (pin, retire, a Participant's or Guard's
+///    pin or retire) is a documented misuse with undefined behaviour, like any use after
+///    delete: for an index, every thread must be done with the tree before `delete tree`.
+///
+/// Thread safety: every member function of EpochManager may be called concurrently from any
+/// thread, except drain() (see there) and the destructor. A Participant and a Guard belong to
+/// the thread that created them: use and destroy them there only (checked by assert only, to
+/// keep pin and unpin cheap). A Participant is only a handle on its thread's registration: it
+/// may outlive the manager if it is not used after that (destroying it touches nothing).
+///
+/// Invariants:
+///  (1) An object is retired only after it is unlinked, i.e. no new reader can reach it; the
+///      unlink happens before the retire call (same thread, or synchronised with it).
+///  (2) A thread touches shared objects only while pinned (holding a Guard), and keeps no
+///      reference to them after its outermost Guard is destroyed.
+///  (3) Each retired item's deleter runs exactly once: when E >= tag+2, or in drain() /
+///      the destructor once nothing is pinned. Deleters must not throw; they may retire
+///      further items, but must not otherwise call into this manager.
+///  (4) Deleters run only outside pinned sections of the thread that runs them (at the
+///      outermost unpin, in a retire() made while unpinned, collect(), drain() and the
+///      destructor), so a deleter never runs while its thread holds a lock taken inside an
+///      operation. (A thread's exit runs none: it only hands its items over.)
+///  (5) A thread's records are per manager; when the thread exits, or drain() adopts an idle
+///      thread's items, its bag and limbo move to the manager's orphan list, which any
+///      thread's collect() frees when safe.
 #pragma once
 
 #include <atomic>
@@ -116,76 +117,82 @@
 
 namespace pmindex::sync {
 
+/// Epoch-based reclamation for one index (see the file comment): readers pin, writers retire
+/// what they unlinked, and a retired object is freed once no pinned thread can still see it.
+/// Thread-safe; a thread registers at its first pin.
 class EpochManager {
  public:
-  // Frees one retired object: fn(ctx, arg). ctx is typically the object or its allocator, arg
-  // a pool offset or a size. Must not throw.
+  /// Frees one retired object: fn(ctx, arg). ctx is typically the object or its allocator, arg
+  /// a pool offset or a size. Must not throw.
   using Deleter = void (*)(void* ctx, std::uint64_t arg);
 
-  // A thread collects (seals its bag, tries to advance, frees what is safe) when its bag
-  // holds kBagCapacity items and it is not pinned, or at an outermost unpin once the bag is
-  // that full or kUnpinsPerCollect unpins have passed with items pending.
-  // Large, because a collect costs one heavy fence (asymmetric_fence.h: a membarrier, ~15 us
-  // on this VM when another thread of the process is running): at most ~15 ns per operation
-  // even when every operation retires something.
+  /// A thread collects (seals its bag, tries to advance, frees what is safe) when its bag
+  /// holds kBagCapacity items and it is not pinned, or at an outermost unpin once the bag is
+  /// that full or kUnpinsPerCollect unpins have passed with items pending.
+  /// Large, because a collect costs one heavy fence (asymmetric_fence.h: a membarrier, ~15 us
+  /// on this VM when another thread of the process is running): at most ~15 ns per operation
+  /// even when every operation retires something.
   static constexpr std::size_t kBagCapacity = 1024;
-  static constexpr std::uint32_t kUnpinsPerCollect = 1024;
+  static constexpr std::uint32_t kUnpinsPerCollect = 1024;  ///< see kBagCapacity
 
+  /// Counters for tests and reports (stats()).
   struct Stats {
-    std::uint64_t epoch = 0;     // the global epoch
-    std::uint64_t retired = 0;   // items passed to retire
-    std::uint64_t freed = 0;     // deleters run
-    std::uint64_t attached = 0;  // threads registered now
-    std::uint64_t records = 0;   // per-thread records ever created (peak attached threads)
-    std::uint64_t pending() const { return retired - freed; }
+    std::uint64_t epoch = 0;     ///< the global epoch
+    std::uint64_t retired = 0;   ///< items passed to retire
+    std::uint64_t freed = 0;     ///< deleters run
+    std::uint64_t attached = 0;  ///< threads registered now
+    std::uint64_t records = 0;   ///< per-thread records ever created (peak attached threads)
+    std::uint64_t pending() const { return retired - freed; }  ///< retired, not yet freed
   };
 
   class Guard;
   class Participant;
 
   EpochManager();
-  // Runs every pending deleter, those of registered threads that are still alive included
-  // (see "Lifetime" above). Aborts if a thread is pinned (a Guard is alive).
+  /// Runs every pending deleter, those of registered threads that are still alive included
+  /// (see "Lifetime" above). Aborts if a thread is pinned (a Guard is alive).
   ~EpochManager();
   EpochManager(const EpochManager&) = delete;
   EpochManager& operator=(const EpochManager&) = delete;
 
-  // Registers the calling thread if it is not yet, and returns a handle on its registration.
-  // Optional: pin() registers on its own; a Participant only saves the cache probe.
+  /// Registers the calling thread if it is not yet, and returns a handle on its registration.
+  /// Optional: pin() registers on its own; a Participant only saves the cache probe.
   [[nodiscard]] Participant attach();
 
-  // Pins the calling thread; nested pins are a counter increment. The first pin of a thread
-  // registers it (kept until the thread exits or the manager is destroyed).
+  /// Pins the calling thread; nested pins are a counter increment. The first pin of a thread
+  /// registers it (kept until the thread exits or the manager is destroyed).
   [[nodiscard]] Guard pin();
 
-  // Defers fn(ctx, arg) until no thread can see the object (invariant (1) first). Any thread,
-  // attached or not.
+  /// Defers fn(ctx, arg) until no thread can see the object (invariant (1) first). Any thread,
+  /// attached or not.
   void retire(void* ctx, Deleter fn, std::uint64_t arg);
+  /// The same for a closure (allocates; for rare retirements).
   void retire(std::function<void()> fn);
+  /// Defers `delete object`.
   template <class T>
   void retire_delete(T* object) {
     retire(object, &delete_object<T>, 0);
   }
 
-  // Moves the global epoch on by one if every pinned thread has announced it. Returns whether
-  // they had (the epoch moved, by this call or a concurrent one).
+  /// Moves the global epoch on by one if every pinned thread has announced it. Returns whether
+  /// they had (the epoch moved, by this call or a concurrent one).
   bool try_advance();
-  // Seals the calling thread's bag, tries to advance, and runs the deleters that are safe:
-  // the calling thread's and the orphan list's. Returns how many ran.
+  /// Seals the calling thread's bag, tries to advance, and runs the deleters that are safe:
+  /// the calling thread's and the orphan list's. Returns how many ran.
   std::size_t collect();
-  // For shutdown, verification and tests, on a quiescent manager: no other thread runs an
-  // operation on it during the call (their uses happen before it, and it happens before
-  // their next ones). Adopts the pending items of every registered thread that is not
-  // pinned, advances as far as it can and frees everything that is then safe. Safe, but
-  // frees nothing that a pinned thread could still see, if a thread is pinned (its own items
-  // stay with it). Returns how many deleters ran.
+  /// For shutdown, verification and tests, on a quiescent manager: no other thread runs an
+  /// operation on it during the call (their uses happen before it, and it happens before
+  /// their next ones). Adopts the pending items of every registered thread that is not
+  /// pinned, advances as far as it can and frees everything that is then safe. Safe, but
+  /// frees nothing that a pinned thread could still see, if a thread is pinned (its own items
+  /// stay with it). Returns how many deleters ran.
   std::size_t drain();
 
-  // relaxed: a diagnostic snapshot.
+  /// relaxed: a diagnostic snapshot.
   std::uint64_t epoch() const { return global_epoch_.load(std::memory_order_relaxed); }
-  // A snapshot; exact only when no thread is using the manager.
+  /// A snapshot; exact only when no thread is using the manager.
   Stats stats() const;
-  // Whether the calling thread holds a Guard of this manager (for assertions).
+  /// Whether the calling thread holds a Guard of this manager (for assertions).
   bool pinned_here() const;
 
  private:
@@ -195,12 +202,12 @@ class EpochManager {
     std::uint64_t arg;
   };
   struct Batch {
-    std::uint64_t epoch;  // the global epoch read after its items were unlinked
+    std::uint64_t epoch;  ///< the global epoch read after its items were unlinked
     std::vector<Retired> items;
   };
   struct Record;
-  struct ThreadRegistrations;  // epoch.cpp: a thread's registrations, handed over at its exit
-  // One entry of the thread-local cache: the record of manager `id` (0: empty).
+  struct ThreadRegistrations;  ///< epoch.cpp: a thread's registrations, handed over at its exit
+  /// One entry of the thread-local cache: the record of manager `id` (0: empty).
   struct CacheSlot {
     std::uint64_t id;
     Record* record;
@@ -219,81 +226,84 @@ class EpochManager {
   static Retired wrap_function(std::function<void()> fn);
   [[noreturn]] static void contract_violation(const char* what);
 
-  static std::uint64_t register_manager();  // a fresh instance id, entered as live
-  Record* local_record() const;  // the calling thread's record for this manager, or nullptr
-  Record* attach_local();        // the calling thread's record, registering it on first use
-  Record* attach_slow();         // attach_local on a cache miss
-  void hand_over(Record* record);      // seals the record's items and moves them to orphans
-  void release_at_exit(Record* record);  // the owner's exit: hand_over, then unclaim
-  std::size_t adopt_idle(const Record* except);  // drain: hand_over of unpinned others
-  std::size_t run_everything();  // destructor: runs all items of every record and orphan
+  static std::uint64_t register_manager();  ///< a fresh instance id, entered as live
+  Record* local_record() const;  ///< the calling thread's record for this manager, or nullptr
+  Record* attach_local();        ///< the calling thread's record, registering it on first use
+  Record* attach_slow();         ///< attach_local on a cache miss
+  void hand_over(Record* record);      ///< seals the record's items and moves them to orphans
+  void release_at_exit(Record* record);  ///< the owner's exit: hand_over, then unclaim
+  std::size_t adopt_idle(const Record* except);  ///< drain: hand_over of unpinned others
+  std::size_t run_everything();  ///< destructor: runs all items of every record and orphan
   Record* claim_record();
   void pin_record(Record* record);
   void unpin_record(Record* record);
   void push_retired(Record* record, Retired item);
   void after_unpin(Record* record);
   void seal(Record* record);
-  void seal_fenced(Record* record);      // seal after the caller's heavy fence (S1)
-  bool advance_fenced(std::uint64_t e);  // A3, A4 after A1 read e and the caller's A2
+  void seal_fenced(Record* record);      ///< seal after the caller's heavy fence (S1)
+  bool advance_fenced(std::uint64_t e);  ///< A3, A4 after A1 read e and the caller's A2
   std::size_t collect_record(Record* record);
   std::size_t free_orphans(std::uint64_t global, bool everything);
   static std::size_t run(std::vector<Retired>& items);
 
-  // Only grows. Modified only by try_advance's seq_cst CAS; see the argument above for the
-  // orders of its loads.
+  /// Only grows. Modified only by try_advance's seq_cst CAS; see the argument above for the
+  /// orders of its loads.
   std::atomic<std::uint64_t> global_epoch_{0};
-  // Push-only list of per-thread records (freed by the destructor). Published with a release
-  // CAS; walked with acquire loads; Record::next is immutable after publication.
+  /// Push-only list of per-thread records (freed by the destructor). Published with a release
+  /// CAS; walked with acquire loads; Record::next is immutable after publication.
   std::atomic<Record*> records_{nullptr};
-  std::atomic<std::uint64_t> record_count_{0};  // relaxed: statistics
+  std::atomic<std::uint64_t> record_count_{0};  ///< relaxed: statistics
 
-  // Items handed over (thread exit, drain) and of retire() calls from unregistered threads.
+  /// Items handed over (thread exit, drain) and of retire() calls from unregistered threads.
   std::mutex orphan_mu_;
-  std::vector<Batch> orphans_;                 // guarded by orphan_mu_
-  std::atomic<std::size_t> orphan_hint_{0};    // relaxed: orphans_.size(), to skip the mutex
-  std::atomic<std::uint64_t> orphan_retired_{0};  // relaxed: statistics
-  std::atomic<std::uint64_t> orphan_freed_{0};    // relaxed: statistics
+  std::vector<Batch> orphans_;                 ///< guarded by orphan_mu_
+  std::atomic<std::size_t> orphan_hint_{0};    ///< relaxed: orphans_.size(), to skip the mutex
+  std::atomic<std::uint64_t> orphan_retired_{0};  ///< relaxed: statistics
+  std::atomic<std::uint64_t> orphan_freed_{0};    ///< relaxed: statistics
 
-  // The process-unique instance id (never 0), key of the thread-local cache and of the set
-  // of live managers (epoch.cpp).
+  /// The process-unique instance id (never 0), key of the thread-local cache and of the set
+  /// of live managers (epoch.cpp).
   const std::uint64_t id_;
 
-  // The calling thread's cache, indexed by id_ % kCacheSlots. constinit: no dynamic
-  // initialisation, so other translation units access it directly, without a TLS wrapper
-  // call. Cleared at thread exit.
+  /// The calling thread's cache, indexed by id_ % kCacheSlots. constinit: no dynamic
+  /// initialisation, so other translation units access it directly, without a TLS wrapper
+  /// call. Cleared at thread exit.
   static constinit thread_local CacheSlot tls_cache_[kCacheSlots];
-  // The calling thread's registrations (epoch.cpp), used on cache misses and at thread exit.
+  /// The calling thread's registrations (epoch.cpp), used on cache misses and at thread exit.
   static thread_local ThreadRegistrations tls_registrations_;
 };
 
-// One thread's registration with one manager. alignas: the state word is read by every
-// advancing thread and written at every pin; keep other records' words off its line.
+/// One thread's registration with one manager. alignas: the state word is read by every
+/// advancing thread and written at every pin; keep other records' words off its line.
 struct alignas(64) EpochManager::Record {
   explicit Record(EpochManager* owner_manager) : manager(owner_manager) {}
 
-  // Written by the owner at every outermost pin/unpin (release), read by try_advance
-  // (acquire): kUnpinned or pinned_word(epoch).
+  /// Written by the owner at every outermost pin/unpin (release), read by try_advance
+  /// (acquire): kUnpinned or pinned_word(epoch).
   std::atomic<std::uint64_t> state{kUnpinned};
-  // Whether a thread owns the record. Claimed by CAS false->true (acquire), released by a
-  // store of false (release): the owner-only fields below pass from one owner to the next.
+  /// Whether a thread owns the record. Claimed by CAS false->true (acquire), released by a
+  /// store of false (release): the owner-only fields below pass from one owner to the next.
   std::atomic<bool> claimed{false};
-  // Single writer (the owner), relaxed load + store; read by stats().
+  /// Single writer (the owner), relaxed load + store; read by stats().
   std::atomic<std::uint64_t> retired{0};
   std::atomic<std::uint64_t> freed{0};
   EpochManager* const manager;
-  Record* next = nullptr;  // registry link: set before publication, immutable afterwards
+  Record* next = nullptr;  ///< registry link: set before publication, immutable afterwards
 
-  // Owner-only (and, while the owner is quiescent, drain() and the destructor: see there).
-  std::uint32_t pin_depth = 0;    // live Guards
+  /// Owner-only (and, while the owner is quiescent, drain() and the destructor: see there).
+  std::uint32_t pin_depth = 0;    ///< live Guards
   std::uint32_t quiet_unpins = 0;
-  std::size_t held = 0;           // items in bag and limbo: one test at unpin instead of two
-  std::thread::id owner;          // for assertions
-  std::vector<Retired> bag;       // retired, not yet tagged with an epoch
-  std::deque<Batch> limbo;        // tagged, oldest first (tags never decrease)
+  std::size_t held = 0;           ///< items in bag and limbo: one test at unpin instead of two
+  std::thread::id owner;          ///< for assertions
+  std::vector<Retired> bag;       ///< retired, not yet tagged with an epoch
+  std::deque<Batch> limbo;        ///< tagged, oldest first (tags never decrease)
 };
 
+/// A pin of the calling thread (EpochManager::pin): while it lives, nothing retired after it
+/// was taken is freed. Movable within the thread, never shared between threads.
 class EpochManager::Guard {
  public:
+  /// Takes over `other`'s pin.
   Guard(Guard&& other) noexcept : manager_(other.manager_), record_(other.record_) {
     other.record_ = nullptr;
   }
@@ -305,13 +315,15 @@ class EpochManager::Guard {
     manager_->unpin_record(record_);
   }
 
-  // retire() without the thread-local lookup. Runs no deleter (invariant (4)).
+  /// retire() without the thread-local lookup. Runs no deleter (invariant (4)).
   void retire(void* ctx, Deleter fn, std::uint64_t arg) {
     manager_->push_retired(record_, Retired{fn, ctx, arg});
   }
+  /// retire() of a closure without the thread-local lookup.
   void retire(std::function<void()> fn) {
     manager_->push_retired(record_, wrap_function(std::move(fn)));
   }
+  /// Defers `delete object`.
   template <class T>
   void retire_delete(T* object) {
     retire(object, &delete_object<T>, 0);
@@ -328,16 +340,18 @@ class EpochManager::Guard {
   Record* record_;
 };
 
-// A handle on the calling thread's registration (EpochManager::attach). Optional: it saves
-// the cache probe of EpochManager::pin, nothing else. Dropping it (detach, destructor)
-// touches nothing: the registration stays until the thread exits or the manager goes.
+/// A handle on the calling thread's registration (EpochManager::attach). Optional: it saves
+/// the cache probe of EpochManager::pin, nothing else. Dropping it (detach, destructor)
+/// touches nothing: the registration stays until the thread exits or the manager goes.
 class EpochManager::Participant {
  public:
-  Participant() = default;  // no handle
+  Participant() = default;  ///< no handle
+  /// Takes over `other`'s handle.
   Participant(Participant&& other) noexcept
       : manager_(other.manager_), record_(other.record_) {
     other.record_ = nullptr;
   }
+  /// Takes over `other`'s handle.
   Participant& operator=(Participant&& other) noexcept {
     manager_ = other.manager_;
     record_ = other.record_;
@@ -348,16 +362,18 @@ class EpochManager::Participant {
   Participant& operator=(const Participant&) = delete;
   ~Participant() = default;
 
+  /// EpochManager::pin() without the cache probe; requires attached().
   [[nodiscard]] Guard pin() {
     assert(record_ != nullptr);
     return Guard(manager_, record_);
   }
+  /// EpochManager::retire() without the cache probe; requires attached().
   void retire(void* ctx, Deleter fn, std::uint64_t arg) {
     assert(record_ != nullptr);
     manager_->push_retired(record_, Retired{fn, ctx, arg});
   }
-  bool attached() const { return record_ != nullptr; }
-  // Drops the handle (the thread stays registered).
+  bool attached() const { return record_ != nullptr; }  ///< holds a registration
+  /// Drops the handle (the thread stays registered).
   void detach() { record_ = nullptr; }
 
  private:
@@ -379,7 +395,7 @@ inline EpochManager::Record* EpochManager::attach_local() {
 inline EpochManager::Guard EpochManager::pin() { return Guard(this, attach_local()); }
 
 inline void EpochManager::pin_record(Record* record) {
-  if (record->pin_depth++ != 0) return;  // nested: already announced
+  if (record->pin_depth++ != 0) return;  ///< nested: already announced
   pm::yield_point("epoch.pin");
   // relaxed: a stale epoch pins us at an older epoch, which only holds reclamation back.
   const std::uint64_t e = global_epoch_.load(std::memory_order_relaxed);
