@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -31,7 +32,10 @@ std::string describe(const WorkOp& op);
 // The oracle's effect of a successful op (no-op for reads and for ops that fail by contract).
 void apply_to_oracle(const WorkOp& op, Oracle& oracle);
 // Runs op on the index, checks its result against the oracle, then applies it to the oracle.
-Status apply_checked(Index& index, const WorkOp& op, Oracle& oracle, std::size_t scan_length);
+// With `owns`, the oracle holds only the keys it accepts (one writer's share while other
+// threads write the rest): a scan's other records are skipped, not compared.
+Status apply_checked(Index& index, const WorkOp& op, Oracle& oracle, std::size_t scan_length,
+                     const std::function<bool(std::uint64_t key)>& owns = {});
 // Reads the whole index (scan and find of every key) and compares with `a`, or with `b` when
 // given; *matched receives the state that matched. The message names the first difference.
 Status match_contents(const Index& index, std::uint64_t key_space, const Oracle& a,

@@ -2,15 +2,17 @@
 /// The kill -9 harness every index reuses (process crashes on a /dev/shm pool).
 ///
 /// Each cycle forks a child that opens the pool (Index::open: recovery), runs seeded
-/// operations and records every acknowledged operation in shared memory (MAP_SHARED anonymous,
-/// written after the operation returns). The parent kills the child with SIGKILL
+/// operations on `writers` threads (2 by default; each owns the keys k with (k-1) % writers
+/// equal to its number, so each key's history is one thread's program order) and records every
+/// acknowledged operation in shared memory (MAP_SHARED anonymous, written after the operation
+/// returns). The parent kills the child with SIGKILL
 ///   * at a random time, or
 ///   * deterministically at the k-th persistence-API call (store, flush or fence): in the
 ///     tracing flavour the child installs a TraceSink that raise(SIGKILL)s itself; some of
 ///     these kills land inside the child's own recovery (sink installed before the open).
 /// Then the parent reopens the pool, recovers, verify()s and compares with the oracle: every
-/// acknowledged operation is durable, the one in flight is fully present or absent. The state
-/// that matched becomes the next cycle's oracle.
+/// acknowledged operation is durable, each writer's one in flight is fully present or absent
+/// (judged per writer's keys). The state that matched becomes the next cycle's oracle.
 ///
 ///   crash::KillConfig cfg = crash::KillConfig::from_env(30);
 ///   cfg.options.kind = "reflist";
@@ -43,8 +45,11 @@ struct KillConfig {
   Options options;
   std::uint64_t seed = 20261122;         ///< seeds the operations and the kill points
   std::size_t cycles = 30;               ///< child processes started and killed
-  std::size_t max_ops_per_cycle = 20000; ///< a child that is never killed stops here
+  std::size_t max_ops_per_cycle = 20000; ///< a child that is never killed stops here (all writers)
   std::uint64_t key_space = 64;          ///< keys 1..key_space
+  /// Writer threads in the child (1..kMaxWriters), each on its own share of the keys.
+  unsigned writers = 2;
+  static constexpr unsigned kMaxWriters = 4;  ///< the shared log's capacity
   unsigned max_kill_delay_us = 20000;    ///< random-time kills: uniform in [0, this)
   std::uint64_t max_kill_event = 3000;   ///< event kills: k uniform in [1, this]
   /// A quarter of the event kills count from before the child's Index::open, with k uniform in
@@ -68,6 +73,8 @@ struct KillReport {
   std::size_t kills_in_recovery = 0;     ///< kills that landed before the child's open returned
   std::size_t finished_unkilled = 0;     ///< the child ran all its operations first
   std::size_t acknowledged = 0;          ///< operations acknowledged over all cycles
+  /// Acknowledged operations per writer thread (every writer must have run).
+  std::vector<std::size_t> acknowledged_by_writer;
   std::size_t in_flight_present = 0;     ///< in-flight writes found applied after recovery
   std::size_t in_flight_absent = 0;      ///< in-flight writes found not applied
   std::vector<std::string> failures;     ///< each names seed, cycle and kill point
