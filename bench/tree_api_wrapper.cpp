@@ -6,7 +6,8 @@
 //                 layout (recovering it), created otherwise; a pool of another layout is
 //                 refused (create_tree returns nullptr and prints why).
 //                 Empty: /dev/shm/pmindex/<kind>-tree-<pid>.pool, removed when the tree is
-//                 destroyed or the process exits.
+//                 destroyed, the process exits, or it dies of SIGINT, SIGTERM, SIGHUP,
+//                 SIGQUIT or SIGABRT (the host's own handlers for those still run after).
 //   pool size     tree_options_t::pool_size; 0: the index's default for
 //                 $PMINDEX_EXPECTED_RECORDS records (default 10,000,000)
 //   persistence   $PMINDEX_PERSISTENCE = adr | eadr | dram (default adr)
@@ -15,7 +16,10 @@
 //                 $PMINDEX_TREE_VARIABLE_KEYS=1: KeyType::bytes whatever key_size, keys of
 //                 1..key_size bytes, scan records <u32 key length LE><key><value> (tree_api.h)
 //   scan buffer   per thread, valid until the same thread's next scan (on any tree)
+#include <signal.h>
 #include <unistd.h>
+
+#include <atomic>
 
 #include <cstdio>
 #include <cstdlib>
@@ -50,6 +54,52 @@ void remove_temporary_pools() {
   temporary_pools().clear();
 }
 
+// The signal path: a process has one temporary pool path per kind (<kind>-tree-<pid>), kept
+// in a plain buffer a handler may read, and armed while a tree uses it.
+char g_temp_path[256];
+std::atomic<bool> g_temp_armed{false};
+constexpr int kCleanupSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGABRT};
+struct sigaction g_previous[std::size(kCleanupSignals)];
+
+// Removes the temporary pool, then does what the host had set up for the signal: its handler,
+// ignoring it, or the default action (the process dies of the signal, so its exit status says
+// which). A library must not take a host's signals from it, only add its clean-up in front.
+extern "C" void remove_temp_pool_then_chain(int sig, siginfo_t* info, void* context) {
+  // acquire: pairs with the release that armed the path, so its bytes are complete.
+  if (g_temp_armed.load(std::memory_order_acquire)) ::unlink(g_temp_path);
+  for (std::size_t i = 0; i < std::size(kCleanupSignals); ++i) {
+    if (kCleanupSignals[i] != sig) continue;
+    const struct sigaction& prev = g_previous[i];
+    if (prev.sa_flags & SA_SIGINFO) {
+      prev.sa_sigaction(sig, info, context);
+    } else if (prev.sa_handler == SIG_IGN) {
+      return;
+    } else if (prev.sa_handler != SIG_DFL) {
+      prev.sa_handler(sig);
+    } else {
+      ::signal(sig, SIG_DFL);
+      ::raise(sig);
+    }
+  }
+}
+
+void arm_temp_pool_signals(const std::string& path) {
+  if (path.size() >= sizeof g_temp_path) return;  // the atexit and destructor paths remain
+  std::memcpy(g_temp_path, path.c_str(), path.size() + 1);
+  g_temp_armed.store(true, std::memory_order_release);  // publishes the path bytes
+  static const bool installed = [] {
+    for (std::size_t i = 0; i < std::size(kCleanupSignals); ++i) {
+      struct sigaction sa{};
+      sa.sa_sigaction = remove_temp_pool_then_chain;
+      sa.sa_flags = SA_SIGINFO;
+      sigemptyset(&sa.sa_mask);
+      ::sigaction(kCleanupSignals[i], &sa, &g_previous[i]);
+    }
+    return true;
+  }();
+  (void)installed;
+}
+
 class PmindexTree final : public tree_api {
  public:
   PmindexTree(std::unique_ptr<pmindex::Index> index, std::string temp_pool, std::size_t value_size,
@@ -67,6 +117,7 @@ class PmindexTree final : public tree_api {
     if (index_) (void)index_->close();
     index_.reset();
     if (!temp_pool_.empty()) {
+      g_temp_armed.store(false, std::memory_order_release);
       std::error_code ec;
       std::filesystem::remove(temp_pool_, ec);
     }
@@ -164,6 +215,7 @@ extern "C" __attribute__((visibility("default"))) tree_api* create_tree(const tr
     std::lock_guard lock(temporary_mutex);
     if (temporary_pools().empty()) std::atexit(remove_temporary_pools);
     temporary_pools().push_back(temp);
+    arm_temp_pool_signals(temp);  // before the file exists: a signal during creation removes it
   } else {
     o.path = opt.pool_path;
     o.open_mode = pmindex::OpenMode::open_or_create;
