@@ -6,6 +6,7 @@
 #include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <random>
@@ -103,6 +104,49 @@ TEST_P(FindMany, MatchesFindAndOracle) {
                                                           std::min(i + 32, all.size())));
     const std::string err = check_batch(idx, keys, oracle, true);
     ASSERT_TRUE(err.empty()) << err;
+  }
+}
+
+// Byte-string keys (kinds that take them): batched answers against find and a std::map, with
+// keys of 1..24 bytes sharing prefixes (tries branch deep, separator copies compare bytes).
+TEST_P(FindMany, BytesKeysMatchFindAndOracle) {
+  Options o;
+  o.kind = GetParam();
+  o.persistence = pm::Mode::dram;
+  o.expected_records = 5000;
+  o.key_type = KeyType::bytes;
+  o.max_key_size = 24;
+  auto r = Index::open(o);
+  if (!r.ok()) GTEST_SKIP() << o.kind << " takes no byte-string keys: " << r.status().to_string();
+  Index& idx = **r;
+  std::mt19937_64 rng(29);
+  auto random_key = [&] {
+    std::string k = "key/" + std::to_string(rng() % 3000);
+    k.resize(std::min<std::size_t>(24, k.size() + rng() % 12), static_cast<char>('a' + rng() % 3));
+    return k;
+  };
+  std::map<std::string, std::string> oracle;
+  for (int i = 0; i < 5000; ++i) {
+    const std::string k = random_key();
+    const std::string v = encode_u64(rng());
+    if (idx.insert(k, v) == Code::ok) oracle.emplace(k, v);
+  }
+  for (const std::size_t n : {1, 7, 32, 100}) {
+    for (int round = 0; round < 20; ++round) {
+      std::vector<std::string> keys;
+      for (std::size_t i = 0; i < n; ++i) keys.push_back(random_key());
+      std::vector<std::string_view> views(keys.begin(), keys.end());
+      std::vector<std::string> values(n);
+      std::vector<Code> codes(n);
+      ASSERT_EQ(idx.find_many(views, values, codes), Code::ok);
+      for (std::size_t i = 0; i < n; ++i) {
+        const auto it = oracle.find(keys[i]);
+        ASSERT_EQ(codes[i], it == oracle.end() ? Code::not_found : Code::ok) << keys[i];
+        if (it != oracle.end()) {
+          ASSERT_EQ(values[i], it->second) << keys[i];
+        }
+      }
+    }
   }
 }
 
