@@ -298,6 +298,8 @@ std::uint64_t InnerTree::descend_batch(std::size_t n, ProbeAt probe_at, Touch to
     bool at_leaf;
   };
   Cursor cur[kMaxBatch];
+  // acquire: as descend (the root a reader finds is fully built); each probe's first step
+  // re-checks that root_ still names it.
   const Node* root = root_.load(std::memory_order_acquire);
   for (std::size_t i = 0; i < n; ++i)
     cur[i] = Cursor{nullptr, 0, reinterpret_cast<std::uint64_t>(root), false};

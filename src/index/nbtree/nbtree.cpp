@@ -778,7 +778,7 @@ void NBTree::find_batch(const std::string_view* keys, std::string* values, Code*
     else at[live++] = static_cast<std::uint8_t>(i);
   }
   const auto guard = epochs_.pin();
-  Inner* const root = root_node_.load(std::memory_order_acquire);
+  Inner* const root = root_node_.load(std::memory_order_acquire);  // acquire: as descend
   for (std::size_t j = 0; j < live; ++j) cur[j] = root;
   std::uint64_t pending = live == 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << live) - 1;
   std::uint64_t at_leaf = 0;
