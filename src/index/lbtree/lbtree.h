@@ -161,6 +161,9 @@ class LBTree final : public Index {
   // searches of the batch in one pass (their lines were prefetched a round earlier).
   void find_batch_word(const std::string_view* keys, std::string* values, Code* codes,
                        std::size_t n) const;
+  // The other modes (byte-string keys, out-of-line values): the same passes, find_general's reads.
+  void find_batch_general(const std::string_view* keys, std::string* values, Code* codes,
+                          std::size_t n) const;
   bool leaf_empty(LeafT* l) const;
   std::pair<std::uint64_t, std::uint64_t> descend_read(const Probe& p) const;
   std::pair<std::uint64_t, std::uint64_t> descend_word(std::uint64_t word) const;  // integer keys

@@ -225,13 +225,65 @@ Code LBTree<M>::find_word(std::string_view key, std::string* value) const {
 
 // --- batched search (Index::find_many) -----------------------------------------------------
 
-// Byte-string keys and out-of-line values read DRAM separator copies or PM records per key
-// (and pin the epoch): those modes look keys up one at a time.
 template <unsigned M>
 void LBTree<M>::find_batch(const std::string_view* keys, std::string* values, Code* codes,
                            std::size_t n) const {
   if (!keys_.bytes_mode() && inline_values_) return find_batch_word(keys, values, codes, n);
-  Index::find_batch(keys, values, codes, n);
+  find_batch_general(keys, values, codes, n);
+}
+
+// find_general's protocol per key under one pin for the batch: the separators compare key
+// bytes (kKeys = 0: the inner search by binary steps), the leaf pass compares PM key records
+// and copies values (out of line or inline) through `tmp`, so a value reaches the caller only
+// after its leaf validated (as find_general). A key that fails validation is retried alone.
+template <unsigned M>
+void LBTree<M>::find_batch_general(const std::string_view* keys, std::string* values,
+                                   Code* codes, std::size_t n) const {
+  static_assert(kFindBatch <= index_common::InnerTree::kMaxBatch);
+  const auto guard = pin();
+  Probe p[kFindBatch];
+  std::uint8_t at[kFindBatch];  // batch position of the j-th well-formed key
+  std::size_t live = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    codes[i] = keys_.check(keys[i]);
+    if (codes[i] != Code::ok) continue;
+    p[live] = keys_.probe(keys[i]);
+    at[live++] = static_cast<std::uint8_t>(i);
+  }
+  struct Below {  // the ProbeLess of probe j (one type for every probe of the batch)
+    const index_common::KeyCodec* keys;
+    const Probe* p;
+    bool operator()(std::uint64_t sep) const { return keys->below(*p, sep); }
+  };
+  std::pair<std::uint64_t, std::uint64_t> leaf[kFindBatch];
+  std::uint64_t alone = inner_.descend_batch(
+      live, [&](std::size_t j) { return Below{&keys_, &p[j]}; },
+      [&](std::uint64_t off) {
+        index_common::prefetch_lines(leaf_at(off), LeafT::kBytes);
+        __builtin_prefetch(&versions_->at(off));
+      },
+      [&](std::uint64_t off) { return versions_->read(off); }, leaf);
+  std::string tmp;
+  for (std::size_t j = 0; j < live; ++j) {
+    if ((alone >> j & 1) != 0) continue;
+    const auto [off, v] = leaf[j];
+    LeafT* l = leaf_at(off);
+    const std::size_t i = at[j];
+    const SlotRef r = find_slot(l, p[j]);
+    bool ok = true;
+    if (r.block >= 0 && values != nullptr)
+      ok = read_value(optimistic_read(l->block[r.block].entry[r.slot][1]), &tmp);
+    if (!versions_->unchanged(off, v) || !ok) {
+      alone |= std::uint64_t{1} << j;
+      continue;
+    }
+    codes[i] = r.block >= 0 ? Code::ok : Code::not_found;
+    if (r.block >= 0 && values != nullptr) values[i].swap(tmp);
+  }
+  for (; alone != 0; alone &= alone - 1) {
+    const std::size_t i = at[std::countr_zero(alone)];
+    codes[i] = find_general(keys[i], values != nullptr ? values + i : nullptr);
+  }
 }
 
 // The same protocol per key as find_word (no epoch pin: nothing it reads is ever freed); a key
