@@ -4,7 +4,8 @@
 // are never present. Every batched answer must be one find could give: a stable key found
 // with its value, a churn key absent or found with its value, a never-present key absent.
 // Run under TSan (label stress) it also checks that the batched reader protocol has no data
-// race. PMINDEX_STRESS_SECONDS / 4 per kind (default 0.5 s). Anonymous DRAM pool: no file.
+// race. PMINDEX_STRESS_SECONDS / 4 per kind and key mode (default 0.5 s). Anonymous DRAM
+// pool: no file.
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -105,6 +106,20 @@ TEST_P(FindManyRace, BatchedAnswersStayConsistentUnderAWriter) {
   EXPECT_EQ(out.wrong, 0u) << "of " << out.batches << " batches";
   EXPECT_GT(out.writes, 0u) << "the writer never wrote: the race was not exercised";
   EXPECT_GT(out.batches, 0u);
+  EXPECT_TRUE((*r)->verify().ok()) << (*r)->verify().to_string();
+}
+
+// The same race with the keys as byte strings (kinds that take them): the batched byte-key
+// paths (lbtree's find_batch_general, part's trie) under a writer.
+TEST_P(FindManyRace, BytesKeysStayConsistentUnderAWriter) {
+  Options o = race_options(GetParam());
+  o.key_type = KeyType::bytes;
+  o.max_key_size = 8;
+  auto r = Index::open(o);
+  if (!r.ok()) GTEST_SKIP() << o.kind << " takes no byte-string keys: " << r.status().to_string();
+  const RaceOutcome out = run_race(**r);
+  EXPECT_EQ(out.wrong, 0u) << "of " << out.batches << " batches";
+  EXPECT_GT(out.writes, 0u);
   EXPECT_TRUE((*r)->verify().ok()) << (*r)->verify().to_string();
 }
 
