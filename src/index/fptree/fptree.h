@@ -148,6 +148,9 @@ class FPTree final : public Index {
   // find_batch without records: InnerTree::descend_batch, then the leaf searches in one pass.
   void find_batch_word(const std::string_view* keys, std::string* values, Code* codes,
                        std::size_t n) const;
+  // With records (byte-string keys or out-of-line values): the same passes, find_general's reads.
+  void find_batch_general(const std::string_view* keys, std::string* values, Code* codes,
+                          std::size_t n) const;
   std::uint64_t lock_leaf_for(const Probe& p);
   bool try_lock_leaf(std::uint64_t off, std::uint64_t version);
   void unlock_leaf(std::uint64_t off, bool obsolete = false);
