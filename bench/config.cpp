@@ -61,7 +61,7 @@ std::vector<std::pair<std::string, std::string>> Config::as_pairs() const {
       {"insert_ratio", num(ratio[1])}, {"update_ratio", num(ratio[2])},
       {"remove_ratio", num(ratio[3])}, {"scan_ratio", num(ratio[4])},
       {"rmw_ratio", num(ratio[5])},
-      {"scan_size", num(scan_size)}, {"sampling_ms", num(sampling_ms)},
+      {"scan_size", num(scan_size)}, {"batch", num(batch)}, {"sampling_ms", num(sampling_ms)},
       {"distribution", to_string(distribution)}, {"skew", num(skew)}, {"seed", num(seed)},
       {"pool_path", pool_path}, {"pool_size", num(pool_size)},
       {"skip_load", skip_load ? "true" : "false"}, {"expect_records", num(expect_records)}, {"latency_sampling", num(latency_sampling)},
@@ -238,6 +238,10 @@ int parse_command_line(int argc, const char* const* argv, Config* out, std::ostr
       ->capture_default_str();
   app.add_option("--scan_size", c.scan_size, "records per scan")
       ->check(CLI::Range(1, 1000))->capture_default_str();
+  app.add_option("--batch", c.batch,
+                 "reads issued in batches of up to N consecutive reads (Index::find_many; "
+                 "a batched read's latency is its batch's)")
+      ->check(whole_number(1, 1024))->capture_default_str();
   app.add_option("--sampling_ms", c.sampling_ms, "throughput sampling period (ms)")
       ->check(whole_number(1, 3'600'000))->capture_default_str();
   std::string distribution = "UNIFORM";

@@ -41,6 +41,9 @@ struct Config {
   std::size_t value_size = 8;
   double ratio[kOpTypes] = {1, 0, 0, 0, 0, 0};  // read, insert, update, remove, scan, rmw
   int scan_size = 100;
+  // --batch: reads issued in groups of up to this many consecutive reads, through
+  // Index::find_many (built-in indexes; other targets look the keys up one by one). 1: off.
+  unsigned batch = 1;
   unsigned sampling_ms = 1000;
   DistKind distribution = DistKind::uniform;
   double skew = 0.2;                // PiBench's default for selfsimilar; zipfian default 0.99

@@ -26,6 +26,18 @@ namespace pmbench {
 
 using Clock = std::chrono::steady_clock;
 
+// One find per key; each value is copied out, since find's view lasts only until the next call.
+void Session::find_many(std::span<const std::string_view> keys,
+                        std::span<std::string_view> values, bool* found) {
+  if (batch_values_.size() < keys.size()) batch_values_.resize(keys.size());
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    std::string_view v;
+    found[i] = find(keys[i], &v);
+    batch_values_[i].assign(v);
+    values[i] = batch_values_[i];
+  }
+}
+
 namespace {
 
 double seconds_since(Clock::time_point t0) {
@@ -524,6 +536,12 @@ void run_thread(const Config& c, const WorkloadSpec& spec, const Schedule& sc, u
   std::string key_buf = sc.key_buffer(), value_buf;
   const bool time_mode = c.mode == RunMode::time;
   const auto overhead = static_cast<std::int64_t>(overhead_ns);
+  // --batch: consecutive reads go to the session as one find_many of up to c.batch keys.
+  const std::size_t batch = std::max(1u, c.batch);
+  std::vector<std::string> batch_bufs(batch > 1 ? batch : 0, key_buf);
+  std::vector<std::string_view> batch_keys(batch > 1 ? batch : 0);
+  std::vector<std::string_view> batch_values(batch_keys.size());
+  std::unique_ptr<bool[]> batch_found(new bool[batch]);
 
   ready.fetch_add(1, std::memory_order_acq_rel);
   while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
@@ -535,6 +553,51 @@ void run_thread(const Config& c, const WorkloadSpec& spec, const Schedule& sc, u
   for (; i < n; ++i) {
     if (stop.load(std::memory_order_relaxed)) break;
     const OpType type = sc.types[i];
+    if (batch > 1 && type == OpType::read) {
+      std::size_t m = 1;
+      while (m < batch && i + m < n && sc.types[i + m] == OpType::read) ++m;
+      for (std::size_t k = 0; k < m; ++k) batch_keys[k] = sc.key(i + k, batch_bufs[k]);
+      PmTotals before;
+      if constexpr (pmindex::pm::kCounting) before = read_pm_counters();
+      const Clock::time_point t0 = Clock::now();
+      s->find_many({batch_keys.data(), m}, {batch_values.data(), m}, batch_found.get());
+      // Every key of the batch has its answer when the batch returns: that is its latency.
+      const auto ns = std::max<std::int64_t>(
+          0, std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count() -
+                 overhead);
+      OpResult& r = out->ops[static_cast<int>(OpType::read)];
+      if constexpr (pmindex::pm::kCounting) {
+        pmindex::pm::Runtime::end_operation();
+        r.pm += read_pm_counters() - before;
+      }
+      bool failed = false;
+      for (std::size_t k = 0; k < m && !failed; ++k) {
+        if (sc.timed[i + k] != 0) r.latency.record(static_cast<std::uint64_t>(ns));
+        ++r.completed;
+        r.succeeded += batch_found[k] ? 1 : 0;
+        if (model) {
+          TimedSection::leave();
+          std::string e = model->check(sc, i + k, batch_keys[k], batch_found[k],
+                                       batch_values[k], scan);
+          TimedSection::enter();
+          ++out->checked;
+          if (!e.empty()) {
+            out->verify_error = "thread " + std::to_string(t) + ", operation " +
+                                std::to_string(i + k) + " (batched read): " + e;
+            stop.store(true, std::memory_order_relaxed);
+            failed = true;
+            m = k + 1;
+          }
+        }
+      }
+      i += m - 1;
+      progress.done.store(i + 1, std::memory_order_relaxed);
+      if (failed) {
+        ++i;
+        break;
+      }
+      continue;
+    }
     const std::string_view key = sc.key(i, key_buf);
     PmTotals before;
     if constexpr (pmindex::pm::kCounting) before = read_pm_counters();

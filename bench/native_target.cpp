@@ -1,5 +1,6 @@
 // NativeTarget: a built-in pmindex index through the native API.
 #include <string>
+#include <vector>
 
 #include "config.h"
 #include "target.h"
@@ -14,6 +15,18 @@ class NativeSession final : public Session {
     last_ = index_.find(key, &value_);
     if (value != nullptr) *value = value_;
     return last_ == pmindex::Code::ok;
+  }
+  void find_many(std::span<const std::string_view> keys, std::span<std::string_view> values,
+                 bool* found) override {
+    if (values_.size() < keys.size()) values_.resize(keys.size());
+    if (codes_.size() < keys.size()) codes_.resize(keys.size());
+    const std::span<pmindex::Code> codes(codes_.data(), keys.size());
+    last_ = index_.find_many(keys, {values_.data(), keys.size()}, codes);
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      found[i] = last_ == pmindex::Code::ok && codes[i] == pmindex::Code::ok;
+      values[i] = values_[i];
+      if (!found[i] && last_ == pmindex::Code::ok) last_ = codes[i];
+    }
   }
   bool insert(std::string_view key, std::string_view value) override {
     return (last_ = index_.insert(key, value)) == pmindex::Code::ok;
@@ -40,6 +53,8 @@ class NativeSession final : public Session {
   pmindex::Index::ThreadScope scope_;
   pmindex::ScanBuffer buffer_;
   std::string value_;
+  std::vector<std::string> values_;  // find_many's, reused (no allocation once sized)
+  std::vector<pmindex::Code> codes_;
   pmindex::Code last_ = pmindex::Code::ok;
 };
 

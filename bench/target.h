@@ -38,6 +38,11 @@ class Session {
   virtual ~Session() = default;
   // value: the found value (a view into a session buffer, valid until the next call).
   virtual bool find(std::string_view key, std::string_view* value) = 0;
+  // Batched lookups (pmbench --batch): found[i] and values[i] as find(keys[i], &values[i])
+  // would give them (values valid until the next call). The default calls find per key; a
+  // built-in index answers through Index::find_many.
+  virtual void find_many(std::span<const std::string_view> keys,
+                         std::span<std::string_view> values, bool* found);
   virtual bool insert(std::string_view key, std::string_view value) = 0;
   virtual bool update(std::string_view key, std::string_view value) = 0;
   virtual bool remove(std::string_view key) = 0;
@@ -45,6 +50,9 @@ class Session {
   virtual std::size_t scan(std::string_view start, int count, ScanResult* out) = 0;
   // The last failed operation's pmindex code, when the target has one (for error reports).
   virtual pmindex::Code last_code() const { return pmindex::Code::ok; }
+
+ private:
+  std::vector<std::string> batch_values_;  // the default find_many's copies of the values
 };
 
 struct TargetInfo {

@@ -133,6 +133,19 @@ class Index {
   virtual Code update(std::string_view key, std::string_view value) = 0;  // not_found
   virtual Code upsert(std::string_view key, std::string_view value);      // insert or update
   virtual Code find(std::string_view key, std::string* value) const = 0;  // not_found
+  // Batched point lookups: codes[i] (and values[i]) as find(keys[i], &values[i]) gives them;
+  // `values` empty asks for presence only (find(key, nullptr)). The keys are independent, so
+  // an index advances their descents together and prefetches each key's next node before it
+  // steps the next key: the cache misses of a batch overlap instead of following one
+  // another. Groups of kFindBatch keys at a time (a larger batch is split); nothing is
+  // allocated per call once each values[i] holds 8 bytes (inline values). Concurrency is
+  // find's: each answer is one find could have given at some moment during the call (per
+  // key, not a snapshot of the batch). Returns invalid_argument (and looks nothing up) if
+  // codes.size() != keys.size() or values is neither empty nor keys.size() long; ok otherwise
+  // (the per-key answers are in codes).
+  Code find_many(std::span<const std::string_view> keys, std::span<std::string> values,
+                 std::span<Code> codes) const;
+  static constexpr std::size_t kFindBatch = 32;
   virtual Code remove(std::string_view key) = 0;                          // not_found
   // Up to `max` records with key >= start, ascending. Returns the count (also out.size()).
   virtual std::size_t scan(std::string_view start, std::size_t max, ScanBuffer& out) const = 0;
@@ -164,6 +177,13 @@ class Index {
     std::function<void()> detach_;
   };
   virtual ThreadScope attach_thread() { return {}; }
+
+ protected:
+  // find_many's group: n <= kFindBatch keys, values nullptr for presence only. The default
+  // calls find once per key (an index whose structure offers no overlap keeps it; its README
+  // says so).
+  virtual void find_batch(const std::string_view* keys, std::string* values, Code* codes,
+                          std::size_t n) const;
 };
 
 // What an index is, in the survey's terms (its Table 2 columns, plus recovery): reports draw the

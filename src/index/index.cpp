@@ -1,4 +1,5 @@
 // The parts of the native API every index shares: key encodings, ScanBuffer, Index::open.
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -65,6 +66,24 @@ Code Index::upsert(std::string_view key, std::string_view value) {
     const Code u = update(key, value);
     if (u != Code::not_found) return u;
   }
+}
+
+Code Index::find_many(std::span<const std::string_view> keys, std::span<std::string> values,
+                      std::span<Code> codes) const {
+  if (codes.size() != keys.size() || (!values.empty() && values.size() != keys.size()))
+    return Code::invalid_argument;
+  for (std::size_t i = 0; i < keys.size(); i += kFindBatch) {
+    const std::size_t n = std::min(kFindBatch, keys.size() - i);
+    find_batch(keys.data() + i, values.empty() ? nullptr : values.data() + i, codes.data() + i,
+               n);
+  }
+  return Code::ok;
+}
+
+void Index::find_batch(const std::string_view* keys, std::string* values, Code* codes,
+                       std::size_t n) const {
+  for (std::size_t i = 0; i < n; ++i)
+    codes[i] = find(keys[i], values != nullptr ? values + i : nullptr);
 }
 
 Status Index::bulk_load(std::span<const KeyValue> sorted, double fill) {

@@ -62,6 +62,31 @@ TEST(Driver, ConformancePassesOnEveryBuiltinAndComparator) {
   }
 }
 
+// --batch: runs of consecutive reads go through Session::find_many (Index::find_many for the
+// built-in indexes, find per key for the comparators); every batched answer is checked by the
+// same conformance model, with writes in between.
+TEST(Driver, BatchedReadsPassConformanceOnEveryBuiltinAndComparator) {
+  std::vector<std::string> targets = pmindex::IndexRegistry::names();
+  for (const auto& n : dram_comparator_names()) targets.push_back(n);
+  for (const std::string& t : targets) {
+    Config c = small(t);
+    c.verify = true;
+    c.value_bits = 64;
+    c.threads = 2;
+    c.batch = 16;
+    const double mix[kOpTypes] = {0.8, 0.1, 0.05, 0.05, 0};
+    std::copy(mix, mix + kOpTypes, c.ratio);
+    RunResult r;
+    std::string error;
+    ASSERT_TRUE(run_once(c, 0, &r, &error)) << t << ": " << error;
+    EXPECT_TRUE(r.verify_error.empty()) << t << ": " << r.verify_error;
+    EXPECT_EQ(r.checked, c.operations) << t;
+    EXPECT_EQ(r.ops[0].completed + r.ops[1].completed + r.ops[2].completed + r.ops[3].completed,
+              c.operations)
+        << t;
+  }
+}
+
 TEST(Driver, ConformanceFailsOnEveryBugOfTheBrokenWrapper) {
   // Armed after the load, so post-load validation passes and --verify must catch each bug.
   ::setenv("PMBENCH_BROKEN_AFTER", "2000", 1);

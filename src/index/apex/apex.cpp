@@ -3,7 +3,9 @@
 #include "index/apex/apex.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
+#include <utility>
 
 namespace pmindex::apex {
 
@@ -305,6 +307,126 @@ Code Apex::find(std::string_view key, std::string* value) const {
       std::memcpy(value->data(), &payload, 8);
     }
     return Code::ok;
+  }
+}
+
+// Batched lookups (Index::find_many): find's steps for every key of the batch, as a small
+// state machine per key advanced round-robin. Each step ends by prefetching what the key's
+// next step reads (an inner node's DRAM state, its child slot, the data node's DataMeta, its
+// record locks and predicted PA lines), and the other keys' steps run while those lines come.
+// The fast path only: a key that meets an unresolved slot, a range it is not in, a depth
+// beyond kMaxDepth or a failed validation is looked up again alone by find, which handles
+// all of them.
+void Apex::find_batch(const std::string_view* keys, std::string* values, Code* codes,
+                      std::size_t n) const {
+  enum class Step : std::uint8_t { inner, child, data, probe };
+  struct Cursor {
+    Step step;
+    std::uint32_t depth;
+    std::uint32_t slot;           // child: the slot of `im` routed to
+    const void* node;             // inner/child: the InnerMeta; data/probe: the DataMeta
+    LockSpan span;                // probe
+    std::uint64_t key;
+  };
+  static_assert(kFindBatch <= 64);  // masks of one word
+  Cursor cur[kFindBatch];
+  std::uint64_t live = 0, alone = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    codes[i] = check_key(keys[i], &cur[i].key);
+    if (codes[i] == Code::ok) live |= std::uint64_t{1} << i;
+  }
+  if (live == 0) return;
+  const AnswerNote answered{this};  // records the time when this answer is complete
+  const auto guard = epochs_.pin();
+  // acquire: pairs with the release stores of resolve_root / resolve_child (as leaf_fast).
+  const InnerMeta* root = root_meta_.load(std::memory_order_acquire);
+  if (root == nullptr) root = resolve_root();
+  if (root == nullptr) alone = std::exchange(live, 0);  // find reports the damage
+  for (std::uint64_t m = live; m != 0; m &= m - 1) {
+    Cursor& c = cur[std::countr_zero(m)];
+    c.step = Step::inner;
+    c.depth = 0;
+    c.node = root;
+  }
+  while (live != 0) {
+    for (std::uint64_t m = live; m != 0; m &= m - 1) {
+      const auto i = static_cast<std::size_t>(std::countr_zero(m));
+      Cursor& c = cur[i];
+      bool give_up = false, done = false;
+      switch (c.step) {
+        case Step::inner: {  // route; the child slot is read next round
+          const auto* im = static_cast<const InnerMeta*>(c.node);
+          c.slot = search_slot(im->model, x_of(c.key, im->model.lo));
+          __builtin_prefetch(&im->child[c.slot]);
+          c.step = Step::child;
+          break;
+        }
+        case Step::child: {
+          const auto* im = static_cast<const InnerMeta*>(c.node);
+          // acquire: as leaf_fast (fully built states).
+          const std::uintptr_t ch = im->child[c.slot].load(std::memory_order_acquire);
+          if (ch == 0 || ++c.depth >= kMaxDepth) {
+            give_up = true;
+          } else if ((ch & kInnerTag) != 0) {
+            c.node = reinterpret_cast<const InnerMeta*>(ch & ~kInnerTag);
+            __builtin_prefetch(c.node);
+            c.step = Step::inner;
+          } else {
+            c.node = reinterpret_cast<const DataMeta*>(ch);
+            __builtin_prefetch(c.node);  // model, range, PA address
+            c.step = Step::data;
+          }
+          break;
+        }
+        case Step::data: {  // predict (lock_span prefetches the PA lines), then the locks
+          const auto* dm = static_cast<const DataMeta*>(c.node);
+          if (c.key < dm->model.lo || c.key > dm->hi) {
+            give_up = true;
+            break;
+          }
+          c.span = lock_span(*dm, c.key);
+          __builtin_prefetch(&dm->locks[c.span.first]);
+          __builtin_prefetch(&dm->locks[c.span.last]);
+          c.step = Step::probe;
+          break;
+        }
+        case Step::probe: {  // find's body, once
+          const auto& dm = *static_cast<const DataMeta*>(c.node);
+          bool restart = false;
+          const std::uint64_t v1 = dm.locks[c.span.first].readLockOrRestart(restart);
+          const std::uint64_t v2 = c.span.last != c.span.first
+                                       ? dm.locks[c.span.last].readLockOrRestart(restart)
+                                       : v1;
+          const Record* rec = nullptr;
+          if (!restart) {
+            const std::uint32_t end = std::min(c.span.p + kProbeDistance, dm.model.slots);
+            for (std::uint32_t s = c.span.p; s < end && rec == nullptr; ++s)
+              if (sync::optimistic_read(dm.pa[s].key) == c.key) rec = &dm.pa[s];
+            if (rec == nullptr) rec = find_stash(dm, c.key, c.span.p);
+          }
+          const std::uint64_t payload = rec != nullptr ? sync::optimistic_read(rec->payload) : 0;
+          dm.locks[c.span.first].checkOrRestart(v1, restart);
+          if (c.span.last != c.span.first) dm.locks[c.span.last].checkOrRestart(v2, restart);
+          if (restart) {
+            give_up = true;
+            break;
+          }
+          codes[i] = rec != nullptr ? Code::ok : Code::not_found;
+          if (rec != nullptr && values != nullptr) {
+            if (values[i].size() != 8) values[i].resize(8);
+            std::memcpy(values[i].data(), &payload, 8);
+          }
+          done = true;
+          break;
+        }
+      }
+      if (give_up) alone |= std::uint64_t{1} << i;
+      if (give_up || done) live &= ~(std::uint64_t{1} << i);
+    }
+  }
+  for (; alone != 0; alone &= alone - 1) {
+    const auto i = static_cast<std::size_t>(std::countr_zero(alone));
+    codes[i] = find(keys[i], values != nullptr ? values + i : nullptr);
   }
 }
 

@@ -35,6 +35,7 @@
 #pragma once
 
 #include <atomic>
+#include <bit>
 #include <cassert>
 #include <cstddef>
 #include <cstdint>
@@ -108,6 +109,20 @@ class InnerTree {
   // counts, and integer keys compare four at a time); 0 otherwise.
   template <unsigned kKeys = 0, class ProbeLess, class OnLeaf>
   std::pair<std::uint64_t, std::uint64_t> descend(ProbeLess probe_less, OnLeaf on_leaf) const;
+
+  // Interleaved optimistic descents of n <= kMaxBatch independent probes (batched lookups).
+  // Each probe is a small state machine advanced one node per round, round-robin over the
+  // batch: a step reads the version of a node the previous round prefetched, validates its
+  // parent (lock coupling as in descend, invariant 1), searches it, validates it, and
+  // prefetches the child it names; the next probe's step then runs while that line is on its
+  // way, so the batch's misses overlap. At the leaf level touch(leaf) starts loading what
+  // on_leaf(leaf) will read one round later (the leaf's lines, its version). probe_at(i) is
+  // probe i's ProbeLess. Writes (leaf, token) to out[i] for the probes that completed and
+  // returns the mask of those that met a change (bit i): the caller descends them alone.
+  static constexpr std::size_t kMaxBatch = 64;
+  template <unsigned kKeys = 0, class ProbeAt, class Touch, class OnLeaf>
+  std::uint64_t descend_batch(std::size_t n, ProbeAt probe_at, Touch touch, OnLeaf on_leaf,
+                              std::pair<std::uint64_t, std::uint64_t>* out) const;
 
   // --- structure modifications (serialised; invariant 2) -----------------------------------
   std::unique_lock<std::mutex> smo_lock() const {
@@ -265,6 +280,67 @@ std::pair<std::uint64_t, std::uint64_t> InnerTree::descend(ProbeLess probe_less,
     }
     olc_pause();
   }
+}
+
+template <unsigned kKeys, class ProbeAt, class Touch, class OnLeaf>
+std::uint64_t InnerTree::descend_batch(std::size_t n, ProbeAt probe_at, Touch touch,
+                                       OnLeaf on_leaf,
+                                       std::pair<std::uint64_t, std::uint64_t>* out) const {
+  assert(n <= kMaxBatch);
+  constexpr bool kFixed = kKeys != 0;
+  const unsigned max_keys = kFixed ? kKeys : max_keys_;
+  // Per probe: the node to step next (an inner node, or the leaf word once `at_leaf`), and
+  // the node above it with the version its step validated (nullptr above the root).
+  struct Cursor {
+    const Node* parent;
+    std::uint64_t parent_version;
+    std::uint64_t next;
+    bool at_leaf;
+  };
+  Cursor cur[kMaxBatch];
+  // acquire: as descend (the root a reader finds is fully built); each probe's first step
+  // re-checks that root_ still names it.
+  const Node* root = root_.load(std::memory_order_acquire);
+  for (std::size_t i = 0; i < n; ++i)
+    cur[i] = Cursor{nullptr, 0, reinterpret_cast<std::uint64_t>(root), false};
+  std::uint64_t live = n == 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << n) - 1;
+  std::uint64_t failed = 0;
+  while (live != 0) {
+    for (std::uint64_t m = live; m != 0; m &= m - 1) {
+      const auto i = static_cast<std::size_t>(std::countr_zero(m));
+      Cursor& c = cur[i];
+      bool restart = false;
+      if (c.at_leaf) {
+        // The leaf's version, read before its parent validates (as descend's on_leaf).
+        const std::optional<std::uint64_t> token = on_leaf(c.next);
+        if (token) c.parent->lock.checkOrRestart(c.parent_version, restart);
+        if (!token || restart) failed |= std::uint64_t{1} << i;
+        else out[i] = {c.next, *token};
+        live &= ~(std::uint64_t{1} << i);
+        continue;
+      }
+      const Node* nd = reinterpret_cast<const Node*>(c.next);
+      const std::uint64_t v = nd->lock.readLockOrRestart(restart);
+      if (c.parent != nullptr) c.parent->lock.checkOrRestart(c.parent_version, restart);
+      else if (!restart && root_.load(std::memory_order_acquire) != nd) restart = true;  // as descend
+      const unsigned cnt = restart ? 0 : count(nd);
+      if (!restart && cnt <= max_keys) {
+        const unsigned idx = child_index<kKeys>(nd, cnt, probe_at(i));
+        const std::uint64_t child = optimistic_read(keys(nd)[max_keys + idx]);
+        const std::uint32_t lvl = level(nd);
+        nd->lock.checkOrRestart(v, restart);  // child and level are consistent
+        if (!restart) {
+          c = Cursor{nd, v, child, lvl == 1};
+          if (lvl == 1) touch(child);
+          else prefetch_node(reinterpret_cast<const Node*>(child));
+          continue;
+        }
+      }
+      failed |= std::uint64_t{1} << i;
+      live &= ~(std::uint64_t{1} << i);
+    }
+  }
+  return failed;
 }
 
 template <class ProbeLess>

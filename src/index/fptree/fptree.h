@@ -100,6 +100,8 @@ class FPTree final : public Index {
   std::string_view kind() const override { return "fptree"; }
   const pm::Pool& pool() const override { return *pool_; }
   Code find(std::string_view key, std::string* value) const override;
+  void find_batch(const std::string_view* keys, std::string* values, Code* codes,
+                  std::size_t n) const override;
   std::size_t scan(std::string_view start, std::size_t max, ScanBuffer& out) const override;
   Code insert(std::string_view key, std::string_view value) override;
   Code update(std::string_view key, std::string_view value) override;
@@ -143,6 +145,12 @@ class FPTree final : public Index {
   std::optional<std::uint64_t> on_leaf(std::uint64_t leaf) const;  // descend's leaf step
   [[gnu::noinline]] Code find_word(std::string_view key, std::string* value) const;  // !has_records_
   [[gnu::noinline]] Code find_general(std::string_view key, std::string* value) const;
+  // find_batch without records: InnerTree::descend_batch, then the leaf searches in one pass.
+  void find_batch_word(const std::string_view* keys, std::string* values, Code* codes,
+                       std::size_t n) const;
+  // With records (byte-string keys or out-of-line values): the same passes, find_general's reads.
+  void find_batch_general(const std::string_view* keys, std::string* values, Code* codes,
+                          std::size_t n) const;
   std::uint64_t lock_leaf_for(const Probe& p);
   bool try_lock_leaf(std::uint64_t off, std::uint64_t version);
   void unlock_leaf(std::uint64_t off, bool obsolete = false);

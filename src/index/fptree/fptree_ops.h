@@ -234,6 +234,120 @@ Code FPTree<N>::find_general(std::string_view key, std::string* value) const {
   }
 }
 
+// Batched lookups (Index::find_many).
+template <unsigned N>
+void FPTree<N>::find_batch(const std::string_view* keys, std::string* values, Code* codes,
+                           std::size_t n) const {
+  if (!has_records_) return find_batch_word(keys, values, codes, n);
+  find_batch_general(keys, values, codes, n);
+}
+
+// Byte-string keys or out-of-line values: find_general's reads per key under one pin for the
+// batch, separators compared by key bytes (binary steps), values copied through `tmp` and
+// handed over only once their leaf validated. A key that fails validation is retried alone.
+template <unsigned N>
+void FPTree<N>::find_batch_general(const std::string_view* keys, std::string* values,
+                                   Code* codes, std::size_t n) const {
+  static_assert(kFindBatch <= index_common::InnerTree::kMaxBatch);
+  const auto pinned = pin_for_records();  // records read below stay allocated while pinned
+  Probe p[kFindBatch];
+  std::uint8_t at[kFindBatch];  // batch position of the j-th well-formed key
+  std::size_t live = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    codes[i] = keys_.check(keys[i]);
+    if (codes[i] != Code::ok) continue;
+    p[live] = keys_.probe(keys[i]);
+    at[live++] = static_cast<std::uint8_t>(i);
+  }
+  struct Below {  // the ProbeLess of probe j (one type for every probe of the batch)
+    const index_common::KeyCodec* keys;
+    const Probe* p;
+    bool operator()(std::uint64_t sep) const { return keys->below(*p, sep); }
+  };
+  std::pair<std::uint64_t, std::uint64_t> leaf[kFindBatch];
+  std::uint64_t alone = inner_.descend_batch(
+      live, [&](std::size_t j) { return Below{&keys_, &p[j]}; },
+      [&](std::uint64_t off) {
+        const char* lp = pool_->at<const char>(off);
+        __builtin_prefetch(lp);
+        if constexpr (offsetof(LeafT, kv) > 64) __builtin_prefetch(lp + 64);
+        __builtin_prefetch(&versions_->at(off));
+      },
+      [&](std::uint64_t off) { return versions_->read(off); }, leaf);
+  std::string tmp;
+  for (std::size_t j = 0; j < live; ++j) {
+    if ((alone >> j & 1) != 0) continue;
+    const auto [off, v] = leaf[j];
+    const LeafT* l = leaf_at(off);
+    const int s = find_slot(l, p[j]);
+    bool readable = true;
+    if (s != kNone && values != nullptr) readable = values_.read(slot_word(&l->kv[s][1]), &tmp);
+    if (!versions_->unchanged(off, v) || !readable) {  // find_general tells corrupted apart
+      alone |= std::uint64_t{1} << j;
+      continue;
+    }
+    const std::size_t i = at[j];
+    codes[i] = s != kNone ? Code::ok : Code::not_found;
+    if (s != kNone && values != nullptr) values[i].swap(tmp);
+  }
+  for (; alone != 0; alone &= alone - 1) {
+    const std::size_t i = at[std::countr_zero(alone)];
+    codes[i] = find_general(keys[i], values != nullptr ? values + i : nullptr);
+  }
+}
+
+// find_word's protocol per key; a key whose descent or leaf validation fails is looked up
+// again alone by find_word.
+template <unsigned N>
+void FPTree<N>::find_batch_word(const std::string_view* keys, std::string* values, Code* codes,
+                                std::size_t n) const {
+  static_assert(kFindBatch <= index_common::InnerTree::kMaxBatch);
+  std::uint64_t word[kFindBatch];
+  std::uint8_t fp[kFindBatch];
+  std::uint8_t at[kFindBatch];  // batch position of the j-th well-formed key
+  std::size_t live = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    codes[i] = keys_.check(keys[i]);
+    if (codes[i] != Code::ok) continue;
+    const Probe p = keys_.probe_word(keys[i]);
+    word[live] = p.word;
+    fp[live] = p.fp;
+    at[live++] = static_cast<std::uint8_t>(i);
+  }
+  std::pair<std::uint64_t, std::uint64_t> leaf[kFindBatch];
+  std::uint64_t alone = inner_.descend_batch<inner_keys_for(N)>(
+      live, [&](std::size_t j) { return index_common::WordProbe{word[j]}; },
+      [&](std::uint64_t off) {
+        // The bitmap and fingerprint lines and the DRAM version: read in the next round.
+        const char* lp = pool_->at<const char>(off);
+        __builtin_prefetch(lp);
+        if constexpr (offsetof(LeafT, kv) > 64) __builtin_prefetch(lp + 64);
+        __builtin_prefetch(&versions_->at(off));
+      },
+      [&](std::uint64_t off) { return versions_->read(off); }, leaf);
+  for (std::size_t j = 0; j < live; ++j) {
+    if ((alone >> j & 1) != 0) continue;
+    const auto [off, v] = leaf[j];
+    const LeafT* l = leaf_at(off);
+    const int s = find_slot_if(l, fp[j], [w = word[j]](std::uint64_t k) { return k == w; });
+    const std::uint64_t value = s != kNone ? slot_word(&l->kv[s][1]) : 0;
+    if (!versions_->unchanged(off, v)) {
+      alone |= std::uint64_t{1} << j;
+      continue;
+    }
+    const std::size_t i = at[j];
+    codes[i] = s != kNone ? Code::ok : Code::not_found;
+    if (s != kNone && values != nullptr) {
+      if (values[i].size() != 8) values[i].resize(8);
+      std::memcpy(values[i].data(), &value, 8);
+    }
+  }
+  for (; alone != 0; alone &= alone - 1) {
+    const std::size_t i = at[std::countr_zero(alone)];
+    codes[i] = find_word(keys[i], values != nullptr ? values + i : nullptr);
+  }
+}
+
 // Insert and the paper's in-leaf out-of-place update are one protocol: lock the leaf, split
 // it if full, write the new entry into a free slot, and commit with one bitmap NAW that sets
 // the new slot and, for an update, clears the old one (I1..I4; U1..U4 are the same steps).

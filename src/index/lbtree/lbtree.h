@@ -94,6 +94,8 @@ class LBTree final : public Index {
   Code insert(std::string_view key, std::string_view value) override;
   Code update(std::string_view key, std::string_view value) override;
   Code find(std::string_view key, std::string* value) const override;
+  void find_batch(const std::string_view* keys, std::string* values, Code* codes,
+                  std::size_t n) const override;
   Code remove(std::string_view key) override;
   std::size_t scan(std::string_view start, std::size_t max, ScanBuffer& out) const override;
   Status bulk_load(std::span<const KeyValue> sorted, double fill) override;
@@ -155,6 +157,13 @@ class LBTree final : public Index {
   SlotRef find_slot_if(LeafT* l, std::uint8_t fp, Match match) const;
   [[gnu::noinline]] Code find_word(std::string_view key, std::string* value) const;  // u64/f64, inline values
   [[gnu::noinline]] Code find_general(std::string_view key, std::string* value) const;
+  // find_batch for integer keys with inline values: InnerTree::descend_batch, then the leaf
+  // searches of the batch in one pass (their lines were prefetched a round earlier).
+  void find_batch_word(const std::string_view* keys, std::string* values, Code* codes,
+                       std::size_t n) const;
+  // The other modes (byte-string keys, out-of-line values): the same passes, find_general's reads.
+  void find_batch_general(const std::string_view* keys, std::string* values, Code* codes,
+                          std::size_t n) const;
   bool leaf_empty(LeafT* l) const;
   std::pair<std::uint64_t, std::uint64_t> descend_read(const Probe& p) const;
   std::pair<std::uint64_t, std::uint64_t> descend_word(std::uint64_t word) const;  // integer keys

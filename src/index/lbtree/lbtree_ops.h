@@ -223,6 +223,120 @@ Code LBTree<M>::find_word(std::string_view key, std::string* value) const {
   }
 }
 
+// --- batched search (Index::find_many) -----------------------------------------------------
+
+template <unsigned M>
+void LBTree<M>::find_batch(const std::string_view* keys, std::string* values, Code* codes,
+                           std::size_t n) const {
+  if (!keys_.bytes_mode() && inline_values_) return find_batch_word(keys, values, codes, n);
+  find_batch_general(keys, values, codes, n);
+}
+
+// find_general's protocol per key under one pin for the batch: the separators compare key
+// bytes (kKeys = 0: the inner search by binary steps), the leaf pass compares PM key records
+// and copies values (out of line or inline) through `tmp`, so a value reaches the caller only
+// after its leaf validated (as find_general). A key that fails validation is retried alone.
+template <unsigned M>
+void LBTree<M>::find_batch_general(const std::string_view* keys, std::string* values,
+                                   Code* codes, std::size_t n) const {
+  static_assert(kFindBatch <= index_common::InnerTree::kMaxBatch);
+  const auto guard = pin();
+  Probe p[kFindBatch];
+  std::uint8_t at[kFindBatch];  // batch position of the j-th well-formed key
+  std::size_t live = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    codes[i] = keys_.check(keys[i]);
+    if (codes[i] != Code::ok) continue;
+    p[live] = keys_.probe(keys[i]);
+    at[live++] = static_cast<std::uint8_t>(i);
+  }
+  struct Below {  // the ProbeLess of probe j (one type for every probe of the batch)
+    const index_common::KeyCodec* keys;
+    const Probe* p;
+    bool operator()(std::uint64_t sep) const { return keys->below(*p, sep); }
+  };
+  std::pair<std::uint64_t, std::uint64_t> leaf[kFindBatch];
+  std::uint64_t alone = inner_.descend_batch(
+      live, [&](std::size_t j) { return Below{&keys_, &p[j]}; },
+      [&](std::uint64_t off) {
+        index_common::prefetch_lines(leaf_at(off), LeafT::kBytes);
+        __builtin_prefetch(&versions_->at(off));
+      },
+      [&](std::uint64_t off) { return versions_->read(off); }, leaf);
+  std::string tmp;
+  for (std::size_t j = 0; j < live; ++j) {
+    if ((alone >> j & 1) != 0) continue;
+    const auto [off, v] = leaf[j];
+    LeafT* l = leaf_at(off);
+    const std::size_t i = at[j];
+    const SlotRef r = find_slot(l, p[j]);
+    bool ok = true;
+    if (r.block >= 0 && values != nullptr)
+      ok = read_value(optimistic_read(l->block[r.block].entry[r.slot][1]), &tmp);
+    if (!versions_->unchanged(off, v) || !ok) {
+      alone |= std::uint64_t{1} << j;
+      continue;
+    }
+    codes[i] = r.block >= 0 ? Code::ok : Code::not_found;
+    if (r.block >= 0 && values != nullptr) values[i].swap(tmp);
+  }
+  for (; alone != 0; alone &= alone - 1) {
+    const std::size_t i = at[std::countr_zero(alone)];
+    codes[i] = find_general(keys[i], values != nullptr ? values + i : nullptr);
+  }
+}
+
+// The same protocol per key as find_word (no epoch pin: nothing it reads is ever freed); a key
+// whose descent or leaf validation fails is looked up again alone by find_word.
+template <unsigned M>
+void LBTree<M>::find_batch_word(const std::string_view* keys, std::string* values, Code* codes,
+                                std::size_t n) const {
+  static_assert(kFindBatch <= index_common::InnerTree::kMaxBatch);
+  std::uint64_t word[kFindBatch];
+  std::uint8_t fp[kFindBatch];
+  std::uint8_t at[kFindBatch];  // batch position of the j-th well-formed key
+  std::size_t live = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    codes[i] = keys_.check(keys[i]);
+    if (codes[i] != Code::ok) continue;
+    const Probe p = keys_.probe_word(keys[i]);
+    word[live] = p.word;
+    fp[live] = p.fp;
+    at[live++] = static_cast<std::uint8_t>(i);
+  }
+  std::pair<std::uint64_t, std::uint64_t> leaf[kFindBatch];
+  std::uint64_t alone = inner_.descend_batch<kInnerKeys>(
+      live, [&](std::size_t j) { return index_common::WordProbe{word[j]}; },
+      [&](std::uint64_t off) {
+        // The leaf's lines and its DRAM version: both read in the next round.
+        index_common::prefetch_lines(leaf_at(off), LeafT::kBytes);
+        __builtin_prefetch(&versions_->at(off));
+      },
+      [&](std::uint64_t off) { return versions_->read(off); }, leaf);
+  for (std::size_t j = 0; j < live; ++j) {
+    if ((alone >> j & 1) != 0) continue;
+    const auto [off, v] = leaf[j];
+    LeafT* l = leaf_at(off);
+    const SlotRef r = find_slot_if(l, fp[j], [w = word[j]](std::uint64_t k) { return k == w; });
+    const std::uint64_t value =
+        r.block >= 0 ? optimistic_read(l->block[r.block].entry[r.slot][1]) : 0;
+    if (!versions_->unchanged(off, v)) {
+      alone |= std::uint64_t{1} << j;
+      continue;
+    }
+    const std::size_t i = at[j];
+    codes[i] = r.block >= 0 ? Code::ok : Code::not_found;
+    if (r.block >= 0 && values != nullptr) {
+      if (values[i].size() != 8) values[i].resize(8);
+      std::memcpy(values[i].data(), &value, 8);
+    }
+  }
+  for (; alone != 0; alone &= alone - 1) {
+    const std::size_t i = at[std::countr_zero(alone)];
+    codes[i] = find_word(keys[i], values != nullptr ? values + i : nullptr);
+  }
+}
+
 // --- insert (Alg. 2) -------------------------------------------------------------------------
 
 // Inserts into a locked leaf with a free slot. d0 is block 0's header as it stands (or, after

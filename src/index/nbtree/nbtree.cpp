@@ -275,45 +275,8 @@ template <class Order>
 Leaf* NBTree::descend(const Order& order) const {
   Inner* node = root_node_.load(std::memory_order_acquire);
   for (;;) {
-    void* child = nullptr;
     Inner* right = nullptr;
-    for (;;) {  // N2: one validated snapshot of the node
-      const std::uint64_t v1 = node->version.load(std::memory_order_acquire);
-      if ((v1 & 1) != 0) {
-        spin_pause("nbtree.inner.read");
-        continue;
-      }
-      right = nullptr;
-      child = nullptr;
-      if (order.above(node->high.load(Order::kLoad))) {
-        right = node->sibling.load(std::memory_order_relaxed);  // N3: B-link move right
-      } else {
-        // The last i with keys[i] <= key (keys[0] is the node's low): 1 + the number of
-        // keys[1..n) <= key, by node_search.h (integer keys count the last 16 slots). A torn
-        // snapshot may be unsorted; the search still ends, and the version check below throws
-        // its result away.
-        const int n = std::clamp(node->count.load(std::memory_order_relaxed), 1,
-                                 Inner::kMaxFanout);
-        unsigned lo = 1;
-        if constexpr (std::is_same_v<Order, U64Order>) {
-          // Integer keys: the vector window (issue 16); it may read up to 16 words past
-          // keys[n], which are still inside the node (children follow keys).
-          static_assert(sizeof(Inner::keys[0]) == 8 &&
-                        std::atomic<std::uint64_t>::is_always_lock_free);
-          lo += index_common::count_u64_not_above<Inner::kMaxFanout - 1>(
-              reinterpret_cast<const std::uint64_t*>(&node->keys[1]),
-              static_cast<unsigned>(n - 1), order.key);
-        } else {
-          const auto sep = [node](unsigned i) { return node->keys[1 + i].load(Order::kLoad); };
-          const auto below = [&order](std::uint64_t s) { return !order.ge(s); };
-          lo += index_common::count_not_above<Order::kSearchWindow>(
-              static_cast<unsigned>(n - 1), Inner::kMaxFanout - 1, sep, below);
-        }
-        child = node->children[lo - 1].load(std::memory_order_relaxed);
-      }
-      std::atomic_thread_fence(std::memory_order_acquire);
-      if (node->version.load(std::memory_order_relaxed) == v1) break;
-    }
+    void* child = snapshot(node, order, &right);
     if (right != nullptr) {
       node = right;
       continue;
@@ -325,6 +288,49 @@ Leaf* NBTree::descend(const Order& order) const {
     }
     node = static_cast<Inner*>(child);
     prefetch_lines(node, sizeof(Inner));  // all at once: the search touches lines at random
+  }
+}
+
+// N2: one validated snapshot of the node: the child covering the key, or (N3, *right set) the
+// right sibling to move to when the key lies above the node's high.
+template <class Order>
+void* NBTree::snapshot(const Inner* node, const Order& order, Inner** right) {
+  for (;;) {
+    const std::uint64_t v1 = node->version.load(std::memory_order_acquire);
+    if ((v1 & 1) != 0) {
+      spin_pause("nbtree.inner.read");
+      continue;
+    }
+    void* child = nullptr;
+    *right = nullptr;
+    if (order.above(node->high.load(Order::kLoad))) {
+      *right = node->sibling.load(std::memory_order_relaxed);  // N3: B-link move right
+    } else {
+      // The last i with keys[i] <= key (keys[0] is the node's low): 1 + the number of
+      // keys[1..n) <= key, by node_search.h (integer keys count the last 16 slots). A torn
+      // snapshot may be unsorted; the search still ends, and the version check below throws
+      // its result away.
+      const int n = std::clamp(node->count.load(std::memory_order_relaxed), 1,
+                               Inner::kMaxFanout);
+      unsigned lo = 1;
+      if constexpr (std::is_same_v<Order, U64Order>) {
+        // Integer keys: the vector window (issue 16); it may read up to 16 words past
+        // keys[n], which are still inside the node (children follow keys).
+        static_assert(sizeof(Inner::keys[0]) == 8 &&
+                      std::atomic<std::uint64_t>::is_always_lock_free);
+        lo += index_common::count_u64_not_above<Inner::kMaxFanout - 1>(
+            reinterpret_cast<const std::uint64_t*>(&node->keys[1]),
+            static_cast<unsigned>(n - 1), order.key);
+      } else {
+        const auto sep = [node](unsigned i) { return node->keys[1 + i].load(Order::kLoad); };
+        const auto below = [&order](std::uint64_t s) { return !order.ge(s); };
+        lo += index_common::count_not_above<Order::kSearchWindow>(
+            static_cast<unsigned>(n - 1), Inner::kMaxFanout - 1, sep, below);
+      }
+      child = node->children[lo - 1].load(std::memory_order_relaxed);
+    }
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (node->version.load(std::memory_order_relaxed) == v1) return child;
   }
 }
 
@@ -617,7 +623,10 @@ Code NBTree::remove_key(const Probe& p) {
 // --- search ------------------------------------------------------------------------------------------
 
 Code NBTree::find_word(const Probe& p, std::uint64_t* word) const {
-  Leaf* leaf = find_leaf(p);
+  return find_in_leaf(find_leaf(p), p, word);
+}
+
+Code NBTree::find_in_leaf(Leaf* leaf, const Probe& p, std::uint64_t* word) const {
   std::uint64_t key = 0;
   int slot = find_slot(leaf, p, leaf->bitmap.load(std::memory_order_acquire), &key);
   if (slot < 0) return Code::not_found;
@@ -747,6 +756,66 @@ Code NBTree::find(std::string_view key, std::string* value) const {
   if (Code c = find_word(p, &word); c != Code::ok) return c;
   if (value != nullptr) read_value(word, value);
   return Code::ok;
+}
+
+// Batched lookups (Index::find_many), integer keys: descend's steps (snapshot, move right or
+// down, prefetch the next node) one per round for each key of the batch, round-robin, then
+// resolve and the leaf read of find_word. The descent never restarts (B-link), so no key is
+// retried. Byte-string keys compare separator copies per step: one at a time. Key 0 lives in
+// the root (find's side record).
+void NBTree::find_batch(const std::string_view* keys, std::string* values, Code* codes,
+                        std::size_t n) const {
+  if (bytes_) return Index::find_batch(keys, values, codes, n);
+  Probe p[kFindBatch];
+  void* cur[kFindBatch];        // the next inner node, or the leaf once its bit is in at_leaf
+  std::uint8_t at[kFindBatch];  // batch position of the j-th key
+  std::size_t live = 0;
+  std::uint64_t alone = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    codes[i] = make_probe(keys[i], &p[live]);
+    if (codes[i] != Code::ok) continue;
+    if (p[live].word == 0) alone |= std::uint64_t{1} << i;
+    else at[live++] = static_cast<std::uint8_t>(i);
+  }
+  const auto guard = epochs_.pin();
+  Inner* const root = root_node_.load(std::memory_order_acquire);  // acquire: as descend
+  for (std::size_t j = 0; j < live; ++j) cur[j] = root;
+  std::uint64_t pending = live == 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << live) - 1;
+  std::uint64_t at_leaf = 0;
+  while (pending != 0) {
+    for (std::uint64_t m = pending; m != 0; m &= m - 1) {
+      const auto j = static_cast<std::size_t>(std::countr_zero(m));
+      const std::uint64_t bit = std::uint64_t{1} << j;
+      const U64Order order{p[j].word};
+      if ((at_leaf & bit) != 0) {
+        Leaf* leaf = resolve(static_cast<Leaf*>(cur[j]), order);
+        std::uint64_t word = 0;
+        const std::size_t i = at[j];
+        codes[i] = find_in_leaf(leaf, p[j], &word);
+        if (codes[i] == Code::ok && values != nullptr) read_value(word, &values[i]);
+        pending &= ~bit;
+        continue;
+      }
+      const Inner* node = static_cast<const Inner*>(cur[j]);
+      Inner* right = nullptr;
+      void* child = snapshot(node, order, &right);
+      if (right != nullptr) {
+        cur[j] = right;
+        prefetch_lines(right, sizeof(Inner));
+      } else if (node->level == 1) {
+        cur[j] = child;
+        at_leaf |= bit;
+        prefetch_lines(child, 2 * 64);  // as descend
+      } else {
+        cur[j] = child;
+        prefetch_lines(child, sizeof(Inner));
+      }
+    }
+  }
+  for (; alone != 0; alone &= alone - 1) {
+    const auto i = static_cast<std::size_t>(std::countr_zero(alone));
+    codes[i] = find(keys[i], values != nullptr ? values + i : nullptr);
+  }
 }
 
 Code NBTree::remove(std::string_view key) {

@@ -263,6 +263,8 @@ class NBTree final : public Index {
   Code insert(std::string_view key, std::string_view value) override;
   Code update(std::string_view key, std::string_view value) override;
   Code find(std::string_view key, std::string* value) const override;
+  void find_batch(const std::string_view* keys, std::string* values, Code* codes,
+                  std::size_t n) const override;
   Code remove(std::string_view key) override;
   std::size_t scan(std::string_view start, std::size_t max, ScanBuffer& out) const override;
   Status bulk_load(std::span<const KeyValue> sorted, double fill) override;
@@ -359,6 +361,8 @@ class NBTree final : public Index {
   template <class Order>
   Leaf* descend(const Order& order) const;
   template <class Order>
+  static void* snapshot(const Inner* node, const Order& order, Inner** right);
+  template <class Order>
   static Leaf* resolve(Leaf* leaf, const Order& order);
   // The committed slot holding the key, or -1; *key_word: the slot's key word.
   int find_slot(const Leaf* leaf, const Probe& p, std::uint64_t bitmap,
@@ -375,6 +379,7 @@ class NBTree final : public Index {
   Code update_word(const Probe& p, std::uint64_t word, std::uint64_t* old_word);
   Code remove_key(const Probe& p);
   Code find_word(const Probe& p, std::uint64_t* word) const;
+  Code find_in_leaf(Leaf* leaf, const Probe& p, std::uint64_t* word) const;  // find_word's leaf part
   void begin_write(Leaf* leaf, int slot) const;
   void end_write(Leaf* leaf, int slot, const void* line) const;
   bool enter_write(Leaf* leaf, int slot) const;  // W2: false if the leaf is sealed

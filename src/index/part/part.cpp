@@ -231,6 +231,39 @@ Code Part::find(std::string_view key, std::string* value) const {
   return c;
 }
 
+// Batched lookups (Index::find_many): the tree's interleaved descents (art::Tree::find_batch),
+// then the values, under one pin as find.
+void Part::find_batch(const std::string_view* keys, std::string* values, Code* codes,
+                      std::size_t n) const {
+  static_assert(kFindBatch <= PmTree::kMaxBatch);
+  std::string_view ok_keys[kFindBatch];
+  std::uint8_t at[kFindBatch];  // batch position of the j-th well-formed key
+  std::size_t live = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    codes[i] = check_key(keys[i]);
+    if (codes[i] != Code::ok) continue;
+    ok_keys[live] = keys[i];
+    at[live++] = static_cast<std::uint8_t>(i);
+  }
+  if (live == 0) return;
+  auto guard = tree_->epochs().pin();  // out-of-line values stay until they are copied
+  std::uint64_t words[kFindBatch];
+  Code got[kFindBatch];
+  tree_->find_batch(ok_keys, live, words, got);
+  for (std::size_t j = 0; j < live; ++j) {
+    const std::size_t i = at[j];
+    codes[i] = got[j];
+    if (got[j] == Code::ok && values != nullptr && !values_.read(words[j], &values[i]))
+      codes[i] = Code::corrupted;
+  }
+  if (first_answer_.load(std::memory_order_relaxed) == 0) [[unlikely]] {
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - open_start_).count();
+    double zero = 0;
+    first_answer_.compare_exchange_strong(zero, s, std::memory_order_relaxed);
+  }
+}
+
 Code Part::remove(std::string_view key) {
   if (Code c = check_key(key); c != Code::ok) return c;
   if (Code c = writable(); c != Code::ok) return c;

@@ -62,6 +62,8 @@ class Part final : public Index {
   Code insert(std::string_view key, std::string_view value) override;
   Code update(std::string_view key, std::string_view value) override;
   Code find(std::string_view key, std::string* value) const override;
+  void find_batch(const std::string_view* keys, std::string* values, Code* codes,
+                  std::size_t n) const override;
   Code remove(std::string_view key) override;
   std::size_t scan(std::string_view start, std::size_t max, ScanBuffer& out) const override;
   Status verify() const override;

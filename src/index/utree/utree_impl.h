@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cstring>
 
 #include "index/common/hybrid_checks.h"
@@ -613,6 +614,66 @@ Code UTree<P>::find(std::string_view key, std::string* value) const {
     if (!found) return Code::not_found;
     if (value != nullptr) *value = std::move(tmp);
     return Code::ok;
+  }
+}
+
+// Batched lookups (Index::find_many), integer keys with inline values (the other modes pin and
+// read records per key: one at a time). Three passes over the batch, each starting the loads
+// of the next: InnerTree::descend_batch (it prefetches each leaf and reads its version a round
+// later), the leaf searches (each prefetches its PM list node), then the value words and the
+// leaf validations. A key whose descent or validation fails is looked up again alone by find.
+template <class P>
+void UTree<P>::find_batch(const std::string_view* keys, std::string* values, Code* codes,
+                          std::size_t n) const {
+  if (bytes_ || !values_.inline_values()) return Index::find_batch(keys, values, codes, n);
+  static_assert(kFindBatch <= index_common::InnerTree::kMaxBatch);
+  Probe p[kFindBatch];
+  std::uint8_t at[kFindBatch];  // batch position of the j-th well-formed key
+  std::size_t live = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    codes[i] = keys_.check(keys[i]);
+    if (codes[i] != Code::ok) continue;
+    p[live] = probe(keys[i]);
+    at[live++] = static_cast<std::uint8_t>(i);
+  }
+  std::pair<std::uint64_t, std::uint64_t> leaf[kFindBatch];
+  std::uint64_t alone = inner_.descend_batch<kInnerKeys>(
+      live, [&](std::size_t j) { return index_common::WordProbe{p[j].word}; },
+      [&](std::uint64_t lw) { index_common::prefetch_lines(leaf_of(lw), node_size_); },
+      [&](std::uint64_t lw) -> std::optional<std::uint64_t> {
+        bool restart = false;
+        const std::uint64_t v = leaf_of(lw)->h.lock.readLockOrRestart(restart);
+        if (restart) return std::nullopt;
+        return v;
+      },
+      leaf);
+  NodeOff node[kFindBatch];  // 0: not found
+  for (std::size_t j = 0; j < live; ++j) {
+    if ((alone >> j & 1) != 0) continue;
+    const Leaf* l = leaf_of(leaf[j].first);
+    bool found = false;
+    const unsigned pos = search(l, p[j], &found);
+    node[j] = found ? node_offset(optimistic_read(l->nodes()[pos])) : 0;
+    if (found && !node_in_pool(node[j])) alone |= std::uint64_t{1} << j;  // find sorts it out
+    else if (found) __builtin_prefetch(&node_at(node[j])->value);
+  }
+  for (std::size_t j = 0; j < live; ++j) {
+    if ((alone >> j & 1) != 0) continue;
+    const Leaf* l = leaf_of(leaf[j].first);
+    const std::uint64_t word = node[j] != 0 ? optimistic_read(node_at(node[j])->value) : 0;
+    bool restart = false;
+    l->h.lock.checkOrRestart(leaf[j].second, restart);
+    if (restart) {
+      alone |= std::uint64_t{1} << j;
+      continue;
+    }
+    const std::size_t i = at[j];
+    codes[i] = node[j] != 0 ? Code::ok : Code::not_found;
+    if (node[j] != 0 && values != nullptr) (void)values_.read(word, &values[i]);
+  }
+  for (; alone != 0; alone &= alone - 1) {
+    const std::size_t i = at[std::countr_zero(alone)];
+    codes[i] = find(keys[i], values != nullptr ? values + i : nullptr);
   }
 }
 

@@ -288,6 +288,90 @@ Code Tree<P>::find_once(std::string_view key, std::uint64_t* value, Olc& o) cons
   }
 }
 
+// find_once's steps, one per round for each key of the batch (the same reads, locks and
+// checks, in the same order per key).
+template <class P>
+void Tree<P>::find_batch(const std::string_view* keys, std::size_t n, std::uint64_t* values,
+                         Code* codes) const {
+  assert(n <= kMaxBatch);
+  struct Cursor {
+    const std::uint64_t* plock;  // the lock guarding the slot `w` was read from
+    std::uint64_t pv;
+    std::uint64_t w;             // what the key visits next
+    std::uint32_t depth;
+  };
+  Cursor cur[kMaxBatch];
+  std::uint64_t live = 0, alone = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    Olc o;
+    const std::uint64_t pv = read_lock(*root_lock_, nullptr, o);
+    const std::uint64_t bit = std::uint64_t{1} << i;
+    if (o.stop()) {
+      alone |= bit;
+      continue;
+    }
+    cur[i] = Cursor{root_lock_, pv, load_word(*root_word_), 0};
+    if (cur[i].w != 0) __builtin_prefetch(at<const char>(cur[i].w));
+    live |= bit;
+  }
+  while (live != 0) {
+    for (std::uint64_t m = live; m != 0; m &= m - 1) {
+      const auto i = static_cast<std::size_t>(std::countr_zero(m));
+      const std::uint64_t bit = std::uint64_t{1} << i;
+      const std::string_view key = keys[i];
+      Cursor& c = cur[i];
+      Olc o;
+      if (c.w == 0 || is_record(c.w)) {
+        const bool hit = c.w != 0 && key_of(c.w) == key;
+        const std::uint64_t value = hit ? load_word(record(c.w)->value) : 0;
+        check(*c.plock, c.pv, o);
+        if (o.stop()) {
+          alone |= bit;
+        } else {
+          codes[i] = hit ? Code::ok : Code::not_found;
+          if (hit) values[i] = value;
+        }
+        live &= ~bit;
+        continue;
+      }
+      NodeHeader* nd = node(c.w);
+      const std::uint64_t v = read_lock(nd->lock, nd, o);
+      if (!o.stop()) check(*c.plock, c.pv, o);
+      Prefix p;
+      if (o.stop() || !prefix_at(nd, c.depth, &p)) {  // find sorts out restart and damage
+        alone |= bit;
+        live &= ~bit;
+        continue;
+      }
+      bool mismatch = key.size() < std::size_t{c.depth} + p.len;
+      for (std::uint32_t j = 0; j < p.avail && !mismatch; ++j)
+        mismatch = static_cast<std::uint8_t>(key[c.depth + j]) != p.byte(c.depth, j);
+      if (mismatch) {
+        check(nd->lock, v, o);
+        if (o.stop()) alone |= bit;
+        else codes[i] = Code::not_found;
+        live &= ~bit;
+        continue;
+      }
+      std::uint32_t depth = c.depth + p.len;
+      std::uint64_t next = 0;
+      if (key.size() == depth) {
+        next = load_word(nd->end);
+      } else {
+        const std::uint64_t* s = find_slot(nd, static_cast<std::uint8_t>(key[depth]));
+        next = s != nullptr ? load_word(*s) : 0;
+        ++depth;
+      }
+      c = Cursor{&nd->lock, v, next, depth};
+      if (next != 0) __builtin_prefetch(at<const char>(next));
+    }
+  }
+  for (; alone != 0; alone &= alone - 1) {
+    const auto i = static_cast<std::size_t>(std::countr_zero(alone));
+    codes[i] = find(keys[i], &values[i]);
+  }
+}
+
 // --- update and remove ----------------------------------------------------------------------------
 
 template <class P>

@@ -28,6 +28,8 @@
 #pragma once
 
 #include <algorithm>
+#include <bit>
+#include <cassert>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -73,6 +75,14 @@ class Tree {
   // find: not_found, corrupted. Pin epochs() around the call and the use of *value if the
   // value word names memory that an update may release.
   Code find(std::string_view key, std::uint64_t* value) const;
+  // Batched find (Index::find_many) of n <= kMaxBatch keys: find's descent per key as a small
+  // state machine, advanced one node per round, round-robin over the batch; each step ends
+  // by prefetching the node or record its key visits next, so the batch's misses overlap.
+  // codes[i] and values[i] (set on ok only) as find gives them; a key whose attempt restarts
+  // or meets damage is looked up again alone by find. Pin epochs() as for find.
+  static constexpr std::size_t kMaxBatch = 64;
+  void find_batch(const std::string_view* keys, std::size_t n, std::uint64_t* values,
+                  Code* codes) const;
   // remove: not_found, pool_full (a shrink could not allocate), corrupted. *old as update.
   Code remove(std::string_view key, std::uint64_t* old);
   // Records with key >= start in key order, emit(key, value word) for each, at most `max`.
