@@ -5,6 +5,7 @@
 #include "index/fptree/fptree.h"
 #include "index/lbtree/lbtree.h"
 #include "index/nbtree/nbtree.h"
+#include "index/pactree/pactree.h"
 #include "index/part/part.h"
 #include "index/reflist/reflist.h"
 #include "index/utree/utree.h"
@@ -75,6 +76,7 @@ const std::vector<IndexRegistry::Entry>& IndexRegistry::entries() {
         .numa = "no",
         .recovery = "walk of the list; DRAM array layer rebuilt"}},
       part::Part::registry_entry(),
+      pactree::PacTree::registry_entry(),
   };
   return kEntries;
 }
