@@ -32,7 +32,7 @@ constexpr std::uint32_t block_of(std::uint32_t node_size) {
 //           [ 8,16) next: pool offset of the right neighbour (0 = last node, max = +inf)
 //           [16,24) prev: pool offset of the left neighbour (a hint, repaired by recovery)
 //           [24,32) anchor: key word of the node's lowest possible key (unused in the head)
-//           [32,40) flags: bit 0 head (anchor = -inf), bit 1 deleted (merge victim)
+//           [32,40) flags: bit 0 head (anchor = -inf); no other bit is used
 //           [40,64) reserved (0)
 //   line 1  [64,128) fingerprints: one byte per slot (mix of the key), valid where the bit is
 //   [128, node_size) slots: {key word, value word} x slots_of(node_size)
@@ -64,13 +64,12 @@ static_assert(offsetof(DataNode, fp_words) == 64 && offsetof(DataNode, slots) ==
 static_assert(std::is_standard_layout_v<DataNode> && std::is_trivially_copyable_v<DataNode>);
 
 inline constexpr std::uint64_t kFlagHead = 1;
-inline constexpr std::uint64_t kFlagDeleted = 2;
 
 // SMO log entry, 64 B (one line), kLogRing per thread slot in a block named by the root:
 //   [ 0, 8) state: 0 = free | (lsn << 8) | stage   (written last, PROTOCOL.md L2)
-//   [ 8,16) left: the node that splits
-//   [16,24) right: the new node
-//   [24,32) anchor: the new node's anchor key word
+//   [ 8,16) left: the node that splits (merge: the survivor)
+//   [16,24) right: the new node (merge: the right neighbour that leaves the list)
+//   [24,32) anchor: the right node's anchor key word
 //   [32,64) reserved
 struct LogEntry {
   std::uint64_t state;
@@ -85,6 +84,8 @@ static_assert(std::is_standard_layout_v<LogEntry> && std::is_trivially_copyable_
 // Log stages (low 8 bits of state).
 inline constexpr std::uint64_t kStageSplitLogged = 1;  // data-layer split in progress
 inline constexpr std::uint64_t kStageSplitDone = 2;    // data layer done; search layer pending
+inline constexpr std::uint64_t kStageMergeLogged = 3;  // data-layer merge in progress
+inline constexpr std::uint64_t kStageMergeDone = 4;    // data layer done; search layer pending
 constexpr std::uint64_t stage_of(std::uint64_t state) { return state & 0xff; }
 constexpr std::uint64_t lsn_of(std::uint64_t state) { return state >> 8; }
 

@@ -1,4 +1,5 @@
-// PACTree: the native API over the data layer, the split (S1-S8) and the synchronous updater.
+// PACTree: the native API over the data layer, split (S1-S8), merge (M1-M6) and the
+// synchronous updater.
 // Creation, recovery and verify(): recovery.cpp. Steps: PROTOCOL.md.
 #include "index/pactree/pactree.h"
 
@@ -114,8 +115,12 @@ std::uint64_t PacTree::lock_node(const Probe& p) const {
     bool restart = false;
     index_common::OptimisticLock& lock = versions_->at(off);
     std::uint64_t v = lock.readLockOrRestart(restart);
+    if (restart) {  // merged away: its left neighbour holds its range now
+      off = survivor_of(off);
+      continue;
+    }
     const std::uint64_t next = optimistic_read(node(off)->h.next);
-    if (!restart && next != 0 && anchor_le(next, p)) {  // the last mile: p lies further right
+    if (next != 0 && anchor_le(next, p)) {  // the last mile: p lies further right
       off = next;
       continue;
     }
@@ -123,6 +128,12 @@ std::uint64_t PacTree::lock_node(const Probe& p) const {
     if (!restart) return off;  // unchanged since v: next, and so the range, still hold
     index_common::olc_pause();
   }
+}
+
+std::uint64_t PacTree::survivor_of(std::uint64_t off) const {
+  // prev of a merged node is final: it was written under the survivor's lock, and nothing
+  // names the node as next any more. The block stays readable while we are pinned.
+  return optimistic_read(node(off)->h.prev);
 }
 
 void PacTree::unlock(std::uint64_t off) const { versions_->at(off).writeUnlock(); }
@@ -152,16 +163,20 @@ Code PacTree::find(std::string_view key, std::string* value) const {
     bool restart = false;
     const index_common::OptimisticLock& lock = versions_->at(off);
     const std::uint64_t v = lock.readLockOrRestart(restart);
+    if (restart) {  // merged away: move on to the survivor instead of starting over
+      off = survivor_of(off);
+      continue;
+    }
     const DataNode* n = node(off);
     const std::uint64_t next = optimistic_read(n->h.next);
-    if (!restart && next != 0 && anchor_le(next, p)) {
+    if (next != 0 && anchor_le(next, p)) {
       hops_.fetch_add(1, std::memory_order_relaxed);  // relaxed: a statistic
       off = next;
       continue;
     }
-    const int i = restart ? -1 : find_slot(n, p, optimistic_read(n->h.bitmap));
+    const int i = find_slot(n, p, optimistic_read(n->h.bitmap));
     const std::uint64_t word = i >= 0 ? optimistic_read(n->slots[i].value) : 0;
-    if (!restart) lock.checkOrRestart(v, restart);
+    lock.checkOrRestart(v, restart);
     if (restart) {
       index_common::olc_pause();
       continue;
@@ -273,16 +288,19 @@ Code PacTree::remove(std::string_view key) {
   const std::uint64_t vw = optimistic_read(n->slots[i].value);
   pm::publish(&n->h.bitmap, bitmap & ~(std::uint64_t{1} << i));
   pm::persist(&n->h.bitmap, 8);  // D1: clearing the bit commits the remove
+  Merge m = maybe_merge(off);
   unlock(off);
   retire_key(kw);  // K3
   retire_value(vw);
+  if (m.lsn != 0) updater_.push(m.lsn, std::move(m.change), *search_);  // U8
   return Code::ok;
 }
 
 std::size_t PacTree::scan(std::string_view start, std::size_t max, ScanBuffer& out) const {
   out.clear();
   if (max == 0) return 0;
-  const Probe p = keys_.probe(start);  // integer modes: a short start is padded with zeros
+  // Integer modes: a short start is padded with zeros (a non-null view even when empty).
+  const Probe p = keys_.probe(start.empty() ? std::string_view("", 0) : start);
   auto guard = epochs_.pin();
   std::uint64_t off = jump_node(p);
   std::string last;
@@ -293,15 +311,19 @@ std::size_t PacTree::scan(std::string_view start, std::size_t max, ScanBuffer& o
     bool restart = false;
     const index_common::OptimisticLock& lock = versions_->at(off);
     const std::uint64_t v = lock.readLockOrRestart(restart);
+    if (restart) {  // merged away: its records are in the survivor (keys emitted are skipped)
+      off = survivor_of(off);
+      continue;
+    }
     const DataNode* n = node(off);
     const std::uint64_t next = optimistic_read(n->h.next);
     recs.clear();
-    for (std::uint64_t b = optimistic_read(n->h.bitmap) & full_; b != 0 && !restart; b &= b - 1) {
+    for (std::uint64_t b = optimistic_read(n->h.bitmap) & full_; b != 0; b &= b - 1) {
       const int i = std::countr_zero(b);
       recs.emplace_back(key_of(optimistic_read(n->slots[i].key)),
                         optimistic_read(n->slots[i].value));
     }
-    if (!restart) lock.checkOrRestart(v, restart);
+    lock.checkOrRestart(v, restart);
     if (restart) {
       index_common::olc_pause();
       continue;  // the same node again: keys already emitted are skipped by `last`
@@ -419,6 +441,86 @@ Code PacTree::split(std::uint64_t off) {
   // S8: the search layer learns the new anchor, in LSN order.
   updater_.push(lsn, Pending{true, search_key(median), noff, le}, *search_);
   return Code::ok;
+}
+
+// --- merge (M1-M6) --------------------------------------------------------------------------
+
+// With `off` locked and sparse after a remove, merges its right neighbour into it when both
+// fit in half a node. Locks the neighbour (left to right, as every holder of two locks does,
+// so waits form no cycle) and leaves `off` locked. Returns the search-layer change to push
+// after the caller unlocks (lsn 0: no merge).
+PacTree::Merge PacTree::maybe_merge(std::uint64_t off) {
+  DataNode* x = node(off);
+  const std::uint64_t xbits = optimistic_read(x->h.bitmap);
+  const std::uint64_t noff = optimistic_read(x->h.next);
+  if (noff == 0 || static_cast<unsigned>(std::popcount(xbits)) > slots_ / 4) return {};
+  index_common::OptimisticLock& nlock = versions_->at(noff);
+  bool restart = false;
+  nlock.writeLockOrRestart(restart);  // a locked node's next is live: never obsolete here
+  if (restart) return {};
+  DataNode* n = node(noff);
+  const std::uint64_t nbits = optimistic_read(n->h.bitmap);
+  Code code = Code::ok;
+  LogEntry* le = static_cast<unsigned>(std::popcount(xbits) + std::popcount(nbits)) <= slots_ / 2
+                     ? log_slot(&code)
+                     : nullptr;
+  if (le == nullptr) {  // too full to merge, or no space for a log ring: not now
+    nlock.writeUnlock();
+    return {};
+  }
+  const std::uint64_t anchor = optimistic_read(n->h.anchor);
+  const std::uint64_t after = optimistic_read(n->h.next);
+  // M1: the log entry, its state word last.
+  const std::uint64_t lsn = next_lsn_.fetch_add(1, std::memory_order_relaxed);  // relaxed:
+  // a unique number; the updater's mutex orders the applications.
+  const std::uint64_t words[3] = {off, noff, anchor};
+  pm::copy(&le->left, words, sizeof words);
+  pm::persist(&le->left, sizeof words);
+  pm::publish(&le->state, (lsn << 8) | kStageMergeLogged);
+  pm::persist(&le->state, 8);
+  // M2: the neighbour's records into free slots of this node (bits still clear).
+  const auto* nfp = reinterpret_cast<const std::uint8_t*>(n->fp_words);
+  std::uint64_t added = 0, free = ~xbits & full_;
+  for (std::uint64_t b = nbits; b != 0; b &= b - 1, free &= free - 1) {
+    const unsigned from = static_cast<unsigned>(std::countr_zero(b));
+    const unsigned to = static_cast<unsigned>(std::countr_zero(free));
+    pm::publish(&x->slots[to].key, optimistic_read(n->slots[from].key));
+    pm::publish(&x->slots[to].value, optimistic_read(n->slots[from].value));
+    std::uint64_t fw = optimistic_read(x->fp_words[to / 8]);
+    const unsigned shift = 8 * (to % 8);
+    fw = (fw & ~(std::uint64_t{0xff} << shift)) | (std::uint64_t{nfp[from]} << shift);
+    pm::publish(&x->fp_words[to / 8], fw);
+    pm::flush(&x->slots[to], sizeof(Slot));
+    added |= std::uint64_t{1} << to;
+  }
+  pm::flush(x->fp_words, sizeof x->fp_words);
+  pm::fence();
+  // M3: the copies become valid; they lie beyond this node's max (the neighbour's anchor), so
+  // every reader still walks to the neighbour for them.
+  pm::publish(&x->h.bitmap, xbits | added);
+  pm::persist(&x->h.bitmap, 8);
+  // M4: unlinking the neighbour commits the merge.
+  pm::publish(&x->h.next, after);
+  pm::persist(&x->h.next, 8);
+  // M5: the prev hint of the node after it.
+  if (after != 0) {
+    pm::publish(&node(after)->h.prev, off);
+    pm::persist(&node(after)->h.prev, 8);
+  }
+  // M6: the data layer is done.
+  pm::publish(&le->state, (lsn << 8) | kStageMergeDone);
+  pm::persist(&le->state, 8);
+  nlock.writeUnlockObsolete();  // readers that reach it move to its prev (this node)
+  merges_.fetch_add(1, std::memory_order_relaxed);  // relaxed: a statistic
+  Merge m{lsn, Pending{false, search_key(key_of(anchor)), noff, le}};
+  retire_key(anchor);  // K3: the anchor record (bytes keys) and the node, after readers left
+  epochs_.retire(this, &release_node, noff);
+  return m;
+}
+
+void PacTree::release_node(void* self, std::uint64_t off) {
+  auto* t = static_cast<PacTree*>(self);
+  t->pool_->allocator().deallocate(off, t->node_block_);
 }
 
 void PacTree::Updater::push(std::uint64_t lsn, Pending p, SearchTree& tree) {

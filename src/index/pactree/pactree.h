@@ -1,7 +1,7 @@
 // PACTree (Kim et al., SOSP'21): a doubly linked list of 64-slot PM data nodes (the data
 // layer) under a trie of the nodes' anchor keys (the search layer: the shared ART core,
 // src/index/common/art/, in DRAM in this version, rebuilt from the anchors at open). Splits
-// are logged in a per-thread persistent SMO log before they change shared PM and reach the
+// and merges are logged in a per-thread persistent SMO log before they change shared PM and reach the
 // search layer in global sequence (LSN) order through the updater; lookups tolerate a lagging
 // search layer by walking right along the list (the last mile). Layouts: layout.h; persistence
 // steps: PROTOCOL.md (cited in code as `// Xn:`); README.md: design and what differs.
@@ -9,7 +9,9 @@
 // Thread safety: every operation may run concurrently.
 //   * Data nodes: a DRAM OptimisticLock per node (LeafVersions, keyed by pool offset). Readers
 //     read node words with optimistic_read and validate the version; writers lock the node
-//     whose range holds their key for the whole operation, split included.
+//     whose range holds their key for the whole operation, split included; a merge also locks
+//     the right neighbour (always left to right, so waits form no cycle). A merged-away node
+//     is marked obsolete; a reader that meets it moves to its prev (the survivor).
 //   * The search layer is art::Tree (its own OLC); it is changed only by the updater, which
 //     applies logged SMOs one at a time in LSN order (Updater::push, under its mutex).
 //   * Key records, out-of-line values and anchors leave through the epoch manager (K3);
@@ -74,6 +76,7 @@ class PacTree final : public Index {
   // Tests and pmbench: splits done in this run, data nodes in the list (quiescent), last-mile
   // hops taken by lookups, SMO log entries not yet applied to the search layer.
   std::uint64_t splits() const { return splits_.load(std::memory_order_relaxed); }
+  std::uint64_t merges() const { return merges_.load(std::memory_order_relaxed); }
   std::uint64_t node_count_for_testing() const;
   std::uint64_t last_mile_hops() const { return hops_.load(std::memory_order_relaxed); }
   std::size_t updater_pending() const;
@@ -137,6 +140,16 @@ class PacTree final : public Index {
   // Splits the locked node at off (S1-S8); leaves it unlocked either way.
   Code split(std::uint64_t off);
   LogEntry* log_slot(Code* code);
+  struct Merge {
+    std::uint64_t lsn = 0;  // 0: no merge happened
+    Pending change;
+  };
+  // Merges the right neighbour into the locked node at off when both are sparse (M1-M6).
+  Merge maybe_merge(std::uint64_t off);
+  static void release_node(void* self, std::uint64_t off);
+  // The node to go on from when `off` turned out obsolete (merged away): its left neighbour,
+  // which took over its range.
+  std::uint64_t survivor_of(std::uint64_t off) const;
 
   // recovery and verification (recovery.cpp)
   Status repair_logs(Root* r, std::uint64_t* repaired);
@@ -164,6 +177,7 @@ class PacTree final : public Index {
   std::atomic<std::uint64_t> next_lsn_{1};
   std::unique_ptr<unsigned[]> log_cursor_;  // per thread slot: next ring entry (owner only)
   mutable std::atomic<std::uint64_t> splits_{0};
+  mutable std::atomic<std::uint64_t> merges_{0};
   mutable std::atomic<std::uint64_t> hops_{0};
   mutable sync::EpochManager epochs_;
   RecoveryStats recovery_;

@@ -170,7 +170,22 @@ Status PacTree::repair_logs(Root* r, std::uint64_t* repaired) {
           pm::persist(&left->h.bitmap, 8);  // R1: S5 redone
         }
         ++*repaired;
-      } else if (stage != kStageSplitDone) {
+      } else if (stage == kStageMergeLogged) {
+        DataNode* left = p.checked<DataNode>(e.left, node_size_, 256);
+        if (left == nullptr)
+          return p.error(Code::corrupted, "pactree SMO log names a node out of bounds");
+        if (left->h.next == e.right) {  // M4 not reached: undo M3 (the copies leave again)
+          const std::string anchor = key_of(e.anchor);
+          std::uint64_t bits = left->h.bitmap & full_;
+          for (std::uint64_t b = bits; b != 0; b &= b - 1) {
+            const int i = std::countr_zero(b);
+            if (key_of(left->slots[i].key) >= anchor) bits &= ~(std::uint64_t{1} << i);
+          }
+          pm::publish(&left->h.bitmap, bits);
+          pm::persist(&left->h.bitmap, 8);  // R1: M3 undone
+        }
+        ++*repaired;
+      } else if (stage != kStageSplitDone && stage != kStageMergeDone) {
         return p.error(Code::corrupted, "pactree SMO log entry in an unknown stage");
       }
       pm::publish(&e.state, 0);

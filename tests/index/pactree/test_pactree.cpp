@@ -120,6 +120,10 @@ TEST_P(Randomized, AgainstStdMapWithVerifyAfterEveryOp) {
   const auto st = c.run(plan, keys, values);
   EXPECT_GT(st.grew, 0u);
   EXPECT_GT(as_pac(c.index()).splits(), 10u);
+  if (slots <= 8) {
+    EXPECT_GT(st.shrank, 0u);
+    EXPECT_GT(as_pac(c.index()).merges(), 0u);  // the shrink phase merged nodes away
+  }
   ASSERT_TRUE(c.reopen(/*clean=*/true));
   plan.seed += 1000;
   plan.phases = {testing::mixed_phase(400)};

@@ -15,7 +15,7 @@
 namespace pmindex::crash {
 namespace {
 
-// Splits counted by the data-node count: "nodes+" is a split.
+// SMOs counted by the data-node count: "nodes+" is a split, "nodes-" a merge.
 crash_kit::SmoTally::Levels split_levels(const Index& idx) {
   return {{"nodes", dynamic_cast<const pactree::PacTree&>(idx).node_count_for_testing()}};
 }
@@ -31,7 +31,7 @@ void run(unsigned slots, KeyType kt, pm::Mode mode, std::size_t ops) {
   r.min_ops = ops;
   r.recovery_crash_images = 40;  // crashes during recovery's repairs (R1, R3)
   r.probe = split_levels;
-  r.smos = {"nodes+"};
+  r.smos = {"nodes+", "nodes-"};
   r.label = "pactree" + std::to_string(slots) + (kt == KeyType::bytes ? ".bytes." : ".") +
             std::string(pm::to_string(mode));
   hybrid_test::run_registry_crash(r);
