@@ -525,7 +525,7 @@ void PacTree::release_node(void* self, std::uint64_t off) {
 
 void PacTree::Updater::push(std::uint64_t lsn, Pending p, SearchTree& tree) {
   pm::yield_point("pactree.updater");
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<sync::SpinLock> lock(mu_);
   waiting_.emplace(lsn, std::move(p));
   while (!waiting_.empty() && waiting_.begin()->first == next_apply_) {
     Pending& q = waiting_.begin()->second;
@@ -543,7 +543,7 @@ void PacTree::Updater::push(std::uint64_t lsn, Pending p, SearchTree& tree) {
 }
 
 std::size_t PacTree::Updater::pending() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<sync::SpinLock> lock(mu_);
   return waiting_.size();
 }
 

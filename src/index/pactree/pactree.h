@@ -31,7 +31,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
+#include <mutex>  // std::lock_guard
 #include <string>
 #include <string_view>
 #include <vector>
@@ -44,6 +44,7 @@
 #include "pmindex/index.h"
 #include "pmindex/pm/dram_arena.h"
 #include "pmindex/sync/epoch.h"
+#include "pmindex/sync/spin_lock.h"
 
 namespace pmindex::pactree {
 
@@ -105,7 +106,10 @@ class PacTree final : public Index {
     void push(std::uint64_t lsn, Pending p, SearchTree& tree);
     std::size_t pending() const;
    private:
-    mutable std::mutex mu_;
+    // A spin lock with scheduling points, not a std::mutex: the crash simulator's scheduler
+    // may park the holder at a PM event inside the critical section, and a waiter must then
+    // yield rather than block in the kernel.
+    mutable sync::SpinLock mu_;
     std::map<std::uint64_t, Pending> waiting_;  // guarded by mu_
     std::uint64_t next_apply_ = 1;              // guarded by mu_
   };
