@@ -414,7 +414,7 @@ Code PacTree::split(std::uint64_t off) {
   pm::copy(nn, &img, bytes);
   pm::persist(nn, bytes);
   index_common::recycle_unlocked(versions_->at(noff));
-  // S2, S3: the log entry, its state word last.
+  // S2, S3 (L2): the log entry, its state word last.
   const std::uint64_t lsn = next_lsn_.fetch_add(1, std::memory_order_relaxed);  // relaxed:
   // a unique number; the updater's mutex orders the applications.
   const std::uint64_t words[3] = {off, noff, anchor};
@@ -470,7 +470,7 @@ PacTree::Merge PacTree::maybe_merge(std::uint64_t off) {
   }
   const std::uint64_t anchor = optimistic_read(n->h.anchor);
   const std::uint64_t after = optimistic_read(n->h.next);
-  // M1: the log entry, its state word last.
+  // M1 (L2): the log entry, its state word last.
   const std::uint64_t lsn = next_lsn_.fetch_add(1, std::memory_order_relaxed);  // relaxed:
   // a unique number; the updater's mutex orders the applications.
   const std::uint64_t words[3] = {off, noff, anchor};
@@ -535,7 +535,7 @@ void PacTree::Updater::push(std::uint64_t lsn, Pending p, SearchTree& tree) {
       std::uint64_t old = 0;
       (void)tree.remove(q.search_key, &old);
     }
-    pm::publish(&q.entry->state, 0);  // U1: the entry is applied; its slot may be reused
+    pm::publish(&q.entry->state, 0);  // U8: the entry is applied; its slot may be reused
     pm::persist(&q.entry->state, 8);
     waiting_.erase(waiting_.begin());
     ++next_apply_;
