@@ -6,6 +6,7 @@
 #include "index/fptree/fptree.h"
 #include "index/lbtree/lbtree.h"
 #include "index/nbtree/nbtree.h"
+#include "index/pactree/pactree.h"
 #include "index/part/part.h"
 #include "index/reflist/reflist.h"
 #include "index/utree/utree.h"
@@ -81,6 +82,7 @@ const std::vector<IndexRegistry::Entry>& builtin_entries() {
         .numa = "no",
         .recovery = "walk of the list; DRAM array layer rebuilt"}},
       part::Part::registry_entry(),
+      pactree::PacTree::registry_entry(),
   };
   return kEntries;
 }

@@ -43,6 +43,7 @@ std::uint32_t small_node(const std::string& kind) {
   if (kind == "fptree") return 192;
   if (kind == "apex") return 1024;
   if (kind == "utree") return 64;  // DRAM leaves of 2 entries: the list layer has no SMO
+  if (kind == "pactree") return 192;  // data nodes of 4 slots
   return 0;
 }
 
@@ -217,6 +218,10 @@ std::vector<Case> cases() {
       out.push_back({kind, KeyType::u64, 64, scope});
       out.push_back({kind, KeyType::bytes, 64, scope});
     }
+    out.push_back({"pactree", KeyType::u64, 8, scope});
+    out.push_back({"pactree", KeyType::u64, 8, scope, /*ascending=*/true});
+    out.push_back({"pactree", KeyType::u64, 64, scope});
+    out.push_back({"pactree", KeyType::bytes, 64, scope});
   }
   return out;
 }

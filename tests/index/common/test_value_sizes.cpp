@@ -13,6 +13,7 @@ namespace {
 
 // Kinds whose default value mode stores exactly 8 bytes.
 bool fixed_eight_bytes(const std::string& kind) {
+  if (kind == "pactree") return true;
   return kind == "apex" || kind == "lbtree" || kind == "fptree" || kind == "utree" ||
          kind == "part";
 }

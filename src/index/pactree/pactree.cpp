@@ -1,0 +1,570 @@
+// PACTree: the native API over the data layer, split (S1-S8), merge (M1-M6) and the
+// synchronous updater.
+// Creation, recovery and verify(): recovery.cpp. Steps: PROTOCOL.md.
+#include "index/pactree/pactree.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+
+#include "index/common/olc.h"
+#include "index/common/pm_record.h"
+#include "index/common/reclaim.h"
+
+namespace pmindex::pactree {
+
+namespace {
+
+using sync::optimistic_read;
+
+// Fingerprint match over the 64 fingerprint bytes: bit i of the result is set where byte i
+// equals fp. SSE2 is the x86-64 baseline; the AVX2 path is chosen at run time (no ISA flag is
+// imposed on users of the library).
+std::uint64_t match_sse2(const std::uint8_t* fps, std::uint8_t fp) {
+  const __m128i want = _mm_set1_epi8(static_cast<char>(fp));
+  std::uint64_t m = 0;
+  for (unsigned i = 0; i < 4; ++i) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(fps + 16 * i));
+    m |= std::uint64_t{static_cast<std::uint16_t>(_mm_movemask_epi8(_mm_cmpeq_epi8(v, want)))}
+         << (16 * i);
+  }
+  return m;
+}
+
+__attribute__((target("avx2"))) std::uint64_t match_avx2(const std::uint8_t* fps,
+                                                          std::uint8_t fp) {
+  const __m256i want = _mm256_set1_epi8(static_cast<char>(fp));
+  const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(fps));
+  const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(fps + 32));
+  const auto mlo = static_cast<std::uint32_t>(_mm256_movemask_epi8(_mm256_cmpeq_epi8(lo, want)));
+  const auto mhi = static_cast<std::uint32_t>(_mm256_movemask_epi8(_mm256_cmpeq_epi8(hi, want)));
+  return std::uint64_t{mlo} | (std::uint64_t{mhi} << 32);
+}
+
+const bool kHaveAvx2 = __builtin_cpu_supports("avx2");
+
+}  // namespace
+
+PacTree::PacTree(std::unique_ptr<pm::Pool> pool)
+    : pool_(std::move(pool)), log_cursor_(new unsigned[pm::kMaxThreadSlots]()) {}
+
+PacTree::~PacTree() = default;
+
+std::string PacTree::search_key(std::string_view key) const {
+  std::string out;
+  if (!bytes_) {  // fixed 8-byte keys: complementing every byte reverses the order
+    out.resize(8);
+    for (unsigned i = 0; i < 8; ++i) out[i] = static_cast<char>(~static_cast<std::uint8_t>(key[i]));
+    return out;
+  }
+  // Any length: byte b becomes (0x00, 0xff - b) and the key ends with 0x01, so a key that is a
+  // proper prefix of another encodes greater than it (0x01 > 0x00) and differing bytes reverse.
+  out.reserve(2 * key.size() + 1);
+  for (const char c : key) {
+    out.push_back('\0');
+    out.push_back(static_cast<char>(0xff - static_cast<std::uint8_t>(c)));
+  }
+  out.push_back('\1');
+  return out;
+}
+
+bool PacTree::anchor_le(std::uint64_t off, const Probe& p) const {
+  const DataNode* n = node(off);
+  // Flags and anchor never change while a node is in the list (the node is freed through the
+  // epoch manager, so the words stay readable while we are pinned).
+  if ((optimistic_read(n->h.flags) & kFlagHead) != 0) return true;
+  const std::uint64_t a = optimistic_read(n->h.anchor);
+  if (!bytes_) return a <= p.word;
+  std::string_view stored;
+  if (!index_common::read_record(*pool_, a, keys_.max_key(), &stored)) return false;
+  return stored <= p.bytes;
+}
+
+// The node of the greatest anchor <= p that the search layer knows, or the head. The search
+// layer may lag behind splits (the last mile walks right from here).
+std::uint64_t PacTree::jump_node(const Probe& p) const {
+  const std::string k = search_key(bytes_ ? p.bytes : std::string_view(encode_u64(p.word)));
+  std::uint64_t found = 0;
+  (void)search_->scan(k, 1, [&](std::string_view, std::uint64_t w) { found = w; });
+  return found != 0 ? found : root_->head;
+}
+
+std::uint64_t PacTree::fp_candidates(const DataNode* n, std::uint8_t fp,
+                                     std::uint64_t bitmap) const {
+  // Copied word by word with optimistic_read (a concurrent writer may change them; the
+  // caller's validation discards what was read then), then compared as a vector.
+  alignas(32) std::uint64_t words[kMaxSlots / 8];
+  for (unsigned i = 0; i < kMaxSlots / 8; ++i) words[i] = optimistic_read(n->fp_words[i]);
+  const auto* bytes = reinterpret_cast<const std::uint8_t*>(words);
+  return (kHaveAvx2 ? match_avx2(bytes, fp) : match_sse2(bytes, fp)) & bitmap;
+}
+
+int PacTree::find_slot(const DataNode* n, const Probe& p, std::uint64_t bitmap) const {
+  for (std::uint64_t c = fp_candidates(n, p.fp, bitmap); c != 0; c &= c - 1) {
+    const int i = std::countr_zero(c);
+    if (keys_.matches(optimistic_read(n->slots[i].key), p)) return i;
+  }
+  return -1;
+}
+
+std::uint64_t PacTree::lock_node(const Probe& p) const {
+  std::uint64_t off = jump_node(p);
+  for (;;) {
+    bool restart = false;
+    index_common::OptimisticLock& lock = versions_->at(off);
+    std::uint64_t v = lock.readLockOrRestart(restart);
+    if (restart) {  // merged away: its left neighbour holds its range now
+      off = survivor_of(off);
+      continue;
+    }
+    const std::uint64_t next = optimistic_read(node(off)->h.next);
+    if (next != 0 && anchor_le(next, p)) {  // the last mile: p lies further right
+      off = next;
+      continue;
+    }
+    if (!restart) lock.upgradeToWriteLockOrRestart(v, restart);
+    if (!restart) return off;  // unchanged since v: next, and so the range, still hold
+    index_common::olc_pause();
+  }
+}
+
+std::uint64_t PacTree::survivor_of(std::uint64_t off) const {
+  // prev of a merged node is final: it was written under the survivor's lock, and nothing
+  // names the node as next any more. The block stays readable while we are pinned.
+  return optimistic_read(node(off)->h.prev);
+}
+
+void PacTree::unlock(std::uint64_t off) const { versions_->at(off).writeUnlock(); }
+
+void PacTree::release_key(void* self, std::uint64_t word) {
+  index_common::free_record(*static_cast<PacTree*>(self)->pool_, word);  // K3
+}
+void PacTree::release_value(void* self, std::uint64_t word) {
+  static_cast<PacTree*>(self)->values_.release(word);  // K3
+}
+void PacTree::retire_key(std::uint64_t key_word) const {
+  if (bytes_) epochs_.retire(const_cast<PacTree*>(this), &release_key, key_word);
+}
+void PacTree::retire_value(std::uint64_t value_word) const {
+  if (!values_.inline_values())
+    epochs_.retire(const_cast<PacTree*>(this), &release_value, value_word);
+}
+
+// --- the native API -------------------------------------------------------------------------
+
+Code PacTree::find(std::string_view key, std::string* value) const {
+  if (Code c = keys_.check(key); c != Code::ok) return c;
+  const Probe p = keys_.probe(key);
+  auto guard = epochs_.pin();  // key records and out-of-line values stay while we read them
+  std::uint64_t off = jump_node(p);
+  for (;;) {
+    bool restart = false;
+    const index_common::OptimisticLock& lock = versions_->at(off);
+    const std::uint64_t v = lock.readLockOrRestart(restart);
+    if (restart) {  // merged away: move on to the survivor instead of starting over
+      off = survivor_of(off);
+      continue;
+    }
+    const DataNode* n = node(off);
+    const std::uint64_t next = optimistic_read(n->h.next);
+    if (next != 0 && anchor_le(next, p)) {
+      hops_.fetch_add(1, std::memory_order_relaxed);  // relaxed: a statistic
+      off = next;
+      continue;
+    }
+    const int i = find_slot(n, p, optimistic_read(n->h.bitmap));
+    const std::uint64_t word = i >= 0 ? optimistic_read(n->slots[i].value) : 0;
+    lock.checkOrRestart(v, restart);
+    if (restart) {
+      index_common::olc_pause();
+      continue;
+    }
+    if (i < 0) return Code::not_found;
+    if (value != nullptr && !values_.read(word, value)) return Code::corrupted;
+    return Code::ok;
+  }
+}
+
+void PacTree::write_slot(DataNode* n, unsigned i, std::uint64_t key_word,
+                         std::uint64_t value_word, std::uint8_t fp) const {
+  pm::publish(&n->slots[i].key, key_word);      // I1: the record into a free slot
+  pm::publish(&n->slots[i].value, value_word);
+  std::uint64_t fw = optimistic_read(n->fp_words[i / 8]);
+  const unsigned shift = 8 * (i % 8);
+  fw = (fw & ~(std::uint64_t{0xff} << shift)) | (std::uint64_t{fp} << shift);
+  pm::publish(&n->fp_words[i / 8], fw);         // I1: its fingerprint
+  pm::flush(&n->slots[i], sizeof(Slot));
+  pm::flush(&n->fp_words[i / 8], 8);
+  pm::fence();                                  // I2: both durable before the bit
+}
+
+Code PacTree::insert(std::string_view key, std::string_view value) {
+  if (Code c = keys_.check(key); c != Code::ok) return c;
+  if (Code c = values_.check(value); c != Code::ok) return c;
+  return index_common::retry_after_reclaim(epochs_, [&] { return insert_once(key, value); });
+}
+
+Code PacTree::insert_once(std::string_view key, std::string_view value) {
+  const Probe p = keys_.probe(key);
+  auto guard = epochs_.pin();
+  for (;;) {
+    const std::uint64_t off = lock_node(p);
+    DataNode* n = node(off);
+    const std::uint64_t bitmap = optimistic_read(n->h.bitmap);
+    if (find_slot(n, p, bitmap) >= 0) {
+      unlock(off);
+      return Code::already_present;
+    }
+    if (bitmap == full_) {
+      if (Code c = split(off); c != Code::ok) return c;
+      continue;  // the key's node is the old one or the new one: find it again
+    }
+    Code code = Code::ok;
+    const std::uint64_t vw = values_.make_word(value, &code);  // K1 (out of line)
+    if (code != Code::ok) {
+      unlock(off);
+      return code;
+    }
+    const std::uint64_t kw = keys_.make_key_word(*pool_, p, &code);  // K1 (bytes keys)
+    if (code != Code::ok) {
+      values_.release(vw);
+      unlock(off);
+      return code;
+    }
+    const unsigned i = static_cast<unsigned>(std::countr_zero(~bitmap & full_));
+    write_slot(n, i, kw, vw, p.fp);
+    pm::publish(&n->h.bitmap, bitmap | (std::uint64_t{1} << i));
+    pm::persist(&n->h.bitmap, 8);  // I3: the bit commits the insert
+    unlock(off);
+    return Code::ok;
+  }
+}
+
+Code PacTree::update(std::string_view key, std::string_view value) {
+  if (Code c = keys_.check(key); c != Code::ok) return c;
+  if (Code c = values_.check(value); c != Code::ok) return c;
+  return index_common::retry_after_reclaim(epochs_, [&] { return update_once(key, value); });
+}
+
+Code PacTree::update_once(std::string_view key, std::string_view value) {
+  const Probe p = keys_.probe(key);
+  auto guard = epochs_.pin();
+  const std::uint64_t off = lock_node(p);
+  DataNode* n = node(off);
+  const int i = find_slot(n, p, optimistic_read(n->h.bitmap));
+  if (i < 0) {
+    unlock(off);
+    return Code::not_found;
+  }
+  Code code = Code::ok;
+  const std::uint64_t vw = values_.make_word(value, &code);  // K1
+  if (code != Code::ok) {
+    unlock(off);
+    return code;
+  }
+  const std::uint64_t old = optimistic_read(n->slots[i].value);
+  pm::publish(&n->slots[i].value, vw);
+  pm::persist(&n->slots[i].value, 8);  // U1: one 8-byte store switches the value
+  unlock(off);
+  retire_value(old);  // K3 once no reader can hold it
+  return Code::ok;
+}
+
+Code PacTree::remove(std::string_view key) {
+  if (Code c = keys_.check(key); c != Code::ok) return c;
+  const Probe p = keys_.probe(key);
+  auto guard = epochs_.pin();
+  const std::uint64_t off = lock_node(p);
+  DataNode* n = node(off);
+  const std::uint64_t bitmap = optimistic_read(n->h.bitmap);
+  const int i = find_slot(n, p, bitmap);
+  if (i < 0) {
+    unlock(off);
+    return Code::not_found;
+  }
+  const std::uint64_t kw = optimistic_read(n->slots[i].key);
+  const std::uint64_t vw = optimistic_read(n->slots[i].value);
+  pm::publish(&n->h.bitmap, bitmap & ~(std::uint64_t{1} << i));
+  pm::persist(&n->h.bitmap, 8);  // D1: clearing the bit commits the remove
+  Merge m = maybe_merge(off);
+  unlock(off);
+  retire_key(kw);  // K3
+  retire_value(vw);
+  if (m.lsn != 0) updater_.push(m.lsn, std::move(m.change), *search_);  // U8
+  return Code::ok;
+}
+
+std::size_t PacTree::scan(std::string_view start, std::size_t max, ScanBuffer& out) const {
+  out.clear();
+  if (max == 0) return 0;
+  // Integer modes: a short start is padded with zeros (a non-null view even when empty).
+  const Probe p = keys_.probe(start.empty() ? std::string_view("", 0) : start);
+  auto guard = epochs_.pin();
+  std::uint64_t off = jump_node(p);
+  std::string last;
+  bool have_last = false;
+  std::vector<std::pair<std::string, std::uint64_t>> recs;
+  std::string value;
+  while (off != 0 && out.size() < max) {
+    bool restart = false;
+    const index_common::OptimisticLock& lock = versions_->at(off);
+    const std::uint64_t v = lock.readLockOrRestart(restart);
+    if (restart) {  // merged away: its records are in the survivor (keys emitted are skipped)
+      off = survivor_of(off);
+      continue;
+    }
+    const DataNode* n = node(off);
+    const std::uint64_t next = optimistic_read(n->h.next);
+    recs.clear();
+    for (std::uint64_t b = optimistic_read(n->h.bitmap) & full_; b != 0; b &= b - 1) {
+      const int i = std::countr_zero(b);
+      recs.emplace_back(key_of(optimistic_read(n->slots[i].key)),
+                        optimistic_read(n->slots[i].value));
+    }
+    lock.checkOrRestart(v, restart);
+    if (restart) {
+      index_common::olc_pause();
+      continue;  // the same node again: keys already emitted are skipped by `last`
+    }
+    std::sort(recs.begin(), recs.end());  // no PM write: the order is computed per visit
+    for (const auto& [k, w] : recs) {
+      if (k < start || (have_last && k <= last)) continue;
+      if (!values_.read(w, &value)) value.clear();
+      out.append(k, value);
+      last = k;
+      have_last = true;
+      if (out.size() == max) break;
+    }
+    off = next;
+  }
+  return out.size();
+}
+
+// --- split (S1-S8) --------------------------------------------------------------------------
+
+// L1-L3: this thread's next SMO log entry, free (applied) before it is reused.
+LogEntry* PacTree::log_slot(Code* code) {
+  const std::size_t t = pm::this_thread_slot();
+  std::uint64_t block = pm::load_acquire(&root_->logs[t]);
+  if (block == 0) {
+    const std::size_t bytes = kLogRing * sizeof(LogEntry);
+    block = pool_->allocator().allocate(bytes, code);
+    if (block == 0) return nullptr;
+    pm::zero(pool_->at<void>(block), bytes);
+    pm::persist(pool_->at<void>(block), bytes);  // L1: a zeroed ring
+    pm::publish(&root_->logs[t], block);
+    pm::persist(&root_->logs[t], 8);              // L1: named by the root
+  }
+  unsigned& cursor = log_cursor_[t];
+  LogEntry* e = pool_->at<LogEntry>(block) + cursor;
+  cursor = (cursor + 1) % kLogRing;
+  // L3: an entry is reused only after the updater applied it (state 0). Its LSN's
+  // predecessors belong to writers that already hold their LSN and never wait, so this ends.
+  while (pm::load_acquire(&e->state) != 0) index_common::olc_pause();
+  return e;
+}
+
+Code PacTree::split(std::uint64_t off) {
+  DataNode* x = node(off);
+  const std::uint64_t bitmap = optimistic_read(x->h.bitmap);
+  std::vector<std::pair<std::string, unsigned>> keys;  // valid keys, sorted: the median splits
+  for (std::uint64_t b = bitmap; b != 0; b &= b - 1) {
+    const unsigned i = static_cast<unsigned>(std::countr_zero(b));
+    keys.emplace_back(key_of(optimistic_read(x->slots[i].key)), i);
+  }
+  std::sort(keys.begin(), keys.end());
+  const std::size_t half = keys.size() / 2;
+  const std::string& median = keys[half].first;
+  Code code = Code::ok;
+  const std::uint64_t noff = pool_->allocator().allocate(node_block_, &code);
+  if (noff == 0) {
+    unlock(off);
+    return code;
+  }
+  const std::uint64_t anchor = bytes_ ? index_common::write_record(*pool_, median, &code)  // K1
+                                      : optimistic_read(x->slots[keys[half].second].key);
+  LogEntry* le = code == Code::ok ? log_slot(&code) : nullptr;
+  if (le == nullptr) {  // nothing shared was changed: give the blocks back
+    if (bytes_ && anchor != 0) index_common::free_record(*pool_, anchor);
+    pool_->allocator().deallocate(noff, node_block_);
+    unlock(off);
+    return code;
+  }
+  // S1: the new node, complete and durable before anything names it.
+  alignas(64) DataNode img{};
+  std::uint64_t moved = 0;
+  const auto* xfp = reinterpret_cast<const std::uint8_t*>(x->fp_words);
+  auto* nfp = reinterpret_cast<std::uint8_t*>(img.fp_words);
+  for (std::size_t j = half; j < keys.size(); ++j) {
+    const unsigned from = keys[j].second, to = static_cast<unsigned>(j - half);
+    img.slots[to] = {optimistic_read(x->slots[from].key), optimistic_read(x->slots[from].value)};
+    nfp[to] = xfp[from];
+    moved |= std::uint64_t{1} << from;
+  }
+  const std::uint64_t old_next = optimistic_read(x->h.next);
+  img.h.bitmap = (keys.size() - half == 64) ? ~std::uint64_t{0}
+                                            : (std::uint64_t{1} << (keys.size() - half)) - 1;
+  img.h.next = old_next;
+  img.h.prev = off;
+  img.h.anchor = anchor;
+  DataNode* nn = node(noff);
+  const std::size_t bytes = kHeaderBytes + (keys.size() - half) * sizeof(Slot);
+  pm::copy(nn, &img, bytes);
+  pm::persist(nn, bytes);
+  index_common::recycle_unlocked(versions_->at(noff));
+  // S2, S3 (L2): the log entry, its state word last.
+  const std::uint64_t lsn = next_lsn_.fetch_add(1, std::memory_order_relaxed);  // relaxed:
+  // a unique number; the updater's mutex orders the applications.
+  const std::uint64_t words[3] = {off, noff, anchor};
+  pm::copy(&le->left, words, sizeof words);
+  pm::persist(&le->left, sizeof words);
+  pm::publish(&le->state, (lsn << 8) | kStageSplitLogged);
+  pm::persist(&le->state, 8);
+  // S4: linking the new node commits the split.
+  pm::publish(&x->h.next, noff);
+  pm::persist(&x->h.next, 8);
+  // S5: the moved records leave the old node.
+  pm::publish(&x->h.bitmap, bitmap & ~moved);
+  pm::persist(&x->h.bitmap, 8);
+  // S6: the right neighbour's prev hint (its owner is this node's lock holder).
+  if (old_next != 0) {
+    pm::publish(&node(old_next)->h.prev, noff);
+    pm::persist(&node(old_next)->h.prev, 8);
+  }
+  // S7: the data layer is done; recovery must no longer act on this entry.
+  pm::publish(&le->state, (lsn << 8) | kStageSplitDone);
+  pm::persist(&le->state, 8);
+  unlock(off);
+  splits_.fetch_add(1, std::memory_order_relaxed);  // relaxed: a statistic
+  // S8: the search layer learns the new anchor, in LSN order.
+  updater_.push(lsn, Pending{true, search_key(median), noff, le}, *search_);
+  return Code::ok;
+}
+
+// --- merge (M1-M6) --------------------------------------------------------------------------
+
+// With `off` locked and sparse after a remove, merges its right neighbour into it when both
+// fit in half a node. Locks the neighbour (left to right, as every holder of two locks does,
+// so waits form no cycle) and leaves `off` locked. Returns the search-layer change to push
+// after the caller unlocks (lsn 0: no merge).
+PacTree::Merge PacTree::maybe_merge(std::uint64_t off) {
+  DataNode* x = node(off);
+  const std::uint64_t xbits = optimistic_read(x->h.bitmap);
+  const std::uint64_t noff = optimistic_read(x->h.next);
+  if (noff == 0 || static_cast<unsigned>(std::popcount(xbits)) > slots_ / 4) return {};
+  index_common::OptimisticLock& nlock = versions_->at(noff);
+  bool restart = false;
+  nlock.writeLockOrRestart(restart);  // a locked node's next is live: never obsolete here
+  if (restart) return {};
+  DataNode* n = node(noff);
+  const std::uint64_t nbits = optimistic_read(n->h.bitmap);
+  Code code = Code::ok;
+  LogEntry* le = static_cast<unsigned>(std::popcount(xbits) + std::popcount(nbits)) <= slots_ / 2
+                     ? log_slot(&code)
+                     : nullptr;
+  if (le == nullptr) {  // too full to merge, or no space for a log ring: not now
+    nlock.writeUnlock();
+    return {};
+  }
+  const std::uint64_t anchor = optimistic_read(n->h.anchor);
+  const std::uint64_t after = optimistic_read(n->h.next);
+  // M1 (L2): the log entry, its state word last.
+  const std::uint64_t lsn = next_lsn_.fetch_add(1, std::memory_order_relaxed);  // relaxed:
+  // a unique number; the updater's mutex orders the applications.
+  const std::uint64_t words[3] = {off, noff, anchor};
+  pm::copy(&le->left, words, sizeof words);
+  pm::persist(&le->left, sizeof words);
+  pm::publish(&le->state, (lsn << 8) | kStageMergeLogged);
+  pm::persist(&le->state, 8);
+  // M2: the neighbour's records into free slots of this node (bits still clear).
+  const auto* nfp = reinterpret_cast<const std::uint8_t*>(n->fp_words);
+  std::uint64_t added = 0, free = ~xbits & full_;
+  for (std::uint64_t b = nbits; b != 0; b &= b - 1, free &= free - 1) {
+    const unsigned from = static_cast<unsigned>(std::countr_zero(b));
+    const unsigned to = static_cast<unsigned>(std::countr_zero(free));
+    pm::publish(&x->slots[to].key, optimistic_read(n->slots[from].key));
+    pm::publish(&x->slots[to].value, optimistic_read(n->slots[from].value));
+    std::uint64_t fw = optimistic_read(x->fp_words[to / 8]);
+    const unsigned shift = 8 * (to % 8);
+    fw = (fw & ~(std::uint64_t{0xff} << shift)) | (std::uint64_t{nfp[from]} << shift);
+    pm::publish(&x->fp_words[to / 8], fw);
+    pm::flush(&x->slots[to], sizeof(Slot));
+    added |= std::uint64_t{1} << to;
+  }
+  pm::flush(x->fp_words, sizeof x->fp_words);
+  pm::fence();
+  // M3: the copies become valid; they lie beyond this node's max (the neighbour's anchor), so
+  // every reader still walks to the neighbour for them.
+  pm::publish(&x->h.bitmap, xbits | added);
+  pm::persist(&x->h.bitmap, 8);
+  // M4: unlinking the neighbour commits the merge.
+  pm::publish(&x->h.next, after);
+  pm::persist(&x->h.next, 8);
+  // M5: the prev hint of the node after it.
+  if (after != 0) {
+    pm::publish(&node(after)->h.prev, off);
+    pm::persist(&node(after)->h.prev, 8);
+  }
+  // M6: the data layer is done.
+  pm::publish(&le->state, (lsn << 8) | kStageMergeDone);
+  pm::persist(&le->state, 8);
+  nlock.writeUnlockObsolete();  // readers that reach it move to its prev (this node)
+  merges_.fetch_add(1, std::memory_order_relaxed);  // relaxed: a statistic
+  Merge m{lsn, Pending{false, search_key(key_of(anchor)), noff, le}};
+  retire_key(anchor);  // K3: the anchor record (bytes keys) and the node, after readers left
+  epochs_.retire(this, &release_node, noff);
+  return m;
+}
+
+void PacTree::release_node(void* self, std::uint64_t off) {
+  auto* t = static_cast<PacTree*>(self);
+  t->pool_->allocator().deallocate(off, t->node_block_);
+}
+
+void PacTree::Updater::push(std::uint64_t lsn, Pending p, SearchTree& tree) {
+  pm::yield_point("pactree.updater");
+  std::lock_guard<sync::SpinLock> lock(mu_);
+  waiting_.emplace(lsn, std::move(p));
+  while (!waiting_.empty() && waiting_.begin()->first == next_apply_) {
+    Pending& q = waiting_.begin()->second;
+    if (q.insert) {
+      (void)tree.insert(q.search_key, q.node);
+    } else {
+      std::uint64_t old = 0;
+      (void)tree.remove(q.search_key, &old);
+    }
+    pm::publish(&q.entry->state, 0);  // U8: the entry is applied; its slot may be reused
+    pm::persist(&q.entry->state, 8);
+    waiting_.erase(waiting_.begin());
+    ++next_apply_;
+  }
+}
+
+std::size_t PacTree::Updater::pending() const {
+  std::lock_guard<sync::SpinLock> lock(mu_);
+  return waiting_.size();
+}
+
+std::size_t PacTree::updater_pending() const { return updater_.pending(); }
+
+Footprint PacTree::footprint() const {
+  Footprint f;
+  const auto s = pool_->allocator().stats();
+  f.pm_bytes = s.bytes_in_use;
+  f.pm_reserved = s.bytes_reserved;
+  f.dram_bytes = arena_.bytes_in_use() + versions_->dram_bytes();
+  return f;
+}
+
+Status PacTree::close() {
+  if (!closed_) {
+    epochs_.drain();
+    pool_->close_clean();
+    closed_ = true;
+  }
+  return Status::Ok();
+}
+
+}  // namespace pmindex::pactree

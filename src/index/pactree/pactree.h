@@ -1,0 +1,191 @@
+// PACTree (Kim et al., SOSP'21): a doubly linked list of 64-slot PM data nodes (the data
+// layer) under a trie of the nodes' anchor keys (the search layer: the shared ART core,
+// src/index/common/art/, in DRAM in this version, rebuilt from the anchors at open). Splits
+// and merges are logged in a per-thread persistent SMO log before they change shared PM and reach the
+// search layer in global sequence (LSN) order through the updater; lookups tolerate a lagging
+// search layer by walking right along the list (the last mile). Layouts: layout.h; persistence
+// steps: PROTOCOL.md (cited in code as `// Xn:`); README.md: design and what differs.
+//
+// Thread safety: every operation may run concurrently.
+//   * Data nodes: a DRAM OptimisticLock per node (LeafVersions, keyed by pool offset). Readers
+//     read node words with optimistic_read and validate the version; writers lock the node
+//     whose range holds their key for the whole operation, split included; a merge also locks
+//     the right neighbour (always left to right, so waits form no cycle). A merged-away node
+//     is marked obsolete; a reader that meets it moves to its prev (the survivor).
+//   * The search layer is art::Tree (its own OLC); it is changed only by the updater, which
+//     applies logged SMOs one at a time in LSN order (Updater::push, under its mutex).
+//   * Key records, out-of-line values and anchors leave through the epoch manager (K3);
+//     every operation pins it while it holds an offset it read without a lock.
+//   * verify(), close() and the *_for_testing functions expect no concurrent operations.
+// Invariants (checked by verify()):
+//   (1) the list from root.head is in bounds and acyclic; the head alone has kFlagHead; anchors
+//       strictly increase; prev names the previous node;
+//   (2) every valid slot's key k satisfies anchor <= k < next.anchor, keys are distinct, and
+//       the slot's fingerprint is fingerprint(k);
+//   (3) the search layer maps exactly the anchors of the non-head nodes to their nodes once
+//       the updater is idle (every SMO log entry free);
+//   (4) the PM bytes reachable from the root equal the allocator's bytes in use.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>  // std::lock_guard
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "index/common/art/art_tree.h"
+#include "index/common/key_codec.h"
+#include "index/common/leaf_versions.h"
+#include "index/common/value_codec.h"
+#include "index/pactree/layout.h"
+#include "pmindex/index.h"
+#include "pmindex/pm/dram_arena.h"
+#include "pmindex/sync/epoch.h"
+#include "pmindex/sync/spin_lock.h"
+
+namespace pmindex::pactree {
+
+inline constexpr std::uint32_t kMaxKeyBytes = (art::kMaxKeyBytes - 1) / 2;  // search encoding
+
+class PacTree final : public Index {
+ public:
+  static pm::Layout layout_for(const Options& options);
+  static Status validate(const Options& options);
+  static std::size_t default_pool_size(const Options& options);
+  static Result<std::unique_ptr<Index>> create(std::unique_ptr<pm::Pool> pool,
+                                               const Options& options);
+  static Result<std::unique_ptr<Index>> recover(std::unique_ptr<pm::Pool> pool,
+                                                const Options& options);
+  static IndexRegistry::Entry registry_entry();
+
+  ~PacTree() override;
+  std::string_view kind() const override { return "pactree"; }
+  Code insert(std::string_view key, std::string_view value) override;
+  Code update(std::string_view key, std::string_view value) override;
+  Code find(std::string_view key, std::string* value) const override;
+  Code remove(std::string_view key) override;
+  std::size_t scan(std::string_view start, std::size_t max, ScanBuffer& out) const override;
+  Status verify() const override;
+  RecoveryStats recovery_stats() const override { return recovery_; }
+  Footprint footprint() const override;
+  Status close() override;
+  const pm::Pool& pool() const override { return *pool_; }
+
+  // Tests and pmbench: splits done in this run, data nodes in the list (quiescent), last-mile
+  // hops taken by lookups, SMO log entries not yet applied to the search layer.
+  std::uint64_t splits() const { return splits_.load(std::memory_order_relaxed); }
+  std::uint64_t merges() const { return merges_.load(std::memory_order_relaxed); }
+  std::uint64_t node_count_for_testing() const;
+  std::uint64_t last_mile_hops() const { return hops_.load(std::memory_order_relaxed); }
+  std::size_t updater_pending() const;
+  unsigned slots_per_node() const { return slots_; }
+  // Deliberate damage so a test sees verify() notice it: 0 swaps the first two keys of the
+  // first node with two or more records, 1 drops a search-layer entry, 2 breaks a fingerprint.
+  void corrupt_for_testing(int what);
+
+ private:
+  using Probe = index_common::KeyCodec::Probe;
+  using SearchTree = art::Tree<art::DramPlacement>;
+
+  // A search-layer change waiting for its turn (LSN order).
+  struct Pending {
+    bool insert = true;
+    std::string search_key;
+    std::uint64_t node = 0;
+    LogEntry* entry = nullptr;
+  };
+  // Applies logged SMOs to the search layer in LSN order. Synchronous mode: the writer that
+  // pushes an entry applies every entry whose turn has come, so the point of application is
+  // fixed in the writer's code (the crash simulator enumerates it).
+  class Updater {
+   public:
+    void reset(std::uint64_t next) { next_apply_ = next; }
+    void push(std::uint64_t lsn, Pending p, SearchTree& tree);
+    std::size_t pending() const;
+   private:
+    // A spin lock with scheduling points, not a std::mutex: the crash simulator's scheduler
+    // may park the holder at a PM event inside the critical section, and a waiter must then
+    // yield rather than block in the kernel.
+    mutable sync::SpinLock mu_;
+    std::map<std::uint64_t, Pending> waiting_;  // guarded by mu_
+    std::uint64_t next_apply_ = 1;              // guarded by mu_
+  };
+
+  explicit PacTree(std::unique_ptr<pm::Pool> pool);
+  Status init_root(const Options& o);
+  void configure(Root* r);
+
+  // keys and nodes
+  DataNode* node(std::uint64_t off) const { return pool_->at<DataNode>(off); }
+  std::string key_of(std::uint64_t key_word) const { return keys_.key_bytes(key_word); }
+  // The search layer's key for an anchor: its bytes in an order-reversing encoding, so the
+  // trie's ascending scan from a key's encoding yields the greatest anchor <= the key.
+  std::string search_key(std::string_view key) const;
+  // anchor(node at off) <= p (the head's anchor is -inf).
+  bool anchor_le(std::uint64_t off, const Probe& p) const;
+  std::uint64_t jump_node(const Probe& p) const;
+  std::uint64_t fp_candidates(const DataNode* n, std::uint8_t fp, std::uint64_t bitmap) const;
+  int find_slot(const DataNode* n, const Probe& p, std::uint64_t bitmap) const;
+  // The node whose range holds p, locked; *version its locked word.
+  std::uint64_t lock_node(const Probe& p) const;
+  void unlock(std::uint64_t off) const;
+  void retire_key(std::uint64_t key_word) const;
+  void retire_value(std::uint64_t value_word) const;
+  static void release_key(void* self, std::uint64_t word);
+  static void release_value(void* self, std::uint64_t word);
+
+  Code insert_once(std::string_view key, std::string_view value);
+  Code update_once(std::string_view key, std::string_view value);
+  void write_slot(DataNode* n, unsigned i, std::uint64_t key_word, std::uint64_t value_word,
+                  std::uint8_t fp) const;
+  // Splits the locked node at off (S1-S8); leaves it unlocked either way.
+  Code split(std::uint64_t off);
+  LogEntry* log_slot(Code* code);
+  struct Merge {
+    std::uint64_t lsn = 0;  // 0: no merge happened
+    Pending change;
+  };
+  // Merges the right neighbour into the locked node at off when both are sparse (M1-M6).
+  Merge maybe_merge(std::uint64_t off);
+  static void release_node(void* self, std::uint64_t off);
+  // The node to go on from when `off` turned out obsolete (merged away): its left neighbour,
+  // which took over its range.
+  std::uint64_t survivor_of(std::uint64_t off) const;
+
+  // recovery and verification (recovery.cpp)
+  Status repair_logs(Root* r, std::uint64_t* repaired);
+  Status rebuild(Root* r);
+  Status check_node(std::uint64_t off, std::string_view lo, bool has_lo,
+                    std::string* hi_out) const;
+  Status verify_list(std::vector<std::uint64_t>* nodes, std::uint64_t* reachable) const;
+  Status verify_search(const std::vector<std::uint64_t>& nodes) const;
+
+  std::unique_ptr<pm::Pool> pool_;
+  Root* root_ = nullptr;
+  index_common::KeyCodec keys_;
+  index_common::ValueCodec values_;
+  bool bytes_ = false;
+  std::uint32_t node_size_ = kDefaultNodeSize;
+  std::uint32_t node_block_ = kDefaultNodeSize;
+  unsigned slots_ = kMaxSlots;
+  std::uint64_t full_ = ~std::uint64_t{0};
+  std::unique_ptr<index_common::LeafVersions> versions_;
+  // The DRAM search layer: its arena, root child word and root lock word.
+  pm::DramArena arena_;
+  std::uint64_t search_words_[2] = {0, 0};
+  std::unique_ptr<SearchTree> search_;
+  Updater updater_;
+  std::atomic<std::uint64_t> next_lsn_{1};
+  std::unique_ptr<unsigned[]> log_cursor_;  // per thread slot: next ring entry (owner only)
+  mutable std::atomic<std::uint64_t> splits_{0};
+  mutable std::atomic<std::uint64_t> merges_{0};
+  mutable std::atomic<std::uint64_t> hops_{0};
+  mutable sync::EpochManager epochs_;
+  RecoveryStats recovery_;
+  bool closed_ = false;
+};
+
+}  // namespace pmindex::pactree

@@ -1,0 +1,402 @@
+// PACTree: creation, recovery (R1-R4: SMO log repair, list walk, search-layer rebuild),
+// verify() and the registry entry. Steps: PROTOCOL.md.
+#include <algorithm>
+#include <bit>
+#include <chrono>
+#include <cstring>
+#include <unordered_set>
+
+#include "index/common/pm_record.h"
+#include "index/common/traits.h"
+#include "index/pactree/pactree.h"
+
+namespace pmindex::pactree {
+
+namespace {
+std::uint32_t node_size_of(const Options& o) {
+  return o.node_size == 0 ? kDefaultNodeSize : o.node_size;
+}
+bool valid_node_size(std::uint32_t ns) {
+  return ns >= kHeaderBytes + kMinSlots * kSlotBytes && ns <= kDefaultNodeSize &&
+         (ns - kHeaderBytes) % kSlotBytes == 0;
+}
+std::uint32_t max_key_of(const Options& o) {
+  return o.key_type == KeyType::bytes ? o.max_key_size : 8;
+}
+std::size_t block_bytes(std::size_t request) {
+  return pm::Allocator::class_size(pm::Allocator::class_of(request));
+}
+}  // namespace
+
+pm::Layout PacTree::layout_for(const Options& o) {
+  return pm::Layout{"pactree", node_size_of(o), o.key_type, 0};
+}
+
+Status PacTree::validate(const Options& o) {
+  if (!valid_node_size(node_size_of(o)))
+    return Status(Code::invalid_argument,
+                  "pactree node_size must be 128 + 16 x slots with 2..64 slots (160..1152 B)");
+  if (o.key_type == KeyType::bytes && o.max_key_size > kMaxKeyBytes)
+    return Status(Code::invalid_argument,
+                  "pactree keys are limited to " + std::to_string(kMaxKeyBytes) + " bytes");
+  if (!index_common::ValueCodec::valid_limit(o.max_value_size))
+    return Status(Code::invalid_argument, "pactree max_value_size must be in [8, 65536]");
+  return Status::Ok();
+}
+
+std::size_t PacTree::default_pool_size(const Options& o) {
+  // Nodes about 70% full after random inserts, plus key and value records; doubled for slack.
+  const std::uint32_t ns = node_size_of(o);
+  std::size_t per_record = 2 * block_of(ns) / std::max(1u, slots_of(ns));
+  if (o.key_type == KeyType::bytes) per_record += 16 + o.max_key_size;
+  if (o.max_value_size > 8) per_record += 16 + o.max_value_size;
+  return std::max<std::size_t>(std::size_t{16} << 20, o.expected_records * per_record * 2);
+}
+
+void PacTree::configure(Root* r) {
+  root_ = r;
+  bytes_ = pool_->info().layout.key_mode == KeyType::bytes;
+  keys_.configure(pool_.get(), pool_->info().layout.key_mode, r->max_key_size);
+  values_.configure(pool_.get(), r->max_value_size);
+  node_size_ = r->node_size;
+  node_block_ = block_of(node_size_);
+  slots_ = slots_of(node_size_);
+  full_ = slots_ == 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << slots_) - 1;
+  versions_ = std::make_unique<index_common::LeafVersions>(pool_->size());
+  search_words_[0] = search_words_[1] = 0;
+  search_ = std::make_unique<SearchTree>(art::DramPlacement{&arena_}, &search_words_[0],
+                                         &search_words_[1], 1,
+                                         bytes_ ? 2 * r->max_key_size + 1 : 8);
+}
+
+// C1-C3: the head node, then the root object, each durable before it is named.
+Status PacTree::init_root(const Options& o) {
+  pm::Allocator& al = pool_->allocator();
+  Code code = Code::ok;
+  const std::uint32_t ns = node_size_of(o);
+  const std::uint64_t head = al.allocate(block_of(ns), &code);
+  const std::uint64_t root = head == 0 ? 0 : al.allocate(sizeof(Root), &code);
+  if (root == 0) return pool_->error(code, "no space for the pactree root and head node");
+  pm::zero(pool_->at<void>(head), kHeaderBytes);
+  pm::store(&node(head)->h.flags, kFlagHead);
+  pm::persist(pool_->at<void>(head), kHeaderBytes);  // C1: the empty head node
+  Root* r = pool_->at<Root>(root);
+  pm::zero(r, sizeof(Root));
+  pm::store(&r->magic, kRootMagic);
+  pm::store(&r->head, head);
+  pm::store(&r->node_size, ns);
+  pm::store(&r->max_key_size, max_key_of(o));
+  pm::store(&r->max_value_size, o.max_value_size);
+  pm::store(&r->log_ring, static_cast<std::uint32_t>(kLogRing));
+  pm::persist(r, sizeof(Root));  // C2
+  pool_->set_root(root);         // C3: published in the pool header
+  configure(r);
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<Index>> PacTree::create(std::unique_ptr<pm::Pool> pool,
+                                               const Options& o) {
+  std::unique_ptr<PacTree> idx(new PacTree(std::move(pool)));
+  if (Status s = idx->init_root(o); !s.ok()) return s;
+  idx->recovery_.created = true;
+  return std::unique_ptr<Index>(std::move(idx));
+}
+
+Result<std::unique_ptr<Index>> PacTree::recover(std::unique_ptr<pm::Pool> pool,
+                                                const Options& o) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::unique_ptr<PacTree> idx(new PacTree(std::move(pool)));
+  pm::Pool& p = *idx->pool_;
+  idx->recovery_.clean_shutdown = p.was_clean();
+  const std::uint64_t root_off = p.root();
+  if (root_off == 0) {  // crashed before C3: nothing was reachable
+    p.allocator().begin_recovery(/*start_now=*/false);
+    if (Status s = p.allocator().finish_recovery(); !s.ok()) return s;
+    p.commit_open();
+    if (Status s = idx->init_root(o); !s.ok()) return s;
+    return std::unique_ptr<Index>(std::move(idx));
+  }
+  Root* r = p.checked<Root>(root_off, sizeof(Root), 64);
+  if (r == nullptr || r->magic != kRootMagic)
+    return p.error(Code::corrupted, "pactree root object is missing or has a wrong magic");
+  const bool fixed = p.info().layout.key_mode != KeyType::bytes;
+  if (r->node_size != p.info().layout.node_size || !valid_node_size(r->node_size) ||
+      r->max_key_size > kMaxKeyBytes || (fixed && r->max_key_size != 8) ||
+      !index_common::ValueCodec::valid_limit(r->max_value_size) || r->log_ring != kLogRing)
+    return p.error(Code::corrupted, "pactree root holds impossible sizes");
+  idx->configure(r);
+  p.allocator().begin_recovery(/*start_now=*/false);
+  if (p.allocator().mark_reachable(root_off, sizeof(Root)) != Code::ok)
+    return p.error(Code::corrupted, "pactree root object cannot be marked");
+  if (Status s = idx->repair_logs(r, &idx->recovery_.repaired); !s.ok()) return s;
+  if (Status s = idx->rebuild(r); !s.ok()) return s;
+  if (Status s = p.allocator().finish_recovery(); !s.ok()) return s;
+  p.commit_open();
+  idx->recovery_.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return std::unique_ptr<Index>(std::move(idx));
+}
+
+// R1: every logged split is finished (linked: the moved records leave the old node) or
+// forgotten (not linked: the new node and its anchor are unreachable and the allocator frees
+// them). Entries past S7 need nothing: the DRAM search layer is rebuilt from the list. Every
+// entry ends free, so no stale entry is ever read again.
+Status PacTree::repair_logs(Root* r, std::uint64_t* repaired) {
+  pm::Pool& p = *pool_;
+  const std::size_t ring_bytes = kLogRing * sizeof(LogEntry);
+  for (std::size_t t = 0; t < pm::kMaxThreadSlots; ++t) {
+    const std::uint64_t block = r->logs[t];
+    if (block == 0) continue;
+    LogEntry* ring = p.checked<LogEntry>(block, ring_bytes, 64);
+    if (ring == nullptr || p.allocator().mark_reachable(block, ring_bytes) != Code::ok)
+      return p.error(Code::corrupted, "pactree SMO log block out of bounds");
+    for (unsigned j = 0; j < kLogRing; ++j) {
+      LogEntry& e = ring[j];
+      const std::uint64_t stage = stage_of(e.state);
+      if (e.state == 0) continue;
+      if (stage == kStageSplitLogged) {
+        DataNode* left = p.checked<DataNode>(e.left, node_size_, 256);
+        DataNode* right = p.checked<DataNode>(e.right, node_size_, 256);
+        if (left == nullptr || right == nullptr)
+          return p.error(Code::corrupted, "pactree SMO log names a node out of bounds");
+        if (left->h.next == e.right) {  // S4 reached: finish S5 from the node's own bits
+          const std::string anchor = key_of(e.anchor);
+          std::uint64_t bits = left->h.bitmap & full_;
+          for (std::uint64_t b = bits; b != 0; b &= b - 1) {
+            const int i = std::countr_zero(b);
+            if (key_of(left->slots[i].key) >= anchor) bits &= ~(std::uint64_t{1} << i);
+          }
+          pm::publish(&left->h.bitmap, bits);
+          pm::persist(&left->h.bitmap, 8);  // R1: S5 redone
+        }
+        ++*repaired;
+      } else if (stage == kStageMergeLogged) {
+        DataNode* left = p.checked<DataNode>(e.left, node_size_, 256);
+        if (left == nullptr)
+          return p.error(Code::corrupted, "pactree SMO log names a node out of bounds");
+        if (left->h.next == e.right) {  // M4 not reached: undo M3 (the copies leave again)
+          const std::string anchor = key_of(e.anchor);
+          std::uint64_t bits = left->h.bitmap & full_;
+          for (std::uint64_t b = bits; b != 0; b &= b - 1) {
+            const int i = std::countr_zero(b);
+            if (key_of(left->slots[i].key) >= anchor) bits &= ~(std::uint64_t{1} << i);
+          }
+          pm::publish(&left->h.bitmap, bits);
+          pm::persist(&left->h.bitmap, 8);  // R1: M3 undone
+        }
+        ++*repaired;
+      } else if (stage != kStageSplitDone && stage != kStageMergeDone) {
+        return p.error(Code::corrupted, "pactree SMO log entry in an unknown stage");
+      }
+      pm::publish(&e.state, 0);
+      pm::persist(&e.state, 8);  // R1: the entry is free
+    }
+  }
+  return Status::Ok();
+}
+
+// Checks one node's records against [lo, its next node's anchor) and returns that anchor in
+// *hi_out ("" for the last node); used by the recovery walk and verify().
+Status PacTree::check_node(std::uint64_t off, std::string_view lo, bool has_lo,
+                           std::string* hi_out) const {
+  pm::Pool& p = *pool_;
+  const DataNode* n = node(off);
+  std::string hi;
+  if (n->h.next != 0) {
+    const DataNode* nx = p.checked<DataNode>(n->h.next, node_size_, 256);
+    if (nx == nullptr) return p.error(Code::corrupted, "pactree next link out of bounds");
+    if (nx->h.flags != 0) return p.error(Code::corrupted, "pactree node after the head has flags");
+    std::string_view stored;
+    if (bytes_ && !index_common::read_record(p, nx->h.anchor, keys_.max_key(), &stored))
+      return p.error(Code::corrupted, "pactree anchor record unreadable");
+    hi = key_of(nx->h.anchor);
+    if (has_lo && hi <= lo) return p.error(Code::corrupted, "pactree anchors out of order");
+  }
+  if ((n->h.bitmap & ~full_) != 0) return p.error(Code::corrupted, "pactree bitmap beyond slots");
+  std::vector<std::string> keys;
+  for (std::uint64_t b = n->h.bitmap; b != 0; b &= b - 1) {
+    const int i = std::countr_zero(b);
+    std::string_view stored;
+    if (bytes_ && !index_common::read_record(p, n->slots[i].key, keys_.max_key(), &stored))
+      return p.error(Code::corrupted, "pactree key record unreadable");
+    std::string k = key_of(n->slots[i].key);
+    if ((has_lo && k < lo) || (n->h.next != 0 && k >= hi))
+      return p.error(Code::corrupted, "pactree key outside its node's range");
+    keys.push_back(std::move(k));
+  }
+  std::sort(keys.begin(), keys.end());
+  if (std::adjacent_find(keys.begin(), keys.end()) != keys.end())
+    return p.error(Code::corrupted, "pactree duplicate key in a node");
+  *hi_out = std::move(hi);
+  return Status::Ok();
+}
+
+// R2-R4: walk the list (bounds, cycles, order), mark every reachable block, repair prev hints
+// and build the DRAM search layer from the anchors.
+Status PacTree::rebuild(Root* r) {
+  pm::Pool& p = *pool_;
+  pm::Allocator& al = p.allocator();
+  std::unordered_set<std::uint64_t> seen;
+  std::uint64_t prev = 0, off = r->head, records = 0;
+  std::string lo;
+  while (off != 0) {
+    DataNode* n = p.checked<DataNode>(off, node_size_, 256);
+    if (n == nullptr || !seen.insert(off).second)
+      return p.error(Code::corrupted, "pactree list link out of bounds or cyclic");
+    if ((prev == 0) != (n->h.flags == kFlagHead))
+      return p.error(Code::corrupted, "pactree head flag misplaced");
+    std::string hi;
+    if (Status s = check_node(off, lo, prev != 0, &hi); !s.ok()) return s;
+    if (al.mark_reachable(off, node_block_) != Code::ok)
+      return p.error(Code::corrupted, "pactree node cannot be marked");
+    if (prev != 0 && bytes_ && index_common::mark_record(p, n->h.anchor, keys_.max_key()) != Code::ok)
+      return p.error(Code::corrupted, "pactree anchor record cannot be marked");
+    for (std::uint64_t b = n->h.bitmap; b != 0; b &= b - 1) {
+      const int i = std::countr_zero(b);
+      if ((bytes_ && index_common::mark_record(p, n->slots[i].key, keys_.max_key()) != Code::ok) ||
+          values_.mark(n->slots[i].value) != Code::ok)
+        return p.error(Code::corrupted, "pactree record cannot be marked");
+      ++records;
+    }
+    if (n->h.prev != prev) {
+      pm::publish(&n->h.prev, prev);
+      pm::persist(&n->h.prev, 8);  // R3: the prev hint repaired
+    }
+    if (prev != 0 && search_->insert(search_key(lo), off) != Code::ok)
+      return p.error(Code::corrupted, "pactree search layer rebuild failed");
+    prev = off;
+    lo = std::move(hi);
+    off = n->h.next;
+  }
+  recovery_.records = records;
+  recovery_.nodes = seen.size();
+  return Status::Ok();
+}
+
+// --- verify ---------------------------------------------------------------------------------
+
+Status PacTree::verify_list(std::vector<std::uint64_t>* nodes, std::uint64_t* reachable) const {
+  pm::Pool& p = *pool_;
+  std::unordered_set<std::uint64_t> seen;
+  std::uint64_t prev = 0, off = root_->head;
+  std::string lo;
+  *reachable = block_bytes(sizeof(Root));
+  for (std::size_t t = 0; t < pm::kMaxThreadSlots; ++t) {
+    const std::uint64_t block = root_->logs[t];
+    if (block == 0) continue;
+    *reachable += block_bytes(kLogRing * sizeof(LogEntry));
+    for (unsigned j = 0; j < kLogRing; ++j)
+      if (p.at<LogEntry>(block)[j].state != 0)
+        return p.error(Code::corrupted, "pactree SMO log entry not applied on an idle index");
+  }
+  while (off != 0) {
+    const DataNode* n = p.checked<DataNode>(off, node_size_, 256);
+    if (n == nullptr || !seen.insert(off).second)
+      return p.error(Code::corrupted, "pactree verify: list link out of bounds or cyclic");
+    if ((prev == 0) != (n->h.flags == kFlagHead) || n->h.prev != prev)
+      return p.error(Code::corrupted, "pactree verify: head flag or prev hint wrong");
+    if (versions_->is_locked(off)) return p.error(Code::corrupted, "pactree verify: node locked");
+    std::string hi;
+    if (Status s = check_node(off, lo, prev != 0, &hi); !s.ok()) return s;
+    *reachable += block_bytes(node_block_);
+    if (prev != 0 && bytes_) *reachable += block_bytes(index_common::record_bytes(key_of(n->h.anchor).size()));
+    const auto* fps = reinterpret_cast<const std::uint8_t*>(n->fp_words);
+    for (std::uint64_t b = n->h.bitmap; b != 0; b &= b - 1) {
+      const int i = std::countr_zero(b);
+      if (fps[i] != keys_.fingerprint(n->slots[i].key))
+        return p.error(Code::corrupted, "pactree verify: fingerprint does not match its key");
+      std::size_t vbytes = 0;
+      if (!values_.record_size(n->slots[i].value, &vbytes))
+        return p.error(Code::corrupted, "pactree verify: value record unreadable");
+      if (vbytes != 0) *reachable += block_bytes(vbytes);
+      if (bytes_) *reachable += block_bytes(index_common::record_bytes(key_of(n->slots[i].key).size()));
+    }
+    nodes->push_back(off);
+    prev = off;
+    lo = std::move(hi);
+    off = n->h.next;
+  }
+  return Status::Ok();
+}
+
+Status PacTree::verify_search(const std::vector<std::uint64_t>& nodes) const {
+  if (std::string e = search_->verify(nullptr, false, nullptr, nullptr); !e.empty())
+    return pool_->error(Code::corrupted, "pactree search layer: " + e);
+  std::vector<std::pair<std::string, std::uint64_t>> entries;
+  (void)search_->scan("", ~std::size_t{0}, [&](std::string_view k, std::uint64_t w) {
+    entries.emplace_back(std::string(k), w);
+  });
+  if (entries.size() + 1 != nodes.size())
+    return pool_->error(Code::corrupted, "pactree search layer holds " +
+                                             std::to_string(entries.size()) + " anchors for " +
+                                             std::to_string(nodes.size()) + " nodes");
+  // Ascending encoded keys are descending anchors: the nodes from the last to the second.
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    const std::uint64_t off = nodes[nodes.size() - 1 - i];
+    if (entries[i].second != off || entries[i].first != search_key(key_of(node(off)->h.anchor)))
+      return pool_->error(Code::corrupted, "pactree search layer entry does not match its node");
+  }
+  return Status::Ok();
+}
+
+Status PacTree::verify() const {
+  epochs_.drain();  // retired records are freed, so the allocator's count is exact
+  std::vector<std::uint64_t> nodes;
+  std::uint64_t reachable = 0;
+  if (Status s = verify_list(&nodes, &reachable); !s.ok()) return s;
+  if (Status s = verify_search(nodes); !s.ok()) return s;
+  const std::uint64_t in_use = pool_->allocator().stats().bytes_in_use;
+  if (in_use != reachable)
+    return pool_->error(Code::corrupted, "pactree verify: " + std::to_string(in_use) +
+                                             " PM bytes in use, " + std::to_string(reachable) +
+                                             " reachable");
+  return Status::Ok();
+}
+
+std::uint64_t PacTree::node_count_for_testing() const {
+  std::uint64_t n = 0;
+  for (std::uint64_t off = root_->head; off != 0; off = node(off)->h.next) ++n;
+  return n;
+}
+
+void PacTree::corrupt_for_testing(int what) {
+  std::vector<DataNode*> full;  // nodes with a record
+  for (std::uint64_t off = root_->head; off != 0; off = node(off)->h.next)
+    if (node(off)->h.bitmap != 0) full.push_back(node(off));
+  if (what == 1) {  // the last node's anchor leaves the search layer
+    std::uint64_t last = root_->head;
+    while (node(last)->h.next != 0) last = node(last)->h.next;
+    std::uint64_t old = 0;
+    if (last != root_->head) (void)search_->remove(search_key(key_of(node(last)->h.anchor)), &old);
+    return;
+  }
+  if (full.empty()) return;
+  const int i = std::countr_zero(full[0]->h.bitmap);
+  if (what == 0 && full.size() >= 2) {  // a key moves into another node's range
+    const int j = std::countr_zero(full[1]->h.bitmap);
+    std::swap(full[0]->slots[i].key, full[1]->slots[j].key);
+    std::swap(full[0]->fp_words[i / 8], full[1]->fp_words[j / 8]);
+  } else if (what == 2) {
+    reinterpret_cast<std::uint8_t*>(full[0]->fp_words)[i] ^= 0x5a;
+  }
+}
+
+IndexRegistry::Entry PacTree::registry_entry() {
+  return {"pactree",
+          "PACTree: trie search layer (ART core, DRAM) over a doubly linked list of 64-slot PM "
+          "data nodes, logged splits applied in LSN order",
+          &PacTree::layout_for, &PacTree::validate, &PacTree::default_pool_size,
+          &PacTree::create, &PacTree::recover,
+          {.architecture = "trie over a linked list; DRAM (search layer: ART of anchors) + PM "
+                           "(data layer)",
+           .node_structure = "64-slot unsorted data nodes: bitmap, 1-byte fingerprints (SIMD), "
+                             "8-byte key and value words inline; anchor key, next and prev",
+           .concurrency = "optimistic node versions (DRAM) + node locks; search layer OLC; "
+                          "splits logged per thread and applied in LSN order",
+           .variable_keys = "pointer (PM key records)",
+           .allocator = traits::kPmindexAllocator,
+           .numa = "no (one pool and one updater per index object)",
+           .recovery = "SMO log repair, list walk; DRAM search layer rebuilt from anchors"}};
+}
+
+}  // namespace pmindex::pactree

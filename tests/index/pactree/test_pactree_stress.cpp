@@ -1,0 +1,37 @@
+// Two-thread stress of mixed insert/update/remove/find/scan on PACTree against per-thread
+// oracles (tests/index/common/hybrid_stress.h): thread t owns the keys with key % 2 == t, so
+// both threads write the same data nodes, split them while the other reads and walks the
+// last mile, and apply each other's log entries in LSN order. Time-boxed by
+// PMINDEX_STRESS_SECONDS (default 2). Run under TSan (cmake --preset tsan) for the race check.
+#include <gtest/gtest.h>
+
+#include "index/common/hybrid_stress.h"
+#include "index/pactree/layout.h"
+
+namespace pmindex {
+namespace {
+
+void run_stress(unsigned slots, KeyType kt, double seconds) {
+  Options o;
+  o.kind = "pactree";
+  o.pool_size = 64 << 20;
+  o.node_size = pactree::kHeaderBytes + slots * pactree::kSlotBytes;
+  o.key_type = kt;
+  o.max_key_size = 8;
+  const std::string label =
+      "pactree " + std::to_string(slots) + " slots" + (kt == KeyType::bytes ? " bytes" : "");
+  hybrid_test::run_two_thread_stress(
+      o, 4000, seconds,
+      hybrid_test::StressMix{.insert = 2, .update = 1, .remove = 1, .find = 1, .scan = 1}, 2207,
+      label);
+}
+
+TEST(PacTreeStress, TwoThreadsAgainstOracle) {
+  const double t = hybrid_test::stress_seconds();
+  run_stress(4, KeyType::u64, t / 3);
+  run_stress(64, KeyType::u64, t / 3);
+  run_stress(4, KeyType::bytes, t / 3);
+}
+
+}  // namespace
+}  // namespace pmindex
