@@ -7,7 +7,9 @@
 //   * Leaves: a DRAM version per leaf (LeafVersions, indexed by pool offset / 256) is the
 //     writer lock and the readers' seqlock; a writer CASes it from the version it saw while
 //     its parent was still valid (so the leaf is still the right one, and still a leaf: a
-//     freed leaf is obsolete), then sets the PM lock bit (pm::cas) as the paper does.
+//     freed leaf is obsolete), then sets the PM lock bit as the paper does, with a release
+//     store (only the version lock's holder writes word0; a CAS would be a second locked
+//     instruction per write).
 //     Readers never write; they read leaf words with `optimistic_read` (acquire) and validate.
 //   * Lock order: leaf (then its left neighbour, try-lock only) -> InnerTree SMO mutex.
 //     Nobody waits for a leaf lock while holding the SMO mutex.
@@ -133,6 +135,11 @@ class LBTree final : public Index {
   void init_dram();
 
   // keys (the rest is keys_) and values
+  // The probe of a checked key: integer keys are decoded inline (KeyCodec::probe is out of
+  // line with a mode test per step).
+  Probe probe(std::string_view key) const {
+    return keys_.bytes_mode() ? keys_.probe(key) : index_common::KeyCodec::probe_word(key);
+  }
   bool key_word_less(std::uint64_t a, std::uint64_t b) const;
   std::uint64_t make_separator(std::uint64_t key_word);
   Code check_value(std::string_view value) const;
@@ -193,6 +200,9 @@ class LBTree final : public Index {
   index_common::InnerTree inner_;
   std::unique_ptr<index_common::LeafVersions> versions_;
   index_common::SeparatorStore seps_;
+  // The root-to-leaf path of the current split or unlink, used only under inner_.smo_lock():
+  // kept between SMOs so that taking a path allocates nothing once it has grown.
+  index_common::InnerTree::Path smo_path_;
   // Retired separator copies and PM records. Declared after pool_ and seps_: destroyed first,
   // its pending deleters still find them (SeparatorStore invariant 3).
   mutable sync::EpochManager epochs_;

@@ -148,9 +148,11 @@ std::uint64_t LBTree<M>::lock_leaf_for(const Probe& p) {
   for (;;) {
     const auto [off, v] = descend_read(p);
     if (versions_->upgrade(off, v)) {
+      // The PM lock bit: a release store, not the paper's CAS. Only the holder of the DRAM
+      // version lock writes word0 (as at unlock), and a second locked instruction per insert
+      // would wait for the previous operation's write-backs (docs/persistence.md).
       std::uint64_t* w0 = &leaf_at(off)->block[0].front[0];
-      std::uint64_t expected = optimistic_read(*w0) & ~kLockBit;
-      while (!pm::cas(w0, expected, expected | kLockBit)) expected &= ~kLockBit;
+      pm::publish(w0, optimistic_read(*w0) | kLockBit);
       return off;
     }
     index_common::olc_pause();
@@ -183,7 +185,7 @@ template <unsigned M>
 Code LBTree<M>::find_general(std::string_view key, std::string* value) const {
   const auto guard = pin();
   if (Code c = keys_.check(key); c != Code::ok) return c;
-  const Probe p = keys_.probe(key);
+  const Probe p = probe(key);
   std::string tmp;
   for (;;) {
     const auto [off, v] = descend_read(p);
@@ -293,7 +295,7 @@ Code LBTree<M>::insert_once(std::string_view key, std::string_view value) {
   const auto guard = pin();
   if (Code c = keys_.check(key); c != Code::ok) return c;
   if (Code c = check_value(value); c != Code::ok) return c;
-  const Probe p = keys_.probe(key);
+  const Probe p = probe(key);
   const std::uint64_t off = lock_leaf_for(p);
   LeafT* l = leaf_at(off);
   if (find_slot(l, p).block >= 0) {
@@ -337,7 +339,7 @@ Code LBTree<M>::update_once(std::string_view key, std::string_view value) {
   const auto guard = pin();
   if (Code c = keys_.check(key); c != Code::ok) return c;
   if (Code c = check_value(value); c != Code::ok) return c;
-  const Probe p = keys_.probe(key);
+  const Probe p = probe(key);
   const std::uint64_t off = lock_leaf_for(p);
   LeafT* l = leaf_at(off);
   const SlotRef r = find_slot(l, p);
@@ -367,7 +369,7 @@ template <unsigned M>
 Code LBTree<M>::remove(std::string_view key) {
   const auto guard = pin();
   if (Code c = keys_.check(key); c != Code::ok) return c;
-  const Probe p = keys_.probe(key);
+  const Probe p = probe(key);
   const std::uint64_t off = lock_leaf_for(p);
   LeafT* l = leaf_at(off);
   SlotRef r = find_slot(l, p);
