@@ -167,8 +167,8 @@ class LBTree final : public Index {
   std::pair<std::uint64_t, std::uint64_t> descend_word(std::uint64_t word) const;  // integer keys
   std::optional<std::uint64_t> on_leaf(std::uint64_t leaf) const;  // descend's leaf step
   std::uint64_t lock_leaf_for(const Probe& p);
-  void unlock_leaf(std::uint64_t off);
-  void leaf_insert(LeafT* l, DWord d0, std::uint64_t key_word, std::uint64_t value_word,
+  void unlock_leaf(std::uint64_t off, bool pm_bit_clear = false);
+  bool leaf_insert(LeafT* l, DWord d0, std::uint64_t key_word, std::uint64_t value_word,
                    std::uint8_t fp);
   Code split_insert(std::uint64_t off, std::uint64_t key_word, std::uint64_t value_word,
                     std::uint8_t fp);

@@ -14,7 +14,8 @@ namespace pmindex::lbtree {
 
 // Splits the locked, full leaf `off` and inserts the new entry. The new leaf is locked (DRAM
 // version) before the inner tree holds its separator and stays locked until the split is
-// complete, so no reader can miss a moved key.
+// complete, so no reader can miss a moved key. On success the old leaf's PM lock bit is clear
+// (S6); its DRAM version is still locked.
 template <unsigned M>
 Code LBTree<M>::split_insert(std::uint64_t off, std::uint64_t key_word,
                              std::uint64_t value_word, std::uint8_t fp) {
@@ -128,8 +129,9 @@ Code LBTree<M>::split_insert(std::uint64_t off, std::uint64_t key_word,
   pm::flush(&l->block[0].tail[0], 16);
   pm::fence();  // S5: S1-S4 are durable before the commit
   // S6: NAW - block 0's word0 with the moved bits cleared and alt flipped switches the sibling
-  // pointer and every block's header at once: the split is committed.
-  od[0].w[0] ^= kAltBit;
+  // pointer and every block's header at once: the split is committed. It clears the PM lock
+  // bit too (the caller's unlock then leaves the line alone; the DRAM version stays locked).
+  od[0].w[0] = (od[0].w[0] ^ kAltBit) & ~kLockBit;
   detail::put(&l->block[0].front[0], od[0].w[0]);
   pm::persist(l->block[0].front, 16);  // S7
   if (!go_right) {
