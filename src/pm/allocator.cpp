@@ -55,6 +55,16 @@ std::uint64_t round_up(std::uint64_t v, std::uint64_t a) { return (v + a - 1) / 
 
 }  // namespace
 
+// Adds d to a counter that only the calling thread writes: a relaxed load and store, not a
+// read-modify-write. A locked fetch_add waits for the thread's earlier write-backs (clwb) to
+// finish (docs/persistence.md), and an LB+-Tree split allocates right after an insert's persist.
+namespace {
+template <class T>
+void bump(std::atomic<T>& counter, T d) {
+  counter.store(counter.load(std::memory_order_relaxed) + d, std::memory_order_relaxed);
+}
+}  // namespace
+
 struct Allocator::ThreadCache {
   std::array<std::vector<std::uint64_t>, kNumClasses> free;
   // Written only by the owning thread (relaxed, no contention); summed by stats().
@@ -306,8 +316,8 @@ std::uint64_t Allocator::allocate(std::size_t bytes, Code* code) {
   if (mine.empty() && !refill(cls, tc, code)) return 0;
   const std::uint64_t off = mine.back();
   mine.pop_back();
-  tc.in_use[static_cast<std::size_t>(cls)].fetch_add(1, std::memory_order_relaxed);
-  tc.allocations.fetch_add(1, std::memory_order_relaxed);
+  bump(tc.in_use[static_cast<std::size_t>(cls)], std::int64_t{1});
+  bump(tc.allocations, std::uint64_t{1});
   return off;
 }
 
@@ -317,8 +327,8 @@ void Allocator::deallocate(std::uint64_t offset, std::size_t bytes) {
   ThreadCache& tc = cache();
   auto& mine = tc.free[static_cast<std::size_t>(cls)];
   mine.push_back(offset);
-  tc.in_use[static_cast<std::size_t>(cls)].fetch_sub(1, std::memory_order_relaxed);
-  tc.frees.fetch_add(1, std::memory_order_relaxed);
+  bump(tc.in_use[static_cast<std::size_t>(cls)], std::int64_t{-1});
+  bump(tc.frees, std::uint64_t{1});
   const std::size_t batch = batch_of(cls);
   if (mine.size() > 2 * batch) {
     std::lock_guard<std::mutex> lock(central_->mu);

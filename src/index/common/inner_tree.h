@@ -136,7 +136,8 @@ class InnerTree {
     return std::unique_lock<std::mutex>(smo_mu_);
   }
   // With smo_lock held: the path from the root to the level-1 node whose child covers the probe.
-  template <class ProbeLess>
+  // kKeys as for descend (integer keys then count a node by vector compares).
+  template <unsigned kKeys = 0, class ProbeLess>
   void path_to(ProbeLess probe_less, Path* path) const;
   // With smo_lock held and `path` from path_to(probe of a key in `left`): inserts separator
   // `sep` and child `right` just after the child `left`. Returns false if `left` is not the
@@ -343,12 +344,13 @@ std::uint64_t InnerTree::descend_batch(std::size_t n, ProbeAt probe_at, Touch to
   return failed;
 }
 
-template <class ProbeLess>
+template <unsigned kKeys, class ProbeLess>
 void InnerTree::path_to(ProbeLess probe_less, Path* path) const {
+  assert(kKeys == 0 || kKeys == max_keys_);
   path->clear();
   Node* n = root_.load(std::memory_order_acquire);
   for (;;) {
-    const unsigned idx = child_index<0>(n, count(n), probe_less);
+    const unsigned idx = child_index<kKeys>(n, count(n), probe_less);
     path->push_back({n, idx});
     if (level(n) == 1) return;
     n = reinterpret_cast<Node*>(optimistic_read(children(n)[idx]));

@@ -16,4 +16,11 @@ namespace pmindex::index_common {
   for (std::size_t off = 0; off < bytes; off += 64) __builtin_prefetch(c + off);
 }
 
+// The same for lines about to be written (prefetchw: fetched for ownership).
+[[gnu::always_inline]] inline void prefetch_lines_for_write(const void* p, std::size_t bytes) {
+  const char* c = static_cast<const char*>(p);
+#pragma GCC unroll 64
+  for (std::size_t off = 0; off < bytes; off += 64) __builtin_prefetch(c + off, 1);
+}
+
 }  // namespace pmindex::index_common

@@ -7,7 +7,9 @@
 //   * Leaves: a DRAM version per leaf (LeafVersions, indexed by pool offset / 256) is the
 //     writer lock and the readers' seqlock; a writer CASes it from the version it saw while
 //     its parent was still valid (so the leaf is still the right one, and still a leaf: a
-//     freed leaf is obsolete), then sets the PM lock bit (pm::cas) as the paper does.
+//     freed leaf is obsolete), then sets the PM lock bit as the paper does, with a release
+//     store (only the version lock's holder writes word0; a CAS would be a second locked
+//     instruction per write).
 //     Readers never write; they read leaf words with `optimistic_read` (acquire) and validate.
 //   * Lock order: leaf (then its left neighbour, try-lock only) -> InnerTree SMO mutex.
 //     Nobody waits for a leaf lock while holding the SMO mutex.
@@ -135,6 +137,11 @@ class LBTree final : public Index {
   void init_dram();
 
   // keys (the rest is keys_) and values
+  // The probe of a checked key: integer keys are decoded inline (KeyCodec::probe is out of
+  // line with a mode test per step).
+  Probe probe(std::string_view key) const {
+    return keys_.bytes_mode() ? keys_.probe(key) : index_common::KeyCodec::probe_word(key);
+  }
   bool key_word_less(std::uint64_t a, std::uint64_t b) const;
   std::uint64_t make_separator(std::uint64_t key_word);
   Code check_value(std::string_view value) const;
@@ -169,8 +176,8 @@ class LBTree final : public Index {
   std::pair<std::uint64_t, std::uint64_t> descend_word(std::uint64_t word) const;  // integer keys
   std::optional<std::uint64_t> on_leaf(std::uint64_t leaf) const;  // descend's leaf step
   std::uint64_t lock_leaf_for(const Probe& p);
-  void unlock_leaf(std::uint64_t off);
-  void leaf_insert(LeafT* l, DWord d0, std::uint64_t key_word, std::uint64_t value_word,
+  void unlock_leaf(std::uint64_t off, bool pm_bit_clear = false);
+  bool leaf_insert(LeafT* l, DWord d0, std::uint64_t key_word, std::uint64_t value_word,
                    std::uint8_t fp);
   Code split_insert(std::uint64_t off, std::uint64_t key_word, std::uint64_t value_word,
                     std::uint8_t fp);
@@ -202,6 +209,9 @@ class LBTree final : public Index {
   index_common::InnerTree inner_;
   std::unique_ptr<index_common::LeafVersions> versions_;
   index_common::SeparatorStore seps_;
+  // The root-to-leaf path of the current split or unlink, used only under inner_.smo_lock():
+  // kept between SMOs so that taking a path allocates nothing once it has grown.
+  index_common::InnerTree::Path smo_path_;
   // Retired separator copies and PM records. Declared after pool_ and seps_: destroyed first,
   // its pending deleters still find them (SeparatorStore invariant 3).
   mutable sync::EpochManager epochs_;

@@ -148,9 +148,11 @@ std::uint64_t LBTree<M>::lock_leaf_for(const Probe& p) {
   for (;;) {
     const auto [off, v] = descend_read(p);
     if (versions_->upgrade(off, v)) {
+      // The PM lock bit: a release store, not the paper's CAS. Only the holder of the DRAM
+      // version lock writes word0 (as at unlock), and a second locked instruction per insert
+      // would wait for the previous operation's write-backs (docs/persistence.md).
       std::uint64_t* w0 = &leaf_at(off)->block[0].front[0];
-      std::uint64_t expected = optimistic_read(*w0) & ~kLockBit;
-      while (!pm::cas(w0, expected, expected | kLockBit)) expected &= ~kLockBit;
+      pm::publish(w0, optimistic_read(*w0) | kLockBit);
       return off;
     }
     index_common::olc_pause();
@@ -162,11 +164,14 @@ std::uint64_t LBTree<M>::lock_leaf_for(const Probe& p) {
 // wait for the line: the NAW just before it wrote the line back (clwb), and writing a line
 // after its write-back refetches it for ownership, which a locked instruction waits for and a
 // store does not (inserts into a bulk-loaded 10M-key tree x1.51 for this step alone,
-// docs/performance-history.md).
+// docs/performance-history.md). pm_bit_clear: the operation's commit NAW already cleared the
+// bit (as the paper's Alg. 2 does), so the line just written back is not written again.
 template <unsigned M>
-void LBTree<M>::unlock_leaf(std::uint64_t off) {
-  std::uint64_t* w0 = &leaf_at(off)->block[0].front[0];
-  pm::publish(w0, optimistic_read(*w0) & ~kLockBit);
+void LBTree<M>::unlock_leaf(std::uint64_t off, bool pm_bit_clear) {
+  if (!pm_bit_clear) {
+    std::uint64_t* w0 = &leaf_at(off)->block[0].front[0];
+    pm::publish(w0, optimistic_read(*w0) & ~kLockBit);
+  }
   versions_->at(off).writeUnlock();
 }
 
@@ -183,7 +188,7 @@ template <unsigned M>
 Code LBTree<M>::find_general(std::string_view key, std::string* value) const {
   const auto guard = pin();
   if (Code c = keys_.check(key); c != Code::ok) return c;
-  const Probe p = keys_.probe(key);
+  const Probe p = probe(key);
   std::string tmp;
   for (;;) {
     const auto [off, v] = descend_read(p);
@@ -340,9 +345,10 @@ void LBTree<M>::find_batch_word(const std::string_view* keys, std::string* value
 // --- insert (Alg. 2) -------------------------------------------------------------------------
 
 // Inserts into a locked leaf with a free slot. d0 is block 0's header as it stands (or, after
-// a split, as the split committed it). Each block insert is one NAW section: P1..P6.
+// a split, as the split committed it). Each block insert is one NAW section: P1..P6. Returns
+// true if the NAW was block 0's word0, which then also cleared the PM lock bit.
 template <unsigned M>
-void LBTree<M>::leaf_insert(LeafT* l, DWord d0, std::uint64_t key_word,
+bool LBTree<M>::leaf_insert(LeafT* l, DWord d0, std::uint64_t key_word,
                             std::uint64_t value_word, std::uint8_t fp) {
   const bool alt = d0.alt();
   unsigned b = 0;
@@ -385,9 +391,12 @@ void LBTree<M>::leaf_insert(LeafT* l, DWord d0, std::uint64_t key_word,
   }
   // P4: header word1 (fingerprints of slots 6..13): only unused slots' fingerprints change.
   if (d.w[1] != old_w1) detail::put(hdr + 1, d.w[1]);
-  // P5: the NAW - one 8-byte failure-atomic store of header word0 commits the insert.
-  detail::put(hdr, d.w[0]);
+  // P5: the NAW - one 8-byte failure-atomic store of header word0 commits the insert. In
+  // block 0 it clears the PM lock bit too (Alg. 2), so the unlock need not write the line again
+  // after P6 wrote it back; the DRAM version stays locked until unlock_leaf.
+  detail::put(hdr, b == 0 ? d.w[0] & ~kLockBit : d.w[0]);
   pm::persist(hdr, 16);  // P6
+  return b == 0;
 }
 
 // pool_full: run the deferred frees and retry once (reclaim.h; a failed insert or update
@@ -407,7 +416,7 @@ Code LBTree<M>::insert_once(std::string_view key, std::string_view value) {
   const auto guard = pin();
   if (Code c = keys_.check(key); c != Code::ok) return c;
   if (Code c = check_value(value); c != Code::ok) return c;
-  const Probe p = keys_.probe(key);
+  const Probe p = probe(key);
   const std::uint64_t off = lock_leaf_for(p);
   LeafT* l = leaf_at(off);
   if (find_slot(l, p).block >= 0) {
@@ -432,15 +441,17 @@ Code LBTree<M>::insert_once(std::string_view key, std::string_view value) {
   bool full = true;
   for (unsigned b = 0; b < M && full; ++b)
     full = (b == 0 ? d0 : load_header(active_header(l, b, d0.alt()))).full();
+  bool pm_bit_clear = false;  // the commit NAW cleared the PM lock bit
   if (!full) {
-    leaf_insert(l, d0, key_word, value_word, p.fp);
+    pm_bit_clear = leaf_insert(l, d0, key_word, value_word, p.fp);
     code = Code::ok;
   } else {
     code = split_insert(off, key_word, value_word, p.fp);
+    pm_bit_clear = code == Code::ok;  // S6 clears it
     if (code != Code::ok) release(Pending{keys_.bytes_mode() ? key_word : 0,
                                           inline_values_ ? 0 : value_word});
   }
-  unlock_leaf(off);
+  unlock_leaf(off, pm_bit_clear);
   return code;
 }
 
@@ -451,7 +462,7 @@ Code LBTree<M>::update_once(std::string_view key, std::string_view value) {
   const auto guard = pin();
   if (Code c = keys_.check(key); c != Code::ok) return c;
   if (Code c = check_value(value); c != Code::ok) return c;
-  const Probe p = keys_.probe(key);
+  const Probe p = probe(key);
   const std::uint64_t off = lock_leaf_for(p);
   LeafT* l = leaf_at(off);
   const SlotRef r = find_slot(l, p);
@@ -481,7 +492,7 @@ template <unsigned M>
 Code LBTree<M>::remove(std::string_view key) {
   const auto guard = pin();
   if (Code c = keys_.check(key); c != Code::ok) return c;
-  const Probe p = keys_.probe(key);
+  const Probe p = probe(key);
   const std::uint64_t off = lock_leaf_for(p);
   LeafT* l = leaf_at(off);
   SlotRef r = find_slot(l, p);

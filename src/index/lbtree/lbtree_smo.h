@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <vector>
 
 #include "index/common/hybrid_checks.h"
@@ -13,42 +14,47 @@ namespace pmindex::lbtree {
 
 // Splits the locked, full leaf `off` and inserts the new entry. The new leaf is locked (DRAM
 // version) before the inner tree holds its separator and stays locked until the split is
-// complete, so no reader can miss a moved key.
+// complete, so no reader can miss a moved key. On success the old leaf's PM lock bit is clear
+// (S6); its DRAM version is still locked.
 template <unsigned M>
 Code LBTree<M>::split_insert(std::uint64_t off, std::uint64_t key_word,
                              std::uint64_t value_word, std::uint8_t fp) {
+  Code code = Code::ok;
+  const std::uint64_t new_off = pool_->allocator().allocate(LeafT::kBytes, &code);
+  if (new_off == 0) return code;
+  // Fetched while the entries are sorted: the new leaf's DRAM version, which the split locks
+  // first (a cache miss the paper's design does not have), and the lines it then writes.
+  __builtin_prefetch(&versions_->at(new_off), 1);
+  index_common::prefetch_lines_for_write(leaf_at(new_off), LeafT::kBytes);
   LeafT* l = leaf_at(off);
   const DWord d0 = load_header(l->block[0].front);
   const bool alt = d0.alt();
+  // The entries on the stack (a full leaf holds kSlots): a split allocates no DRAM, which
+  // was a third of its instructions (issue 16).
   struct Item { unsigned b, s; std::uint64_t key; };
-  std::vector<Item> items;
-  items.reserve(LeafT::kSlots);
+  std::array<Item, LeafT::kSlots> items;
+  unsigned n = 0;
   DWord od[M];
   for (unsigned b = 0; b < M; ++b) {
     od[b] = b == 0 ? d0 : load_header(active_header(l, b, alt));
     for (std::uint64_t m = od[b].bitmap(); m != 0; m &= m - 1) {
       const auto s = static_cast<unsigned>(std::countr_zero(m));
-      items.push_back({b, s, optimistic_read(l->block[b].entry[s][0])});
+      items[n++] = {b, s, optimistic_read(l->block[b].entry[s][0])};
     }
   }
   if (keys_.bytes_mode()) {
     std::vector<std::pair<std::string, unsigned>> keyed;
-    for (unsigned i = 0; i < items.size(); ++i) keyed.emplace_back(keys_.key_bytes(items[i].key), i);
+    for (unsigned i = 0; i < n; ++i) keyed.emplace_back(keys_.key_bytes(items[i].key), i);
     std::sort(keyed.begin(), keyed.end());
-    std::vector<Item> sorted;
-    for (auto& k : keyed) sorted.push_back(items[k.second]);
-    items.swap(sorted);
+    const std::array<Item, LeafT::kSlots> unsorted = items;
+    for (unsigned i = 0; i < n; ++i) items[i] = unsorted[keyed[i].second];
   } else {
-    std::sort(items.begin(), items.end(),
+    std::sort(items.begin(), items.begin() + n,
               [](const Item& a, const Item& b) { return a.key < b.key; });
   }
-  const unsigned n = static_cast<unsigned>(items.size());
   const unsigned move = n / 2;
   const std::uint64_t sep_key = items[n - move].key;
 
-  Code code = Code::ok;
-  const std::uint64_t new_off = pool_->allocator().allocate(LeafT::kBytes, &code);
-  if (new_off == 0) return code;
   index_common::recycle_locked(versions_->at(new_off));
   LeafT* nl = leaf_at(new_off);
 
@@ -60,10 +66,14 @@ Code LBTree<M>::split_insert(std::uint64_t off, std::uint64_t key_word,
   const std::uint64_t sep = make_separator(sep_key);
   {
     auto smo = inner_.smo_lock();
-    index_common::InnerTree::Path path;
-    const std::string sep_bytes = keys_.key_bytes(sep_key);
-    const Probe sp = keys_.probe(sep_bytes);
-    inner_.path_to([&](std::uint64_t s) { return keys_.below(sp, s); }, &path);
+    index_common::InnerTree::Path& path = smo_path_;
+    if (keys_.bytes_mode()) {
+      const std::string sep_bytes = keys_.key_bytes(sep_key);
+      const Probe sp = keys_.probe(sep_bytes);
+      inner_.path_to([&](std::uint64_t s) { return keys_.below(sp, s); }, &path);
+    } else {
+      inner_.path_to<kInnerKeys>(index_common::WordProbe{sep_key}, &path);  // no key bytes, no mode test
+    }
     if (!inner_.insert_separator(path, off, sep, new_off))
       index_common::fatal("lbtree",
                           "split: the separator's path does not end at the split leaf");
@@ -119,8 +129,9 @@ Code LBTree<M>::split_insert(std::uint64_t off, std::uint64_t key_word,
   pm::flush(&l->block[0].tail[0], 16);
   pm::fence();  // S5: S1-S4 are durable before the commit
   // S6: NAW - block 0's word0 with the moved bits cleared and alt flipped switches the sibling
-  // pointer and every block's header at once: the split is committed.
-  od[0].w[0] ^= kAltBit;
+  // pointer and every block's header at once: the split is committed. It clears the PM lock
+  // bit too (the caller's unlock then leaves the line alone; the DRAM version stays locked).
+  od[0].w[0] = (od[0].w[0] ^ kAltBit) & ~kLockBit;
   detail::put(&l->block[0].front[0], od[0].w[0]);
   pm::persist(l->block[0].front, 16);  // S7
   if (!go_right) {
@@ -162,7 +173,7 @@ void LBTree<M>::switch_sibling(LeafT* a, std::uint64_t next) {
 template <unsigned M>
 void LBTree<M>::try_unlink(std::uint64_t off, const Probe& p) {
   auto smo = inner_.smo_lock();
-  index_common::InnerTree::Path path;
+  index_common::InnerTree::Path& path = smo_path_;
   inner_.path_to([&](std::uint64_t s) { return keys_.below(p, s); }, &path);
   const std::uint64_t a_off = inner_.left_neighbour(path);
   if (a_off == 0 || !index_common::try_write_lock(versions_->at(a_off))) {
