@@ -43,6 +43,9 @@ struct Protocol {
   static constexpr bool kFlipBeforeMeta = false;
   // Skip M3 for leaves the merge did not change (the original's stale-meta[nv] window).
   static constexpr bool kSkipUnchangedMeta = false;
+  // The original's scan: a key in both buffer and base is emitted twice (the second time with
+  // the base's stale value) and tombstones are returned as records.
+  static constexpr bool kOriginalScan = false;
 };
 
 // Tuning (the paper's defaults). The registry uses these; tests pass their own to create().
