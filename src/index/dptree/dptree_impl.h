@@ -265,9 +265,12 @@ Code DPTree<P>::log_append(std::uint64_t k, std::uint64_t v, std::uint64_t op) {
   return Code::ok;
 }
 
+// The buffer reached its capacity, or the log (every write since the last merge, rewrites of
+// buffered keys included) four times it: repeated writes of fewer keys than the capacity would
+// otherwise grow the log without bound. A full pool retries at a later write.
 template <class P>
 void DPTree<P>::maybe_merge() {
-  if (buffer_->size() >= capacity_) (void)merge();  // a full pool retries at a later write
+  if (buffer_->size() >= capacity_ || next_lsn_ - 1 - covered_ >= 4 * capacity_) (void)merge();
 }
 
 // --- operations ------------------------------------------------------------------------------
