@@ -3,6 +3,7 @@
 // added at run time by code outside the library (IndexRegistry::add).
 #include "index/apex/apex.h"
 #include "index/common/traits.h"
+#include "index/dptree/dptree.h"
 #include "index/fptree/fptree.h"
 #include "index/lbtree/lbtree.h"
 #include "index/nbtree/nbtree.h"
@@ -83,6 +84,20 @@ const std::vector<IndexRegistry::Entry>& builtin_entries() {
         .recovery = "walk of the list; DRAM array layer rebuilt"}},
       part::Part::registry_entry(),
       pactree::PacTree::registry_entry(),
+      {"dptree", "DPTree: DRAM buffer B+-tree + PM write-ahead log over a versioned PM base tree (synchronous merge)",
+       &dptree::layout_for, &dptree::validate, &dptree::default_pool_size, &dptree::create,
+       &dptree::recover,
+       {.architecture = "differential: DRAM buffer B+-tree (+ Bloom filter, PM redo log) over a "
+                        "base tree of PM leaves with a DRAM inner layer",
+        .node_structure = "hashed 256-slot PM leaves with 1-byte fingerprints and two metadata "
+                          "versions switched by one global version bit",
+        .concurrency = "reader-writer lock; merges synchronous in the writer (first landing)",
+        .variable_keys = "no: 8-byte keys in this version (planned: DRAM copies in the buffer, "
+                         "PM key records in the base)",
+        .allocator = traits::kPmindexAllocator,
+        .numa = "no",
+        .recovery = "leaf-chain walk of the current version, inner layer rebuilt, log replayed "
+                    "into a new buffer"}},
   };
   return kEntries;
 }

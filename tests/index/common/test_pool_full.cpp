@@ -44,6 +44,7 @@ std::uint32_t small_node(const std::string& kind) {
   if (kind == "apex") return 1024;
   if (kind == "utree") return 64;  // DRAM leaves of 2 entries: the list layer has no SMO
   if (kind == "pactree") return 192;  // data nodes of 4 slots
+  if (kind == "dptree") return 320;  // 8-slot base leaves: a merge every 8 writes
   return 0;
 }
 
@@ -88,6 +89,12 @@ const char* known_failure(const Case& c) {
   if (c.kind == "apex" && c.ascending) {
     return "apex: 46-75 of 36,178-39,404 ascending re-inserts succeed after removing every "
            "key (src/index/apex is being changed elsewhere; see the issue 19 report)";
+  }
+  if (c.kind == "dptree") {
+    return "dptree (first landing): after pool_full, removes answer pool_full too: each remove "
+           "needs a log record, log pages are freed only by a merge, and the merge cannot "
+           "allocate the leaves its buffered inserts' splits need (fix planned: merge space "
+           "reserved ahead, or a partial merge that re-logs what it carries)";
   }
   return nullptr;
 }
@@ -210,7 +217,8 @@ TEST_P(PoolFullConcurrent, FillStaysConsistent) {
 std::vector<Case> cases() {
   std::vector<Case> out;
   for (bool scope : {false, true}) {
-    for (const char* kind : {"reflist", "lbtree", "fptree", "nbtree", "apex", "utree", "part"}) {
+    for (const char* kind :
+         {"reflist", "lbtree", "fptree", "nbtree", "apex", "utree", "part", "dptree"}) {
       out.push_back({kind, KeyType::u64, 8, scope});
       out.push_back({kind, KeyType::u64, 8, scope, /*ascending=*/true});
     }

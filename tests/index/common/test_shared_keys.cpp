@@ -23,6 +23,7 @@ std::uint32_t small_node(const std::string& kind) {
   if (kind == "apex") return 1024;    // 56 records per data node
   if (kind == "utree") return 64;     // DRAM leaves of 2 entries
   if (kind == "pactree") return 192;  // data nodes of 4 slots
+  if (kind == "dptree") return 320;   // 8-slot base leaves: a merge every 8 writes
   return 0;                           // reflist: no nodes
 }
 
@@ -55,7 +56,8 @@ TEST_P(SharedKeys, TalliesMatchPresence) {
 
 INSTANTIATE_TEST_SUITE_P(
     Kinds, SharedKeys,
-    ::testing::Combine(::testing::Values("reflist", "lbtree", "fptree", "nbtree", "apex", "utree", "part"),
+    ::testing::Combine(::testing::Values("reflist", "lbtree", "fptree", "nbtree", "apex", "utree", "part",
+                                         "dptree"),
                        ::testing::Values(pm::Mode::adr, pm::Mode::eadr, pm::Mode::dram)),
     [](const auto& p) {
       return std::get<0>(p.param) + "_" + std::string(pm::to_string(std::get<1>(p.param)));

@@ -1,0 +1,181 @@
+// DPTree (Zhou et al., PVLDB 13(4) 2019), first landing: a DRAM front buffer (B+-tree + Bloom
+// filter) whose every write is first made durable in a PM write-ahead log, over a base tree of
+// PM leaves (hashed slots, fingerprints, two metadata versions switched by one version bit in
+// the root object) with a DRAM inner layer over the leaves' bounds. When the buffer reaches
+// its capacity (a fraction of the base tree, 7 % by default) the writer that filled it merges
+// it into the base tree synchronously; the background merge is the second landing.
+// Persistence steps: PROTOCOL.md (cited in code as `// Xn:`); layouts: layout.h.
+//
+// Thread safety: every operation may run concurrently. Readers (find, scan) hold a shared
+// lock, writers (insert, update, upsert, remove, and the merge they run) an exclusive one:
+// the first landing serialises writers; OLC buffers and a background merge come next.
+// Invariants (checked by verify()):
+//   (1) the chain from root.head[gv] is in bounds, bounds strictly increase, the last is ~0;
+//       every live slot's key lies in (previous bound, bound], in its probe window, with its
+//       fingerprint; DRAM leaf infos equal meta[gv] of their leaves;
+//   (2) the inner layer's leaves are the chain's, each key inside its fences;
+//   (3) the log from root.log_head holds consecutive valid records up to the DRAM tail, and
+//       every record above `covered` is reflected in the buffer;
+//   (4) the PM bytes reachable from the root equal the allocator's bytes in use.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <shared_mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "index/common/inner_tree.h"
+#include "index/common/key_codec.h"
+#include "index/dptree/buffer_tree.h"
+#include "index/dptree/layout.h"
+#include "pmindex/index.h"
+#include "pmindex/pm/dram_arena.h"
+
+namespace pmindex::dptree {
+
+// The production protocol. Tests instantiate DPTree with known-bad policies (a checker must be
+// able to fail); the library never contains them.
+struct Protocol {
+  // Flip the version bit (M5) before the next metadata versions are written (M3): a crash
+  // in between recovers a chain described by stale metadata.
+  static constexpr bool kFlipBeforeMeta = false;
+  // Skip M3 for leaves the merge did not change (the original's stale-meta[nv] window).
+  static constexpr bool kSkipUnchangedMeta = false;
+  // The original's scan: a key in both buffer and base is emitted twice (the second time with
+  // the base's stale value) and tombstones are returned as records.
+  static constexpr bool kOriginalScan = false;
+};
+
+// Tuning (the paper's defaults). The registry uses these; tests pass their own to create().
+struct Config {
+  double merge_fraction = 0.07;  // buffer capacity = max(min_buffer, fraction x base records)
+  double bloom_fp = 0.05;        // the Bloom filter's false-positive target
+  std::size_t min_buffer = 0;    // 0: the base leaf's slot count
+};
+
+// Registry entry points.
+pm::Layout layout_for(const Options& options);
+Status validate(const Options& options);
+std::size_t default_pool_size(const Options& options);
+Result<std::unique_ptr<Index>> create(std::unique_ptr<pm::Pool> pool, const Options& options);
+Result<std::unique_ptr<Index>> recover(std::unique_ptr<pm::Pool> pool, const Options& options);
+
+// What merges did so far (tests' SMO tally, pmbench).
+struct MergeStats {
+  std::uint64_t merges = 0;
+  std::uint64_t leaves_created = 0;  // by splits in merges (and bulk loads)
+  std::uint64_t leaves_dropped = 0;  // emptied and unlinked
+  std::uint64_t log_pages_freed = 0;
+  std::uint64_t failed_merges = 0;   // pool full while splitting (retried later)
+};
+
+template <class Policy = Protocol>
+class DPTree final : public Index {
+ public:
+  static Result<std::unique_ptr<Index>> create(std::unique_ptr<pm::Pool> pool,
+                                               const Options& options, Config config = {});
+  static Result<std::unique_ptr<Index>> recover(std::unique_ptr<pm::Pool> pool,
+                                                const Options& options, Config config = {});
+
+  std::string_view kind() const override { return "dptree"; }
+  Code insert(std::string_view key, std::string_view value) override;
+  Code update(std::string_view key, std::string_view value) override;
+  Code upsert(std::string_view key, std::string_view value) override;
+  Code find(std::string_view key, std::string* value) const override;
+  Code remove(std::string_view key) override;
+  std::size_t scan(std::string_view start, std::size_t max, ScanBuffer& out) const override;
+  Status bulk_load(std::span<const KeyValue> sorted, double fill) override;
+  Status verify() const override;
+  RecoveryStats recovery_stats() const override { return recovery_; }
+  Footprint footprint() const override;
+  Status close() override;
+  const pm::Pool& pool() const override { return *pool_; }
+
+  MergeStats merge_stats() const;
+  std::size_t buffered() const;
+  std::size_t base_leaves() const;
+  // Merges the buffer now (tests).
+  Code merge_for_testing();
+  // Deliberate damage so a test can see verify() notice it: 0 swaps the keys of two live
+  // slots of the first non-empty leaf, 1 clears a bit of a leaf's DRAM bitmap, 2 breaks the
+  // validity word of the first log record.
+  void corrupt_for_testing(int what);
+
+ private:
+  // DRAM view of one base leaf of the current version.
+  struct LeafInfo {
+    std::uint64_t off = 0;
+    std::uint64_t bound = 0;
+    std::uint64_t bitmap[4] = {0, 0, 0, 0};
+    std::uint32_t index = 0;           // position in chain_
+    std::vector<std::uint8_t> order;   // live slots in key order
+  };
+  using LeafPtr = std::shared_ptr<LeafInfo>;
+  using Record = std::pair<std::uint64_t, std::uint64_t>;  // key word, value
+
+  DPTree(std::unique_ptr<pm::Pool> pool, std::uint32_t slots, Config config);
+  Status init_root(const Options& o);
+  Code check(std::string_view key, std::string_view value) const;
+  static std::uint64_t word_of(std::string_view key);
+  static std::uint64_t value_of(std::string_view v);
+
+  // base tree
+  LeafView view(std::uint64_t off) const { return LeafView{pool_->at<char>(off), slots_}; }
+  const LeafInfo* leaf_for(std::uint64_t k) const;
+  int slot_of(const LeafInfo& l, std::uint64_t k) const;  // -1 if absent
+  void sort_order(LeafInfo& l) const;
+  void rebuild_inner();
+  // Places recs[*i..] into a fresh leaf (at most `per`), M2. nullptr if the pool is full.
+  LeafPtr build_leaf(const std::vector<Record>& recs, std::size_t* i, std::size_t per,
+                     std::uint64_t last_bound, Code* code);
+
+  // buffer and log
+  bool buffered_entry(std::uint64_t k, BufEntry* e) const;
+  Code log_append(std::uint64_t k, std::uint64_t v, std::uint64_t op);
+  Code new_log_page();
+  void buffer_put(std::uint64_t k, std::uint64_t v, bool tomb);
+  void maybe_merge();
+  void reset_buffer();
+
+  // merge
+  Code merge();
+  Code merge_leaf(const LeafPtr& l, const BufEntry* from, const BufEntry* to,
+                  std::vector<LeafPtr>* next, std::vector<std::uint64_t>* replaced,
+                  std::vector<std::uint64_t>* fresh, std::int64_t* delta);
+  void write_meta(std::vector<LeafPtr>& next, unsigned nv);
+  void commit(std::vector<LeafPtr> next, const std::vector<std::uint64_t>& replaced,
+              std::int64_t delta);
+
+  // recovery
+  Status rebuild();
+  Status walk_chain(unsigned gv, std::vector<LeafPtr>* chain, std::uint64_t* records);
+  struct LogScan;
+  Status walk_log(std::uint64_t covered, LogScan* out);
+
+  std::unique_ptr<pm::Pool> pool_;
+  Root* root_ = nullptr;
+  const std::uint32_t slots_;
+  const std::size_t leaf_bytes_;
+  const Config config_;
+  index_common::KeyCodec keys_;
+  unsigned gv_ = 0;
+  std::uint64_t covered_ = 0;
+  std::vector<LeafPtr> chain_;
+  std::uint64_t base_records_ = 0;
+  pm::DramArena inner_arena_;
+  index_common::InnerTree inner_;
+  std::unique_ptr<BufferTree> buffer_;
+  Bloom bloom_;
+  std::size_t capacity_ = 0;
+  std::vector<std::uint64_t> log_pages_;  // in log order; empty = empty log
+  std::uint32_t tail_slot_ = 0;           // next record slot in the last page
+  std::uint64_t next_lsn_ = 1;
+  MergeStats stats_;
+  RecoveryStats recovery_;
+  mutable std::shared_mutex mu_;
+  bool closed_ = false;
+};
+
+}  // namespace pmindex::dptree

@@ -1,0 +1,633 @@
+// DPTree operations, log, merge (dptree.h). Recovery and verify(): dptree_recovery.h. Templates
+// over the protocol policy: tests instantiate known-bad variants.
+#pragma once
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <mutex>
+
+#include "index/common/hybrid_checks.h"
+#include "index/dptree/dptree.h"
+
+namespace pmindex::dptree {
+
+namespace detail {
+inline bool test_bit(const std::uint64_t* bm, std::uint32_t i) { return (bm[i / 64] >> (i % 64) & 1) != 0; }
+inline void set_bit(std::uint64_t* bm, std::uint32_t i) { bm[i / 64] |= std::uint64_t{1} << (i % 64); }
+inline void clear_bit(std::uint64_t* bm, std::uint32_t i) { bm[i / 64] &= ~(std::uint64_t{1} << (i % 64)); }
+inline std::uint64_t popcount(const std::uint64_t* bm) {
+  return std::popcount(bm[0]) + std::popcount(bm[1]) + std::popcount(bm[2]) + std::popcount(bm[3]);
+}
+// Flushes each distinct line once (merge steps write many small pieces of one leaf).
+inline void flush_lines(std::vector<const char*>& lines) {
+  std::sort(lines.begin(), lines.end());
+  lines.erase(std::unique(lines.begin(), lines.end()), lines.end());
+  for (const char* l : lines) pm::flush(l, 1);
+  lines.clear();
+}
+inline const char* line_of(const void* p) {
+  return reinterpret_cast<const char*>(reinterpret_cast<std::uintptr_t>(p) & ~std::uintptr_t{63});
+}
+}  // namespace detail
+
+template <class P>
+DPTree<P>::DPTree(std::unique_ptr<pm::Pool> pool, std::uint32_t slots, Config config)
+    : pool_(std::move(pool)), slots_(slots), leaf_bytes_(leaf_bytes(slots)), config_(config),
+      inner_(14, inner_arena_) {
+  keys_.configure(pool_.get(), pool_->info().layout.key_mode, 8);
+}
+
+template <class P>
+Result<std::unique_ptr<Index>> DPTree<P>::create(std::unique_ptr<pm::Pool> pool,
+                                                 const Options& o, Config config) {
+  const std::uint32_t s = o.node_size == 0 ? kDefaultSlots : slots_for(o.node_size);
+  std::unique_ptr<DPTree> idx(new DPTree(std::move(pool), s, config));
+  if (Status st = idx->init_root(o); !st.ok()) return st;
+  return std::unique_ptr<Index>(std::move(idx));
+}
+
+// C1: the root object and one empty leaf (bound ~0) as chain 0, persisted, then the root
+// published (pool.set_root: one persisted 8-byte store). A crash before it leaves nothing.
+template <class P>
+Status DPTree<P>::init_root(const Options& o) {
+  pm::Pool& p = *pool_;
+  Code code = Code::ok;
+  const std::uint64_t off = p.allocator().allocate(sizeof(Root), &code);
+  const std::uint64_t leaf = off != 0 ? p.allocator().allocate(leaf_bytes_, &code) : 0;
+  if (leaf == 0) {
+    if (off != 0) p.allocator().deallocate(off, sizeof(Root));
+    return p.error(code, "dptree: no space for the root object");
+  }
+  const LeafView v = view(leaf);
+  pm::zero(v.meta(0), 128);
+  pm::store(&v.meta(0)->bound, ~std::uint64_t{0});
+  pm::persist(v.meta(0), 128);
+  Root* r = p.at<Root>(off);
+  pm::zero(r, sizeof(Root));
+  pm::store(&r->magic, kRootMagic);
+  pm::store(&r->state, state_word(0, 0));
+  pm::store(&r->head[0], leaf);
+  pm::store(&r->slots, slots_);
+  pm::store(&r->key_mode, static_cast<std::uint32_t>(p.info().layout.key_mode));
+  pm::store(&r->max_key_size, std::uint32_t{8});
+  pm::store(&r->max_value_size, std::uint32_t{o.max_value_size});
+  pm::persist(r, sizeof(Root));
+  p.set_root(off);  // C1: published
+  root_ = r;
+  auto l = std::make_shared<LeafInfo>();
+  l->off = leaf;
+  l->bound = ~std::uint64_t{0};
+  chain_ = {l};
+  rebuild_inner();
+  reset_buffer();
+  return Status::Ok();
+}
+
+// --- keys, values ----------------------------------------------------------------------------
+
+template <class P>
+Code DPTree<P>::check(std::string_view key, std::string_view value) const {
+  if (Code c = keys_.check(key); c != Code::ok) return c;
+  if (value.size() > 8) return Code::value_too_large;
+  if (value.size() != 8) return Code::invalid_argument;
+  return Code::ok;
+}
+
+template <class P>
+std::uint64_t DPTree<P>::word_of(std::string_view key) {
+  std::uint64_t w = 0;
+  for (std::size_t i = 0; i < 8; ++i)
+    w = w << 8 | (i < key.size() ? static_cast<unsigned char>(key[i]) : 0);
+  return w;
+}
+
+template <class P>
+std::uint64_t DPTree<P>::value_of(std::string_view v) {
+  std::uint64_t x;
+  std::memcpy(&x, v.data(), 8);
+  return x;
+}
+
+// --- base tree -------------------------------------------------------------------------------
+
+template <class P>
+const typename DPTree<P>::LeafInfo* DPTree<P>::leaf_for(std::uint64_t k) const {
+  auto token = [](std::uint64_t) -> std::optional<std::uint64_t> { return 0; };
+  return reinterpret_cast<const LeafInfo*>(
+      inner_.descend(index_common::WordProbe{k}, token).first);
+}
+
+// Probes the key's window: bitmap (DRAM copy of meta[gv]) and fingerprint first, so a miss
+// reads one or two fingerprint lines and no slot.
+template <class P>
+int DPTree<P>::slot_of(const LeafInfo& l, std::uint64_t k) const {
+  const LeafView v = view(l.off);
+  const std::uint64_t h = key_hash(k);
+  const std::uint8_t fp = key_fp(h);
+  const std::uint32_t mask = slots_ - 1, w = window(slots_);
+  for (std::uint32_t i = 0; i < w; ++i) {
+    const std::uint32_t s = (static_cast<std::uint32_t>(h) + i) & mask;
+    if (detail::test_bit(l.bitmap, s) && v.fp()[s] == fp && v.slot(s)->key == k)
+      return static_cast<int>(s);
+  }
+  return -1;
+}
+
+template <class P>
+void DPTree<P>::sort_order(LeafInfo& l) const {
+  const LeafView v = view(l.off);
+  l.order.clear();
+  for (std::uint32_t s = 0; s < slots_; ++s)
+    if (detail::test_bit(l.bitmap, s)) l.order.push_back(static_cast<std::uint8_t>(s));
+  std::sort(l.order.begin(), l.order.end(), [&](std::uint8_t a, std::uint8_t b) {
+    return v.slot(a)->key < v.slot(b)->key;
+  });
+}
+
+// The inner layer over the chain: leaf i covers keys >= bound[i-1] + 1.
+template <class P>
+void DPTree<P>::rebuild_inner() {
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> items;
+  items.reserve(chain_.size());
+  for (std::size_t i = 0; i < chain_.size(); ++i) {
+    chain_[i]->index = static_cast<std::uint32_t>(i);
+    items.emplace_back(i == 0 ? 0 : chain_[i - 1]->bound + 1,
+                       reinterpret_cast<std::uint64_t>(chain_[i].get()));
+  }
+  if (items.size() == 1) {
+    inner_.init_single(items[0].second);
+  } else {
+    inner_.bulk_build(items, 0.9, 1);
+  }
+}
+
+// M2: a fresh leaf holding recs[*i..] (at most `per`; fewer if a key finds its window full),
+// slots and fingerprints written and flushed. Its bound is its last key, or `last_bound` if it
+// takes the last record. Unreachable until the flip (M5); a crash leaves it to the allocator.
+template <class P>
+typename DPTree<P>::LeafPtr DPTree<P>::build_leaf(const std::vector<Record>& recs,
+                                                  std::size_t* i, std::size_t per,
+                                                  std::uint64_t last_bound, Code* code) {
+  const std::uint64_t off = pool_->allocator().allocate(leaf_bytes_, code);
+  if (off == 0) return nullptr;
+  auto l = std::make_shared<LeafInfo>();
+  l->off = off;
+  const LeafView v = view(off);
+  const std::uint32_t mask = slots_ - 1, w = window(slots_);
+  std::size_t placed = 0;
+  std::vector<const char*> lines;
+  while (*i < recs.size() && placed < per) {
+    const auto [k, val] = recs[*i];
+    const std::uint64_t h = key_hash(k);
+    std::uint32_t s = slots_;
+    for (std::uint32_t j = 0; j < w && s == slots_; ++j) {
+      const std::uint32_t c = (static_cast<std::uint32_t>(h) + j) & mask;
+      if (!detail::test_bit(l->bitmap, c)) s = c;
+    }
+    if (s == slots_) break;  // window full: the next leaf takes it
+    detail::set_bit(l->bitmap, s);
+    pm::store(&v.fp()[s], key_fp(h));
+    pm::store(v.slot(s), Slot{k, val});
+    lines.push_back(detail::line_of(&v.fp()[s]));
+    lines.push_back(detail::line_of(v.slot(s)));
+    ++*i;
+    ++placed;
+  }
+  detail::flush_lines(lines);  // M2
+  l->bound = *i == recs.size() ? last_bound : recs[*i - 1].first;
+  sort_order(*l);
+  ++stats_.leaves_created;
+  return l;
+}
+
+// --- buffer and log --------------------------------------------------------------------------
+
+template <class P>
+void DPTree<P>::reset_buffer() {
+  buffer_ = std::make_unique<BufferTree>();
+  const std::size_t min = config_.min_buffer != 0 ? config_.min_buffer : slots_;
+  capacity_ = std::max<std::size_t>(
+      min, static_cast<std::size_t>(config_.merge_fraction * static_cast<double>(base_records_)));
+  bloom_.reset(capacity_, config_.bloom_fp);
+}
+
+template <class P>
+bool DPTree<P>::buffered_entry(std::uint64_t k, BufEntry* e) const {
+  return bloom_.may_contain(k) && buffer_->find(k, e) != nullptr;
+}
+
+template <class P>
+void DPTree<P>::buffer_put(std::uint64_t k, std::uint64_t v, bool tomb) {
+  buffer_->put(k, v, tomb);
+  bloom_.add(k);
+}
+
+// L4-L5: a new last page: header persisted, then linked (root.log_head for the first page, the
+// previous page's next otherwise) with one persisted 8-byte store.
+template <class P>
+Code DPTree<P>::new_log_page() {
+  Code code = Code::ok;
+  const std::uint64_t off = pool_->allocator().allocate(kLogPageBytes, &code);
+  if (off == 0) return code;
+  LogPageHeader* h = pool_->at<LogPageHeader>(off);
+  pm::store(&h->next, std::uint64_t{0});
+  pm::store(&h->first_lsn, next_lsn_);
+  pm::persist(h, sizeof(LogPageHeader));  // L4
+  std::uint64_t* link = log_pages_.empty() ? &root_->log_head
+                                           : &pool_->at<LogPageHeader>(log_pages_.back())->next;
+  pm::publish(link, off);  // L5
+  pm::persist(link, 8);
+  log_pages_.push_back(off);
+  tail_slot_ = 0;
+  return Code::ok;
+}
+
+// L1-L3: the record's words, then its validity word, then one persist of its line. The
+// operation is durable when this returns ok. A full pool first tries a merge (which frees the
+// log pages it covers).
+template <class P>
+Code DPTree<P>::log_append(std::uint64_t k, std::uint64_t v, std::uint64_t op) {
+  if (next_lsn_ > kMaxLsn) index_common::fatal("dptree", "log sequence numbers exhausted");
+  if (log_pages_.empty() || tail_slot_ == kRecordsPerPage) {
+    Code c = new_log_page();
+    if (c == Code::pool_full && buffer_->size() != 0 && merge() == Code::ok) c = new_log_page();
+    if (c != Code::ok) return c;
+  }
+  LogRecord* r = pool_->at<LogRecord>(log_pages_.back() + 64 * (1 + std::uint64_t{tail_slot_}));
+  pm::store(&r->key, k);  // L1
+  pm::store(&r->value, v);
+  pm::store(&r->op, op);
+  pm::publish(&r->validity, validity_word(k, v, op, next_lsn_));  // L2
+  pm::persist(r, sizeof(LogRecord));                               // L3
+  ++tail_slot_;
+  ++next_lsn_;
+  return Code::ok;
+}
+
+// The buffer reached its capacity, or the log (every write since the last merge, rewrites of
+// buffered keys included) four times it: repeated writes of fewer keys than the capacity would
+// otherwise grow the log without bound. A full pool retries at a later write.
+template <class P>
+void DPTree<P>::maybe_merge() {
+  if (buffer_->size() >= capacity_ || next_lsn_ - 1 - covered_ >= 4 * capacity_) (void)merge();
+}
+
+// --- operations ------------------------------------------------------------------------------
+
+template <class P>
+Code DPTree<P>::find(std::string_view key, std::string* value) const {
+  if (Code c = keys_.check(key); c != Code::ok) return c;
+  const std::uint64_t k = word_of(key);
+  std::shared_lock lock(mu_);
+  BufEntry e;
+  std::uint64_t v;
+  if (buffered_entry(k, &e)) {
+    if (e.tombstone) return Code::not_found;
+    v = e.value;
+  } else {
+    const LeafInfo* l = leaf_for(k);
+    const int s = slot_of(*l, k);
+    if (s < 0) return Code::not_found;
+    v = view(l->off).slot(static_cast<std::uint32_t>(s))->value;
+  }
+  if (value != nullptr) value->assign(reinterpret_cast<const char*>(&v), 8);
+  return Code::ok;
+}
+
+template <class P>
+Code DPTree<P>::insert(std::string_view key, std::string_view value) {
+  if (Code c = check(key, value); c != Code::ok) return c;
+  const std::uint64_t k = word_of(key), v = value_of(value);
+  std::unique_lock lock(mu_);
+  BufEntry e;
+  const bool in_buffer = buffered_entry(k, &e);
+  if (in_buffer ? !e.tombstone : slot_of(*leaf_for(k), k) >= 0) return Code::already_present;
+  if (Code c = log_append(k, v, kOpPut); c != Code::ok) return c;
+  buffer_put(k, v, false);
+  maybe_merge();
+  return Code::ok;
+}
+
+// U1: a key only in the base tree is updated in place (one 8-byte store, persisted): no
+// unmerged log record names it, so nothing replays over the new value.
+template <class P>
+Code DPTree<P>::update(std::string_view key, std::string_view value) {
+  if (Code c = check(key, value); c != Code::ok) return c;
+  const std::uint64_t k = word_of(key), v = value_of(value);
+  std::unique_lock lock(mu_);
+  BufEntry e;
+  if (buffered_entry(k, &e)) {
+    if (e.tombstone) return Code::not_found;
+    if (Code c = log_append(k, v, kOpPut); c != Code::ok) return c;
+    buffer_put(k, v, false);
+    maybe_merge();
+    return Code::ok;
+  }
+  const LeafInfo* l = leaf_for(k);
+  const int s = slot_of(*l, k);
+  if (s < 0) return Code::not_found;
+  Slot* slot = view(l->off).slot(static_cast<std::uint32_t>(s));
+  pm::publish(&slot->value, v);  // U1
+  pm::persist(&slot->value, 8);
+  return Code::ok;
+}
+
+template <class P>
+Code DPTree<P>::upsert(std::string_view key, std::string_view value) {
+  if (Code c = check(key, value); c != Code::ok) return c;
+  const std::uint64_t k = word_of(key), v = value_of(value);
+  std::unique_lock lock(mu_);
+  BufEntry e;
+  if (!buffered_entry(k, &e)) {
+    const LeafInfo* l = leaf_for(k);
+    if (const int s = slot_of(*l, k); s >= 0) {
+      Slot* slot = view(l->off).slot(static_cast<std::uint32_t>(s));
+      pm::publish(&slot->value, v);  // U1
+      pm::persist(&slot->value, 8);
+      return Code::ok;
+    }
+  }
+  if (Code c = log_append(k, v, kOpPut); c != Code::ok) return c;
+  buffer_put(k, v, false);
+  maybe_merge();
+  return Code::ok;
+}
+
+// D1: a tombstone through the log and the buffer; the merge removes the key from the base.
+template <class P>
+Code DPTree<P>::remove(std::string_view key) {
+  if (Code c = keys_.check(key); c != Code::ok) return c;
+  const std::uint64_t k = word_of(key);
+  std::unique_lock lock(mu_);
+  BufEntry e;
+  const bool in_buffer = buffered_entry(k, &e);
+  if (in_buffer ? e.tombstone : slot_of(*leaf_for(k), k) < 0) return Code::not_found;
+  if (Code c = log_append(k, 0, kOpDelete); c != Code::ok) return c;
+  buffer_put(k, 0, true);
+  maybe_merge();
+  return Code::ok;
+}
+
+// Two sorted streams, buffer and base: on equal keys the buffer's entry wins (it is newer),
+// tombstones are skipped, so no key is returned twice or with a stale value.
+template <class P>
+std::size_t DPTree<P>::scan(std::string_view start, std::size_t max, ScanBuffer& out) const {
+  out.clear();
+  std::uint64_t k = word_of(start);
+  if (start.size() > 8 && start.find_first_not_of('\0', 8) != std::string_view::npos) {
+    if (k == ~std::uint64_t{0}) return 0;
+    ++k;  // the smallest 8-byte key above a longer start
+  }
+  std::shared_lock lock(mu_);
+  // Buffer entries from k on, up to `max` live ones (each is emitted: the buffer wins ties);
+  // tombstones on the way are kept, they hide base records.
+  std::vector<BufEntry> buf;
+  std::size_t live = 0;
+  buffer_->for_each_from(k, [&](const BufEntry& e) {
+    if (live == max) return false;
+    buf.push_back(e);
+    live += e.tombstone ? 0 : 1;
+    return true;
+  });
+  std::size_t bi = 0;
+  const LeafInfo* l = leaf_for(k);
+  std::size_t li = l->index, pos = 0;
+  {
+    const LeafView v = view(l->off);
+    while (pos < l->order.size() && v.slot(l->order[pos])->key < k) ++pos;
+  }
+  auto emit = [&](std::uint64_t key, std::uint64_t val) {
+    out.append(encode_u64(key), std::string_view(reinterpret_cast<const char*>(&val), 8));
+  };
+  while (out.size() < max) {
+    // The next base record, if any.
+    while (li < chain_.size() && pos == chain_[li]->order.size()) {
+      ++li;
+      pos = 0;
+    }
+    const bool have_base = li < chain_.size();
+    const Slot* base = have_base ? view(chain_[li]->off).slot(chain_[li]->order[pos]) : nullptr;
+    const bool have_buf = bi < buf.size();
+    if (!have_base && !have_buf) break;
+    if (have_buf && (!have_base || buf[bi].key <= base->key)) {
+      if constexpr (P::kOriginalScan) {  // known-bad (tests only)
+        emit(buf[bi].key, buf[bi].value);
+        ++bi;
+        continue;
+      }
+      if (have_base && buf[bi].key == base->key) ++pos;
+      if (!buf[bi].tombstone) emit(buf[bi].key, buf[bi].value);
+      ++bi;
+    } else {
+      emit(base->key, base->value);
+      ++pos;
+    }
+  }
+  return out.size();
+}
+
+// --- merge -------------------------------------------------------------------------------------
+
+template <class P>
+Code DPTree<P>::merge_for_testing() {
+  std::unique_lock lock(mu_);
+  return merge();
+}
+
+// One leaf and the buffer entries in its range. In place if every new record finds a slot in
+// its window that is free in meta[gv] (M1: free slots only, so the current version's records
+// stay intact until the flip); otherwise the leaf's records and the entries are laid out in
+// fresh leaves filled to 70 % (M2) and the old leaf is replaced after the flip (M6).
+template <class P>
+Code DPTree<P>::merge_leaf(const LeafPtr& l, const BufEntry* from, const BufEntry* to,
+                           std::vector<LeafPtr>* next, std::vector<std::uint64_t>* replaced,
+                           std::vector<std::uint64_t>* fresh, std::int64_t* delta) {
+  const LeafView v = view(l->off);
+  auto n = std::make_shared<LeafInfo>(*l);
+  std::uint64_t used[4];
+  std::memcpy(used, l->bitmap, sizeof(used));
+  const std::uint32_t mask = slots_ - 1, w = window(slots_);
+  std::vector<std::pair<std::uint32_t, Slot>> writes;
+  std::int64_t d = 0;
+  bool fits = true;
+  for (const BufEntry* e = from; e != to && fits; ++e) {
+    const int old = slot_of(*l, e->key);
+    if (e->tombstone) {
+      if (old >= 0) detail::clear_bit(n->bitmap, static_cast<std::uint32_t>(old)), --d;
+      continue;
+    }
+    const std::uint64_t h = key_hash(e->key);
+    std::uint32_t s = slots_;
+    for (std::uint32_t j = 0; j < w && s == slots_; ++j) {
+      const std::uint32_t c = (static_cast<std::uint32_t>(h) + j) & mask;
+      if (!detail::test_bit(used, c)) s = c;
+    }
+    if (s == slots_) {
+      fits = false;
+      break;
+    }
+    detail::set_bit(used, s);
+    detail::set_bit(n->bitmap, s);
+    if (old >= 0) {
+      detail::clear_bit(n->bitmap, static_cast<std::uint32_t>(old));
+    } else {
+      ++d;
+    }
+    writes.emplace_back(s, Slot{e->key, e->value});
+  }
+  if (fits) {
+    std::vector<const char*> lines;
+    for (const auto& [s, rec] : writes) {  // M1
+      pm::store(&v.fp()[s], key_fp(key_hash(rec.key)));
+      pm::store(v.slot(s), rec);
+      lines.push_back(detail::line_of(&v.fp()[s]));
+      lines.push_back(detail::line_of(v.slot(s)));
+    }
+    detail::flush_lines(lines);
+    sort_order(*n);
+    *delta += d;
+    next->push_back(std::move(n));
+    return Code::ok;
+  }
+  // Split: the merged records in key order.
+  std::vector<Record> recs;
+  const BufEntry* e = from;
+  for (std::uint8_t s : l->order) {
+    const Slot* cur = v.slot(s);
+    for (; e != to && e->key < cur->key; ++e)
+      if (!e->tombstone) recs.emplace_back(e->key, e->value);
+    if (e != to && e->key == cur->key) {
+      if (!e->tombstone) recs.emplace_back(e->key, e->value);
+      ++e;
+    } else {
+      recs.emplace_back(cur->key, cur->value);
+    }
+  }
+  for (; e != to; ++e)
+    if (!e->tombstone) recs.emplace_back(e->key, e->value);
+  const std::size_t per = std::max<std::size_t>(1, slots_ * 7 / 10);
+  for (std::size_t i = 0; i < recs.size();) {
+    Code code = Code::ok;
+    LeafPtr piece = build_leaf(recs, &i, per, l->bound, &code);
+    if (piece == nullptr) return code;
+    fresh->push_back(piece->off);
+    next->push_back(std::move(piece));
+  }
+  replaced->push_back(l->off);
+  *delta += static_cast<std::int64_t>(recs.size()) -
+            static_cast<std::int64_t>(detail::popcount(l->bitmap));
+  return Code::ok;
+}
+
+// M3: meta[nv] of EVERY leaf of the new chain, written and flushed wherever PM differs from
+// it (a leaf the merge did not touch may hold a meta[nv] of two merges ago: the original's
+// stale-metadata window under ADR). Every earlier merge step was persisted, so the cached
+// line is what PM holds.
+template <class P>
+void DPTree<P>::write_meta(std::vector<LeafPtr>& next, unsigned nv) {
+  for (std::size_t i = 0; i < next.size(); ++i) {
+    Meta m{};
+    std::memcpy(m.bitmap, next[i]->bitmap, sizeof(m.bitmap));
+    m.bound = next[i]->bound;
+    m.next = i + 1 < next.size() ? next[i + 1]->off : 0;
+    m.count = detail::popcount(m.bitmap);
+    Meta* pm_meta = view(next[i]->off).meta(nv);
+    if (std::memcmp(pm_meta, &m, sizeof(Meta)) == 0) continue;
+    if constexpr (P::kSkipUnchangedMeta) {  // known-bad (tests only): the original's window
+      if (std::memcmp(view(next[i]->off).meta(1 - nv)->bitmap, m.bitmap, sizeof(m.bitmap)) == 0)
+        continue;
+    }
+    pm::copy(pm_meta, &m, sizeof(Meta));  // M3
+    pm::flush(pm_meta, sizeof(Meta));
+  }
+}
+
+// M4-M7 and the DRAM side of a merge or bulk load whose leaves are written (M1/M2).
+template <class P>
+void DPTree<P>::commit(std::vector<LeafPtr> next, const std::vector<std::uint64_t>& replaced,
+                       std::int64_t delta) {
+  const unsigned nv = 1 - gv_;
+  const std::uint64_t covered = next_lsn_ - 1;
+  auto flip = [&] {
+    pm::publish(&root_->head[nv], next[0]->off);  // M4
+    pm::flush(&root_->head[nv], 8);
+    pm::fence();
+    pm::publish(&root_->state, state_word(covered, nv));  // M5: commit
+    pm::persist(&root_->state, 8);
+  };
+  if constexpr (P::kFlipBeforeMeta) {
+    flip();
+    write_meta(next, nv);
+    pm::fence();
+  } else {
+    write_meta(next, nv);
+    flip();
+  }
+  gv_ = nv;
+  covered_ = covered;
+  base_records_ = static_cast<std::uint64_t>(static_cast<std::int64_t>(base_records_) + delta);
+  chain_ = std::move(next);
+  rebuild_inner();
+  for (std::uint64_t off : replaced) pool_->allocator().deallocate(off, leaf_bytes_);  // M6
+  // M7: the log is covered up to `covered`: emptied with one persisted store, pages freed.
+  if (!log_pages_.empty()) {
+    pm::publish(&root_->log_head, std::uint64_t{0});
+    pm::persist(&root_->log_head, 8);
+    for (std::uint64_t off : log_pages_) pool_->allocator().deallocate(off, kLogPageBytes);
+    stats_.log_pages_freed += log_pages_.size();
+    log_pages_.clear();
+    tail_slot_ = 0;
+  }
+  reset_buffer();
+  ++stats_.merges;
+}
+
+// The synchronous merge (run by the writer whose write filled the buffer): per leaf M1/M2,
+// emptied leaves unlinked (unless the last one left), then commit (M3-M7). A full pool while
+// splitting abandons the merge before anything is published: fresh leaves are freed, the
+// buffer and log stay, and a later write retries.
+template <class P>
+Code DPTree<P>::merge() {
+  const std::vector<BufEntry> entries = buffer_->sorted();
+  std::vector<LeafPtr> next;
+  std::vector<std::uint64_t> replaced, fresh;
+  std::int64_t delta = 0;
+  std::size_t e = 0;
+  for (std::size_t i = 0; i < chain_.size(); ++i) {
+    const bool last = i + 1 == chain_.size();
+    const std::size_t lo = e;
+    while (e < entries.size() && (last || entries[e].key <= chain_[i]->bound)) ++e;
+    if (lo == e) {
+      next.push_back(chain_[i]);
+      continue;
+    }
+    if (Code c = merge_leaf(chain_[i], entries.data() + lo, entries.data() + e, &next,
+                            &replaced, &fresh, &delta);
+        c != Code::ok) {
+      for (std::uint64_t off : fresh) pool_->allocator().deallocate(off, leaf_bytes_);
+      ++stats_.failed_merges;
+      return c;
+    }
+  }
+  // Emptied leaves leave the chain; their range joins the next leaf (the last one's, the
+  // previous leaf, which then takes bound ~0).
+  std::vector<LeafPtr> kept;
+  for (std::size_t i = 0; i < next.size(); ++i) {
+    if (next[i]->order.empty() && next.size() - (i + 1) + kept.size() > 0) {
+      replaced.push_back(next[i]->off);
+      ++stats_.leaves_dropped;
+      continue;
+    }
+    kept.push_back(next[i]);
+  }
+  if (kept.back()->bound != ~std::uint64_t{0}) {
+    auto last = std::make_shared<LeafInfo>(*kept.back());
+    last->bound = ~std::uint64_t{0};
+    kept.back() = last;
+  }
+  commit(std::move(kept), replaced, delta);
+  return Code::ok;
+}
+
+}  // namespace pmindex::dptree

@@ -1,0 +1,381 @@
+// DPTree recovery (PROTOCOL.md R1-R5), bulk load, verify() and the rest of dptree.h. Part of
+// dptree_impl.h's templates.
+#pragma once
+
+#include "index/common/recovery_frame.h"
+#include "index/dptree/dptree_impl.h"
+
+namespace pmindex::dptree {
+
+template <class P>
+Result<std::unique_ptr<Index>> DPTree<P>::recover(std::unique_ptr<pm::Pool> pool,
+                                                  const Options& o, Config config) {
+  const std::uint32_t s = slots_for(pool->info().layout.node_size);
+  if (s == 0) return pool->error(Code::corrupted, "dptree pool has an impossible node size");
+  if (pool->info().layout.key_mode == KeyType::bytes)
+    return pool->error(Code::corrupted, "dptree pool claims variable-length keys");
+  std::unique_ptr<DPTree> idx(new DPTree(std::move(pool), s, config));
+  DPTree& t = *idx;
+  pm::Pool& p = *t.pool_;
+  const Status st = index_common::run_recovery(
+      p, &t.recovery_, [&] { return t.init_root(o); },
+      [&](std::uint64_t root_off) -> Status {
+        Root* r = p.checked<Root>(root_off, sizeof(Root), 8);
+        if (r == nullptr || r->magic != kRootMagic) {
+          (void)p.allocator().finish_recovery();
+          return p.error(Code::corrupted, "dptree root object is missing or has a wrong magic");
+        }
+        if (r->slots != s || r->key_mode != static_cast<std::uint32_t>(p.info().layout.key_mode) ||
+            r->max_key_size != 8 || r->max_value_size != 8) {
+          (void)p.allocator().finish_recovery();
+          return p.error(Code::corrupted, "dptree root holds impossible sizes");
+        }
+        t.root_ = r;
+        if (p.allocator().mark_reachable(root_off, sizeof(Root)) != Code::ok)
+          return p.allocator().finish_recovery();
+        return t.rebuild();
+      });
+  if (!st.ok()) return st;
+  return std::unique_ptr<Index>(std::move(idx));
+}
+
+// R1: the chain of version gv from root.head[gv], read-only: every leaf in bounds and aligned,
+// bounds strictly increasing (so no cycle), the last ~0; count = popcount, no bit >= S; every
+// live slot's key in (previous bound, bound], in its probe window, with its fingerprint, and
+// no key twice. Leaves are declared reachable.
+template <class P>
+Status DPTree<P>::walk_chain(unsigned gv, std::vector<LeafPtr>* chain, std::uint64_t* records) {
+  pm::Pool& p = *pool_;
+  const std::uint64_t max_leaves = p.size() / leaf_bytes_;
+  std::uint64_t prev_bound = 0;
+  const std::uint32_t mask = slots_ - 1, w = window(slots_);
+  for (std::uint64_t off = root_->head[gv]; off != 0;) {
+    auto bad = [&](const std::string& what) {
+      return p.error(Code::corrupted, "dptree leaf at offset " + std::to_string(off) + ": " + what);
+    };
+    if (p.checked<char>(off, leaf_bytes_, 64) == nullptr) return bad("out of bounds or misaligned");
+    if (chain->size() >= max_leaves) return bad("more leaves than the pool can hold (a cycle?)");
+    const LeafView v = view(off);
+    const Meta m = *v.meta(gv);
+    if (!chain->empty() && !(m.bound > prev_bound)) return bad("bound not above the previous leaf's");
+    for (std::uint32_t b = slots_; b < 256; ++b)
+      if (detail::test_bit(m.bitmap, b)) return bad("bitmap names a slot beyond the leaf");
+    if (m.count != detail::popcount(m.bitmap)) return bad("count differs from the bitmap");
+    auto l = std::make_shared<LeafInfo>();
+    l->off = off;
+    l->bound = m.bound;
+    std::memcpy(l->bitmap, m.bitmap, sizeof(m.bitmap));
+    for (std::uint32_t s = 0; s < slots_; ++s) {
+      if (!detail::test_bit(m.bitmap, s)) continue;
+      const std::uint64_t k = v.slot(s)->key;
+      const std::uint64_t h = key_hash(k);
+      if (k > m.bound || (!chain->empty() && k <= prev_bound)) return bad("key outside its range");
+      if (v.fp()[s] != key_fp(h)) return bad("fingerprint differs from the key");
+      if (((s - static_cast<std::uint32_t>(h)) & mask) >= w) return bad("slot outside the key's window");
+    }
+    sort_order(*l);
+    for (std::size_t i = 1; i < l->order.size(); ++i)
+      if (v.slot(l->order[i - 1])->key == v.slot(l->order[i])->key) return bad("key twice");
+    if (p.allocator().mark_reachable(off, leaf_bytes_) != Code::ok)
+      return bad("overlaps another block");
+    *records += m.count;
+    prev_bound = m.bound;
+    chain->push_back(std::move(l));
+    off = m.next;
+  }
+  if (chain->empty()) return p.error(Code::corrupted, "dptree chain is empty");
+  if (prev_bound != ~std::uint64_t{0}) return p.error(Code::corrupted, "dptree last leaf's bound is not ~0");
+  return Status::Ok();
+}
+
+template <class P>
+struct DPTree<P>::LogScan {
+  std::vector<std::uint64_t> pages;
+  std::vector<LogRecord> replay;  // valid records above `covered`, in order
+  std::uint32_t tail_slot = 0;
+  std::uint64_t next_lsn = 0;     // sequence number of the first invalid (or next) record
+  bool stale_next = false;        // the tail page links pages after the first invalid record
+};
+
+// R2: the log from root.log_head, read-only: pages in bounds and aligned, first_lsn
+// consecutive (so no cycle), the first page not above covered + 1; records replayed in order
+// up to the first one whose validity word does not check (torn, or left from an earlier use).
+template <class P>
+Status DPTree<P>::walk_log(std::uint64_t covered, LogScan* out) {
+  pm::Pool& p = *pool_;
+  out->next_lsn = covered + 1;
+  std::uint64_t expect_first = 0;
+  for (std::uint64_t pg = root_->log_head; pg != 0;) {
+    auto bad = [&](const std::string& what) {
+      return p.error(Code::corrupted, "dptree log page at offset " + std::to_string(pg) + ": " + what);
+    };
+    const auto* h = p.checked<LogPageHeader>(pg, kLogPageBytes, 64);
+    if (h == nullptr) return bad("out of bounds or misaligned");
+    if (out->pages.empty() ? h->first_lsn > covered + 1 || h->first_lsn == 0
+                           : h->first_lsn != expect_first)
+      return bad("sequence numbers do not continue the log");
+    if (h->first_lsn + kRecordsPerPage > kMaxLsn) return bad("sequence number out of range");
+    if (p.allocator().mark_reachable(pg, kLogPageBytes) != Code::ok) return bad("overlaps another block");
+    out->pages.push_back(pg);
+    const auto* recs = reinterpret_cast<const LogRecord*>(h + 1);
+    std::uint32_t j = 0;
+    for (; j < kRecordsPerPage; ++j) {
+      const LogRecord& r = recs[j];
+      const std::uint64_t lsn = h->first_lsn + j;
+      if ((r.op != kOpPut && r.op != kOpDelete) ||
+          r.validity != validity_word(r.key, r.value, r.op, lsn))
+        break;
+      if (lsn > covered) out->replay.push_back(r);
+    }
+    out->tail_slot = j;
+    out->next_lsn = std::max(out->next_lsn, h->first_lsn + j);
+    if (j < kRecordsPerPage) {
+      out->stale_next = h->next != 0;
+      break;
+    }
+    expect_first = h->first_lsn + kRecordsPerPage;
+    pg = h->next;
+  }
+  return Status::Ok();
+}
+
+// R1-R2 read-only, then the allocator's reachability pass and commit_open; R3 repairs (a
+// tail page linking pages past the first invalid record is cut; a log wholly covered by the
+// base tree is emptied, finishing M7); R4 the DRAM side: leaf infos, inner layer; R5 the valid
+// records above `covered` replayed into a fresh buffer in log order.
+template <class P>
+Status DPTree<P>::rebuild() {
+  pm::Pool& p = *pool_;
+  const std::uint64_t state = root_->state;
+  const unsigned gv = state_gv(state);
+  const std::uint64_t covered = state_covered(state);
+  if (covered >= kMaxLsn) {
+    (void)p.allocator().finish_recovery();
+    return p.error(Code::corrupted, "dptree root state names an impossible sequence number");
+  }
+  std::vector<LeafPtr> chain;
+  std::uint64_t records = 0;
+  LogScan log;
+  Status s = walk_chain(gv, &chain, &records);
+  if (s.ok()) s = walk_log(covered, &log);
+  if (!s.ok()) {
+    (void)p.allocator().finish_recovery();
+    return s;
+  }
+  if (Status fs = p.allocator().finish_recovery(); !fs.ok()) return fs;
+  p.commit_open();
+  gv_ = gv;
+  covered_ = covered;
+  chain_ = std::move(chain);
+  base_records_ = records;
+  log_pages_ = std::move(log.pages);
+  tail_slot_ = log.tail_slot;
+  next_lsn_ = log.next_lsn;
+  if (log.stale_next) {  // R3
+    std::uint64_t* next = &p.at<LogPageHeader>(log_pages_.back())->next;
+    pm::publish(next, std::uint64_t{0});
+    pm::persist(next, 8);
+    ++recovery_.repaired;
+  }
+  if (!log_pages_.empty() && log.replay.empty()) {  // R3: finish M7
+    pm::publish(&root_->log_head, std::uint64_t{0});
+    pm::persist(&root_->log_head, 8);
+    for (std::uint64_t off : log_pages_) p.allocator().deallocate(off, kLogPageBytes);
+    log_pages_.clear();
+    tail_slot_ = 0;
+    next_lsn_ = covered + 1;
+    ++recovery_.repaired;
+  }
+  rebuild_inner();  // R4
+  reset_buffer();
+  for (const LogRecord& r : log.replay) buffer_put(r.key, r.value, r.op == kOpDelete);  // R5
+  // Live records: the base's, corrected by the buffer (new keys, tombstones of base keys).
+  std::int64_t live = static_cast<std::int64_t>(records);
+  buffer_->for_each_from(0, [&](const BufEntry& e) {
+    live += (e.tombstone ? 0 : 1) - (slot_of(*leaf_for(e.key), e.key) >= 0 ? 1 : 0);
+    return true;
+  });
+  recovery_.records = static_cast<std::uint64_t>(live);
+  recovery_.nodes = chain_.size() + log_pages_.size();
+  return Status::Ok();
+}
+
+template <class P>
+Status DPTree<P>::bulk_load(std::span<const KeyValue> sorted, double fill) {
+  if (!(fill > 0.0 && fill <= 1.0))
+    return Status(Code::invalid_argument, "fill factor must be in (0, 1]");
+  std::unique_lock lock(mu_);
+  if (base_records_ != 0 || buffer_->size() != 0)
+    return Status(Code::invalid_argument, "dptree bulk_load needs an empty index");
+  std::vector<Record> recs;
+  recs.reserve(sorted.size());
+  for (std::size_t i = 0; i < sorted.size(); ++i) {
+    if (Code c = check(sorted[i].key, sorted[i].value); c != Code::ok)
+      return Status(c, "bulk_load record " + std::to_string(i));
+    if (i > 0 && !(sorted[i - 1].key < sorted[i].key))
+      return Status(Code::invalid_argument, "bulk_load keys must be sorted and distinct");
+    recs.emplace_back(word_of(sorted[i].key), value_of(sorted[i].value));
+  }
+  if (recs.empty()) return Status::Ok();
+  const std::size_t per =
+      std::max<std::size_t>(1, static_cast<std::size_t>(static_cast<double>(slots_) * fill));
+  std::vector<LeafPtr> next;
+  for (std::size_t i = 0; i < recs.size();) {
+    Code code = Code::ok;
+    LeafPtr l = build_leaf(recs, &i, per, ~std::uint64_t{0}, &code);
+    if (l == nullptr) {
+      for (const LeafPtr& f : next) pool_->allocator().deallocate(f->off, leaf_bytes_);
+      return pool_->error(code, "bulk_load: no space for the leaves");
+    }
+    next.push_back(std::move(l));
+  }
+  std::vector<std::uint64_t> replaced;
+  for (const LeafPtr& l : chain_) replaced.push_back(l->off);
+  commit(std::move(next), replaced, static_cast<std::int64_t>(recs.size()));
+  return Status::Ok();
+}
+
+template <class P>
+Status DPTree<P>::verify() const {
+  std::shared_lock lock(mu_);
+  const pm::Pool& p = *pool_;
+  auto bad = [&](const std::string& what) { return p.error(Code::corrupted, "verify: " + what); };
+  if (state_gv(root_->state) != gv_ || state_covered(root_->state) != covered_)
+    return bad("root state differs from the index's version");
+  std::uint64_t reachable = index_common::block_bytes(sizeof(Root));
+  std::uint64_t records = 0, prev_bound = 0;
+  std::uint64_t off = root_->head[gv_];
+  index_common::ChainKeys keys;
+  for (std::size_t i = 0; i < chain_.size(); ++i, off = view(off).meta(gv_)->next) {
+    const LeafInfo& l = *chain_[i];
+    if (off != l.off) return bad("chain leaf " + std::to_string(i) + " differs from the DRAM chain");
+    if (p.checked<char>(off, leaf_bytes_, 64) == nullptr) return bad("leaf out of bounds");
+    const LeafView v = view(off);
+    const Meta& m = *v.meta(gv_);
+    if (std::memcmp(m.bitmap, l.bitmap, sizeof(l.bitmap)) != 0 || m.bound != l.bound)
+      return index_common::leaf_error(p, off, "meta[gv] differs from the DRAM leaf info");
+    if (m.count != detail::popcount(m.bitmap)) return index_common::leaf_error(p, off, "count differs");
+    if (i > 0 && !(m.bound > prev_bound)) return index_common::leaf_error(p, off, "bounds not increasing");
+    if (l.index != i) return index_common::leaf_error(p, off, "wrong chain index");
+    if (l.order.size() != m.count) return index_common::leaf_error(p, off, "order array size");
+    keys.leaves.push_back(reinterpret_cast<std::uint64_t>(&l));
+    keys.keys.emplace_back();
+    for (std::size_t j = 0; j < l.order.size(); ++j) {
+      const std::uint32_t s = l.order[j];
+      const std::uint64_t k = v.slot(s)->key;
+      if (!detail::test_bit(m.bitmap, s)) return index_common::leaf_error(p, off, "order names a free slot");
+      if (j > 0 && !(v.slot(l.order[j - 1])->key < k))
+        return index_common::leaf_error(p, off, "order array not sorted");
+      if (k > m.bound || (i > 0 && k <= prev_bound))
+        return index_common::leaf_error(p, off, "key outside the leaf's range");
+      if (v.fp()[s] != key_fp(key_hash(k)) || slot_of(l, k) != static_cast<int>(s))
+        return index_common::leaf_error(p, off, "key not found by its probe (fingerprint or window)");
+      keys.keys.back().push_back(encode_u64(k));
+    }
+    records += m.count;
+    prev_bound = m.bound;
+    reachable += index_common::block_bytes(leaf_bytes_);
+  }
+  if (off != 0) return bad("the PM chain is longer than the DRAM chain");
+  if (prev_bound != ~std::uint64_t{0}) return bad("last bound is not ~0");
+  if (records != base_records_) return bad("base record count differs");
+  if (Status s = index_common::check_key_order(p, keys); !s.ok()) return s;
+  if (Status s = inner_.verify(
+          [](std::uint64_t a, std::uint64_t b) { return a < b; },
+          [&](std::uint64_t lw, const std::uint64_t* lo, const std::uint64_t* hi) {
+            const LeafInfo* l = reinterpret_cast<const LeafInfo*>(lw);
+            if (l->index >= chain_.size() || chain_[l->index].get() != l)
+              return bad("inner layer names a leaf outside the chain");
+            const std::uint64_t want_lo = l->index == 0 ? 0 : chain_[l->index - 1]->bound + 1;
+            if ((lo == nullptr) != (l->index == 0) || (lo != nullptr && *lo != want_lo) ||
+                (hi != nullptr && *hi != l->bound + 1))
+              return bad("inner fences differ from the leaf bounds");
+            return Status::Ok();
+          });
+      !s.ok())
+    return s;
+  // The log: the DRAM page list is the PM one, records valid up to the tail.
+  std::uint64_t pg = root_->log_head;
+  for (std::size_t i = 0; i < log_pages_.size(); ++i) {
+    if (pg != log_pages_[i]) return bad("log page " + std::to_string(i) + " differs");
+    const auto* h = p.at<LogPageHeader>(pg);
+    const auto* recs = reinterpret_cast<const LogRecord*>(h + 1);
+    const std::uint32_t n = i + 1 == log_pages_.size() ? tail_slot_ : kRecordsPerPage;
+    for (std::uint32_t j = 0; j < n; ++j)
+      if (recs[j].validity != validity_word(recs[j].key, recs[j].value, recs[j].op, h->first_lsn + j))
+        return bad("log record " + std::to_string(h->first_lsn + j) + " does not check");
+    if (i + 1 == log_pages_.size() && h->first_lsn + n != next_lsn_)
+      return bad("log tail differs from the next sequence number");
+    reachable += index_common::block_bytes(kLogPageBytes);
+    pg = h->next;
+  }
+  if (pg != 0) return bad("the PM log is longer than the DRAM log");
+  if (Status s = buffer_->verify(p); !s.ok()) return s;
+  return index_common::check_reachable(p, reachable);
+}
+
+template <class P>
+Footprint DPTree<P>::footprint() const {
+  std::shared_lock lock(mu_);
+  const auto st = pool_->allocator().stats();
+  Footprint f;
+  f.pm_bytes = st.bytes_in_use;
+  f.pm_reserved = st.bytes_reserved;
+  f.dram_bytes = inner_arena_.bytes_in_use() + buffer_->dram_bytes() + bloom_.dram_bytes() +
+                 chain_.size() * (sizeof(LeafInfo) + slots_);
+  return f;
+}
+
+// The buffer stays in the log: the next open replays it (no merge at close, so close is
+// cheap and a crash and a clean close recover the same way).
+template <class P>
+Status DPTree<P>::close() {
+  std::unique_lock lock(mu_);
+  if (!closed_) {
+    pool_->close_clean();
+    closed_ = true;
+  }
+  return Status::Ok();
+}
+
+template <class P>
+MergeStats DPTree<P>::merge_stats() const {
+  std::shared_lock lock(mu_);
+  return stats_;
+}
+
+template <class P>
+std::size_t DPTree<P>::buffered() const {
+  std::shared_lock lock(mu_);
+  return buffer_->size();
+}
+
+template <class P>
+std::size_t DPTree<P>::base_leaves() const {
+  std::shared_lock lock(mu_);
+  return chain_.size();
+}
+
+template <class P>
+void DPTree<P>::corrupt_for_testing(int what) {
+  std::unique_lock lock(mu_);
+  for (const LeafPtr& l : chain_) {
+    if (l->order.size() < 2) continue;
+    if (what == 0) {
+      Slot* a = view(l->off).slot(l->order[0]);
+      Slot* b = view(l->off).slot(l->order[1]);
+      const std::uint64_t k = a->key;
+      pm::publish(&a->key, b->key);
+      pm::publish(&b->key, k);
+    } else if (what == 1) {
+      detail::clear_bit(l->bitmap, l->order[0]);
+    }
+    break;
+  }
+  if (what == 2 && !log_pages_.empty() && (log_pages_.size() > 1 || tail_slot_ > 0)) {
+    auto* r = pool_->at<LogRecord>(log_pages_[0] + 64);
+    pm::publish(&r->validity, r->validity ^ 1);
+  }
+}
+
+}  // namespace pmindex::dptree
