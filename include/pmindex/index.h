@@ -66,7 +66,11 @@ enum class OpenMode : std::uint8_t {
 struct Options {
   std::string kind = "reflist";     // which index (IndexRegistry::names())
   std::string path;                 // pool file; empty: anonymous DRAM memory (no file)
-  std::size_t pool_size = 0;        // bytes; 0: the index's default for `expected_records`
+  // Maximum pool size in bytes (0: the index's default for `expected_records`). A file pool
+  // starts at initial_pool_size and grows in chunks as the index needs space, up to this;
+  // past it (or when the file system is full) inserts answer pool_full. docs/pool-format.md.
+  std::size_t pool_size = 0;
+  std::size_t initial_pool_size = 0;  // create: 0 is 64 MiB (or pool_size if smaller)
   std::size_t expected_records = 1'000'000;
   pm::Mode persistence = pm::Mode::adr;
   std::uint32_t node_size = 0;      // bytes; 0: the index's default
@@ -192,7 +196,7 @@ class IndexRegistry {
     // Refuses options this kind cannot create a pool with (node size, key and value limits).
     // Index::open calls it before any file is created or replaced.
     Status (*validate)(const Options&);
-    // Pool bytes to reserve when Options::pool_size is 0 (from expected_records).
+    // The maximum pool size when Options::pool_size is 0 (from expected_records).
     std::size_t (*default_pool_size)(const Options&);
     // Builds an empty index on a freshly created pool (options already validated).
     Result<std::unique_ptr<Index>> (*create)(PoolPtr pool, const Options&);

@@ -85,10 +85,14 @@ int cmd_info(const std::string& path) {
   auto info = Pool::inspect(path);
   if (!info.ok()) return fail(info.status());
   const HeaderInfo& h = *info;
+  std::error_code ec;
+  const std::uint64_t file_bytes = fs::file_size(path, ec);
   std::cout << "pool:            " << path << "\n"
             << "format version:  " << h.format_version << "\n"
             << "layout:          " << h.layout.describe() << "\n"
-            << "size:            " << h.pool_size << " (" << human_bytes(h.pool_size) << ")\n"
+            << "maximum size:    " << h.pool_size << " (" << human_bytes(h.pool_size) << ")\n"
+            << "file size:       " << file_bytes << " (" << human_bytes(file_bytes)
+            << "; grows up to the maximum)\n"
             << "uuid:            " << h.uuid << "\n"
             << "created:         " << time_text(h.creation_time) << "\n"
             << "generation:      " << h.generation << " (opens so far)\n"
