@@ -404,6 +404,9 @@ void Pool::close_clean() {
   auto* h = at<PoolHeader>(0);
   publish(&h->clean_shutdown, kCleanMark);
   persist(&h->clean_shutdown, sizeof h->clean_shutdown);
+  // The file's mtime then says when it was last closed cleanly (stores through a shared mapping
+  // do not reliably update it): `pmpool rm --stale` keeps pools closed recently.
+  if (fd_ >= 0 && !private_) futimens(fd_, nullptr);
 }
 
 Result<std::unique_ptr<Pool>> Pool::create(const PoolOptions& o) {
