@@ -30,6 +30,8 @@
 // misuse (undefined behaviour), and one inside an operation at that moment aborts the process.
 #pragma once
 
+#include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -42,6 +44,7 @@
 #include "pmindex/pm/layout.h"
 #include "pmindex/pm/persist.h"
 #include "pmindex/pm/pool.h"
+#include "pmindex/pm/thread_slot.h"
 #include "pmindex/status.h"
 
 namespace pmindex {
@@ -125,6 +128,44 @@ struct Footprint {
   std::uint64_t dram_bytes = 0;     // DRAM bytes held by the index (inner nodes, metadata)
 };
 
+namespace detail {
+
+// The record count behind Index::size(): a base (records found at recovery) plus one counter
+// per thread slot, summed on read. Only the slot's owner writes its counter, so an insert pays
+// a load and a store to a line no other thread writes (no shared counter, no RMW); a reader
+// sums the slots (relaxed: a count taken while writers run is a snapshot of no particular
+// instant, and exact once they stopped and the reader synchronized with them).
+class RecordCount {
+ public:
+  void add(std::int64_t delta) {
+    auto& n = slots_[pm::this_thread_slot()].n;
+    n.store(n.load(std::memory_order_relaxed) + delta, std::memory_order_relaxed);
+  }
+  // Lazy recovery: the base is unknown until set_base() (size() waits for it).
+  void base_pending() { known_.store(false, std::memory_order_relaxed); }
+  void set_base(std::uint64_t records) {
+    base_.store(static_cast<std::int64_t>(records), std::memory_order_relaxed);
+    known_.store(true, std::memory_order_release);  // pairs with total()'s acquire
+    known_.notify_all();
+  }
+  std::uint64_t total() const {
+    known_.wait(false, std::memory_order_acquire);
+    std::int64_t sum = base_.load(std::memory_order_relaxed);
+    for (const Slot& s : slots_) sum += s.n.load(std::memory_order_relaxed);
+    return sum < 0 ? 0 : static_cast<std::uint64_t>(sum);
+  }
+
+ private:
+  struct alignas(64) Slot {
+    std::atomic<std::int64_t> n{0};
+  };
+  std::array<Slot, pm::kMaxThreadSlots> slots_{};
+  std::atomic<std::int64_t> base_{0};
+  std::atomic<bool> known_{true};
+};
+
+}  // namespace detail
+
 class Index {
  public:
   // Opens or creates the pool named by options.path and the index in it.
@@ -168,6 +209,35 @@ class Index {
     std::function<void()> detach_;
   };
   virtual ThreadScope attach_thread() { return {}; }
+
+  // Records in the index. Every kind counts the records it finds at recovery and keeps
+  // per-thread counts of acknowledged inserts and removes, summed here: no walk of the index
+  // and no shared counter on the insert path. Exact whenever no insert or remove is in flight
+  // (one in flight may or may not be counted). Kinds that recover lazily (APEX, P-ART:
+  // recovery_stats().records_counted is false at open) learn the recovered count from their
+  // background recovery walk: until it ends size() waits for it (the walk is already running;
+  // the call adds no work), and afterwards it is off by at most the number of inserts and
+  // removes acknowledged between the open and the end of that walk (exact if the caller wrote
+  // nothing before size() first returned).
+  std::uint64_t size() const { return records_.total(); }
+
+ protected:
+  // For size(): each kind passes the code of every insert/remove it answers, the records a
+  // bulk load added, and the records its recovery found.
+  Code count_insert(Code c) {
+    if (c == Code::ok) records_.add(1);
+    return c;
+  }
+  Code count_remove(Code c) {
+    if (c == Code::ok) records_.add(-1);
+    return c;
+  }
+  void count_loaded(std::size_t records) { records_.add(static_cast<std::int64_t>(records)); }
+  void set_recovered_records(std::uint64_t records) { records_.set_base(records); }
+  void recovered_records_pending() { records_.base_pending(); }
+
+ private:
+  detail::RecordCount records_;
 };
 
 // What an index is, in the survey's terms (its Table 2 columns, plus recovery): reports draw the
