@@ -2,7 +2,7 @@
 // grows under inserts to its 8 MiB maximum (128x), answers pool_full there and stays correct;
 // the grown pool reopens with every record; a file extended by a crash mid-extension (longer
 // than the high-water mark, not a whole chunk) recovers; a grown pool cut below its high-water
-// mark is refused. Label: unit (well under a second per kind under ASan).
+// mark is refused. Label: unit (1-10 s per kind under ASan on the loaded 2-core VM).
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
