@@ -30,6 +30,8 @@
 // misuse (undefined behaviour), and one inside an operation at that moment aborts the process.
 #pragma once
 
+#include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -42,6 +44,7 @@
 #include "pmindex/pm/layout.h"
 #include "pmindex/pm/persist.h"
 #include "pmindex/pm/pool.h"
+#include "pmindex/pm/thread_slot.h"
 #include "pmindex/status.h"
 
 namespace pmindex {
@@ -66,7 +69,11 @@ enum class OpenMode : std::uint8_t {
 struct Options {
   std::string kind = "reflist";     // which index (IndexRegistry::names())
   std::string path;                 // pool file; empty: anonymous DRAM memory (no file)
-  std::size_t pool_size = 0;        // bytes; 0: the index's default for `expected_records`
+  // Maximum pool size in bytes (0: the index's default for `expected_records`). A file pool
+  // starts at initial_pool_size and grows in chunks as the index needs space, up to this;
+  // past it (or when the file system is full) inserts answer pool_full. docs/pool-format.md.
+  std::size_t pool_size = 0;
+  std::size_t initial_pool_size = 0;  // create: 0 is 64 MiB (or pool_size if smaller)
   std::size_t expected_records = 1'000'000;
   pm::Mode persistence = pm::Mode::adr;
   std::uint32_t node_size = 0;      // bytes; 0: the index's default
@@ -120,6 +127,44 @@ struct Footprint {
   std::uint64_t pm_reserved = 0;    // PM bytes carved from the heap
   std::uint64_t dram_bytes = 0;     // DRAM bytes held by the index (inner nodes, metadata)
 };
+
+namespace detail {
+
+// The record count behind Index::size(): a base (records found at recovery) plus one counter
+// per thread slot, summed on read. Only the slot's owner writes its counter, so an insert pays
+// a load and a store to a line no other thread writes (no shared counter, no RMW); a reader
+// sums the slots (relaxed: a count taken while writers run is a snapshot of no particular
+// instant, and exact once they stopped and the reader synchronized with them).
+class RecordCount {
+ public:
+  void add(std::int64_t delta) {
+    auto& n = slots_[pm::this_thread_slot()].n;
+    n.store(n.load(std::memory_order_relaxed) + delta, std::memory_order_relaxed);
+  }
+  // Lazy recovery: the base is unknown until set_base() (size() waits for it).
+  void base_pending() { known_.store(false, std::memory_order_relaxed); }
+  void set_base(std::uint64_t records) {
+    base_.store(static_cast<std::int64_t>(records), std::memory_order_relaxed);
+    known_.store(true, std::memory_order_release);  // pairs with total()'s acquire
+    known_.notify_all();
+  }
+  std::uint64_t total() const {
+    known_.wait(false, std::memory_order_acquire);
+    std::int64_t sum = base_.load(std::memory_order_relaxed);
+    for (const Slot& s : slots_) sum += s.n.load(std::memory_order_relaxed);
+    return sum < 0 ? 0 : static_cast<std::uint64_t>(sum);
+  }
+
+ private:
+  struct alignas(64) Slot {
+    std::atomic<std::int64_t> n{0};
+  };
+  std::array<Slot, pm::kMaxThreadSlots> slots_{};
+  std::atomic<std::int64_t> base_{0};
+  std::atomic<bool> known_{true};
+};
+
+}  // namespace detail
 
 class Index {
  public:
@@ -178,12 +223,39 @@ class Index {
   };
   virtual ThreadScope attach_thread() { return {}; }
 
+  // Records in the index. Every kind counts the records it finds at recovery and keeps
+  // per-thread counts of acknowledged inserts and removes, summed here: no walk of the index
+  // and no shared counter on the insert path. Exact whenever no insert or remove is in flight
+  // (one in flight may or may not be counted). Kinds that recover lazily (APEX, P-ART:
+  // recovery_stats().records_counted is false at open) learn the recovered count from their
+  // background recovery walk: until it ends size() waits for it (the walk is already running;
+  // the call adds no work), and afterwards it is off by at most the number of inserts and
+  // removes acknowledged between the open and the end of that walk (exact if the caller wrote
+  // nothing before size() first returned).
+  std::uint64_t size() const { return records_.total(); }
+
  protected:
   // find_many's group: n <= kFindBatch keys, values nullptr for presence only. The default
   // calls find once per key (an index whose structure offers no overlap keeps it; its README
   // says so).
   virtual void find_batch(const std::string_view* keys, std::string* values, Code* codes,
                           std::size_t n) const;
+  // For size(): each kind passes the code of every insert/remove it answers, the records a
+  // bulk load added, and the records its recovery found.
+  Code count_insert(Code c) {
+    if (c == Code::ok) records_.add(1);
+    return c;
+  }
+  Code count_remove(Code c) {
+    if (c == Code::ok) records_.add(-1);
+    return c;
+  }
+  void count_loaded(std::size_t records) { records_.add(static_cast<std::int64_t>(records)); }
+  void set_recovered_records(std::uint64_t records) { records_.set_base(records); }
+  void recovered_records_pending() { records_.base_pending(); }
+
+ private:
+  detail::RecordCount records_;
 };
 
 // What an index is, in the survey's terms (its Table 2 columns, plus recovery): reports draw the
@@ -215,7 +287,7 @@ class IndexRegistry {
     // Refuses options this kind cannot create a pool with (node size, key and value limits).
     // Index::open calls it before any file is created or replaced.
     Status (*validate)(const Options&);
-    // Pool bytes to reserve when Options::pool_size is 0 (from expected_records).
+    // The maximum pool size when Options::pool_size is 0 (from expected_records).
     std::size_t (*default_pool_size)(const Options&);
     // Builds an empty index on a freshly created pool (options already validated).
     Result<std::unique_ptr<Index>> (*create)(PoolPtr pool, const Options&);

@@ -162,15 +162,22 @@ void Allocator::init_empty() {
   central_->add_extent(heap_begin_, heap_end_ - heap_begin_);
 }
 
-void Allocator::raise_high_water(std::uint64_t end) {
+bool Allocator::raise_high_water(std::uint64_t end) {
   auto* h = pool_.at<PoolHeader>(0);
   const std::uint64_t current = h->heap_high_water;
-  if (end <= current) return;
-  // Raise in steps of 1/16 of the heap (at least 64 KiB), so the persisted word changes rarely.
+  if (end <= current) return true;
+  // The pool file must hold a block before the mark says it may exist: grow first (a crash in
+  // between leaves a longer file, which opens; the reverse order would leave a truncated one).
+  if (!pool_.grow(end)) return false;
+  // Raise in steps of 1/16 of the heap (at least 64 KiB), so the persisted word changes rarely,
+  // but never past the file's end.
   const std::uint64_t step = std::max<std::uint64_t>((heap_end_ - heap_begin_) / 16, 64 * 1024);
-  const std::uint64_t target = std::min(heap_end_, round_up(std::max(end, current + step), kUnit));
+  const std::uint64_t target =
+      std::min({heap_end_, std::uint64_t{pool_.extent()} / kUnit * kUnit,
+                round_up(std::max(end, current + step), kUnit)});
   publish(&h->heap_high_water, target);
   persist(&h->heap_high_water, sizeof h->heap_high_water);
+  return true;
 }
 
 // Carves `bytes` (a multiple of 256) from the lowest-addressed extent that fits. Caller holds mu.
@@ -179,10 +186,11 @@ std::uint64_t Allocator::carve(std::size_t bytes, Code* code) {
   for (auto it = ext.begin(); it != ext.end(); ++it) {
     if (it->second < bytes) continue;
     const std::uint64_t start = it->first;
+    // Any other extent that fits lies higher and would need a longer file still.
+    if (!raise_high_water(start + bytes)) break;
     const std::uint64_t rest = it->second - bytes;
     ext.erase(it);
     if (rest != 0) ext.emplace(start + bytes, rest);
-    raise_high_water(start + bytes);
     return start;
   }
   if (code) *code = Code::pool_full;

@@ -10,6 +10,7 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
@@ -65,6 +66,17 @@ std::string_view durability_note(Backing backing) {
 namespace {
 
 std::string errno_text(int err) { return std::strerror(err); }
+
+std::size_t round_up(std::size_t v, std::size_t a) { return (v + a - 1) / a * a; }
+std::size_t round_to_page(std::size_t v) {
+  return round_up(v, static_cast<std::size_t>(sysconf(_SC_PAGESIZE)));
+}
+
+// Growth chunks: double the extent, at most 1 GiB at a time, in 2 MiB units (whole huge pages
+// on DAX / huge-page tmpfs). From the 64 MiB default start that is 64 MiB, 128 MiB, ...
+constexpr std::size_t kGrowMin = std::size_t{2} << 20;
+constexpr std::size_t kGrowMax = std::size_t{1} << 30;
+constexpr std::size_t kGrowAlign = std::size_t{2} << 20;
 
 Status make_error(const std::string& name, Code code, std::string_view what) {
   return Status(code, (name.empty() ? std::string("<anonymous pool>") : name) + ": " +
@@ -123,10 +135,12 @@ Status validate(const PoolHeader& h, std::uint64_t actual_size, const Layout* wa
     return make_error(name, Code::unsupported, "pool was written on another architecture");
   if (h.cache_line != kCacheLine)
     return make_error(name, Code::unsupported, "pool was written for another cache-line size");
-  if (h.pool_size != actual_size) {
+  // pool_size is the maximum the file may grow to; the file's own size is the current extent.
+  if (actual_size > h.pool_size) {
     return make_error(name, Code::corrupted,
-                      "truncated or extended: header says " + std::to_string(h.pool_size) +
-                          " bytes, file has " + std::to_string(actual_size));
+                      "extended past its maximum: header says at most " +
+                          std::to_string(h.pool_size) + " bytes, file has " +
+                          std::to_string(actual_size));
   }
   if (h.pool_size < kMinPoolSize)
     return make_error(name, Code::corrupted, "pool size below the minimum");
@@ -135,6 +149,13 @@ Status validate(const PoolHeader& h, std::uint64_t actual_size, const Layout* wa
   if (h.heap_high_water < h.heap_offset || h.heap_high_water > h.pool_size ||
       h.heap_high_water % kXPLine != 0)
     return make_error(name, Code::corrupted, "heap high-water mark out of bounds or misaligned");
+  // Growth extends the file before the mark rises past its old end, so a file shorter than the
+  // mark lost bytes that may hold blocks. (A crash mid-extension leaves it longer: fine.)
+  if (h.heap_high_water > actual_size) {
+    return make_error(name, Code::corrupted,
+                      "truncated: the heap reaches " + std::to_string(h.heap_high_water) +
+                          " bytes (high-water mark), file has " + std::to_string(actual_size));
+  }
   if (h.root != 0 && (h.root < h.heap_offset || h.root >= h.heap_high_water || h.root % 64 != 0))
     return make_error(name, Code::corrupted, "root offset out of bounds");
   const KeyMode km = static_cast<KeyMode>(h.key_mode);
@@ -179,37 +200,41 @@ Backing detect_backing(const std::string& path, int fd) {
   return huge ? Backing::tmpfs_huge : Backing::tmpfs;
 }
 
-// Maps `size` bytes of `fd` at a 2 MiB-aligned address. A DAX file (fsdax with aligned
-// extents, devdax) or a huge-page tmpfs can then be mapped with 2 MiB pages, one TLB entry
-// where 4 KiB pages need 512; MADV_HUGEPAGE asks for them where the policy is "advise". On a
-// 4 KiB-page tmpfs (this VM's /dev/shm) neither changes anything. The file is mapped over an
-// aligned PROT_NONE reservation of the same (page-rounded) size.
-void* map_aligned(std::size_t size, int flags, int fd) {
+// Reserves `reserve` bytes of address space at a 2 MiB-aligned address and maps the first
+// `length` bytes of `fd` over it. A DAX file (fsdax with aligned extents, devdax) or a huge-page
+// tmpfs can then be mapped with 2 MiB pages, one TLB entry where 4 KiB pages need 512;
+// MADV_HUGEPAGE asks for them where the policy is "advise". On a 4 KiB-page tmpfs (this VM's
+// /dev/shm) neither changes anything. The rest of the PROT_NONE reservation is where the pool
+// grows (Pool::grow maps the extended file there), so the base never moves.
+void* map_aligned(std::size_t reserve, std::size_t length, int flags, int fd) {
   constexpr std::size_t kHuge = std::size_t{2} << 20;
-  const auto page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
-  const std::size_t reserved = (size + page - 1) / page * page;
+  const std::size_t reserved = round_to_page(reserve);
   void* r = detail::map_aligned_anonymous(reserved, kHuge, PROT_NONE, MAP_NORESERVE);
   if (r == MAP_FAILED) return MAP_FAILED;
-  void* p = mmap(r, size, PROT_READ | PROT_WRITE, flags | MAP_FIXED, fd, 0);
+  void* p = mmap(r, round_to_page(length), PROT_READ | PROT_WRITE, flags | MAP_FIXED, fd, 0);
   if (p == MAP_FAILED) {
     const int err = errno;
     munmap(r, reserved);
     errno = err;
     return MAP_FAILED;
   }
-  madvise(p, size, MADV_HUGEPAGE);  // advisory: refusals (e.g. DAX) change nothing
+  madvise(p, length, MADV_HUGEPAGE);  // advisory: refusals (e.g. DAX) change nothing
   return p;
 }
 
 // A pool file's mapping: MAP_SYNC first (DAX: stores are durable once flushed, no msync),
-// else a shared mapping whose backing (tmpfs, huge-page tmpfs, file) is detected.
-void* map_pool_file(const std::string& path, int fd, std::size_t size, Backing* backing) {
-  void* p = map_aligned(size, MAP_SHARED_VALIDATE | MAP_SYNC, fd);
+// else a shared mapping whose backing (tmpfs, huge-page tmpfs, file) is detected. *flags gets
+// the flags that worked, for the extensions.
+void* map_pool_file(const std::string& path, int fd, std::size_t reserve, std::size_t length,
+                    Backing* backing, int* flags) {
+  *flags = MAP_SHARED_VALIDATE | MAP_SYNC;
+  void* p = map_aligned(reserve, length, *flags, fd);
   if (p != MAP_FAILED) {
     *backing = Backing::dax;
     return p;
   }
-  p = map_aligned(size, MAP_SHARED, fd);
+  *flags = MAP_SHARED;
+  p = map_aligned(reserve, length, *flags, fd);
   if (p != MAP_FAILED) *backing = detect_backing(path, fd);
   return p;
 }
@@ -351,14 +376,15 @@ Status Pool::error(Code code, std::string_view what) const { return make_error(p
 
 Pool::~Pool() {
   allocator_.reset();
-  if (owns_mapping_ && base_ != nullptr) munmap(base_, size_);
+  if (owns_mapping_ && base_ != nullptr) munmap(base_, reserved_);
   if (fd_ >= 0) close(fd_);  // releases the flock
   if (mode_acquired_) Runtime::release_mode();
 }
 
 bool Pool::in_heap(std::uint64_t offset, std::size_t bytes) const {
   const std::uint64_t begin = kHeaderSize;
-  return offset >= begin && offset <= size_ && bytes <= size_ - offset;
+  const std::uint64_t end = extent();  // beyond it the reservation is PROT_NONE
+  return offset >= begin && offset <= end && bytes <= end - offset;
 }
 
 std::uint64_t Pool::heap_begin() const { return kHeaderSize; }
@@ -378,6 +404,9 @@ void Pool::close_clean() {
   auto* h = at<PoolHeader>(0);
   publish(&h->clean_shutdown, kCleanMark);
   persist(&h->clean_shutdown, sizeof h->clean_shutdown);
+  // The file's mtime then says when it was last closed cleanly (stores through a shared mapping
+  // do not reliably update it): `pmpool rm --stale` keeps pools closed recently.
+  if (fd_ >= 0 && !private_) futimens(fd_, nullptr);
 }
 
 Result<std::unique_ptr<Pool>> Pool::create(const PoolOptions& o) {
@@ -393,9 +422,12 @@ Result<std::unique_ptr<Pool>> Pool::create(const PoolOptions& o) {
   if (!o.path.empty() && !o.overwrite && ::stat(o.path.c_str(), &st) == 0)
     return file_exists(o);
   const std::size_t size = o.size / kXPLine * kXPLine;
+  const std::size_t asked = o.initial_size != 0 ? o.initial_size : kDefaultInitialPoolSize;
+  const std::size_t initial = std::min(size, std::max(kMinPoolSize, asked / kXPLine * kXPLine));
   std::unique_ptr<Pool> pool(new Pool());
   pool->path_ = o.path;
   pool->size_ = size;
+  pool->reserved_ = round_to_page(size);
   pool->mode_ = o.mode;
   pool->created_ = true;
 
@@ -408,14 +440,17 @@ Result<std::unique_ptr<Pool>> Pool::create(const PoolOptions& o) {
     pool->base_ = static_cast<char*>(p);
     pool->owns_mapping_ = true;
     pool->backing_ = Backing::anonymous;
+    pool->extent_.store(size, std::memory_order_relaxed);  // untouched pages cost nothing
   } else {
-    const Status made = make_unpublished_file(o, size, &file);
+    const Status made = make_unpublished_file(o, initial, &file);
     pool->fd_ = file.fd;  // the pool closes it (releasing the flock) on every path
     if (!made.ok()) return made;
-    void* p = map_pool_file(o.path, file.fd, size, &pool->backing_);
+    void* p = map_pool_file(o.path, file.fd, size, initial, &pool->backing_, &pool->map_flags_);
     if (p == MAP_FAILED) return make_error(name, Code::io_error, "cannot map: " + errno_text(errno));
     pool->base_ = static_cast<char*>(p);
     pool->owns_mapping_ = true;
+    pool->mapped_ = round_to_page(initial);
+    pool->extent_.store(initial, std::memory_order_relaxed);
   }
   if (!Runtime::acquire_mode(o.mode)) {
     return make_error(name, Code::invalid_argument,
@@ -503,14 +538,21 @@ Result<std::unique_ptr<Pool>> Pool::open(const PoolOptions& o) {
 
   void* p = MAP_FAILED;
   if (o.private_mapping) {
-    p = map_aligned(actual, MAP_PRIVATE, fd);
+    pool->map_flags_ = MAP_PRIVATE;
+    pool->private_ = true;
+    p = map_aligned(h.pool_size, actual, MAP_PRIVATE, fd);
     pool->backing_ = Backing::image;
   } else {
-    p = map_pool_file(o.path, fd, actual, &pool->backing_);
+    p = map_pool_file(o.path, fd, h.pool_size, actual, &pool->backing_, &pool->map_flags_);
   }
   if (p == MAP_FAILED) return make_error(name, Code::io_error, "cannot map: " + errno_text(errno));
   pool->base_ = static_cast<char*>(p);
-  pool->size_ = actual;
+  pool->size_ = h.pool_size;
+  pool->reserved_ = round_to_page(h.pool_size);
+  pool->mapped_ = round_to_page(actual);
+  // A file cut or extended off the 256 B grid (by hand; growth never does) is used up to the
+  // grid: the high-water mark is on it, so nothing allocated lies in the cut-off tail.
+  pool->extent_.store(actual / kXPLine * kXPLine, std::memory_order_relaxed);
   pool->owns_mapping_ = true;
   return finish_open(std::move(pool), o.layout);
 }
@@ -527,7 +569,8 @@ Result<std::unique_ptr<Pool>> Pool::open_image(void* memory, std::size_t size, M
   std::unique_ptr<Pool> pool(new Pool());
   pool->path_ = std::move(name);
   pool->base_ = static_cast<char*>(memory);
-  pool->size_ = size;
+  pool->size_ = size;  // a buffer cannot grow: its size is the maximum
+  pool->extent_.store(size, std::memory_order_relaxed);
   pool->mode_ = mode;
   pool->backing_ = Backing::image;
   return finish_open(std::move(pool), layout);
@@ -547,6 +590,48 @@ Result<std::unique_ptr<Pool>> Pool::finish_open(std::unique_ptr<Pool> pool, cons
   pool->generation_ = h->generation + 1;
   pool->allocator_ = std::make_unique<Allocator>(*pool, kHeaderSize, pool->size_);
   return pool;
+}
+
+bool Pool::grow(std::uint64_t end) {
+  if (end <= extent()) return true;
+  std::lock_guard<std::mutex> lock(grow_mu_);
+  const std::size_t have = extent_.load(std::memory_order_relaxed);
+  if (end <= have) return true;  // another thread grew it meanwhile
+  if (map_flags_ == 0 || end > size_) return false;
+  const std::size_t chunk = std::clamp(have, kGrowMin, kGrowMax);
+  const std::size_t want =
+      std::min(size_, round_up(std::max<std::size_t>(end, have + chunk), kGrowAlign));
+  if (extend_to(want)) return true;
+  // The file system may still hold what this allocation needs, if not a whole chunk.
+  const std::size_t need = std::min(size_, round_up(end, kGrowAlign));
+  return need < want && extend_to(need);
+}
+
+// Extends the file to `bytes` (reserving its blocks: a full tmpfs fails here, not with SIGBUS
+// on a later store) and maps the new part over the reservation. The file grows first: a crash
+// before the allocator persists a high-water mark above the old end leaves a longer file,
+// which opens. Caller holds grow_mu_.
+bool Pool::extend_to(std::size_t bytes) {
+  if (!private_) {
+    if (posix_fallocate(fd_, 0, static_cast<off_t>(bytes)) != 0) return false;
+    // DAX: the new size must be durable before a high-water mark above the old end is.
+    if (backing_ == Backing::dax && fdatasync(fd_) != 0) return false;
+  }
+  const std::size_t want_mapped = std::min(round_to_page(bytes), reserved_);
+  if (want_mapped > mapped_) {
+    const std::size_t length = want_mapped - mapped_;
+    // A private copy grows with anonymous memory: the file is never changed.
+    void* p = private_ ? mmap(base_ + mapped_, length, PROT_READ | PROT_WRITE,
+                              MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0)
+                       : mmap(base_ + mapped_, length, PROT_READ | PROT_WRITE,
+                              map_flags_ | MAP_FIXED, fd_, static_cast<off_t>(mapped_));
+    if (p == MAP_FAILED) return false;
+    madvise(p, length, MADV_HUGEPAGE);
+    mapped_ = want_mapped;
+  }
+  // release: a thread that sees the new extent (in_heap, a block carved from it) sees it mapped.
+  extent_.store(bytes / kXPLine * kXPLine, std::memory_order_release);
+  return true;
 }
 
 void Pool::commit_open() {

@@ -8,7 +8,10 @@
 //   pmpool list [DIR]     pools under DIR (default /dev/shm/pmindex) and whether they are in use;
 //                         exit 2 if DIR is not a directory
 //   pmpool rm PATH...     remove pools (refuses files that are not pools and pools in use)
-//   pmpool rm --stale     remove every pool under the default directory that no process has open
+//   pmpool rm --stale [--dir DIR] [--recent SECONDS]
+//                         remove the abandoned pools under DIR (default /dev/shm/pmindex): those
+//                         no process has open and that no clean shutdown closed in the last
+//                         SECONDS (default 86400; a crashed pool counts as abandoned)
 #include <fcntl.h>
 #include <sys/file.h>
 #include <unistd.h>
@@ -85,10 +88,14 @@ int cmd_info(const std::string& path) {
   auto info = Pool::inspect(path);
   if (!info.ok()) return fail(info.status());
   const HeaderInfo& h = *info;
+  std::error_code ec;
+  const std::uint64_t file_bytes = fs::file_size(path, ec);
   std::cout << "pool:            " << path << "\n"
             << "format version:  " << h.format_version << "\n"
             << "layout:          " << h.layout.describe() << "\n"
-            << "size:            " << h.pool_size << " (" << human_bytes(h.pool_size) << ")\n"
+            << "maximum size:    " << h.pool_size << " (" << human_bytes(h.pool_size) << ")\n"
+            << "file size:       " << file_bytes << " (" << human_bytes(file_bytes)
+            << "; grows up to the maximum)\n"
             << "uuid:            " << h.uuid << "\n"
             << "created:         " << time_text(h.creation_time) << "\n"
             << "generation:      " << h.generation << " (opens so far)\n"
@@ -150,11 +157,26 @@ int cmd_list(const std::string& dir, bool named) {
   return 0;
 }
 
-int cmd_rm(const std::vector<std::string>& paths, bool stale) {
+// Abandoned: no process holds it, and no clean shutdown closed it within `recent` seconds (a
+// clean close sets the file's mtime, Pool::close_clean). A crashed pool is abandoned; a pool a
+// user closed an hour ago is not.
+bool stale_pool(const std::string& path, std::uint64_t recent) {
+  if (in_use(path)) return false;
+  auto info = Pool::inspect(path);
+  if (!info.ok() || !info->clean_shutdown) return info.ok();
+  std::error_code ec;
+  const auto closed = fs::last_write_time(path, ec);
+  if (ec) return false;
+  const auto age = fs::file_time_type::clock::now() - closed;
+  return age > std::chrono::seconds(recent);
+}
+
+int cmd_rm(const std::vector<std::string>& paths, bool stale, const std::string& dir,
+           std::uint64_t recent) {
   std::vector<std::string> targets = paths;
   if (stale) {
-    for (const auto& p : pools_under(std::string(pmindex::pm::kDefaultPoolDir)))
-      if (!in_use(p)) targets.push_back(p);
+    for (const auto& p : pools_under(dir))
+      if (stale_pool(p, recent)) targets.push_back(p);
   }
   int rc = 0;
   for (const auto& path : targets) {
@@ -208,9 +230,16 @@ int main(int argc, char** argv) {
   auto* list_dir = list->add_option("DIR", dir, "directory (default /dev/shm/pmindex)");
   std::vector<std::string> rm_paths;
   bool stale = false;
+  std::string stale_dir(pmindex::pm::kDefaultPoolDir);
+  std::uint64_t recent = 86400;
   auto* rm = app.add_subcommand("rm", "remove pools that no process has open");
   rm->add_option("PATH", rm_paths, "pool files");
-  rm->add_flag("--stale", stale, "remove every unused pool under /dev/shm/pmindex");
+  rm->add_flag("--stale", stale,
+               "remove abandoned pools under --dir: held by no process and not closed cleanly "
+               "within --recent seconds (a crashed pool is abandoned)");
+  rm->add_option("--dir", stale_dir, "directory for --stale (default /dev/shm/pmindex)");
+  rm->add_option("--recent", recent, "--stale keeps pools closed cleanly this recently (s)")
+      ->check(CLI::Range(std::uint64_t{0}, std::uint64_t{1} << 40));
   if (refuse_unknown_subcommand({info, check, list, rm}, argc, argv)) return 2;
   try {
     app.parse(argc, argv);
@@ -226,7 +255,7 @@ int main(int argc, char** argv) {
       std::cerr << "pmpool rm: give PATH... or --stale\n";
       return 2;
     }
-    return cmd_rm(rm_paths, stale);
+    return cmd_rm(rm_paths, stale, stale_dir, recent);
   }
   return 2;
 }

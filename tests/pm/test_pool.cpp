@@ -1,14 +1,20 @@
 // Pool creation, reopening and every bad input the issue names: each gives a clear error that
 // names the file, and none changes the file.
 #include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
+#include <csignal>
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <thread>
 #include <vector>
 
 #include "pmindex/pm/pool.h"
@@ -150,13 +156,197 @@ TEST(Pool, TruncatedBelowHeader) {
   expect_refused(path, Code::corrupted, "truncated");
 }
 
-TEST(Pool, TruncatedBody) {
+// The file may be shorter than pool_size (it grows), but never shorter than the heap's
+// high-water mark: bytes below it may hold blocks.
+TEST(Pool, TruncatedBelowHighWaterMark) {
   TempDir dir;
   const std::string path = dir.file("t.pool");
-  auto bytes = make_pool(path);
-  bytes.resize(bytes.size() / 2);
+  {
+    auto p = Pool::create(opts(path));
+    ASSERT_TRUE(p.ok()) << p.status().to_string();
+    ASSERT_NE((*p)->allocator().allocate(256 << 10), 0u);  // raises the mark past 256 KiB
+    (*p)->close_clean();
+  }
+  auto bytes = read_file(path);
+  const std::uint64_t hwm = reinterpret_cast<PoolHeader*>(bytes.data())->heap_high_water;
+  ASSERT_GT(hwm, std::uint64_t{256} << 10);
+  bytes.resize(hwm - 256);
   write_file(path, bytes);
-  expect_refused(path, Code::corrupted, "truncated or extended");
+  expect_refused(path, Code::corrupted, "truncated: the heap reaches");
+}
+
+TEST(Pool, ExtendedPastMaximumRefused) {
+  TempDir dir;
+  const std::string path = dir.file("x.pool");
+  auto bytes = make_pool(path);
+  bytes.resize(bytes.size() + 4096);
+  write_file(path, bytes);
+  expect_refused(path, Code::corrupted, "extended past its maximum");
+}
+
+// Growth: a pool that starts at 64 KiB of file fills its 16 MiB maximum, block by block, in
+// doubling chunks; every block is mapped and backed by the file; past the maximum the answer
+// is pool_full; the grown pool reopens with its data.
+TEST(Pool, GrowsFromTinyToItsMaximum) {
+  TempDir dir;
+  const std::string path = dir.file("g.pool");
+  PoolOptions o = opts(path, std::size_t{16} << 20);
+  o.initial_size = kMinPoolSize;
+  std::vector<std::uint64_t> blocks;
+  {
+    auto p = Pool::create(o);
+    ASSERT_TRUE(p.ok()) << p.status().to_string();
+    Pool& pool = **p;
+    EXPECT_EQ(pool.size(), o.size);
+    EXPECT_EQ(pool.extent(), kMinPoolSize);
+    struct stat st{};
+    ASSERT_EQ(stat(path.c_str(), &st), 0);
+    EXPECT_EQ(static_cast<std::size_t>(st.st_size), kMinPoolSize);
+    std::size_t extents_seen = 1;
+    std::size_t last = pool.extent();
+    Code code = Code::ok;
+    for (;;) {
+      const std::uint64_t off = pool.allocator().allocate(4096, &code);
+      if (off == 0) break;
+      ASSERT_LE(off + 4096, pool.extent());
+      std::memset(pool.base() + off, static_cast<int>(off / 4096 % 251), 4096);
+      blocks.push_back(off);
+      if (pool.extent() != last) ++extents_seen, last = pool.extent();
+    }
+    EXPECT_EQ(code, Code::pool_full);
+    EXPECT_GE(extents_seen, 4u) << "64 KiB -> 2 -> 4 -> 8 -> 16 MiB";
+    EXPECT_EQ(pool.extent(), o.size);
+    EXPECT_GT(blocks.size(), 4000u);
+    ASSERT_EQ(stat(path.c_str(), &st), 0);
+    EXPECT_EQ(static_cast<std::size_t>(st.st_size), o.size);
+    pool.set_root(blocks.front());
+    pool.close_clean();
+  }
+  auto p = Pool::open(opts(path, 0));
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  EXPECT_EQ((*p)->extent(), o.size);
+  EXPECT_EQ((*p)->root(), blocks.front());
+  for (std::uint64_t off : blocks) {
+    ASSERT_EQ(static_cast<unsigned char>((*p)->base()[off + 4095]), off / 4096 % 251) << off;
+  }
+}
+
+// A crash during an extension leaves the file longer than the high-water mark (the mark is
+// raised only after the file grew): that pool opens, and allocation carries on from there.
+TEST(Pool, FileExtendedButNotYetUsedOpens) {
+  TempDir dir;
+  const std::string path = dir.file("e.pool");
+  PoolOptions o = opts(path, std::size_t{16} << 20);
+  o.initial_size = kMinPoolSize;
+  std::uint64_t hwm = 0;
+  {
+    auto p = Pool::create(o);
+    ASSERT_TRUE(p.ok()) << p.status().to_string();
+    ASSERT_NE((*p)->allocator().allocate(1024), 0u);
+    hwm = (*p)->at<PoolHeader>(0)->heap_high_water;
+  }  // no close_clean: a crash
+  ASSERT_EQ(truncate(path.c_str(), static_cast<off_t>(3 << 20) + 4096 + 100), 0);  // mid-chunk
+  auto p = Pool::open(opts(path, 0));
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  Pool& pool = **p;
+  EXPECT_FALSE(pool.was_clean());
+  EXPECT_EQ(pool.extent(), (std::size_t{3} << 20) + 4096);
+  EXPECT_EQ(pool.at<PoolHeader>(0)->heap_high_water, hwm);
+  pool.allocator().begin_recovery(false);
+  ASSERT_TRUE(pool.allocator().finish_recovery().ok());
+  std::size_t got = 0;
+  while (pool.allocator().allocate(1 << 20) != 0) ++got;
+  EXPECT_EQ(got, 15u) << "the rest of the 16 MiB maximum, past the odd-sized file";
+  EXPECT_EQ(pool.extent(), o.size);
+}
+
+// Growth that the file system refuses (here: RLIMIT_FSIZE, as a full tmpfs would) is a clean
+// pool_full, and the pool keeps serving what it has.
+TEST(Pool, FailureToGrowIsPoolFull) {
+  TempDir dir;
+  const std::string path = dir.file("f.pool");
+  const pid_t pid = fork();
+  if (pid == 0) {
+    signal(SIGXFSZ, SIG_IGN);
+    const rlimit limit{std::size_t{5} << 20, std::size_t{5} << 20};
+    if (setrlimit(RLIMIT_FSIZE, &limit) != 0) _exit(10);
+    PoolOptions o = opts(path, std::size_t{64} << 20);
+    o.initial_size = std::size_t{1} << 20;
+    auto p = Pool::create(o);
+    if (!p.ok()) _exit(11);
+    Code code = Code::ok;
+    std::size_t n = 0;
+    const std::uint64_t first = (*p)->allocator().allocate(64 << 10);
+    while ((*p)->allocator().allocate(64 << 10, &code) != 0) ++n;
+    if (code != Code::pool_full) _exit(12);
+    // 2 MiB chunks fit under the limit, the 8 MiB doubling and the 6 MiB fallback do not.
+    if ((*p)->extent() != std::size_t{4} << 20 || n < 50) _exit(13);
+    (*p)->allocator().deallocate(first, 64 << 10);
+    _exit((*p)->allocator().allocate(64 << 10) != 0 ? 0 : 14);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+// Two threads allocate from a pool that has to grow under them: blocks never overlap, every
+// block lies inside the mapped extent when handed out, and all of them are writable.
+TEST(Pool, TwoThreadsGrowAtOnce) {
+  TempDir dir;
+  PoolOptions o = opts(dir.file("t2.pool"), std::size_t{32} << 20);
+  o.initial_size = kMinPoolSize;
+  auto p = Pool::create(o);
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  Pool& pool = **p;
+  std::vector<std::uint64_t> got[2];
+  std::atomic<bool> outside{false};
+  auto worker = [&](int t) {
+    const std::size_t bytes = t == 0 ? 2048 : 96;
+    for (;;) {
+      const std::uint64_t off = pool.allocator().allocate(bytes);
+      if (off == 0) return;
+      if (off + bytes > pool.extent()) outside = true;
+      std::memset(pool.base() + off, t + 1, bytes);
+      got[t].push_back(off);
+    }
+  };
+  std::thread a(worker, 0), b(worker, 1);
+  a.join();
+  b.join();
+  EXPECT_FALSE(outside.load());
+  EXPECT_EQ(pool.extent(), o.size);
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> all;
+  for (int t = 0; t < 2; ++t)
+    for (std::uint64_t off : got[t]) all.emplace_back(off, off + (t == 0 ? 2048 : 96));
+  std::sort(all.begin(), all.end());
+  for (std::size_t i = 1; i < all.size(); ++i) ASSERT_LE(all[i - 1].second, all[i].first);
+  for (std::uint64_t off : got[0]) ASSERT_EQ(pool.base()[off + 2047], 1);
+  for (std::uint64_t off : got[1]) ASSERT_EQ(pool.base()[off + 95], 2);
+}
+
+// A MAP_PRIVATE open (pmpool check) grows with anonymous memory and leaves the file alone.
+TEST(Pool, PrivateMappingGrowsWithoutTheFile) {
+  TempDir dir;
+  const std::string path = dir.file("pg.pool");
+  PoolOptions o = opts(path, std::size_t{8} << 20);
+  o.initial_size = kMinPoolSize;
+  {
+    auto p = Pool::create(o);
+    ASSERT_TRUE(p.ok());
+    (*p)->close_clean();
+  }
+  const auto before = read_file(path);
+  PoolOptions po = opts(path, 0);
+  po.private_mapping = true;
+  auto p = Pool::open(po);
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  (*p)->allocator().init_empty();
+  const std::uint64_t off = (*p)->allocator().allocate(1 << 20);
+  ASSERT_NE(off, 0u);
+  std::memset((*p)->base() + off, 7, 1 << 20);
+  p.value().reset();
+  EXPECT_EQ(read_file(path), before);
 }
 
 TEST(Pool, EmptyFile) {
@@ -254,11 +444,14 @@ TEST(Pool, TooSmallSizeRefused) {
 }
 
 TEST(Pool, FullFileSystemFailsAtCreation) {
-  // 1 TiB cannot be reserved on this machine's /dev/shm: fallocate fails at creation, with a
-  // clear message, and no file is left behind.
+  // 1 TiB cannot be reserved on this machine's /dev/shm: fallocate of the initial size fails
+  // at creation, with a clear message, and no file is left behind. (A 1 TiB maximum with the
+  // default initial size is fine: only address space is reserved.)
   TempDir dir;
   const std::string path = dir.file("huge.pool");
-  auto p = Pool::create(opts(path, std::size_t{1} << 40));
+  PoolOptions o = opts(path, std::size_t{1} << 40);
+  o.initial_size = o.size;
+  auto p = Pool::create(o);
   ASSERT_FALSE(p.ok());
   EXPECT_EQ(p.status().code(), Code::io_error);
   EXPECT_NE(p.status().message().find("cannot reserve"), std::string::npos)

@@ -1,11 +1,15 @@
 // pmpool end to end: info/check on good pools, check on corrupted bodies (out-of-bounds offset,
 // cycle), list/rm, bad flags. check must never change the file.
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 
 #include <array>
 #include <cstdio>
+#include <ctime>
 #include <fstream>
 #include <iterator>
 
@@ -139,6 +143,47 @@ TEST(Pmpool, ListAndRemove) {
   CmdResult rm = run("rm " + path);
   EXPECT_EQ(rm.rc, 0) << rm.out;
   EXPECT_NE(access(path.c_str(), F_OK), 0);
+}
+
+// rm --stale removes only abandoned pools: none that a process holds, none that a clean
+// shutdown closed recently; a crashed pool and one closed cleanly long ago go. (Before, it
+// removed every pool no process held, the recently closed one too.)
+TEST(Pmpool, RemoveStaleKeepsHeldAndRecentlyClosedPools) {
+  TempDir dir;
+  make_pool(dir.file("recent.pool"), 3);
+  make_pool(dir.file("old.pool"), 3);
+  const time_t then = time(nullptr) - 2 * 86400;
+  const timespec two_days_ago[2] = {{then, 0}, {then, 0}};
+  ASSERT_EQ(utimensat(AT_FDCWD, dir.file("old.pool").c_str(), two_days_ago, 0), 0);
+  Options o;
+  o.path = dir.file("crashed.pool");
+  o.pool_size = 1 << 20;
+  {
+    auto idx = Index::open(o);
+    ASSERT_TRUE(idx.ok()) << idx.status().to_string();
+    ASSERT_EQ((*idx)->insert(encode_u64(1), encode_u64(1)), Code::ok);
+  }  // no close(): as a crash leaves it
+  o.path = dir.file("held.pool");
+  auto held = Index::open(o);
+  ASSERT_TRUE(held.ok()) << held.status().to_string();
+  ASSERT_TRUE((*held)->close().ok());  // closed cleanly, yet still open (locked) here
+  ASSERT_EQ(utimensat(AT_FDCWD, dir.file("held.pool").c_str(), two_days_ago, 0), 0);
+  spit(dir.file("notapool"), "hello");
+
+  CmdResult rm = run("rm --stale --dir " + dir.path());
+  EXPECT_EQ(rm.rc, 0) << rm.out;
+  auto exists = [&](const char* name) { return access(dir.file(name).c_str(), F_OK) == 0; };
+  EXPECT_TRUE(exists("recent.pool")) << "closed cleanly a moment ago";
+  EXPECT_TRUE(exists("held.pool")) << "a process holds it";
+  EXPECT_TRUE(exists("notapool"));
+  EXPECT_FALSE(exists("old.pool")) << "closed cleanly two days ago";
+  EXPECT_FALSE(exists("crashed.pool")) << "never closed cleanly, held by no one";
+  // --recent 0: a pool closed cleanly at any time before now is abandoned too.
+  sleep(1);
+  EXPECT_EQ(run("rm --stale --recent 0 --dir " + dir.path()).rc, 0);
+  EXPECT_FALSE(exists("recent.pool"));
+  EXPECT_TRUE(exists("held.pool"));
+  EXPECT_EQ(run("rm --stale --recent -5").rc, 2);
 }
 
 // A directory is not a pool: say so, not "truncated".

@@ -6,6 +6,8 @@
 //   * Nothing about allocation is persisted per call. The only persistent allocator state is
 //     the heap high-water mark in the pool header, raised (and persisted) in large steps
 //     before a block above it is handed out: no block at or above it was ever allocated.
+//     The heap spans the pool's maximum size; before the mark rises past the file's end the
+//     pool grows (Pool::grow), and a failure to grow is pool_full.
 //   * After a restart the index enumerates the blocks reachable from its root
 //     (mark_reachable) and calls finish_recovery(); every other byte below the high-water
 //     mark is free again. Leaks are impossible by construction.
@@ -125,7 +127,7 @@ class Allocator {
   bool fresh_blocks(int cls, ThreadCache& tc, Code* code);  // new blocks for tc, under mu_
   std::uint64_t take_line(Code* code);                      // a 64 B carrier, under mu_
   bool reclaim(ThreadCache& tc);                            // merge free blocks, under mu_
-  void raise_high_water(std::uint64_t end);
+  bool raise_high_water(std::uint64_t end);  // false: the pool cannot grow to `end`
 
   Pool& pool_;
   const std::uint64_t heap_begin_;

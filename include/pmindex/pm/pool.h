@@ -13,15 +13,23 @@
 // Opening never trusts the file: every header field is checked before anything is mapped
 // writable, and a pool that fails a check is left byte-for-byte unchanged. See docs/pool-format.md.
 //
-// Thread safety: a Pool is created/opened by one thread; afterwards base(), size(), root and
-// allocator() may be used from any thread. The file is locked (flock) while open, so a second
+// Growth: a file pool reserves address space for its maximum size (the header's pool_size) at
+// open and maps the file over the start of it; the file starts at PoolOptions::initial_size and
+// the allocator calls grow() when its heap needs more, which extends the file and the mapping in
+// chunks. Pointers are offsets and the base never moves. A crash during an extension leaves a
+// longer file (it opens); a file shorter than the heap high-water mark is truncated (refused).
+//
+// Thread safety: a Pool is created/opened by one thread; afterwards base(), size(), extent(),
+// grow(), root and allocator() may be used from any thread. The file is locked (flock) while open, so a second
 // open (another process, or this one again) gets Code::busy; the message says which.
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 
@@ -39,10 +47,15 @@ std::string_view durability_note(Backing backing);
 
 inline constexpr std::string_view kDefaultPoolDir = "/dev/shm/pmindex";
 inline constexpr std::size_t kMinPoolSize = 64 * 1024;
+// What a file pool starts with when PoolOptions::initial_size is 0 (all of it if smaller).
+inline constexpr std::size_t kDefaultInitialPoolSize = std::size_t{64} << 20;
 
 struct PoolOptions {
   std::string path;               // empty: anonymous memory (no file)
-  std::size_t size = 0;           // create: bytes to reserve (>= kMinPoolSize)
+  std::size_t size = 0;           // create: maximum size in bytes (>= kMinPoolSize); address
+                                  // space for it is reserved, the file grows up to it
+  std::size_t initial_size = 0;   // create: bytes the file starts with (0: the default above);
+                                  // anonymous pools map all of `size` at once
   Mode mode = Mode::adr;
   Layout layout;                  // what the caller expects (create writes it; open checks it)
   bool overwrite = false;         // create: replace an existing file at path
@@ -80,7 +93,15 @@ class Pool {
   void close_clean();
 
   char* base() const { return base_; }
+  // The maximum size (header pool_size): every offset the pool may ever hold is below it.
   std::size_t size() const { return size_; }
+  // Bytes usable now ([0, extent()) is mapped and backed by the file); grows up to size().
+  // acquire: pairs with grow()'s release, so the new range is mapped before it is seen.
+  std::size_t extent() const { return extent_.load(std::memory_order_acquire); }
+  // Makes [0, end) usable, extending the file and the mapping by at least one chunk (doubling,
+  // at most 1 GiB at a time, in 2 MiB units). False if end > size(), the pool cannot grow (anonymous, image)
+  // or the file system refuses the space: the allocator answers pool_full. Thread-safe.
+  bool grow(std::uint64_t end);
   const std::string& path() const { return path_; }
   Backing backing() const { return backing_; }
   Mode mode() const { return mode_; }
@@ -124,9 +145,16 @@ class Pool {
  private:
   Pool() = default;
   static Result<std::unique_ptr<Pool>> finish_open(std::unique_ptr<Pool> pool, const Layout& want);
+  bool extend_to(std::size_t bytes);  // under grow_mu_
 
   char* base_ = nullptr;
   std::size_t size_ = 0;
+  std::atomic<std::size_t> extent_{0};
+  std::size_t mapped_ = 0;     // page-aligned bytes of the reservation mapped (under grow_mu_)
+  std::size_t reserved_ = 0;   // page-aligned bytes of address space reserved
+  int map_flags_ = 0;          // flags the file was mapped with (0: the pool cannot grow)
+  bool private_ = false;       // MAP_PRIVATE copy: grows with anonymous memory, file untouched
+  std::mutex grow_mu_;
   std::string path_;
   int fd_ = -1;
   bool owns_mapping_ = false;

@@ -126,7 +126,7 @@ Code Apex::insert(std::string_view key, std::string_view value) {
       if (!needs_smo(dn, m)) {
         const Code c = insert_into(off, m, k, payload, span.p);
         unlock_window(m, span);
-        return c;
+        return count_insert(c);
       }
       unlock_window(m, span);
     }
@@ -450,7 +450,7 @@ Code Apex::remove(std::string_view key) {
     // Below the lower density bound: contract the node (an expand_data SMO to a smaller size,
     // same hybrid-logged protocol). Its failure (pool full) does not undo the delete.
     if (too_sparse(data(off), m)) (void)smo_locked(k, /*contract=*/true);
-    return Code::ok;
+    return count_remove(Code::ok);
   }
 }
 

@@ -526,6 +526,7 @@ class Apex final : public Index {
   // Start-now recovery: blocks below recovery_hwm_ that are unlinked before the walk finished
   // are left to finish_recovery (unmarked = free); others are freed normally.
   std::uint64_t recovery_hwm_ = 0;
+  std::uint64_t walk_records_ = 0;  // records the recovery walk counted (walker thread only)
   bool walk_pending_ = false;  // written by the walker under smo_mu_ exclusive; read under it
   std::vector<std::pair<std::uint64_t, std::size_t>> deferred_frees_;
   std::thread walker_;

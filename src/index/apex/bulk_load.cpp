@@ -81,6 +81,7 @@ Status Apex::bulk_load(std::span<const KeyValue> sorted, double fill) {
   free_tree(old);
   // The DRAM state of the new tree is built here, not by the first lookups (issue 16).
   if (const InnerMeta* im = resolve_root(); im != nullptr) resolve_all(*im, 0);
+  count_loaded(sorted.size());
   return Status::Ok();
 }
 

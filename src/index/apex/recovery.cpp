@@ -200,7 +200,8 @@ Result<std::unique_ptr<Index>> Apex::recover(std::unique_ptr<pm::Pool> pool, con
     idx->log_stage(&l, SmoStage::none, SmoKind::none);
     ++idx->recovery_.repaired;
   }
-  // R4/R5: answer requests now; mark reachable blocks in the background.
+  // R4/R5: answer requests now; mark reachable blocks (and count records) in the background.
+  idx->recovered_records_pending();  // size() waits for the walk's count
   idx->start_recovery_walk();
   return std::unique_ptr<Index>(std::move(idx));
 }
@@ -228,6 +229,8 @@ void Apex::start_recovery_walk() {
       walk_pending_ = false;  // on failure it stays set: blocks below the mark are never freed
     }
     walk_status_ = std::move(s);
+    recovery_.records = walk_records_;
+    set_recovered_records(walk_records_);  // also after a failed walk: size() must not wait
   });
 }
 
@@ -321,11 +324,17 @@ Status Apex::walk_and_mark(std::uint64_t off, std::uint32_t depth,
   if (std::string why = data_header_damage(off); !why.empty()) return bad(why);
   const DataNode* dn = data(off);
   if (!mark(off, dn->bytes)) return al.finish_recovery();
+  // Index::size(): the records in the node's PA and SA slots and extended stash, read as the
+  // walk passes (an insert or remove running meanwhile may or may not be seen: the bound
+  // size() states).
+  for (std::uint32_t i = 0; i < dn->pa_slots + dn->sa_slots; ++i)
+    walk_records_ += dn->pa()[i].key != dn->invalid_key ? 1 : 0;
   std::uint64_t limit = p.size() / sizeof(ExtStash);
   for (std::uint64_t b = pm::load_acquire(&dn->ext_head); b != 0; b = p.at<ExtStash>(b)->next) {
     if (limit-- == 0 || p.checked<ExtStash>(b, sizeof(ExtStash), 256) == nullptr)
       return p.error(Code::corrupted, "apex extended stash chain is invalid");
     if (!mark(b, sizeof(ExtStash))) return al.finish_recovery();
+    for (const Record& r : p.at<ExtStash>(b)->rec) walk_records_ += r.key != dn->invalid_key ? 1 : 0;
   }
   return Status::Ok();
 }

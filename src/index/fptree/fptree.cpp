@@ -112,6 +112,7 @@ Result<std::unique_ptr<Index>> FPTree<N>::recover(std::unique_ptr<pm::Pool> pool
         return t.rebuild(std::max(1u, o.recovery_threads));
       });
   if (!s.ok()) return s;
+  idx->set_recovered_records(t.recovery_.records);  // rebuild() counted every leaf's records
   return std::unique_ptr<Index>(std::move(idx));
 }
 

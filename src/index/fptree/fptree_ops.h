@@ -395,8 +395,8 @@ Code FPTree<N>::write_entry(std::string_view key, std::string_view value, bool r
 template <unsigned N>
 Code FPTree<N>::insert(std::string_view key, std::string_view value) {
   // pool_full: run the deferred frees and retry once (reclaim.h; write_entry rolled back).
-  return index_common::retry_after_reclaim(
-      epochs_, [&] { return write_entry(key, value, /*replace=*/false); });
+  return this->count_insert(index_common::retry_after_reclaim(
+      epochs_, [&] { return write_entry(key, value, /*replace=*/false); }));
 }
 
 template <unsigned N>
@@ -427,7 +427,7 @@ Code FPTree<N>::remove(std::string_view key) {
     unlock_leaf(off);
   }
   release_records(key_word, value_word);  // K3
-  return Code::ok;
+  return this->count_remove(Code::ok);
 }
 
 // Leaf after leaf: gather the valid entries under the leaf's version, read the successor's

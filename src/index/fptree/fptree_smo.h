@@ -213,6 +213,7 @@ Status FPTree<N>::bulk_load(std::span<const KeyValue> sorted, double fill) {
   for (std::size_t j = 0; j < n_leaves; ++j)
     items.emplace_back(keys_.separator_for(sorted[j * per].key, key_words[j * per], seps_), leaves[j]);
   inner_.bulk_build(items, fill, 1);
+  count_loaded(sorted.size());
   return Status::Ok();
 }
 

@@ -96,6 +96,7 @@ Result<std::unique_ptr<Index>> LBTree<M>::recover(std::unique_ptr<pm::Pool> pool
       });
   if (!s.ok()) return s;
   t.recovery_.threads = std::max(1u, o.recovery_threads);
+  idx->set_recovered_records(t.recovery_.records);  // rebuild() counted every leaf's records
   return std::unique_ptr<Index>(std::move(idx));
 }
 

@@ -403,7 +403,8 @@ bool LBTree<M>::leaf_insert(LeafT* l, DWord d0, std::uint64_t key_word,
 // leaves nothing behind). Outside the pinned section: deleters never run inside one.
 template <unsigned M>
 Code LBTree<M>::insert(std::string_view key, std::string_view value) {
-  return index_common::retry_after_reclaim(epochs_, [&] { return insert_once(key, value); });
+  return this->count_insert(
+      index_common::retry_after_reclaim(epochs_, [&] { return insert_once(key, value); }));
 }
 
 template <unsigned M>
@@ -515,7 +516,7 @@ Code LBTree<M>::remove(std::string_view key) {
     unlock_leaf(off);
   }
   release(gone);             // K3
-  return Code::ok;
+  return this->count_remove(Code::ok);
 }
 
 // K3 in concurrent code: a removed record may still be read by an optimistic reader that found

@@ -302,6 +302,7 @@ Status LBTree<M>::bulk_load(std::span<const KeyValue> sorted, double fill) {
   for (std::size_t j = 0; j < n_leaves; ++j)
     seps[j] = {j == 0 ? 0 : make_separator(key_words[j * per]), leaves[j]};
   inner_.bulk_build(seps, fill, 1);
+  count_loaded(sorted.size());
   return Status::Ok();
 }
 

@@ -697,7 +697,8 @@ Code NBTree::zero_find(std::uint64_t* word) const {
 // rolled back (I7, S2x) and unpinned, so the retry is a plain retry and the deleters run
 // outside any pinned section.
 Code NBTree::insert(std::string_view key, std::string_view value) {
-  return index_common::retry_after_reclaim(epochs_, [&] { return insert_once(key, value); });
+  return count_insert(
+      index_common::retry_after_reclaim(epochs_, [&] { return insert_once(key, value); }));
 }
 
 Code NBTree::update(std::string_view key, std::string_view value) {
@@ -822,7 +823,7 @@ Code NBTree::remove(std::string_view key) {
   Probe p;
   if (Code c = make_probe(key, &p); c != Code::ok) return c;
   auto guard = epochs_.pin();
-  return !bytes_ && p.word == 0 ? zero_remove() : remove_key(p);
+  return count_remove(!bytes_ && p.word == 0 ? zero_remove() : remove_key(p));
 }
 
 // Scan: leaf by leaf in key order, re-descending from the root for each leaf (a leaf's range

@@ -113,6 +113,7 @@ Result<std::unique_ptr<Index>> NBTree::recover(std::unique_ptr<pm::Pool> pool, c
   }
   idx->recovery_.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  idx->set_recovered_records(idx->recovery_.records);  // rebuild() counted root and leaves
   return std::unique_ptr<Index>(std::move(idx));
 }
 
@@ -356,6 +357,7 @@ Status NBTree::bulk_load(std::span<const KeyValue> sorted, double fill) {
         drop_dram(x);
       }
       cleanup();
+      count_loaded(begin);  // key 0, if any, stays in the root
       return pool_->error(code, "bulk_load: pool full");
     }
     Entry* e = entries(l);
@@ -376,6 +378,7 @@ Status NBTree::bulk_load(std::span<const KeyValue> sorted, double fill) {
     }
     leaves.push_back(l);
   }
+  count_loaded(sorted.size());  // every record is in from here on (key 0 in the root)
   if (leaves.empty()) return Status::Ok();
   for (std::size_t i = leaves.size(); i-- > 0;) {  // B2: back to front
     Leaf* l = leaves[i];

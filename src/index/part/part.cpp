@@ -120,6 +120,7 @@ Result<std::unique_ptr<Index>> Part::recover(std::unique_ptr<pm::Pool> pool, con
   idx->make_tree(run_tag(p.generation()));
   idx->recovery_.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - idx->open_start_).count();
+  idx->recovered_records_pending();  // size() waits for the walk's count
   idx->start_walk(root_off);
   return std::unique_ptr<Index>(std::move(idx));
 }
@@ -149,6 +150,7 @@ void Part::start_walk(std::uint64_t root_off) {
     walk_status_ = std::move(s);
     recovery_.records = records;
     recovery_.nodes = nodes.size();
+    set_recovered_records(records);  // also after a failed walk: size() must not wait forever
     walk_done_.store(true, std::memory_order_release);  // release: pairs with writable()
     walk_cv_.notify_all();
   });
@@ -187,14 +189,14 @@ Code Part::insert(std::string_view key, std::string_view value) {
   if (Code c = check_key(key); c != Code::ok) return c;
   if (Code c = values_.check(value); c != Code::ok) return c;
   if (Code c = writable(); c != Code::ok) return c;
-  return index_common::retry_after_reclaim(tree_->epochs(), [&] {
+  return count_insert(index_common::retry_after_reclaim(tree_->epochs(), [&] {
     Code code = Code::ok;
     const std::uint64_t word = values_.make_word(value, &code);  // K1 (out of line)
     if (code != Code::ok) return code;
     const Code c = tree_->insert(key, word);
     if (c != Code::ok) values_.release(word);  // never published
     return c;
-  });
+  }));
 }
 
 Code Part::update(std::string_view key, std::string_view value) {
@@ -270,7 +272,7 @@ Code Part::remove(std::string_view key) {
   std::uint64_t old = 0;
   const Code c = tree_->remove(key, &old);
   if (c == Code::ok) retire_value(old);
-  return c;
+  return count_remove(c);
 }
 
 std::size_t Part::scan(std::string_view start, std::size_t max, ScanBuffer& out) const {

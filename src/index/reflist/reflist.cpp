@@ -86,6 +86,7 @@ Result<std::unique_ptr<Index>> RefList::recover(std::unique_ptr<pm::Pool> pool,
   }
   idx->recovery_.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  idx->set_recovered_records(idx->recovery_.records);  // rebuild() counted every record
   return std::unique_ptr<Index>(std::move(idx));
 }
 
@@ -179,7 +180,7 @@ Code RefList::insert(std::string_view key, std::string_view value) {
   pm::publish(link, off);            // R6: one failure-atomic 8-byte store links the record
   pm::persist(link, sizeof *link);   // R7: the insert is durable
   map_.emplace_hint(it, std::string(key), off);
-  return Code::ok;
+  return count_insert(Code::ok);
 }
 
 Code RefList::update(std::string_view key, std::string_view value) {
@@ -223,7 +224,7 @@ Code RefList::remove(std::string_view key) {
   pm::persist(link, sizeof *link);
   pool_->allocator().deallocate(it->second, record_size(r));  // R9
   map_.erase(it);
-  return Code::ok;
+  return count_remove(Code::ok);
 }
 
 std::size_t RefList::scan(std::string_view start, std::size_t max, ScanBuffer& out) const {

@@ -139,7 +139,7 @@ class UTree final : public Index {
   std::uint64_t* link_of(NodeOff off) const {
     return off == 0 ? &root_->head : &node_at(off)->next;
   }
-  bool node_in_pool(NodeOff off) const { return off != 0 && off + node_bytes_ <= pool_->size(); }
+  bool node_in_pool(NodeOff off) const { return off != 0 && off + node_bytes_ <= pool_->extent(); }
   // Sign of (probe - key of node / entry): prefix words first, key records on a tie.
   int compare_node(const Probe& p, NodeOff off) const;
   int compare_entry(const Probe& p, std::uint64_t word, std::uint32_t idx) const;

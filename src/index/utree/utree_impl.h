@@ -429,7 +429,8 @@ typename UTree<P>::Pred UTree<P>::find_pred(const Leaf* l, unsigned pos, const P
 
 template <class P>
 Code UTree<P>::insert(std::string_view key, std::string_view value) {
-  return index_common::retry_after_reclaim(epochs_, [&] { return insert_once(key, value); });
+  return this->count_insert(
+      index_common::retry_after_reclaim(epochs_, [&] { return insert_once(key, value); }));
 }
 
 template <class P>
@@ -582,7 +583,7 @@ Code UTree<P>::remove(std::string_view key) {
   erase(l, pos);  // D4
   l->h.lock.writeUnlock();
   epochs_.retire(this, &UTree::free_node, node);  // U9: node and records, once unobserved
-  return Code::ok;
+  return this->count_remove(Code::ok);
 }
 
 template <class P>

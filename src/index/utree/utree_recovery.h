@@ -41,6 +41,7 @@ Result<std::unique_ptr<Index>> UTree<P>::recover(std::unique_ptr<pm::Pool> pool,
         return t.rebuild(std::max(1u, o.recovery_threads));
       });
   if (!s.ok()) return s;
+  idx->set_recovered_records(t.recovery_.records);  // rebuild() counted the list's entries
   return std::unique_ptr<Index>(std::move(idx));
 }
 
@@ -334,6 +335,7 @@ Status UTree<P>::bulk_load(std::span<const KeyValue> sorted, double fill) {
   pm::publish(&root_->head, entries[0].second);  // U5: the whole list at once
   pm::persist(&root_->head, 8);
   build_dram(entries, fill);
+  this->count_loaded(sorted.size());
   return Status::Ok();
 }
 
