@@ -163,7 +163,7 @@ class PairLog final : public pmindex::Index {
       }
     }
     map_.emplace(k, off);
-    return Code::ok;
+    return count_insert(Code::ok);  // Index::size() counts what each kind reports
   }
 
   Code update(std::string_view key, std::string_view value) override {  // L3
@@ -196,7 +196,7 @@ class PairLog final : public pmindex::Index {
     pmindex::pm::persist(&n->state, sizeof(n->state));
     free_.push_back(it->second);
     map_.erase(it);
-    return Code::ok;
+    return count_remove(Code::ok);
   }
 
   std::size_t scan(std::string_view start, std::size_t max,
@@ -303,6 +303,7 @@ class PairLog final : public pmindex::Index {
       off = n->next;
     }
     stats_.records = map_.size();
+    set_recovered_records(map_.size());
     stats_.nodes = steps;
     return Status::Ok();
   }

@@ -306,7 +306,7 @@ Code DPTree<P>::insert(std::string_view key, std::string_view value) {
   if (Code c = log_append(k, v, kOpPut); c != Code::ok) return c;
   buffer_put(k, v, false);
   maybe_merge();
-  return Code::ok;
+  return count_insert(Code::ok);  // size()
 }
 
 // U1: a key only in the base tree is updated in place (one 8-byte store, persisted): no
@@ -339,7 +339,8 @@ Code DPTree<P>::upsert(std::string_view key, std::string_view value) {
   const std::uint64_t k = word_of(key), v = value_of(value);
   std::unique_lock lock(mu_);
   BufEntry e;
-  if (!buffered_entry(k, &e)) {
+  const bool in_buffer = buffered_entry(k, &e);
+  if (!in_buffer) {
     const LeafInfo* l = leaf_for(k);
     if (const int s = slot_of(*l, k); s >= 0) {
       Slot* slot = view(l->off).slot(static_cast<std::uint32_t>(s));
@@ -348,9 +349,11 @@ Code DPTree<P>::upsert(std::string_view key, std::string_view value) {
       return Code::ok;
     }
   }
+  const bool fresh = !in_buffer || e.tombstone;  // the key was absent: a new record
   if (Code c = log_append(k, v, kOpPut); c != Code::ok) return c;
   buffer_put(k, v, false);
   maybe_merge();
+  if (fresh) count_insert(Code::ok);  // size()
   return Code::ok;
 }
 
@@ -366,7 +369,7 @@ Code DPTree<P>::remove(std::string_view key) {
   if (Code c = log_append(k, 0, kOpDelete); c != Code::ok) return c;
   buffer_put(k, 0, true);
   maybe_merge();
-  return Code::ok;
+  return count_remove(Code::ok);  // size()
 }
 
 // Two sorted streams, buffer and base: on equal keys the buffer's entry wins (it is newer),

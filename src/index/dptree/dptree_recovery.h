@@ -196,6 +196,7 @@ Status DPTree<P>::rebuild() {
     return true;
   });
   recovery_.records = static_cast<std::uint64_t>(live);
+  set_recovered_records(recovery_.records);  // size()
   recovery_.nodes = chain_.size() + log_pages_.size();
   return Status::Ok();
 }
@@ -232,6 +233,7 @@ Status DPTree<P>::bulk_load(std::span<const KeyValue> sorted, double fill) {
   std::vector<std::uint64_t> replaced;
   for (const LeafPtr& l : chain_) replaced.push_back(l->off);
   commit(std::move(next), replaced, static_cast<std::int64_t>(recs.size()));
+  count_loaded(recs.size());  // size()
   return Status::Ok();
 }
 

@@ -203,7 +203,8 @@ void PacTree::write_slot(DataNode* n, unsigned i, std::uint64_t key_word,
 Code PacTree::insert(std::string_view key, std::string_view value) {
   if (Code c = keys_.check(key); c != Code::ok) return c;
   if (Code c = values_.check(value); c != Code::ok) return c;
-  return index_common::retry_after_reclaim(epochs_, [&] { return insert_once(key, value); });
+  return count_insert(  // size()
+      index_common::retry_after_reclaim(epochs_, [&] { return insert_once(key, value); }));
 }
 
 Code PacTree::insert_once(std::string_view key, std::string_view value) {

@@ -269,6 +269,7 @@ Status PacTree::rebuild(Root* r) {
     off = n->h.next;
   }
   recovery_.records = records;
+  set_recovered_records(records);  // size()
   recovery_.nodes = seen.size();
   return Status::Ok();
 }

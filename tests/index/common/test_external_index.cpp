@@ -86,6 +86,7 @@ TEST(ExternalIndex, OpenedByKindAndCheckedAgainstAMap) {
       EXPECT_EQ(decode_u64(out.key(j)), it->first);
     }
     EXPECT_TRUE((*idx)->verify().ok());
+    EXPECT_EQ((*idx)->size(), model.size());  // what the kind reports to Index::size()
     if (round == 1) {  // the other rounds end as a crash would
       ASSERT_TRUE((*idx)->close().ok());
     }
