@@ -153,14 +153,12 @@ void Allocator::init_empty() {
 }
 
 void Allocator::raise_high_water(std::uint64_t end) {
-  auto* h = pool_.at<PoolHeader>(0);
-  const std::uint64_t current = h->heap_high_water;
+  const std::uint64_t current = pool_.heap_high_water();
   if (end <= current) return;
   // Raise in steps of 1/16 of the heap (at least 64 KiB), so the persisted word changes rarely.
   const std::uint64_t step = std::max<std::uint64_t>((heap_end_ - heap_begin_) / 16, 64 * 1024);
   const std::uint64_t target = std::min(heap_end_, round_up(std::max(end, current + step), kUnit));
-  publish(&h->heap_high_water, target);
-  persist(&h->heap_high_water, sizeof h->heap_high_water);
+  pool_.raise_heap_high_water(target);  // one persisted header state change
 }
 
 // Carves `bytes` (a multiple of 256) from the lowest-addressed extent that fits. Caller holds mu.
@@ -339,7 +337,7 @@ void Allocator::begin_recovery(bool start_now) {
   central_->recovered_in_use.fill(0);
   central_->mark_error = Status::Ok();
   central_->dirty = false;
-  central_->recovery_high_water = pool_.at<PoolHeader>(0)->heap_high_water;
+  central_->recovery_high_water = pool_.heap_high_water();
   // Called at open, before any other thread uses this allocator: thread caches can be reset.
   for (auto& slot : central_->caches) {
     ThreadCache* tc = slot.load(std::memory_order_acquire);

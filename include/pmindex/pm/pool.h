@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 
@@ -50,7 +51,16 @@ struct PoolOptions {
                                   // just created), open it instead (created() is then false)
   bool private_mapping = false;   // open: MAP_PRIVATE copy-on-write; the file is never changed
   bool lock = true;               // open/create: take an exclusive flock on the file
+  bool defer_publish = false;     // create: give the file its name only at publish() (Index::open
+                                  // does, after the index has published its root)
 };
+
+struct UnpublishedFile;
+
+// Upgrades a format-version-1 pool file (unprotected header words) to version 2 (src/pm/
+// upgrade.cpp). Crash-safe: writes the upgraded pool beside it, syncs, renames it over. Refuses
+// a pool that is open (busy), not version 1, or whose header fails version 1's checks.
+Status upgrade_pool_file(const std::string& path);
 
 class Pool {
  public:
@@ -78,6 +88,14 @@ class Pool {
   void commit_open();
   // Marks the pool cleanly shut down (persisted). The index calls this after its last persist.
   void close_clean();
+  // A pool created with defer_publish: gives the finished file its name (link, or rename over
+  // the old pool with overwrite). already_present if a file appeared at the path meanwhile.
+  // Const because Index exposes its pool as const; it changes no pool byte. No-op otherwise.
+  Status publish() const;
+  // Something the open found worth telling the user although the pool opened: a torn or
+  // damaged header state copy, or a pool last written in a weaker persistence mode that was
+  // not shut down cleanly. Empty when there is nothing to say.
+  const std::string& open_warning() const { return open_warning_; }
 
   char* base() const { return base_; }
   std::size_t size() const { return size_; }
@@ -97,6 +115,10 @@ class Pool {
   // store, persisted).
   std::uint64_t root() const;
   void set_root(std::uint64_t offset);
+
+  // The heap high-water mark (allocator): raising it is one persisted header state change.
+  std::uint64_t heap_high_water() const;
+  void raise_heap_high_water(std::uint64_t target);
 
   Allocator& allocator() { return *allocator_; }
   const Allocator& allocator() const { return *allocator_; }
@@ -122,8 +144,11 @@ class Pool {
   Status error(Code code, std::string_view what) const;
 
  private:
-  Pool() = default;
+  Pool();
   static Result<std::unique_ptr<Pool>> finish_open(std::unique_ptr<Pool> pool, const Layout& want);
+  // Writes `next` (sequence + 1, sealed) to state copy 0, persists, then copy 1. Caller holds
+  // state_mu_.
+  void write_state(HeaderState next);
 
   char* base_ = nullptr;
   std::size_t size_ = 0;
@@ -137,6 +162,11 @@ class Pool {
   Backing backing_ = Backing::anonymous;
   Mode mode_ = Mode::adr;
   HeaderInfo info_;
+  std::string open_warning_;
+  mutable std::mutex state_mu_;  // orders header state changes (allocator, set_root, close)
+  HeaderState state_{};          // the current state (DRAM copy of the newest PM copy)
+  mutable std::unique_ptr<UnpublishedFile> unpublished_;  // create with defer_publish, until publish()
+  PoolOptions publish_options_;
   std::unique_ptr<Allocator> allocator_;
 };
 

@@ -67,6 +67,7 @@ Status FPTree<N>::init_root(const Options& o) {
   init.max_key_size = o.key_type == KeyType::bytes ? o.max_key_size : 8;
   init.log_count = kLogCount;
   init.max_value_size = o.max_value_size;
+  init.stamp = index_common::make_root_stamp(p.info().layout);
   pm::copy(p.at<Root>(off), &init, sizeof init);
   pm::persist(p.at<Root>(off), sizeof init);
   p.set_root(off);  // C2: published (one failure-atomic store, persisted)
@@ -101,6 +102,9 @@ Result<std::unique_ptr<Index>> FPTree<N>::recover(std::unique_ptr<pm::Pool> pool
             r->key_mode == static_cast<std::uint32_t>(p.info().layout.key_mode) &&
             p.checked<char>(r->head, sizeof(LeafT), 256) != nullptr &&
             p.checked<char>(r->logs, kLogCount * sizeof(MicroLog), 64) != nullptr;
+        if (r != nullptr && r->magic == kRootMagic) {  // the layout first: its message is clearer
+          if (Status st = index_common::check_root_stamp(r->stamp, p); !st.ok()) return st;
+        }
         if (!sane) return p.error(Code::corrupted, "fptree root object is missing or impossible");
         t.attach(r);
         if (p.allocator().mark_reachable(root_off, sizeof(Root)) != Code::ok ||

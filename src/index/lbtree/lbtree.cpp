@@ -53,6 +53,7 @@ Status LBTree<M>::init_root(const Options& o) {
   init.key_mode = static_cast<std::uint32_t>(o.key_type);
   init.max_key_size = o.key_type == KeyType::bytes ? o.max_key_size : 8;
   init.max_value_size = o.max_value_size;
+  init.stamp = index_common::make_root_stamp(p.info().layout);
   pm::copy(p.at<Root>(off), &init, sizeof init);  // P0: the root object
   pm::persist(p.at<Root>(off), sizeof init);
   p.set_root(off);                                 // P0: published (atomic, persisted)
@@ -82,6 +83,7 @@ Result<std::unique_ptr<Index>> LBTree<M>::recover(std::unique_ptr<pm::Pool> pool
         Root* r = p.checked<Root>(root_off, sizeof(Root), 64);
         if (r == nullptr || r->magic != kRootMagic)
           return p.error(Code::corrupted, "lbtree root object is missing or has a wrong magic");
+        if (Status st = index_common::check_root_stamp(r->stamp, p); !st.ok()) return st;
         if (r->node_size != LeafT::kBytes ||
             r->key_mode != static_cast<std::uint32_t>(p.info().layout.key_mode) ||
             r->max_key_size > kMaxKeyBytes || r->max_value_size < 8 ||
