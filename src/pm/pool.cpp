@@ -102,6 +102,8 @@ HeaderInfo decode(const PoolHeader& h, const HeaderState& st) {
   info.state_sequence = st.sequence;
   info.last_mode = st.last_mode;
   info.state_flags = st.flags;
+  info.records_at_close = st.records_at_close;
+  info.nodes_at_close = st.nodes_at_close;
   return info;
 }
 
@@ -132,6 +134,9 @@ Status validate_state(const PoolHeader& h, const HeaderState& st, const std::str
   if ((st.flags & ~(kStateBuilding | kStateUnstamped)) != 0 || st.last_mode > 3 ||
       (st.clean_shutdown != 0 && st.clean_shutdown != kCleanMark))
     return make_error(name, Code::corrupted, "unknown value in the header state");
+  if (st.clean_shutdown != kCleanMark &&
+      (st.records_at_close != kNoCount || st.nodes_at_close != kNoCount))
+    return make_error(name, Code::corrupted, "header state holds close counts without a clean close");
   // Creation publishes the root before the pool is finished (kStateBuilding cleared in the
   // same state change), so a finished pool whose heap was used must have a root.
   if (st.root == 0 && (st.flags & kStateBuilding) == 0 && st.heap_high_water > h.heap_offset)
@@ -457,10 +462,12 @@ void Pool::raise_heap_high_water(std::uint64_t target) {
   write_state(next);
 }
 
-void Pool::close_clean() {
+void Pool::close_clean(std::uint64_t records, std::uint64_t nodes) {
   std::lock_guard<std::mutex> lock(state_mu_);
   HeaderState next = state_;
   next.clean_shutdown = kCleanMark;
+  next.records_at_close = records;  // the same change as the mark: counts only with it
+  next.nodes_at_close = nodes;
   write_state(next);
 }
 
@@ -536,6 +543,8 @@ Result<std::unique_ptr<Pool>> Pool::create(const PoolOptions& o) {
   first.generation = 1;
   first.last_mode = static_cast<std::uint32_t>(o.mode) + 1;
   first.flags = kStateBuilding;  // until the index's set_root
+  first.records_at_close = kNoCount;
+  first.nodes_at_close = kNoCount;
   h.state[0] = h.state[1] = sealed_state(h, first);
   auto* dst = pool->at<PoolHeader>(0);
   copy(dst, &h, sizeof h);
@@ -666,6 +675,8 @@ void Pool::commit_open() {
   next.generation = generation_;
   next.clean_shutdown = 0;
   next.last_mode = static_cast<std::uint32_t>(mode_) + 1;
+  next.records_at_close = kNoCount;  // this session's changes make them stale
+  next.nodes_at_close = kNoCount;
   write_state(next);
 }
 

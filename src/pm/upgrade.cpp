@@ -40,6 +40,8 @@ void convert_header(PoolHeader* h) {
   st.heap_high_water = v1.heap_high_water;
   st.generation = v1.generation;
   st.last_mode = 0;  // unknown: version 1 did not record it
+  st.records_at_close = kNoCount;
+  st.nodes_at_close = kNoCount;
   // Version 1 allowed root 0 over a used heap (a crash before the first set_root); keep its
   // meaning, "creation unfinished", rather than turning it into corruption.
   st.flags = kStateUnstamped;  // its index roots predate the layout stamp

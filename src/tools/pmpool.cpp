@@ -101,6 +101,12 @@ int cmd_info(const std::string& path) {
             << "clean shutdown:  " << (h.clean_shutdown ? "yes" : "no (recovery runs at next open)")
             << "\n"
             << "root offset:     " << h.root << "\n"
+            << "counted at close: "
+            << (h.records_at_close == pmindex::pm::kNoCount
+                    ? std::string("none")
+                    : std::to_string(h.records_at_close) + " records in " +
+                          std::to_string(h.nodes_at_close) + " leaves")
+            << "\n"
             << "last written in: " << last_mode_text(h.last_mode) << " mode\n"
             << "header state:    sequence " << h.state_sequence
             << (h.state_note.empty() ? std::string(", both copies valid") : "; " + h.state_note)

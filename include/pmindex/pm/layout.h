@@ -46,8 +46,8 @@ inline constexpr std::size_t kHeaderSize = 4096;
 //           [ 96,104) heap_offset               [104,120) reserved (0)
 //           [120,128) checksum: CRC-32 of bytes [0,120), zero-extended
 //   -- everything above is written once at creation; below are the mutable words, kept as two
-//      copies of one 64-byte HeaderState, each with its own checksum (format version 2) --
-//   line 2  state copy 0:
+//      copies of one 128-byte HeaderState, each with its own checksum (format version 2) --
+//   lines 2-3  state copy 0:
 //           [128,136) sequence: +1 at every state change
 //           [136,144) root offset (0 = none)
 //           [144,152) clean_shutdown (kCleanMark or 0)
@@ -56,10 +56,12 @@ inline constexpr std::size_t kHeaderSize = 4096;
 //           [168,172) last_mode: persistence mode + 1 of the session that last wrote the pool
 //           [172,176) flags: bit 0 = being built (created, no root published yet),
 //                     bit 1 = upgraded from version 1 (index roots carry no layout stamp)
-//           [176,184) reserved (0)
-//           [184,192) state checksum: CRC-32 of the uuid and bytes [128,184), zero-extended
-//   line 3  state copy 1: [192,256), the same fields
-//   [256, 4096) reserved, zero
+//           [176,184) records_at_close: records counted at the last clean close (~0 = none)
+//           [184,192) nodes_at_close: leaves/nodes counted then (~0 = none)
+//           [192,248) reserved (0)
+//           [248,256) state checksum: CRC-32 of the uuid and bytes [128,248), zero-extended
+//   lines 4-5  state copy 1: [256,384), the same fields
+//   [384, 4096) reserved, zero
 //
 // A state change writes copy 0, persists it, then writes copy 1 and persists it; open takes
 // the newer valid copy (docs/pool-format.md states why a torn or damaged copy loses nothing).
@@ -71,9 +73,13 @@ struct HeaderState {
   std::uint64_t generation;
   std::uint32_t last_mode;
   std::uint32_t flags;
-  std::uint64_t reserved0;
+  std::uint64_t records_at_close;
+  std::uint64_t nodes_at_close;
+  std::uint64_t reserved0[7];
   std::uint64_t checksum;
 };
+// records_at_close / nodes_at_close when the last session did not count (or did not close).
+inline constexpr std::uint64_t kNoCount = ~std::uint64_t{0};
 // A pool Pool::create made whose index has not published its root yet. Pool::set_root clears
 // it in the same state change that sets the root, so "root 0" without it means the root word
 // was lost, and open refuses the pool as corrupted rather than building an empty index on top
@@ -82,8 +88,8 @@ inline constexpr std::uint32_t kStateBuilding = 1;
 // A pool upgraded from format version 1, whose index roots predate the layout stamp
 // (src/index/common/root_stamp.h): an all-zero stamp is accepted only then.
 inline constexpr std::uint32_t kStateUnstamped = 2;
-static_assert(sizeof(HeaderState) == 64, "one state copy is one cache line");
-static_assert(offsetof(HeaderState, checksum) == 56);
+static_assert(sizeof(HeaderState) == 128, "one state copy is two cache lines");
+static_assert(offsetof(HeaderState, records_at_close) == 48 && offsetof(HeaderState, checksum) == 120);
 inline constexpr std::size_t kStateChecksummedBytes = offsetof(HeaderState, checksum);
 
 struct PoolHeader {
@@ -107,7 +113,7 @@ struct PoolHeader {
   std::uint64_t checksum;
   // mutable: two copies of the state
   HeaderState state[2];
-  std::uint8_t reserved3[kHeaderSize - 256];
+  std::uint8_t reserved3[kHeaderSize - 384];
 };
 static_assert(sizeof(PoolHeader) == kHeaderSize);
 static_assert(std::is_standard_layout_v<PoolHeader> && std::is_trivially_copyable_v<PoolHeader>);
@@ -133,6 +139,8 @@ struct HeaderInfo {
   std::uint64_t state_sequence = 0;
   std::uint32_t last_mode = 0;  // persistence mode + 1 of the last writer, 0 = unknown
   std::uint32_t state_flags = 0;  // kStateBuilding, kStateUnstamped
+  std::uint64_t records_at_close = kNoCount;  // what the last clean close counted
+  std::uint64_t nodes_at_close = kNoCount;
   std::string state_note;       // non-empty when one state copy was torn or damaged
 };
 

@@ -86,8 +86,14 @@ class Pool {
   // and clears the clean-shutdown mark (persisted). Until then the file is unchanged, so a pool
   // refused at open or at recovery is left as it was.
   void commit_open();
-  // Marks the pool cleanly shut down (persisted). The index calls this after its last persist.
-  void close_clean();
+  // Marks the pool cleanly shut down (persisted). The index calls this after its last persist,
+  // with the records and leaves/nodes it holds if it counted them (kNoCount otherwise): the
+  // next open's full recovery walk compares its own counts with them (a damaged chain that
+  // lost leaves is then seen), through index_common::check_close_counts.
+  void close_clean(std::uint64_t records = kNoCount, std::uint64_t nodes = kNoCount);
+  // What the previous session's clean close counted (kNoCount if it did not, or was unclean).
+  std::uint64_t records_at_close() const { return info_.records_at_close; }
+  std::uint64_t nodes_at_close() const { return info_.nodes_at_close; }
   // A pool created with defer_publish: gives the finished file its name (link, or rename over
   // the old pool with overwrite). already_present if a file appeared at the path meanwhile.
   // Const because Index exposes its pool as const; it changes no pool byte. No-op otherwise.

@@ -200,6 +200,11 @@ Status FPTree<N>::rebuild(unsigned threads) {
     (void)p.allocator().finish_recovery();
     return s;
   }
+  if (Status s = index_common::check_close_counts(p, "fptree", recovery_.records, leaves.size());
+      !s.ok()) {
+    (void)p.allocator().finish_recovery();
+    return s;
+  }
   if (Status fs = p.allocator().finish_recovery(); !fs.ok()) return fs;
   p.commit_open();
   // R3: install the log decisions (S7 / D4 redone), then clear the logs.
@@ -323,7 +328,20 @@ Footprint FPTree<N>::footprint() const {
 template <unsigned N>
 Status FPTree<N>::close() {
   epochs_.drain();
-  if (!std::exchange(closed_, true)) pool_->close_clean();
+  if (std::exchange(closed_, true)) return Status::Ok();
+  // The counts let the next open see a chain that lost leaves (one read-only walk here).
+  std::uint64_t records = 0, leaves = 0;
+  std::vector<std::uint64_t> offs;
+  if (index_common::walk_leaf_chain(*pool_, head_, sizeof(LeafT), 256,
+                                    [&](std::uint64_t off) { return leaf_at(off)->next; }, &offs)
+          .ok()) {
+    leaves = offs.size();
+    for (const std::uint64_t off : offs)
+      records += static_cast<std::uint64_t>(std::popcount(leaf_at(off)->bitmap & LeafT::kFullMask));
+  } else {
+    records = leaves = pm::kNoCount;
+  }
+  pool_->close_clean(records, leaves);
   return Status::Ok();
 }
 

@@ -37,6 +37,7 @@
 
 #include "index/common/inner_tree.h"
 #include "index/common/key_codec.h"
+#include "index/common/close_counts.h"
 #include "index/common/root_stamp.h"
 #include "index/common/leaf_versions.h"
 #include "index/common/separator_store.h"

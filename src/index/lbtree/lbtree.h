@@ -36,6 +36,7 @@
 
 #include "index/common/inner_tree.h"
 #include "index/common/key_codec.h"
+#include "index/common/close_counts.h"
 #include "index/common/root_stamp.h"
 #include "index/common/leaf_versions.h"
 #include "index/common/scan_assembly.h"
@@ -117,6 +118,8 @@ class LBTree final : public Index {
   // Time spent rebuilding the DRAM inner nodes at the last recovery (part of seconds).
   double rebuild_seconds() const { return rebuild_seconds_; }
   std::uint64_t leaf_count() const;
+  // Records and leaves on the chain, for the clean-close counts (quiescent).
+  void count_chain(std::uint64_t* records, std::uint64_t* leaves) const;
 
  private:
   // A search key prepared once per operation (key modes: index_common::KeyCodec).

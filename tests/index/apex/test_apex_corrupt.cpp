@@ -396,7 +396,8 @@ TEST(ApexCorrupt, GenerationSetBackIsHarmless) {
   std::string header = b.image.substr(0, pm::kHeaderSize);
   pm::set_image_state(header.data(), st);
   std::vector<std::pair<std::uint64_t, std::uint64_t>> words;
-  for (std::uint64_t off = offsetof(pm::PoolHeader, state); off < 256; off += 8) {
+  for (std::uint64_t off = offsetof(pm::PoolHeader, state);
+       off < offsetof(pm::PoolHeader, state) + sizeof(pm::PoolHeader::state); off += 8) {
     std::uint64_t w = 0;
     std::memcpy(&w, header.data() + off, 8);
     words.emplace_back(off, w);
