@@ -427,6 +427,14 @@ std::uint64_t Pool::heap_begin() const { return kHeaderSize; }
 // and the other holds this state or the one before (read_state's argument).
 void Pool::write_state(HeaderState next) {
   auto* h = at<PoolHeader>(0);
+  // Copy 1 must hold a whole state before copy 0 is overwritten. After an open that found copy
+  // 1 torn (a crash while it was written) or damaged, copy 0 is the only valid one, and a crash
+  // tearing it now would leave none (found by the crash simulator: a crash during the recovery
+  // of such an image). So a copy 1 that differs from the current state is rewritten first.
+  if (std::memcmp(&h->state[1], &state_, sizeof state_) != 0) {
+    copy(&h->state[1], &state_, sizeof state_);
+    persist(&h->state[1], sizeof state_);
+  }
   next.sequence = state_.sequence + 1;
   next = sealed_state(*h, next);
   for (HeaderState& slot : h->state) {
