@@ -120,6 +120,10 @@ struct RecoveryStats {
   std::uint64_t nodes = 0;          // PM nodes walked
   std::uint64_t repaired = 0;       // interrupted operations finished or rolled back
   unsigned threads = 1;
+  // What the pool's open found worth telling although it opened (pm::Pool::open_warning): a
+  // torn or damaged header state copy, or a pool last written in a weaker persistence mode
+  // (eadr, dram) that was not shut down cleanly, opened in adr. Empty otherwise.
+  std::string warning;
 };
 
 struct Footprint {

@@ -126,10 +126,27 @@ Result<std::unique_ptr<Index>> open_with(const IndexRegistry::Entry& e, const Op
   po.layout = e.layout(o);
   po.overwrite = o.overwrite && o.open_mode == OpenMode::create;
   po.open_existing = o.open_mode == OpenMode::open_or_create && !o.path.empty();
+  // A created pool gets its name only once the index has published its root (format v2: a
+  // finished pool whose root is 0 is corrupted), so no crash leaves a rootless pool at a path.
+  po.defer_publish = true;
   auto pool = o.open_mode == OpenMode::open ? pm::Pool::open(po) : pm::Pool::create(po);
   if (!pool.ok()) return pool.status();
-  const bool created = (*pool)->created();
-  return created ? e.create(std::move(pool).value(), o) : e.recover(std::move(pool).value(), o);
+  if (!(*pool)->created()) return e.recover(std::move(pool).value(), o);
+  auto idx = e.create(std::move(pool).value(), o);
+  if (!idx.ok()) return idx.status();
+  Status published = (*idx)->pool().publish();
+  if (published.ok()) return idx;
+  if (published.code() != Code::already_present || !po.open_existing) {
+    return published.code() == Code::already_present
+               ? Status(Code::invalid_argument,
+                        o.path + ": file exists; refusing to overwrite it (pass overwrite to "
+                                 "replace it)")
+               : published;
+  }
+  { auto ours = std::move(idx).value(); }  // another creator won: drop ours (and its file)
+  Options again = o;
+  again.open_mode = OpenMode::open;
+  return open_with(e, again);
 }
 
 }  // namespace

@@ -163,8 +163,7 @@ void Allocator::init_empty() {
 }
 
 bool Allocator::raise_high_water(std::uint64_t end) {
-  auto* h = pool_.at<PoolHeader>(0);
-  const std::uint64_t current = h->heap_high_water;
+  const std::uint64_t current = pool_.heap_high_water();
   if (end <= current) return true;
   // The pool file must hold a block before the mark says it may exist: grow first (a crash in
   // between leaves a longer file, which opens; the reverse order would leave a truncated one).
@@ -175,8 +174,7 @@ bool Allocator::raise_high_water(std::uint64_t end) {
   const std::uint64_t target =
       std::min({heap_end_, std::uint64_t{pool_.extent()} / kUnit * kUnit,
                 round_up(std::max(end, current + step), kUnit)});
-  publish(&h->heap_high_water, target);
-  persist(&h->heap_high_water, sizeof h->heap_high_water);
+  pool_.raise_heap_high_water(target);  // one persisted header state change
   return true;
 }
 
@@ -357,7 +355,7 @@ void Allocator::begin_recovery(bool start_now) {
   central_->recovered_in_use.fill(0);
   central_->mark_error = Status::Ok();
   central_->dirty = false;
-  central_->recovery_high_water = pool_.at<PoolHeader>(0)->heap_high_water;
+  central_->recovery_high_water = pool_.heap_high_water();
   // Called at open, before any other thread uses this allocator: thread caches can be reset.
   for (auto& slot : central_->caches) {
     ThreadCache* tc = slot.load(std::memory_order_acquire);

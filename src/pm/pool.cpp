@@ -96,7 +96,7 @@ std::string kind_text(const char (&kind)[16]) {
   return std::string(kind, strnlen(kind, sizeof kind));
 }
 
-HeaderInfo decode(const PoolHeader& h) {
+HeaderInfo decode(const PoolHeader& h, const HeaderState& st) {
   HeaderInfo info;
   info.format_version = h.format_version;
   info.pool_size = h.pool_size;
@@ -107,26 +107,67 @@ HeaderInfo decode(const PoolHeader& h) {
   info.layout.key_mode = static_cast<KeyMode>(h.key_mode);
   info.layout.variant = h.variant;
   info.heap_offset = h.heap_offset;
-  info.root = h.root;
-  info.clean_shutdown = h.clean_shutdown == kCleanMark;
-  info.heap_high_water = h.heap_high_water;
-  info.generation = h.generation;
+  info.root = st.root;
+  info.clean_shutdown = st.clean_shutdown == kCleanMark;
+  info.heap_high_water = st.heap_high_water;
+  info.generation = st.generation;
+  info.state_sequence = st.sequence;
+  info.last_mode = st.last_mode;
+  info.state_flags = st.flags;
+  info.records_at_close = st.records_at_close;
+  info.nodes_at_close = st.nodes_at_close;
   return info;
 }
 
+// Version 1 kept the mutable words unprotected; its pools are refused with the way out.
+Status refuse_version(const PoolHeader& h, const std::string& name) {
+  if (h.format_version == 1) {
+    return make_error(name, Code::unsupported,
+                      "pool format version 1 is no longer read (this build reads version 2, "
+                      "whose header state is checksummed); upgrade it in place with "
+                      "`pmpool upgrade " + name + "` (crash-safe: it writes a copy and renames "
+                      "it over the file)");
+  }
+  return make_error(name, Code::unsupported,
+                    "unknown pool format version " + std::to_string(h.format_version) +
+                        " (this build reads version " + std::to_string(kFormatVersion) + ")");
+}
+
+// The state's words against the pool's bounds. `st` is the copy read_state chose.
+Status validate_state(const PoolHeader& h, const HeaderState& st, const std::string& name) {
+  // The allocator only ever writes 256 B-aligned marks (found by the fuzzer: an unaligned mark
+  // made recovery carve misaligned blocks).
+  if (st.heap_high_water < h.heap_offset || st.heap_high_water > h.pool_size ||
+      st.heap_high_water % kXPLine != 0)
+    return make_error(name, Code::corrupted, "heap high-water mark out of bounds or misaligned");
+  if (st.root != 0 &&
+      (st.root < h.heap_offset || st.root >= st.heap_high_water || st.root % 64 != 0))
+    return make_error(name, Code::corrupted, "root offset out of bounds");
+  if ((st.flags & ~(kStateBuilding | kStateUnstamped)) != 0 || st.last_mode > 3 ||
+      (st.clean_shutdown != 0 && st.clean_shutdown != kCleanMark))
+    return make_error(name, Code::corrupted, "unknown value in the header state");
+  if (st.clean_shutdown != kCleanMark &&
+      (st.records_at_close != kNoCount || st.nodes_at_close != kNoCount))
+    return make_error(name, Code::corrupted, "header state holds close counts without a clean close");
+  // Creation publishes the root before the pool is finished (kStateBuilding cleared in the
+  // same state change), so a finished pool whose heap was used must have a root.
+  if (st.root == 0 && (st.flags & kStateBuilding) == 0 && st.heap_high_water > h.heap_offset)
+    return make_error(name, Code::corrupted,
+                      "root offset 0 in a used heap (the root word was lost; opening would "
+                      "build an empty index over the old data)");
+  return Status::Ok();
+}
+
 // Every check a header must pass, in the order a reader would want the first failure named.
-// `want` may be null (inspect: no expectation about the layout).
+// `want` may be null (inspect: no expectation about the layout). On success *state is the
+// header's current state and *note says whether one copy was torn or damaged.
 Status validate(const PoolHeader& h, std::uint64_t actual_size, const Layout* want,
-                const std::string& name) {
+                const std::string& name, HeaderState* state, std::string* note) {
   if (std::memcmp(h.magic, kPoolMagic.data(), kPoolMagic.size()) != 0)
     return make_error(name, Code::corrupted, "not a pmindex pool (wrong magic)");
   if (h.endian_tag != kEndianTag)
     return make_error(name, Code::unsupported, "pool was written on a machine of other endianness");
-  if (h.format_version != kFormatVersion) {
-    return make_error(name, Code::unsupported,
-                      "unknown pool format version " + std::to_string(h.format_version) +
-                          " (this build reads version " + std::to_string(kFormatVersion) + ")");
-  }
+  if (h.format_version != kFormatVersion) return refuse_version(h, name);
   if (header_checksum(h) != h.checksum)
     return make_error(name, Code::corrupted, "header checksum mismatch (header corrupted)");
   if (h.header_size != kHeaderSize || h.heap_offset != kHeaderSize)
@@ -144,20 +185,15 @@ Status validate(const PoolHeader& h, std::uint64_t actual_size, const Layout* wa
   }
   if (h.pool_size < kMinPoolSize)
     return make_error(name, Code::corrupted, "pool size below the minimum");
-  // The allocator only ever writes 256 B-aligned marks (found by the fuzzer: an unaligned mark
-  // made recovery carve misaligned blocks).
-  if (h.heap_high_water < h.heap_offset || h.heap_high_water > h.pool_size ||
-      h.heap_high_water % kXPLine != 0)
-    return make_error(name, Code::corrupted, "heap high-water mark out of bounds or misaligned");
+  if (!read_state(h, state, note)) return make_error(name, Code::corrupted, *note);
+  if (Status s = validate_state(h, *state, name); !s.ok()) return s;
   // Growth extends the file before the mark rises past its old end, so a file shorter than the
   // mark lost bytes that may hold blocks. (A crash mid-extension leaves it longer: fine.)
-  if (h.heap_high_water > actual_size) {
+  if (state->heap_high_water > actual_size) {
     return make_error(name, Code::corrupted,
-                      "truncated: the heap reaches " + std::to_string(h.heap_high_water) +
+                      "truncated: the heap reaches " + std::to_string(state->heap_high_water) +
                           " bytes (high-water mark), file has " + std::to_string(actual_size));
   }
-  if (h.root != 0 && (h.root < h.heap_offset || h.root >= h.heap_high_water || h.root % 64 != 0))
-    return make_error(name, Code::corrupted, "root offset out of bounds");
   const KeyMode km = static_cast<KeyMode>(h.key_mode);
   if (km != KeyMode::u64 && km != KeyMode::f64 && km != KeyMode::bytes)
     return make_error(name, Code::corrupted, "unknown key mode in the layout id");
@@ -275,6 +311,8 @@ std::string busy_text(int fd) {
   return "pool is open in another process";
 }
 
+}  // namespace
+
 // A pool file under construction: an unnamed file (O_TMPFILE), or where the file system lacks
 // those a hidden name in the same directory, so nothing appears at the pool's path until the
 // header is whole. `temp` is that hidden name (empty for an unnamed file); the destructor
@@ -292,6 +330,8 @@ struct UnpublishedFile {
     if (displaced >= 0) ::close(displaced);
   }
 };
+
+namespace {
 
 std::string directory_of(const std::string& path) {
   const std::size_t slash = path.rfind('/');
@@ -370,13 +410,33 @@ Status publish_file(const PoolOptions& o, UnpublishedFile* f) {
   return Status::Ok();
 }
 
+// A weaker mode than adr does not flush (dram) or relies on caches being persistent (eadr):
+// after an unclean end of such a session on an adr machine, recent stores may never have
+// reached the media, so the user is told.
+std::string open_warning_text(const HeaderState& st, Mode now, const std::string& note) {
+  std::string out = note;
+  const bool weak = st.last_mode == static_cast<std::uint32_t>(Mode::eadr) + 1 ||
+                    st.last_mode == static_cast<std::uint32_t>(Mode::dram) + 1;
+  if (now == Mode::adr && weak && st.clean_shutdown != kCleanMark) {
+    const Mode last = static_cast<Mode>(st.last_mode - 1);
+    if (!out.empty()) out += "; ";
+    out += "pool was last written in " + std::string(to_string(last)) +
+           " mode and not shut down cleanly: stores of that session may not have reached "
+           "persistent memory (run pmpool check)";
+  }
+  return out;
+}
+
 }  // namespace
 
 Status Pool::error(Code code, std::string_view what) const { return make_error(path_, code, what); }
 
+Pool::Pool() = default;
+
 Pool::~Pool() {
   allocator_.reset();
   if (owns_mapping_ && base_ != nullptr) munmap(base_, reserved_);
+  unpublished_.reset();  // an unpublished pool's hidden name goes with it
   if (fd_ >= 0) close(fd_);  // releases the flock
   if (mode_acquired_) Runtime::release_mode();
 }
@@ -389,21 +449,60 @@ bool Pool::in_heap(std::uint64_t offset, std::size_t bytes) const {
 
 std::uint64_t Pool::heap_begin() const { return kHeaderSize; }
 
-std::uint64_t Pool::root() const {
+// Copy 0 whole and persisted before copy 1 is touched: at any crash at most one copy is torn
+// and the other holds this state or the one before (read_state's argument).
+void Pool::write_state(HeaderState next) {
   auto* h = at<PoolHeader>(0);
-  return load_acquire(&h->root);
+  // Copy 1 must hold a whole state before copy 0 is overwritten. After an open that found copy
+  // 1 torn (a crash while it was written) or damaged, copy 0 is the only valid one, and a crash
+  // tearing it now would leave none (found by the crash simulator: a crash during the recovery
+  // of such an image). So a copy 1 that differs from the current state is rewritten first.
+  if (std::memcmp(&h->state[1], &state_, sizeof state_) != 0) {
+    copy(&h->state[1], &state_, sizeof state_);
+    persist(&h->state[1], sizeof state_);
+  }
+  next.sequence = state_.sequence + 1;
+  next = sealed_state(*h, next);
+  for (HeaderState& slot : h->state) {
+    copy(&slot, &next, sizeof next);
+    persist(&slot, sizeof slot);
+  }
+  state_ = next;
+}
+
+std::uint64_t Pool::root() const {
+  std::lock_guard<std::mutex> lock(state_mu_);
+  return state_.root;
 }
 
 void Pool::set_root(std::uint64_t offset) {
-  auto* h = at<PoolHeader>(0);
-  publish(&h->root, offset);
-  persist(&h->root, sizeof h->root);
+  std::lock_guard<std::mutex> lock(state_mu_);
+  HeaderState next = state_;
+  next.root = offset;
+  next.flags &= ~kStateBuilding;  // the same change: a finished pool always has its root
+  write_state(next);
 }
 
-void Pool::close_clean() {
-  auto* h = at<PoolHeader>(0);
-  publish(&h->clean_shutdown, kCleanMark);
-  persist(&h->clean_shutdown, sizeof h->clean_shutdown);
+std::uint64_t Pool::heap_high_water() const {
+  std::lock_guard<std::mutex> lock(state_mu_);
+  return state_.heap_high_water;
+}
+
+void Pool::raise_heap_high_water(std::uint64_t target) {
+  std::lock_guard<std::mutex> lock(state_mu_);
+  if (target <= state_.heap_high_water) return;
+  HeaderState next = state_;
+  next.heap_high_water = target;
+  write_state(next);
+}
+
+void Pool::close_clean(std::uint64_t records, std::uint64_t nodes) {
+  std::lock_guard<std::mutex> lock(state_mu_);
+  HeaderState next = state_;
+  next.clean_shutdown = kCleanMark;
+  next.records_at_close = records;  // the same change as the mark: counts only with it
+  next.nodes_at_close = nodes;
+  write_state(next);
   // The file's mtime then says when it was last closed cleanly (stores through a shared mapping
   // do not reliably update it): `pmpool rm --stale` keeps pools closed recently.
   if (fd_ >= 0 && !private_) futimens(fd_, nullptr);
@@ -431,7 +530,7 @@ Result<std::unique_ptr<Pool>> Pool::create(const PoolOptions& o) {
   pool->mode_ = o.mode;
   pool->created_ = true;
 
-  UnpublishedFile file;
+  auto file = std::make_unique<UnpublishedFile>();
   if (o.path.empty()) {
     void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED)
@@ -442,10 +541,10 @@ Result<std::unique_ptr<Pool>> Pool::create(const PoolOptions& o) {
     pool->backing_ = Backing::anonymous;
     pool->extent_.store(size, std::memory_order_relaxed);  // untouched pages cost nothing
   } else {
-    const Status made = make_unpublished_file(o, initial, &file);
-    pool->fd_ = file.fd;  // the pool closes it (releasing the flock) on every path
+    const Status made = make_unpublished_file(o, initial, file.get());
+    pool->fd_ = file->fd;  // the pool closes it (releasing the flock) on every path
     if (!made.ok()) return made;
-    void* p = map_pool_file(o.path, file.fd, size, initial, &pool->backing_, &pool->map_flags_);
+    void* p = map_pool_file(o.path, file->fd, size, initial, &pool->backing_, &pool->map_flags_);
     if (p == MAP_FAILED) return make_error(name, Code::io_error, "cannot map: " + errno_text(errno));
     pool->base_ = static_cast<char*>(p);
     pool->owns_mapping_ = true;
@@ -481,10 +580,15 @@ Result<std::unique_ptr<Pool>> Pool::create(const PoolOptions& o) {
   std::memcpy(h.magic, kPoolMagic.data(), kPoolMagic.size());
   h.checksum = header_checksum(h);
   std::memset(h.magic, 0, sizeof h.magic);
-  h.root = 0;
-  h.clean_shutdown = 0;
-  h.heap_high_water = kHeaderSize;
-  h.generation = 1;
+  HeaderState first{};
+  first.sequence = 1;
+  first.heap_high_water = kHeaderSize;
+  first.generation = 1;
+  first.last_mode = static_cast<std::uint32_t>(o.mode) + 1;
+  first.flags = kStateBuilding;  // until the index's set_root
+  first.records_at_close = kNoCount;
+  first.nodes_at_close = kNoCount;
+  h.state[0] = h.state[1] = sealed_state(h, first);
   auto* dst = pool->at<PoolHeader>(0);
   copy(dst, &h, sizeof h);
   persist(dst, sizeof h);
@@ -492,18 +596,30 @@ Result<std::unique_ptr<Pool>> Pool::create(const PoolOptions& o) {
   persist(dst->magic, sizeof dst->magic);
 
   pool->generation_ = 1;
-  pool->info_ = decode(*dst);
+  pool->state_ = h.state[0];
+  pool->info_ = decode(*dst, pool->state_);
   pool->allocator_ = std::make_unique<Allocator>(*pool, kHeaderSize, size);
   pool->allocator_->init_empty();
-  if (!o.path.empty()) {
-    // Only a whole pool gets the name; a concurrent creator that won keeps its pool.
-    if (Status s = publish_file(o, &file); !s.ok()) {
-      if (s.code() != Code::already_present) return s;
-      pool.reset();  // releases the unpublished file and the runtime mode
-      return file_exists(o);
-    }
+  if (o.path.empty()) return pool;
+  if (o.defer_publish) {  // Index::open publishes once the root is in place
+    pool->unpublished_ = std::move(file);
+    pool->publish_options_ = o;
+    return pool;
+  }
+  // Only a whole pool gets the name; a concurrent creator that won keeps its pool.
+  if (Status s = publish_file(o, file.get()); !s.ok()) {
+    if (s.code() != Code::already_present) return s;
+    pool.reset();  // releases the unpublished file and the runtime mode
+    return file_exists(o);
   }
   return pool;
+}
+
+Status Pool::publish() const {
+  if (unpublished_ == nullptr) return Status::Ok();
+  Status s = publish_file(publish_options_, unpublished_.get());
+  if (s.ok()) unpublished_.reset();  // its hidden name (if any) and the displaced pool's lock
+  return s;
 }
 
 Result<std::unique_ptr<Pool>> Pool::open(const PoolOptions& o) {
@@ -534,7 +650,9 @@ Result<std::unique_ptr<Pool>> Pool::open(const PoolOptions& o) {
   PoolHeader h{};
   if (pread(fd, &h, sizeof h, 0) != static_cast<ssize_t>(sizeof h))
     return make_error(name, Code::io_error, "cannot read the header: " + errno_text(errno));
-  if (Status s = validate(h, actual, &o.layout, name); !s.ok()) return s;
+  HeaderState state{};
+  std::string note;
+  if (Status s = validate(h, actual, &o.layout, name, &state, &note); !s.ok()) return s;
 
   void* p = MAP_FAILED;
   if (o.private_mapping) {
@@ -565,7 +683,9 @@ Result<std::unique_ptr<Pool>> Pool::open_image(void* memory, std::size_t size, M
   }
   PoolHeader h;
   std::memcpy(&h, memory, sizeof h);
-  if (Status s = validate(h, size, &layout, name); !s.ok()) return s;
+  HeaderState st{};
+  std::string note;
+  if (Status s = validate(h, size, &layout, name, &st, &note); !s.ok()) return s;
   std::unique_ptr<Pool> pool(new Pool());
   pool->path_ = std::move(name);
   pool->base_ = static_cast<char*>(memory);
@@ -584,10 +704,16 @@ Result<std::unique_ptr<Pool>> Pool::finish_open(std::unique_ptr<Pool> pool, cons
                            std::string(to_string(Runtime::mode())));
   }
   pool->mode_acquired_ = true;
+  // The mapping shows what validate() read (the file is locked), so this cannot fail; it is
+  // checked anyway rather than trusted.
   auto* h = pool->at<PoolHeader>(0);
-  pool->info_ = decode(*h);
-  pool->was_clean_ = h->clean_shutdown == kCleanMark;
-  pool->generation_ = h->generation + 1;
+  std::string note;
+  if (!read_state(*h, &pool->state_, &note)) return pool->error(Code::corrupted, note);
+  pool->info_ = decode(*h, pool->state_);
+  pool->info_.state_note = note;
+  pool->was_clean_ = pool->state_.clean_shutdown == kCleanMark;
+  pool->generation_ = pool->state_.generation + 1;
+  pool->open_warning_ = open_warning_text(pool->state_, pool->mode_, note);
   pool->allocator_ = std::make_unique<Allocator>(*pool, kHeaderSize, pool->size_);
   return pool;
 }
@@ -636,12 +762,15 @@ bool Pool::extend_to(std::size_t bytes) {
 
 void Pool::commit_open() {
   // Only after the index has validated and recovered the pool: a pool refused at open or at
-  // recovery is left unchanged.
-  auto* h = at<PoolHeader>(0);
-  publish(&h->generation, generation_);
-  publish(&h->clean_shutdown, 0);
-  persist(&h->clean_shutdown, 2 * sizeof(std::uint64_t));
-  static_assert(offsetof(PoolHeader, generation) - offsetof(PoolHeader, clean_shutdown) == 16);
+  // recovery is left unchanged. Writing both copies also repairs a torn or damaged one.
+  std::lock_guard<std::mutex> lock(state_mu_);
+  HeaderState next = state_;
+  next.generation = generation_;
+  next.clean_shutdown = 0;
+  next.last_mode = static_cast<std::uint32_t>(mode_) + 1;
+  next.records_at_close = kNoCount;  // this session's changes make them stale
+  next.nodes_at_close = kNoCount;
+  write_state(next);
 }
 
 Result<HeaderInfo> Pool::inspect(const std::string& path) {
@@ -663,8 +792,12 @@ Result<HeaderInfo> Pool::inspect(const std::string& path) {
   }
   if (got != static_cast<ssize_t>(sizeof h))
     return make_error(path, Code::io_error, "cannot read the header");
-  if (Status s = validate(h, actual, nullptr, path); !s.ok()) return s;
-  return decode(h);
+  HeaderState state{};
+  std::string note;
+  if (Status s = validate(h, actual, nullptr, path, &state, &note); !s.ok()) return s;
+  HeaderInfo info = decode(h, state);
+  info.state_note = note;
+  return info;
 }
 
 }  // namespace pmindex::pm

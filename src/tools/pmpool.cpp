@@ -12,6 +12,7 @@
 //                         remove the abandoned pools under DIR (default /dev/shm/pmindex): those
 //                         no process has open and that no clean shutdown closed in the last
 //                         SECONDS (default 86400; a crashed pool counts as abandoned)
+//   pmpool upgrade PATH   rewrite a format-version-1 pool as version 2 (crash-safe: copy, rename)
 #include <fcntl.h>
 #include <sys/file.h>
 #include <unistd.h>
@@ -84,6 +85,11 @@ Status check_index(const std::string& path, const HeaderInfo& info, pmindex::Foo
   return Status::Ok();
 }
 
+std::string last_mode_text(std::uint32_t last_mode) {
+  if (last_mode == 0) return "an unknown";  // upgraded from format version 1
+  return std::string(pmindex::pm::to_string(static_cast<pmindex::pm::Mode>(last_mode - 1)));
+}
+
 int cmd_info(const std::string& path) {
   auto info = Pool::inspect(path);
   if (!info.ok()) return fail(info.status());
@@ -102,6 +108,16 @@ int cmd_info(const std::string& path) {
             << "clean shutdown:  " << (h.clean_shutdown ? "yes" : "no (recovery runs at next open)")
             << "\n"
             << "root offset:     " << h.root << "\n"
+            << "counted at close: "
+            << (h.records_at_close == pmindex::pm::kNoCount
+                    ? std::string("none")
+                    : std::to_string(h.records_at_close) + " records in " +
+                          std::to_string(h.nodes_at_close) + " leaves")
+            << "\n"
+            << "last written in: " << last_mode_text(h.last_mode) << " mode\n"
+            << "header state:    sequence " << h.state_sequence
+            << (h.state_note.empty() ? std::string(", both copies valid") : "; " + h.state_note)
+            << "\n"
             << "heap:            " << human_bytes(h.heap_high_water - h.heap_offset)
             << " touched of " << human_bytes(h.pool_size - h.heap_offset) << "\n"
             << "in use by a process: " << (in_use(path) ? "yes" : "no") << "\n";
@@ -208,7 +224,7 @@ bool refuse_unknown_subcommand(const std::vector<CLI::App*>& subs, int argc, cha
     if (word.empty() || word[0] == '-') continue;
     for (const CLI::App* s : subs)
       if (s->get_name() == word) return false;
-    std::cerr << "pmpool: unknown subcommand '" << word << "' (info, check, list, rm; see --help)\n";
+    std::cerr << "pmpool: unknown subcommand '" << word << "' (info, check, list, rm, upgrade; see --help)\n";
     return true;
   }
   return false;
@@ -240,7 +256,9 @@ int main(int argc, char** argv) {
   rm->add_option("--dir", stale_dir, "directory for --stale (default /dev/shm/pmindex)");
   rm->add_option("--recent", recent, "--stale keeps pools closed cleanly this recently (s)")
       ->check(CLI::Range(std::uint64_t{0}, std::uint64_t{1} << 40));
-  if (refuse_unknown_subcommand({info, check, list, rm}, argc, argv)) return 2;
+  auto* upgrade = app.add_subcommand("upgrade", "upgrade a format-version-1 pool to version 2");
+  upgrade->add_option("PATH", path, "pool file")->required();
+  if (refuse_unknown_subcommand({info, check, list, rm, upgrade}, argc, argv)) return 2;
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -250,6 +268,12 @@ int main(int argc, char** argv) {
   if (*info) return cmd_info(path);
   if (*check) return cmd_check(path);
   if (*list) return cmd_list(dir, list_dir->count() > 0);
+  if (*upgrade) {
+    if (Status s = pmindex::pm::upgrade_pool_file(path); !s.ok()) return fail(s);
+    std::cout << path << ": upgraded to pool format version " << pmindex::pm::kFormatVersion
+              << "\n";
+    return 0;
+  }
   if (*rm) {
     if (rm_paths.empty() && !stale) {
       std::cerr << "pmpool rm: give PATH... or --stale\n";

@@ -51,6 +51,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   auto* h = reinterpret_cast<pmindex::pm::PoolHeader*>(image.data());
   if (fix_checksum) h->checksum = pmindex::pm::header_checksum(*h);
+  // Bit 1: reseal both header state copies from copy 0, so the state's words reach the checks
+  // behind the checksums.
+  if ((data[0] & 2) != 0) {
+    h->state[0] = h->state[1] = pmindex::pm::sealed_state(*h, h->state[0]);
+  }
 
   pmindex::Options o;
   o.kind = "reflist";

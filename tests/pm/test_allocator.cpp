@@ -154,7 +154,7 @@ TEST(AllocatorRecovery, SpaceAboveTheHighWaterMarkIsFreeAfterRecovery) {
   auto pool = anon_pool(1 << 20);
   Allocator& a = pool->allocator();
   const std::uint64_t x = a.allocate(512);
-  const std::uint64_t hwm = pool->at<PoolHeader>(0)->heap_high_water;
+  const std::uint64_t hwm = pool->heap_high_water();
   a.begin_recovery(false);
   ASSERT_EQ(a.mark_reachable(x, 512), Code::ok);
   ASSERT_TRUE(a.finish_recovery().ok());
@@ -189,7 +189,7 @@ TEST(AllocatorRecovery, StartNowAllocatesAboveHighWaterImmediately) {
   auto pool = anon_pool(2 << 20);
   Allocator& a = pool->allocator();
   const std::uint64_t x = a.allocate(4096);
-  const std::uint64_t hwm = pool->at<PoolHeader>(0)->heap_high_water;
+  const std::uint64_t hwm = pool->heap_high_water();
   EXPECT_GT(hwm, x);
   a.begin_recovery(true);
   const std::uint64_t early = a.allocate(4096);

@@ -398,7 +398,10 @@ TEST(Pool, CorruptedRootOffset) {
   TempDir dir;
   const std::string path = dir.file("r.pool");
   auto bytes = make_pool(path);
-  reinterpret_cast<PoolHeader*>(bytes.data())->root = bytes.size() + 4096;
+  HeaderState st{};
+  ASSERT_TRUE(image_state(bytes.data(), &st));
+  st.root = bytes.size() + 4096;
+  set_image_state(bytes.data(), st);
   write_file(path, bytes);
   expect_refused(path, Code::corrupted, "root offset out of bounds");
 }
@@ -407,7 +410,10 @@ TEST(Pool, MisalignedHighWaterMark) {
   TempDir dir;
   const std::string path = dir.file("h.pool");
   auto bytes = make_pool(path);
-  reinterpret_cast<PoolHeader*>(bytes.data())->heap_high_water = 4096 + 256 + 20;
+  HeaderState st{};
+  ASSERT_TRUE(image_state(bytes.data(), &st));
+  st.heap_high_water = 4096 + 256 + 20;
+  set_image_state(bytes.data(), st);
   write_file(path, bytes);
   expect_refused(path, Code::corrupted, "heap high-water mark out of bounds or misaligned");
 }
@@ -535,6 +541,220 @@ TEST(Pool, ImageOpenValidatesLikeAFile) {
   auto q = Pool::open_image(bytes.data(), bytes.size(), Mode::adr, kLayout, "image");
   ASSERT_FALSE(q.ok());
   EXPECT_NE(q.status().message().find("image: not a pmindex pool"), std::string::npos);
+}
+
+// ---- format version 2: the header state is two checksummed copies ----
+
+// A pool with a published root, closed cleanly; returns its bytes and current state.
+std::vector<char> make_rooted_pool(const std::string& path, HeaderState* st) {
+  {
+    auto p = Pool::create(opts(path));
+    EXPECT_TRUE(p.ok()) << p.status().to_string();
+    (*p)->set_root((*p)->allocator().allocate(64));
+    (*p)->close_clean();
+  }
+  auto bytes = read_file(path);
+  EXPECT_TRUE(image_state(bytes.data(), st));
+  return bytes;
+}
+
+HeaderState* copy_at(std::vector<char>& bytes, int i) {
+  return &reinterpret_cast<PoolHeader*>(bytes.data())->state[i];
+}
+
+// One damaged (or torn) copy: the other is used, the user is told, and the first state change
+// (commit_open) writes both copies whole again.
+TEST(PoolStateV2, OneDamagedCopyIsSurvivedAndRepaired) {
+  for (int bad : {0, 1}) {
+    TempDir dir;
+    const std::string path = dir.file("s.pool");
+    HeaderState st{};
+    auto bytes = make_rooted_pool(path, &st);
+    copy_at(bytes, bad)->root ^= 0x40;  // a valid-looking offset, checksum not updated
+    write_file(path, bytes);
+    auto p = Pool::open(opts(path));
+    ASSERT_TRUE(p.ok()) << p.status().to_string();
+    EXPECT_EQ((*p)->root(), st.root) << "copy " << bad;
+    EXPECT_TRUE((*p)->was_clean());
+    EXPECT_NE((*p)->open_warning().find("copy " + std::to_string(bad) + " failed its checksum"),
+              std::string::npos)
+        << (*p)->open_warning();
+    (*p)->commit_open();
+    p.value().reset();
+    auto info = Pool::inspect(path);
+    ASSERT_TRUE(info.ok()) << info.status().to_string();
+    EXPECT_TRUE(info->state_note.empty()) << info->state_note;
+    EXPECT_EQ(info->root, st.root);
+  }
+}
+
+TEST(PoolStateV2, BothCopiesDamagedIsCorrupted) {
+  TempDir dir;
+  const std::string path = dir.file("s.pool");
+  HeaderState st{};
+  auto bytes = make_rooted_pool(path, &st);
+  copy_at(bytes, 0)->generation = 0;
+  copy_at(bytes, 1)->heap_high_water += 256;
+  write_file(path, bytes);
+  expect_refused(path, Code::corrupted, "both copies of the header state fail their checksum");
+}
+
+// A crash after copy 0 was written whole and before copy 1: copy 0 (one sequence ahead) wins.
+TEST(PoolStateV2, CrashBetweenTheCopiesTakesTheNewerOne) {
+  TempDir dir;
+  const std::string path = dir.file("s.pool");
+  HeaderState st{};
+  auto bytes = make_rooted_pool(path, &st);
+  HeaderState next = st;
+  next.sequence += 1;
+  next.clean_shutdown = 0;
+  *copy_at(bytes, 0) = sealed_state(*reinterpret_cast<PoolHeader*>(bytes.data()), next);
+  write_file(path, bytes);
+  auto p = Pool::open(opts(path));
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  EXPECT_FALSE((*p)->was_clean()) << "copy 0 is newer and says unclean";
+  EXPECT_EQ((*p)->info().state_sequence, next.sequence);
+  EXPECT_TRUE((*p)->open_warning().empty()) << (*p)->open_warning();
+}
+
+// Two valid copies no crash can leave: the same sequence with different contents, copy 1
+// ahead of copy 0, or a gap of more than one.
+TEST(PoolStateV2, ImpossibleCopyPairsAreCorrupted) {
+  struct Case { std::uint64_t seq0, seq1; bool differ; const char* words; };
+  const Case cases[] = {{5, 5, true, "disagree at the same sequence"},
+                        {5, 6, false, "no crash leaves that"},
+                        {9, 5, false, "no crash leaves that"}};
+  for (const Case& c : cases) {
+    TempDir dir;
+    const std::string path = dir.file("s.pool");
+    HeaderState st{};
+    auto bytes = make_rooted_pool(path, &st);
+    const auto& h = *reinterpret_cast<PoolHeader*>(bytes.data());
+    HeaderState a = st, b = st;
+    a.sequence = c.seq0;
+    b.sequence = c.seq1;
+    if (c.differ) b.generation += 1;
+    *copy_at(bytes, 0) = sealed_state(h, a);
+    *copy_at(bytes, 1) = sealed_state(h, b);
+    write_file(path, bytes);
+    expect_refused(path, Code::corrupted, c.words);
+  }
+}
+
+// A copy from another pool (same words, other uuid) fails the checksum: it is seeded with the uuid.
+TEST(PoolStateV2, StateFromAnotherPoolIsRejected) {
+  TempDir dir;
+  HeaderState st{};
+  auto a = make_rooted_pool(dir.file("a.pool"), &st);
+  auto b = make_rooted_pool(dir.file("b.pool"), &st);
+  std::memcpy(copy_at(b, 0), copy_at(a, 0), 2 * sizeof(HeaderState));
+  write_file(dir.file("b.pool"), b);
+  expect_refused(dir.file("b.pool"), Code::corrupted, "both copies");
+}
+
+// The root word lost with a valid checksum (issue 18 item 3: an open used to build an empty
+// index over the old blocks). A pool still being built (no root published yet) opens.
+TEST(PoolStateV2, RootZeroInAUsedHeapIsCorrupted) {
+  TempDir dir;
+  const std::string path = dir.file("s.pool");
+  HeaderState st{};
+  auto bytes = make_rooted_pool(path, &st);
+  st.root = 0;
+  set_image_state(bytes.data(), st);
+  write_file(path, bytes);
+  expect_refused(path, Code::corrupted, "root offset 0 in a used heap");
+
+  st.flags = kStateBuilding;
+  set_image_state(bytes.data(), st);
+  write_file(path, bytes);
+  auto p = Pool::open(opts(path));
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  EXPECT_EQ((*p)->root(), 0u);
+}
+
+TEST(PoolStateV2, UnknownStateValuesAreCorrupted) {
+  TempDir dir;
+  const std::string path = dir.file("s.pool");
+  HeaderState st{};
+  auto bytes = make_rooted_pool(path, &st);
+  st.clean_shutdown = 1;  // neither 0 nor kCleanMark
+  set_image_state(bytes.data(), st);
+  write_file(path, bytes);
+  expect_refused(path, Code::corrupted, "unknown value in the header state");
+}
+
+// A pool last written in eadr (or dram) and not closed cleanly is reported when opened in adr;
+// a clean close, or opening in the same mode, says nothing.
+TEST(PoolStateV2, WeakerModeUncleanIsReportedInAdr) {
+  for (Mode last : {Mode::eadr, Mode::dram}) {
+    for (bool clean : {false, true}) {
+      TempDir dir;
+      const std::string path = dir.file("m.pool");
+      {
+        PoolOptions o = opts(path);
+        o.mode = last;
+        auto p = Pool::create(o);
+        ASSERT_TRUE(p.ok()) << p.status().to_string();
+        (*p)->set_root((*p)->allocator().allocate(64));
+        if (clean) (*p)->close_clean();
+      }
+      auto p = Pool::open(opts(path));
+      ASSERT_TRUE(p.ok()) << p.status().to_string();
+      const bool said = (*p)->open_warning().find("last written in " +
+                                                  std::string(to_string(last))) !=
+                        std::string::npos;
+      EXPECT_EQ(said, !clean) << to_string(last) << ": " << (*p)->open_warning();
+      EXPECT_EQ((*p)->info().last_mode, static_cast<std::uint32_t>(last) + 1);
+      (*p)->commit_open();  // now last written in adr
+      p.value().reset();
+      auto again = Pool::inspect(path);
+      ASSERT_TRUE(again.ok());
+      EXPECT_EQ(again->last_mode, static_cast<std::uint32_t>(Mode::adr) + 1);
+    }
+  }
+}
+
+TEST(PoolStateV2, Version1IsRefusedWithTheWayToUpgrade) {
+  TempDir dir;
+  const std::string path = dir.file("v1.pool");
+  auto bytes = make_pool(path);
+  auto* h = reinterpret_cast<PoolHeader*>(bytes.data());
+  h->format_version = 1;
+  h->checksum = header_checksum(*h);
+  write_file(path, bytes);
+  expect_refused(path, Code::unsupported, "pmpool upgrade " + path);
+}
+
+// defer_publish: nothing at the path until publish(); a pool dropped before it leaves no file,
+// and with overwrite leaves the old pool as it was.
+TEST(PoolStateV2, DeferredPublishShowsOnlyAFinishedPool) {
+  TempDir dir;
+  const std::string path = dir.file("d.pool");
+  PoolOptions o = opts(path);
+  o.defer_publish = true;
+  {
+    auto p = Pool::create(o);
+    ASSERT_TRUE(p.ok()) << p.status().to_string();
+    EXPECT_FALSE(std::ifstream(path).good()) << "published before publish()";
+  }
+  EXPECT_FALSE(std::ifstream(path).good()) << "a dropped unpublished pool left a file";
+  const auto old = make_pool(path);
+  o.overwrite = true;
+  {
+    auto p = Pool::create(o);
+    ASSERT_TRUE(p.ok()) << p.status().to_string();
+  }
+  EXPECT_EQ(read_file(path), old) << "a dropped overwrite replaced the old pool";
+  {
+    auto p = Pool::create(o);
+    ASSERT_TRUE(p.ok()) << p.status().to_string();
+    (*p)->set_root((*p)->allocator().allocate(64));
+    ASSERT_TRUE((*p)->publish().ok());
+    (*p)->close_clean();
+  }
+  auto info = Pool::inspect(path);
+  ASSERT_TRUE(info.ok()) << info.status().to_string();
+  EXPECT_NE(info->root, 0u);
 }
 
 }  // namespace

@@ -63,7 +63,16 @@ struct PoolOptions {
                                   // just created), open it instead (created() is then false)
   bool private_mapping = false;   // open: MAP_PRIVATE copy-on-write; the file is never changed
   bool lock = true;               // open/create: take an exclusive flock on the file
+  bool defer_publish = false;     // create: give the file its name only at publish() (Index::open
+                                  // does, after the index has published its root)
 };
+
+struct UnpublishedFile;
+
+// Upgrades a format-version-1 pool file (unprotected header words) to version 2 (src/pm/
+// upgrade.cpp). Crash-safe: writes the upgraded pool beside it, syncs, renames it over. Refuses
+// a pool that is open (busy), not version 1, or whose header fails version 1's checks.
+Status upgrade_pool_file(const std::string& path);
 
 class Pool {
  public:
@@ -89,8 +98,22 @@ class Pool {
   // and clears the clean-shutdown mark (persisted). Until then the file is unchanged, so a pool
   // refused at open or at recovery is left as it was.
   void commit_open();
-  // Marks the pool cleanly shut down (persisted). The index calls this after its last persist.
-  void close_clean();
+  // Marks the pool cleanly shut down (persisted). The index calls this after its last persist,
+  // with the records and leaves/nodes it holds if it counted them (kNoCount otherwise): the
+  // next open's full recovery walk compares its own counts with them (a damaged chain that
+  // lost leaves is then seen), through index_common::check_close_counts.
+  void close_clean(std::uint64_t records = kNoCount, std::uint64_t nodes = kNoCount);
+  // What the previous session's clean close counted (kNoCount if it did not, or was unclean).
+  std::uint64_t records_at_close() const { return info_.records_at_close; }
+  std::uint64_t nodes_at_close() const { return info_.nodes_at_close; }
+  // A pool created with defer_publish: gives the finished file its name (link, or rename over
+  // the old pool with overwrite). already_present if a file appeared at the path meanwhile.
+  // Const because Index exposes its pool as const; it changes no pool byte. No-op otherwise.
+  Status publish() const;
+  // Something the open found worth telling the user although the pool opened: a torn or
+  // damaged header state copy, or a pool last written in a weaker persistence mode that was
+  // not shut down cleanly. Empty when there is nothing to say.
+  const std::string& open_warning() const { return open_warning_; }
 
   char* base() const { return base_; }
   // The maximum size (header pool_size): every offset the pool may ever hold is below it.
@@ -119,6 +142,10 @@ class Pool {
   std::uint64_t root() const;
   void set_root(std::uint64_t offset);
 
+  // The heap high-water mark (allocator): raising it is one persisted header state change.
+  std::uint64_t heap_high_water() const;
+  void raise_heap_high_water(std::uint64_t target);
+
   Allocator& allocator() { return *allocator_; }
   const Allocator& allocator() const { return *allocator_; }
 
@@ -143,9 +170,12 @@ class Pool {
   Status error(Code code, std::string_view what) const;
 
  private:
-  Pool() = default;
+  Pool();
   static Result<std::unique_ptr<Pool>> finish_open(std::unique_ptr<Pool> pool, const Layout& want);
   bool extend_to(std::size_t bytes);  // under grow_mu_
+  // Writes `next` (sequence + 1, sealed) to state copy 0, persists, then copy 1. Caller holds
+  // state_mu_.
+  void write_state(HeaderState next);
 
   char* base_ = nullptr;
   std::size_t size_ = 0;
@@ -165,6 +195,11 @@ class Pool {
   Backing backing_ = Backing::anonymous;
   Mode mode_ = Mode::adr;
   HeaderInfo info_;
+  std::string open_warning_;
+  mutable std::mutex state_mu_;  // orders header state changes (allocator, set_root, close)
+  HeaderState state_{};          // the current state (DRAM copy of the newest PM copy)
+  mutable std::unique_ptr<UnpublishedFile> unpublished_;  // create with defer_publish, until publish()
+  PoolOptions publish_options_;
   std::unique_ptr<Allocator> allocator_;
 };
 

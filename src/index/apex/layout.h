@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "index/common/root_stamp.h"
+
 namespace pmindex::apex {
 
 // Root magic "PMXAPEX<n>" (little-endian), n = the format:
@@ -113,7 +115,7 @@ inline SmoKind kind_of(std::uint64_t w) { return static_cast<SmoKind>((w >> kKin
 //          [16,20) key_type (KeyMode)   [20,24) reserved
 //          [24,32) data_max bytes       [32,40) inner_max bytes
 //          [40,48) logs: offset of kMaxLogs SmoLog lines (4096 B block)
-//          [48,64) reserved
+//          [48,64) stamp: index_common::RootStamp (layout id at creation)
 //   line 1 [64,128) reserved
 struct Root {
   std::uint64_t magic;
@@ -123,10 +125,12 @@ struct Root {
   std::uint64_t data_max;
   std::uint64_t inner_max;
   std::uint64_t logs;
-  std::uint8_t reserved[80];
+  index_common::RootStamp stamp;  // layout id at creation, checked against the header at open
+  std::uint8_t reserved[64];
 };
 static_assert(sizeof(Root) == 128);
 static_assert(offsetof(Root, root_node) == 8 && offsetof(Root, logs) == 40);
+static_assert(offsetof(Root, stamp) == 48, "the layout stamp sits in the old reserved tail");
 static_assert(std::is_standard_layout_v<Root> && std::is_trivially_copyable_v<Root>);
 
 // Common node header words. type_version: bits 0-7 NodeType | bits 8-63 local version L: the

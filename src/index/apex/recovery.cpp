@@ -84,6 +84,7 @@ Status Apex::init_empty(std::uint64_t data_max, std::uint64_t inner_max, KeyType
   init.data_max = data_max;
   init.inner_max = inner_max;
   init.logs = logs;
+  init.stamp = index_common::make_root_stamp(pool_->info().layout);
   root_ = pool_->at<Root>(root_off);
   pm::copy(root_, &init, sizeof init);
   // Root model: split the key space in the middle (u64: at 2^63; f64: around 0.0).
@@ -120,6 +121,7 @@ Result<std::unique_ptr<Index>> Apex::recover(std::unique_ptr<pm::Pool> pool, con
   std::unique_ptr<Apex> idx(new Apex(std::move(pool)));
   pm::Pool& p = *idx->pool_;
   idx->recovery_.clean_shutdown = p.was_clean();
+  idx->recovery_.warning = p.open_warning();
   idx->recovery_.records_counted = false;  // instant recovery: nodes are rebuilt on first access
   const std::uint64_t root_off = p.root();
   if (root_off == 0) {
@@ -146,6 +148,7 @@ Result<std::unique_ptr<Index>> Apex::recover(std::unique_ptr<pm::Pool> pool, con
   }
   if (r == nullptr || r->magic != kRootMagic)
     return p.error(Code::corrupted, "apex root object is missing or has a wrong magic");
+  if (Status s = index_common::check_root_stamp(r->stamp, p); !s.ok()) return s;
   if (r->key_type != static_cast<std::uint32_t>(p.info().layout.key_mode) ||
       r->data_max != p.info().layout.node_size || r->data_max < 1024 ||
       r->data_max > kDefaultDataMax || r->inner_max < 128 || r->inner_max > kInnerMaxCap)
@@ -178,7 +181,7 @@ Result<std::unique_ptr<Index>> Apex::recover(std::unique_ptr<pm::Pool> pool, con
       return p.error(Code::corrupted, "apex SMO log line " + std::to_string(i) + " is invalid");
   }
   // R2: start-now allocator, commit the open (G := generation).
-  idx->recovery_hwm_ = p.at<pm::PoolHeader>(0)->heap_high_water;
+  idx->recovery_hwm_ = p.heap_high_water();
   p.allocator().begin_recovery(/*start_now=*/true);
   p.commit_open();
   idx->generation_ = p.generation();

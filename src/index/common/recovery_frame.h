@@ -24,6 +24,7 @@ Status run_recovery(pm::Pool& pool, RecoveryStats* stats, MakeFresh make_fresh,
                     RecoverRoot recover_root) {
   const auto began = std::chrono::steady_clock::now();
   stats->clean_shutdown = pool.was_clean();
+  stats->warning = pool.open_warning();
   pool.allocator().begin_recovery(/*start_now=*/false);
   Status s;
   if (const std::uint64_t root = pool.root(); root != 0) {

@@ -67,6 +67,7 @@ Status FPTree<N>::init_root(const Options& o) {
   init.max_key_size = o.key_type == KeyType::bytes ? o.max_key_size : 8;
   init.log_count = kLogCount;
   init.max_value_size = o.max_value_size;
+  init.stamp = index_common::make_root_stamp(p.info().layout);
   pm::copy(p.at<Root>(off), &init, sizeof init);
   pm::persist(p.at<Root>(off), sizeof init);
   p.set_root(off);  // C2: published (one failure-atomic store, persisted)
@@ -101,6 +102,9 @@ Result<std::unique_ptr<Index>> FPTree<N>::recover(std::unique_ptr<pm::Pool> pool
             r->key_mode == static_cast<std::uint32_t>(p.info().layout.key_mode) &&
             p.checked<char>(r->head, sizeof(LeafT), 256) != nullptr &&
             p.checked<char>(r->logs, kLogCount * sizeof(MicroLog), 64) != nullptr;
+        if (r != nullptr && r->magic == kRootMagic) {  // the layout first: its message is clearer
+          if (Status st = index_common::check_root_stamp(r->stamp, p); !st.ok()) return st;
+        }
         if (!sane) return p.error(Code::corrupted, "fptree root object is missing or impossible");
         t.attach(r);
         if (p.allocator().mark_reachable(root_off, sizeof(Root)) != Code::ok ||
@@ -193,6 +197,11 @@ Status FPTree<N>::rebuild(unsigned threads) {
     }
   });
   if (Status s = index_common::check_leaf_summaries(p, "fptree", leaves, sums, &recovery_.records);
+      !s.ok()) {
+    (void)p.allocator().finish_recovery();
+    return s;
+  }
+  if (Status s = index_common::check_close_counts(p, "fptree", recovery_.records, leaves.size());
       !s.ok()) {
     (void)p.allocator().finish_recovery();
     return s;
@@ -320,7 +329,20 @@ Footprint FPTree<N>::footprint() const {
 template <unsigned N>
 Status FPTree<N>::close() {
   epochs_.drain();
-  if (!std::exchange(closed_, true)) pool_->close_clean();
+  if (std::exchange(closed_, true)) return Status::Ok();
+  // The counts let the next open see a chain that lost leaves (one read-only walk here).
+  std::uint64_t records = 0, leaves = 0;
+  std::vector<std::uint64_t> offs;
+  if (index_common::walk_leaf_chain(*pool_, head_, sizeof(LeafT), 256,
+                                    [&](std::uint64_t off) { return leaf_at(off)->next; }, &offs)
+          .ok()) {
+    leaves = offs.size();
+    for (const std::uint64_t off : offs)
+      records += static_cast<std::uint64_t>(std::popcount(leaf_at(off)->bitmap & LeafT::kFullMask));
+  } else {
+    records = leaves = pm::kNoCount;
+  }
+  pool_->close_clean(records, leaves);
   return Status::Ok();
 }
 

@@ -37,6 +37,8 @@
 
 #include "index/common/inner_tree.h"
 #include "index/common/key_codec.h"
+#include "index/common/close_counts.h"
+#include "index/common/root_stamp.h"
 #include "index/common/leaf_versions.h"
 #include "index/common/separator_store.h"
 #include "index/common/value_codec.h"
@@ -64,10 +66,12 @@ struct Root {
   std::uint32_t max_key_size;
   std::uint32_t log_count;
   std::uint32_t max_value_size;
-  std::uint8_t reserved[20];
+  index_common::RootStamp stamp;  // layout id at creation, checked against the header at open
+  std::uint8_t reserved[4];
 };
 static_assert(sizeof(Root) == 64 && offsetof(Root, logs) == 16 && offsetof(Root, entries) == 24 &&
               offsetof(Root, log_count) == 36 && offsetof(Root, max_value_size) == 40);
+static_assert(offsetof(Root, stamp) == 44, "the layout stamp sits in the old reserved tail");
 static_assert(std::is_standard_layout_v<Root> && std::is_trivially_copyable_v<Root>);
 inline constexpr std::uint64_t kRootMagic = 0x3130454552545046ull;  // "FPTREE01"
 inline constexpr std::uint32_t kMaxKeyBytes = 8192;

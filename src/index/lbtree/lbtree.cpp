@@ -53,6 +53,7 @@ Status LBTree<M>::init_root(const Options& o) {
   init.key_mode = static_cast<std::uint32_t>(o.key_type);
   init.max_key_size = o.key_type == KeyType::bytes ? o.max_key_size : 8;
   init.max_value_size = o.max_value_size;
+  init.stamp = index_common::make_root_stamp(p.info().layout);
   pm::copy(p.at<Root>(off), &init, sizeof init);  // P0: the root object
   pm::persist(p.at<Root>(off), sizeof init);
   p.set_root(off);                                 // P0: published (atomic, persisted)
@@ -82,6 +83,7 @@ Result<std::unique_ptr<Index>> LBTree<M>::recover(std::unique_ptr<pm::Pool> pool
         Root* r = p.checked<Root>(root_off, sizeof(Root), 64);
         if (r == nullptr || r->magic != kRootMagic)
           return p.error(Code::corrupted, "lbtree root object is missing or has a wrong magic");
+        if (Status st = index_common::check_root_stamp(r->stamp, p); !st.ok()) return st;
         if (r->node_size != LeafT::kBytes ||
             r->key_mode != static_cast<std::uint32_t>(p.info().layout.key_mode) ||
             r->max_key_size > kMaxKeyBytes || r->max_value_size < 8 ||
@@ -189,6 +191,11 @@ Status LBTree<M>::rebuild(unsigned threads) {
     prev_max = &info[i].max;
     recovery_.records += info[i].records;
   }
+  if (Status cs = index_common::check_close_counts(p, "lbtree", recovery_.records, leaves.size());
+      !cs.ok()) {
+    (void)p.allocator().finish_recovery();
+    return cs;
+  }
   if (Status fs = p.allocator().finish_recovery(); !fs.ok()) return fs;
   p.commit_open();
   // R3: clear stale lock bits. R4: unlink empty leaves left by a crash between D2 and U3.
@@ -217,6 +224,26 @@ Status LBTree<M>::rebuild(unsigned threads) {
   rebuild_seconds_ =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return Status::Ok();
+}
+
+// Records and leaves on the chain (quiescent: close). kNoCount if the chain fails its walk.
+template <unsigned M>
+void LBTree<M>::count_chain(std::uint64_t* records, std::uint64_t* leaves) const {
+  std::vector<std::uint64_t> offs;
+  if (!index_common::walk_leaf_chain(*pool_, head_, LeafT::kBytes, 256,
+                                     [&](std::uint64_t off) { return next_leaf(off); }, &offs)
+           .ok()) {
+    *records = *leaves = pm::kNoCount;
+    return;
+  }
+  *records = 0;
+  *leaves = offs.size();
+  for (const std::uint64_t off : offs) {
+    LeafT* l = leaf_at(off);
+    const bool alt = (l->block[0].front[0] & kAltBit) != 0;
+    for (unsigned b = 0; b < M; ++b)
+      *records += static_cast<std::uint64_t>(std::popcount(load_header(active_header(l, b, alt)).bitmap()));
+  }
 }
 
 template <unsigned M>
@@ -298,8 +325,12 @@ Footprint LBTree<M>::footprint() const {
 template <unsigned M>
 Status LBTree<M>::close() {
   if (!closed_) {
-    epochs_.drain();       // retired separator copies (no operation runs concurrently)
-    pool_->close_clean();  // every operation persisted its own steps
+    epochs_.drain();  // retired separator copies (no operation runs concurrently)
+    // Every operation persisted its own steps; the counts let the next open see a chain that
+    // lost leaves (one read-only chain walk here, none per operation).
+    std::uint64_t records = 0, leaves = 0;
+    count_chain(&records, &leaves);
+    pool_->close_clean(records, leaves);
     closed_ = true;
   }
   return Status::Ok();

@@ -38,6 +38,8 @@
 
 #include "index/common/inner_tree.h"
 #include "index/common/key_codec.h"
+#include "index/common/close_counts.h"
+#include "index/common/root_stamp.h"
 #include "index/common/leaf_versions.h"
 #include "index/common/scan_assembly.h"
 #include "index/common/separator_store.h"
@@ -60,11 +62,13 @@ struct Root {
   std::uint32_t key_mode;
   std::uint32_t max_key_size;
   std::uint32_t max_value_size;
-  std::uint8_t reserved[32];
+  index_common::RootStamp stamp;  // layout id at creation, checked against the header at open
+  std::uint8_t reserved[16];
 };
 static_assert(sizeof(Root) == 64);
 static_assert(offsetof(Root, head) == 8 && offsetof(Root, node_size) == 16 &&
               offsetof(Root, max_value_size) == 28);
+static_assert(offsetof(Root, stamp) == 32, "the layout stamp sits in the old reserved tail");
 static_assert(std::is_standard_layout_v<Root> && std::is_trivially_copyable_v<Root>);
 inline constexpr std::uint64_t kRootMagic = 0x313045455254424Cull;  // "LBTREE01"
 
@@ -118,6 +122,8 @@ class LBTree final : public Index {
   // Time spent rebuilding the DRAM inner nodes at the last recovery (part of seconds).
   double rebuild_seconds() const { return rebuild_seconds_; }
   std::uint64_t leaf_count() const;
+  // Records and leaves on the chain, for the clean-close counts (quiescent).
+  void count_chain(std::uint64_t* records, std::uint64_t* leaves) const;
 
  private:
   // A search key prepared once per operation (key modes: index_common::KeyCodec).

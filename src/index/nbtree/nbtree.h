@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "index/common/key_codec.h"
+#include "index/common/root_stamp.h"
 #include "index/common/separator_store.h"
 #include "pmindex/pm/dram_arena.h"
 #include "pmindex/index.h"
@@ -64,11 +65,13 @@ struct Root {
   std::uint32_t node_size;
   std::uint32_t max_value_size;
   std::uint32_t max_key_size;
-  std::uint8_t reserved[20];
+  index_common::RootStamp stamp;  // layout id at creation, checked against the header at open
+  std::uint8_t reserved[4];
 };
 static_assert(sizeof(Root) == 64);
 static_assert(offsetof(Root, head) == 8 && offsetof(Root, zero_value) == 24 &&
               offsetof(Root, node_size) == 32 && offsetof(Root, max_key_size) == 40);
+static_assert(offsetof(Root, stamp) == 44, "the layout stamp sits in the old reserved tail");
 static_assert(std::is_standard_layout_v<Root> && std::is_trivially_copyable_v<Root>);
 inline constexpr std::uint64_t kRootMagic = 0x3230454552544e42ull;  // "BNTREE02" little-endian
 

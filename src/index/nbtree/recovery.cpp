@@ -67,6 +67,7 @@ Status NBTree::init_root() {
   init.node_size = node_size_;
   init.max_value_size = max_value_;
   init.max_key_size = bytes_ ? keys_.max_key() : 0;
+  init.stamp = index_common::make_root_stamp(p.info().layout);
   pm::copy(r, &init, sizeof init);  // C2
   pm::persist(r, sizeof init);      // C3
   p.set_root(off);                  // C4
@@ -89,11 +90,15 @@ Result<std::unique_ptr<Index>> NBTree::recover(std::unique_ptr<pm::Pool> pool, c
                         (bytes && r->max_key_size > kMaxKeyBytes))) {
     return p.error(Code::corrupted, "nbtree root object is missing or inconsistent");
   }
+  if (r != nullptr) {
+    if (Status s = index_common::check_root_stamp(r->stamp, p); !s.ok()) return s;
+  }
   const std::uint32_t max_value = r != nullptr ? r->max_value_size : std::max(8u, o.max_value_size);
   const std::uint32_t max_key = r != nullptr ? r->max_key_size : o.max_key_size;
   std::unique_ptr<NBTree> idx(new NBTree(std::move(pool), ns, max_value, max_key));
   pm::Pool& q = *idx->pool_;
   idx->recovery_.clean_shutdown = q.was_clean();
+  idx->recovery_.warning = q.open_warning();
   q.allocator().begin_recovery(/*start_now=*/false);
   if (r == nullptr) {
     // Crash before C4: nothing was reachable.

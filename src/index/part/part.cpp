@@ -78,6 +78,7 @@ Status Part::init_root(std::uint32_t max_key, std::uint32_t max_value) {
   init.magic = kRootMagic;
   init.max_key_size = max_key;
   init.max_value_size = max_value;
+  init.stamp = index_common::make_root_stamp(pool_->info().layout);
   pm::copy(r, &init, sizeof init);  // R1: the root object, empty tree
   pm::persist(r, sizeof init);      // R2: persisted before it is reachable
   pool_->set_root(off);             // R3: published in the pool header
@@ -93,6 +94,7 @@ Result<std::unique_ptr<Index>> Part::recover(std::unique_ptr<pm::Pool> pool, con
   std::unique_ptr<Part> idx(new Part(std::move(pool)));
   pm::Pool& p = *idx->pool_;
   idx->recovery_.clean_shutdown = p.was_clean();
+  idx->recovery_.warning = p.open_warning();
   idx->recovery_.records_counted = false;
   const std::uint64_t root_off = p.root();
   if (root_off == 0) {  // crashed between pool creation and R3: nothing was reachable
@@ -105,6 +107,7 @@ Result<std::unique_ptr<Index>> Part::recover(std::unique_ptr<pm::Pool> pool, con
   Root* r = p.checked<Root>(root_off, sizeof(Root), 64);
   if (r == nullptr || r->magic != kRootMagic)
     return p.error(Code::corrupted, "part root object is missing or has a wrong magic");
+  if (Status s = index_common::check_root_stamp(r->stamp, p); !s.ok()) return s;
   const bool fixed_keys = idx->key_mode_ != KeyType::bytes;
   if (r->max_key_size > art::kMaxKeyBytes || (fixed_keys && r->max_key_size != 8) ||
       !index_common::ValueCodec::valid_limit(r->max_value_size))

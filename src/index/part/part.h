@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "index/common/art/art_tree.h"
+#include "index/common/root_stamp.h"
 #include "index/common/value_codec.h"
 #include "pmindex/index.h"
 
@@ -37,10 +38,12 @@ struct Root {
   std::uint64_t lock;
   std::uint32_t max_key_size;
   std::uint32_t max_value_size;
-  std::uint8_t reserved[32];
+  index_common::RootStamp stamp;  // layout id at creation, checked against the header at open
+  std::uint8_t reserved[16];
 };
 static_assert(sizeof(Root) == 64 && offsetof(Root, top) == 8 && offsetof(Root, lock) == 16 &&
               offsetof(Root, max_key_size) == 24);
+static_assert(offsetof(Root, stamp) == 32, "the layout stamp sits in the old reserved tail");
 static_assert(std::is_standard_layout_v<Root> && std::is_trivially_copyable_v<Root>);
 inline constexpr std::uint64_t kRootMagic = 0x3145455254524150ull;  // "PARTREE1"
 

@@ -45,6 +45,7 @@ Status RefList::init_root(std::uint32_t max_key, std::uint32_t max_value) {
   init.magic = kRootMagic;
   init.max_key_size = max_key;
   init.max_value_size = max_value;
+  init.stamp = index_common::make_root_stamp(pool_->info().layout);
   pm::copy(r, &init, sizeof init);       // R1: write the root object
   pm::persist(r, sizeof init);           // R2: persist it before it becomes reachable
   pool_->set_root(off);                  // R3: publish it in the pool header (atomic, persisted)
@@ -58,6 +59,7 @@ Result<std::unique_ptr<Index>> RefList::recover(std::unique_ptr<pm::Pool> pool,
   std::unique_ptr<RefList> idx(new RefList(std::move(pool)));
   pm::Pool& p = *idx->pool_;
   idx->recovery_.clean_shutdown = p.was_clean();
+  idx->recovery_.warning = p.open_warning();
   p.allocator().begin_recovery(/*start_now=*/false);
   const std::uint64_t root_off = p.root();
   if (root_off == 0) {
@@ -70,6 +72,7 @@ Result<std::unique_ptr<Index>> RefList::recover(std::unique_ptr<pm::Pool> pool,
     Root* r = p.checked<Root>(root_off);
     if (r == nullptr || r->magic != kRootMagic)
       return p.error(Code::corrupted, "reflist root object is missing or has a wrong magic");
+    if (Status s = index_common::check_root_stamp(r->stamp, p); !s.ok()) return s;
     // Fixed-size key modes store exactly 8-byte keys; a root claiming otherwise is corrupted
     // (found by the fuzzer: a zeroed limit let recovery succeed and the next insert break it).
     const bool fixed_keys = idx->key_mode_ != KeyType::bytes;

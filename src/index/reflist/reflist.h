@@ -17,6 +17,7 @@
 #include <mutex>
 #include <string>
 
+#include "index/common/root_stamp.h"
 #include "pmindex/index.h"
 #include "pmindex/pm/pptr.h"
 
@@ -32,10 +33,12 @@ struct Root {
   pm::PPtr<Record> head;
   std::uint32_t max_key_size;
   std::uint32_t max_value_size;
-  std::uint8_t reserved[40];
+  index_common::RootStamp stamp;  // layout id at creation, checked against the header at open
+  std::uint8_t reserved[24];
 };
 static_assert(sizeof(Root) == 64);
 static_assert(offsetof(Root, head) == 8 && offsetof(Root, max_key_size) == 16);
+static_assert(offsetof(Root, stamp) == 24, "the layout stamp sits in the old reserved tail");
 static_assert(std::is_standard_layout_v<Root> && std::is_trivially_copyable_v<Root>);
 inline constexpr std::uint64_t kRootMagic = 0x315453494c464552ull;  // "REFLIST1"
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "index/common/root_stamp.h"
 #include "pmindex/sync/optimistic_lock.h"
 
 namespace pmindex::utree {
@@ -36,12 +37,14 @@ struct Root {
   std::uint32_t max_key_size;
   std::uint32_t max_value_size;
   std::uint64_t hints;
-  std::uint8_t reserved[24];
+  index_common::RootStamp stamp;  // layout id at creation, checked against the header at open
+  std::uint8_t reserved[8];
 };
 static_assert(sizeof(Root) == 64);
 static_assert(offsetof(Root, head) == 8 && offsetof(Root, node_size) == 16 &&
               offsetof(Root, key_mode) == 20 && offsetof(Root, max_value_size) == 28 &&
               offsetof(Root, hints) == 32);
+static_assert(offsetof(Root, stamp) == 40, "the layout stamp sits in the old reserved tail");
 static_assert(std::is_standard_layout_v<Root> && std::is_trivially_copyable_v<Root>);
 inline constexpr std::uint64_t kRootMagic = 0x3130304545525455ull;  // "UTREE001"
 

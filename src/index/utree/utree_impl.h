@@ -78,6 +78,7 @@ Status UTree<P>::init_root(const Options& o) {
   init.key_mode = static_cast<std::uint32_t>(o.key_type);
   init.max_key_size = o.key_type == KeyType::bytes ? o.max_key_size : 8;
   init.max_value_size = o.max_value_size;
+  init.stamp = index_common::make_root_stamp(p.info().layout);
   pm::copy(p.at<Root>(off), &init, sizeof init);  // U0: the root object, list empty
   pm::persist(p.at<Root>(off), sizeof init);
   p.set_root(off);                                 // U0: published (atomic, persisted)

@@ -389,9 +389,23 @@ TEST(ApexCorrupt, TargetedMutantsAreDetected) {
 TEST(ApexCorrupt, GenerationSetBackIsHarmless) {
   const Base& b = base();
   TempDir dir;
+  // Format v2 checksums the word in two copies; a forger rewrites both with valid checksums.
+  pm::HeaderState st{};
+  ASSERT_TRUE(pm::image_state(b.image.data(), &st));
+  st.generation = b.generation - 1;
+  std::string header = b.image.substr(0, pm::kHeaderSize);
+  pm::set_image_state(header.data(), st);
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> words;
+  for (std::uint64_t off = offsetof(pm::PoolHeader, state);
+       off < offsetof(pm::PoolHeader, state) + sizeof(pm::PoolHeader::state); off += 8) {
+    std::uint64_t w = 0;
+    std::memcpy(&w, header.data() + off, 8);
+    words.emplace_back(off, w);
+  }
+  const auto [last_off, last_word] = words.back();
+  words.pop_back();
   std::string detail;
-  const Outcome o =
-      run_mutant(dir, offsetof(pm::PoolHeader, generation), b.generation - 1, &detail);
+  const Outcome o = run_mutant(dir, last_off, last_word, &detail, words);
   EXPECT_TRUE(o == Outcome::clean || o == Outcome::detected) << detail;
 }
 

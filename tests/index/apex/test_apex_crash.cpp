@@ -64,7 +64,13 @@ TEST(CrashApex, DriverAndKillHarnessCatchLostRecords) {
   o.kind = "apex";
   o.node_size = 1024;
   hybrid_test::expect_checkers_catch(o, [](std::span<char> image) {
-    std::memset(image.data() + offsetof(pm::PoolHeader, root), 0, 8);
+    // Format v2 refuses a lost root word, so the tamper forges a consistent "creation never
+    // published a root" state (both copies checksummed): recovery then builds an empty index.
+    pm::HeaderState st{};
+    if (!pm::image_state(image.data(), &st)) return;
+    st.root = 0;
+    st.flags = pm::kStateBuilding;
+    pm::set_image_state(image.data(), st);
   }, "apex");
 }
 

@@ -252,7 +252,8 @@ inline void run_kill(const std::string& kind, std::uint32_t node_size, pm::Mode 
 inline std::uint64_t head_leaf(std::span<const char> image, std::size_t head_field,
                                std::size_t leaf_bytes) {
   std::uint64_t root = 0, head = 0;
-  std::memcpy(&root, image.data() + offsetof(pm::PoolHeader, root), 8);
+  if (image.size() < pm::kHeaderSize) return 0;
+  root = pm::image_root(image.data());
   if (root == 0 || root + head_field + 8 > image.size()) return 0;
   std::memcpy(&head, image.data() + root + head_field, 8);
   return head == 0 || head + leaf_bytes > image.size() ? 0 : head;

@@ -51,7 +51,13 @@ TEST(CrashPart, DriverCatchesLostRecords) {
   IndexCrashConfig cfg = part_config(400);
   cfg.ops = 60;
   cfg.tamper_image = [](std::span<char> image) {
-    std::memset(image.data() + offsetof(pm::PoolHeader, root), 0, 8);
+    // Format v2 refuses a lost root word, so the tamper forges a consistent "creation never
+    // published a root" state (both copies checksummed): recovery then builds an empty index.
+    pm::HeaderState st{};
+    if (!pm::image_state(image.data(), &st)) return;
+    st.root = 0;
+    st.flags = pm::kStateBuilding;
+    pm::set_image_state(image.data(), st);
   };
   ExploreOptions opt;
   opt.label = "part.tampered";

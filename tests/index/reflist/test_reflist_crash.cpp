@@ -48,7 +48,13 @@ TEST(CrashRefList, DriverCatchesLostRecords) {
   cfg.options.kind = "reflist";
   cfg.ops = 40;
   cfg.tamper_image = [](std::span<char> image) {
-    std::memset(image.data() + offsetof(pm::PoolHeader, root), 0, 8);
+    // Format v2 refuses a lost root word, so the tamper forges a consistent "creation never
+    // published a root" state (both copies checksummed): recovery then builds an empty index.
+    pm::HeaderState st{};
+    if (!pm::image_state(image.data(), &st)) return;
+    st.root = 0;
+    st.flags = pm::kStateBuilding;
+    pm::set_image_state(image.data(), st);
   };
   ExploreOptions opt;
   opt.label = "reflist.tampered";

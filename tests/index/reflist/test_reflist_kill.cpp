@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <iostream>
+#include <vector>
 
 #include "pmindex/crash/kill_harness.h"
 #include "support/temp_dir.h"
@@ -40,10 +41,17 @@ TEST(KillRefList, HarnessCatchesLostRecords) {
   cfg.options.pool_size = 1 << 20;
   cfg.cycles = 8;
   cfg.tamper_pool = [](const std::string& path) {
-    const int fd = ::open(path.c_str(), O_WRONLY);
+    const int fd = ::open(path.c_str(), O_RDWR);
     ASSERT_GE(fd, 0);
-    const std::uint64_t zero = 0;
-    ASSERT_EQ(::pwrite(fd, &zero, 8, offsetof(pm::PoolHeader, root)), 8);
+    // A consistent "creation never published a root" state (format v2 refuses a bare root 0).
+    std::vector<char> header(pm::kHeaderSize);
+    ASSERT_EQ(::pread(fd, header.data(), header.size(), 0), 4096);
+    pm::HeaderState st{};
+    ASSERT_TRUE(pm::image_state(header.data(), &st));
+    st.root = 0;
+    st.flags = pm::kStateBuilding;
+    pm::set_image_state(header.data(), st);
+    ASSERT_EQ(::pwrite(fd, header.data(), header.size(), 0), 4096);
     ::close(fd);
   };
   const KillReport r = run_kill_cycles(cfg);

@@ -47,7 +47,7 @@ TEST(CrashUTree, DriverCatchesLostRecords) {
       o, 40,
       [](std::span<char> image) {
         std::uint64_t root = 0, first = 0;
-        std::memcpy(&root, image.data() + offsetof(pm::PoolHeader, root), 8);
+        root = pm::image_root(image.data());
         if (root == 0 || root + 16 > image.size()) return;
         std::memcpy(&first, image.data() + root + 8, 8);
         first = utree::link_target(first);

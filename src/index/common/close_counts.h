@@ -1,0 +1,32 @@
+// Damage detection that keeps recovery instant (issue 18 item 4): an index that counts its
+// records and leaves at a clean close passes them to pm::Pool::close_clean, and its next full
+// recovery walk compares what it found with them before it commits the open. A chain that
+// lost leaves to a zeroed page or a misdirected write, after a clean close, is then refused as
+// corrupted instead of opening with the data silently gone. After an unclean end there are no
+// counts (commit_open clears them) and nothing is compared (docs/pool-format.md).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "pmindex/pm/pool.h"
+#include "pmindex/status.h"
+
+namespace pmindex::index_common {
+
+inline Status check_close_counts(const pm::Pool& pool, const char* index, std::uint64_t records,
+                                 std::uint64_t nodes) {
+  const std::uint64_t want_records = pool.records_at_close();
+  const std::uint64_t want_nodes = pool.nodes_at_close();
+  if (!pool.was_clean()) return Status::Ok();
+  const bool records_ok = want_records == pm::kNoCount || want_records == records;
+  const bool nodes_ok = want_nodes == pm::kNoCount || want_nodes == nodes;
+  if (records_ok && nodes_ok) return Status::Ok();
+  return pool.error(Code::corrupted,
+                    std::string(index) + ": recovery found " + std::to_string(records) +
+                        " records in " + std::to_string(nodes) + " leaves, but the last clean " +
+                        "close counted " + std::to_string(want_records) + " in " +
+                        std::to_string(want_nodes) + " (damaged leaf chain: data lost)");
+}
+
+}  // namespace pmindex::index_common
