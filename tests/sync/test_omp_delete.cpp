@@ -40,6 +40,8 @@ TEST(OmpDelete, NbtreeTreeApiLibrary) { run_twenty(library("nbtree") + " 8"); }
 TEST(OmpDelete, FptreeTreeApiLibrary) { run_twenty(library("fptree") + " 8"); }
 TEST(OmpDelete, UtreeTreeApiLibrary) { run_twenty(library("utree") + " 8"); }
 TEST(OmpDelete, PartTreeApiLibrary) { run_twenty(library("part") + " 8"); }
+TEST(OmpDelete, PactreeTreeApiLibrary) { run_twenty(library("pactree") + " 8"); }
+TEST(OmpDelete, DptreeTreeApiLibrary) { run_twenty(library("dptree") + " 8"); }
 #endif
 
 }  // namespace

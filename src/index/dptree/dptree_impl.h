@@ -72,6 +72,7 @@ Status DPTree<P>::init_root(const Options& o) {
   pm::store(&r->key_mode, static_cast<std::uint32_t>(p.info().layout.key_mode));
   pm::store(&r->max_key_size, std::uint32_t{8});
   pm::store(&r->max_value_size, std::uint32_t{o.max_value_size});
+  pm::store(&r->stamp, index_common::make_root_stamp(p.info().layout));
   pm::persist(r, sizeof(Root));
   p.set_root(off);  // C1: published
   root_ = r;

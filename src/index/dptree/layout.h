@@ -7,9 +7,11 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "index/common/root_stamp.h"
+
 namespace pmindex::dptree {
 
-// Root object (64 B, one line), written once at creation (C1) except state, head[] and log_head.
+// Root object (128 B, two lines), written once at creation (C1) except state, head[] and log_head.
 //   [ 0, 8) magic "DPTREE01"
 //   [ 8,16) state: bit 0 = gv, the current metadata version; bits 1-63 = covered, the highest
 //           log sequence number the base tree holds. One 8-byte store flips both (M5).
@@ -18,6 +20,8 @@ namespace pmindex::dptree {
 //   [40,44) slots per leaf     [44,48) key_mode
 //   [48,52) max_key_size       [52,56) max_value_size
 //   [56,64) reserved (0)
+//   [64,80) stamp: the layout id at creation (index_common::RootStamp), checked at open
+//   [80,128) reserved (0)
 struct Root {
   std::uint64_t magic;
   std::uint64_t state;
@@ -28,8 +32,10 @@ struct Root {
   std::uint32_t max_key_size;
   std::uint32_t max_value_size;
   std::uint64_t reserved;
+  index_common::RootStamp stamp;  // layout id at creation, checked against the header at open
+  std::uint8_t reserved2[48];
 };
-static_assert(sizeof(Root) == 64);
+static_assert(sizeof(Root) == 128 && offsetof(Root, stamp) == 64);
 static_assert(offsetof(Root, state) == 8 && offsetof(Root, head) == 16 &&
               offsetof(Root, log_head) == 32 && offsetof(Root, slots) == 40 &&
               offsetof(Root, max_value_size) == 52);
@@ -47,6 +53,8 @@ constexpr std::uint64_t state_covered(std::uint64_t s) { return s >> 1; }
 //   [40,48) next: the next leaf of this version's chain (0 = last)
 //   [48,56) count: popcount of bitmap (checked at recovery)
 //   [56,64) reserved (0)
+//   [64,80) stamp: the layout id at creation (index_common::RootStamp), checked at open
+//   [80,128) reserved (0)
 // The sorted order of the live slots (the paper's order array) is DRAM-only, rebuilt at
 // recovery by sorting at most S keys.
 struct Meta {

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "index/common/root_stamp.h"
 #include "pmindex/pm/thread_slot.h"
 
 namespace pmindex::pactree {
@@ -92,7 +93,8 @@ constexpr std::uint64_t lsn_of(std::uint64_t state) { return state >> 8; }
 // Root object (4160 B):
 //   [ 0, 8) magic "PACTREE1"   [ 8,16) head: the first data node (anchor -inf), never moves
 //   [16,20) node_size          [20,24) max_key_size     [24,28) max_value_size
-//   [28,32) log_ring           [32,64) reserved
+//   [28,32) log_ring           [32,48) stamp (the layout id at creation, checked at open)
+//   [48,64) reserved
 //   [64, 64 + 8 * kMaxThreadSlots) logs: per thread slot, the offset of its SMO log block
 //                                        (kLogRing entries; 0 until the slot first splits)
 struct Root {
@@ -102,10 +104,12 @@ struct Root {
   std::uint32_t max_key_size;
   std::uint32_t max_value_size;
   std::uint32_t log_ring;
-  std::uint8_t reserved[32];
+  index_common::RootStamp stamp;  // layout id at creation, checked against the header at open
+  std::uint8_t reserved[16];
   std::uint64_t logs[pm::kMaxThreadSlots];
 };
-static_assert(offsetof(Root, node_size) == 16 && offsetof(Root, logs) == 64 &&
+static_assert(offsetof(Root, node_size) == 16 && offsetof(Root, stamp) == 32 &&
+              offsetof(Root, logs) == 64 &&
               sizeof(Root) == 64 + 8 * pm::kMaxThreadSlots);
 static_assert(std::is_standard_layout_v<Root> && std::is_trivially_copyable_v<Root>);
 inline constexpr std::uint64_t kRootMagic = 0x3145455254434150ull;  // "PACTREE1"

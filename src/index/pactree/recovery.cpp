@@ -88,6 +88,7 @@ Status PacTree::init_root(const Options& o) {
   pm::store(&r->max_key_size, max_key_of(o));
   pm::store(&r->max_value_size, o.max_value_size);
   pm::store(&r->log_ring, static_cast<std::uint32_t>(kLogRing));
+  pm::store(&r->stamp, index_common::make_root_stamp(pool_->info().layout));
   pm::persist(r, sizeof(Root));  // C2
   pool_->set_root(root);         // C3: published in the pool header
   configure(r);
@@ -119,6 +120,7 @@ Result<std::unique_ptr<Index>> PacTree::recover(std::unique_ptr<pm::Pool> pool,
   Root* r = p.checked<Root>(root_off, sizeof(Root), 64);
   if (r == nullptr || r->magic != kRootMagic)
     return p.error(Code::corrupted, "pactree root object is missing or has a wrong magic");
+  if (Status s = index_common::check_root_stamp(r->stamp, p); !s.ok()) return s;
   const bool fixed = p.info().layout.key_mode != KeyType::bytes;
   if (r->node_size != p.info().layout.node_size || !valid_node_size(r->node_size) ||
       r->max_key_size > kMaxKeyBytes || (fixed && r->max_key_size != 8) ||
