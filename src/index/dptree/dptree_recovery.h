@@ -25,9 +25,9 @@ Result<std::unique_ptr<Index>> DPTree<P>::recover(std::unique_ptr<pm::Pool> pool
           (void)p.allocator().finish_recovery();
           return p.error(Code::corrupted, "dptree root object is missing or has a wrong magic");
         }
-        if (Status s = index_common::check_root_stamp(r->stamp, p); !s.ok()) {
+        if (Status stamp = index_common::check_root_stamp(r->stamp, p); !stamp.ok()) {
           (void)p.allocator().finish_recovery();
-          return s;
+          return stamp;
         }
         if (r->slots != s || r->key_mode != static_cast<std::uint32_t>(p.info().layout.key_mode) ||
             r->max_key_size != 8 || r->max_value_size != 8) {
