@@ -168,7 +168,9 @@ TEST(Pool, TruncatedBelowHighWaterMark) {
     (*p)->close_clean();
   }
   auto bytes = read_file(path);
-  const std::uint64_t hwm = reinterpret_cast<PoolHeader*>(bytes.data())->heap_high_water;
+  HeaderState state{};
+  ASSERT_TRUE(image_state(bytes.data(), &state));
+  const std::uint64_t hwm = state.heap_high_water;
   ASSERT_GT(hwm, std::uint64_t{256} << 10);
   bytes.resize(hwm - 256);
   write_file(path, bytes);
@@ -243,7 +245,7 @@ TEST(Pool, FileExtendedButNotYetUsedOpens) {
     auto p = Pool::create(o);
     ASSERT_TRUE(p.ok()) << p.status().to_string();
     ASSERT_NE((*p)->allocator().allocate(1024), 0u);
-    hwm = (*p)->at<PoolHeader>(0)->heap_high_water;
+    hwm = (*p)->heap_high_water();
   }  // no close_clean: a crash
   ASSERT_EQ(truncate(path.c_str(), static_cast<off_t>(3 << 20) + 4096 + 100), 0);  // mid-chunk
   auto p = Pool::open(opts(path, 0));
@@ -251,7 +253,7 @@ TEST(Pool, FileExtendedButNotYetUsedOpens) {
   Pool& pool = **p;
   EXPECT_FALSE(pool.was_clean());
   EXPECT_EQ(pool.extent(), (std::size_t{3} << 20) + 4096);
-  EXPECT_EQ(pool.at<PoolHeader>(0)->heap_high_water, hwm);
+  EXPECT_EQ(pool.heap_high_water(), hwm);
   pool.allocator().begin_recovery(false);
   ASSERT_TRUE(pool.allocator().finish_recovery().ok());
   std::size_t got = 0;

@@ -55,7 +55,9 @@ void churn(Index& idx, std::map<std::uint64_t, std::uint64_t>& model, std::uint6
         ASSERT_EQ(idx.upsert(key, value), Code::ok) << k;
         model[k] = i;
     }
-    if (i % 500 == 0) ASSERT_EQ(idx.size(), model.size()) << "after op " << i;
+    if (i % 500 == 0) {
+      ASSERT_EQ(idx.size(), model.size()) << "after op " << i;
+    }
   }
   ASSERT_EQ(idx.size(), model.size());
 }

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <vector>
 #include <random>
 
 #include "index/common/map_checker.h"
@@ -215,7 +216,13 @@ TEST(DPTree, CorruptedPoolsAreRefused) {
   for (int what = 0; what < 6; ++what) {
     TempDir dir;
     const Options o = small_pool(dir.file("c.pool"));
-    const std::uint64_t root = read_u64(o.path, offsetof(pm::PoolHeader, root));
+    std::uint64_t root = 0;
+    {
+      std::vector<char> header(pm::kHeaderSize);
+      std::ifstream in(o.path, std::ios::binary);
+      in.read(header.data(), static_cast<std::streamsize>(header.size()));
+      root = pm::image_root(header.data());
+    }
     const std::uint64_t state = read_u64(o.path, root + offsetof(dptree::Root, state));
     const unsigned gv = dptree::state_gv(state);
     const std::uint64_t head = read_u64(o.path, root + offsetof(dptree::Root, head) + 8 * gv);

@@ -209,8 +209,7 @@ TEST(PacTree, CorruptedPoolsFailCleanly) {
       const std::size_t page = heap_begin + (rng() % std::max<std::size_t>(1, used / 4096)) * 4096;
       std::memset(bad.data() + page, 0, 4096);
     } else if (m == 5) {  // the root's head word names the pool header
-      std::uint64_t root_off = 0;
-      std::memcpy(&root_off, bad.data() + offsetof(pm::PoolHeader, root), 8);
+      const std::uint64_t root_off = pm::image_root(bad.data());
       std::memset(bad.data() + root_off + offsetof(pactree::Root, head), 0x41, 8);
     } else {
       for (int f = 0; f < 1 + m % 8; ++f) bad[heap_begin + rng() % used] ^= static_cast<char>(1 << (rng() % 8));

@@ -51,8 +51,8 @@ TEST(CrashPacTree, DriverCatchesLostRecords) {
   hybrid_test::expect_driver_catches(
       o, 40,
       [](std::span<char> image) {
-        std::uint64_t root = 0, head = 0;
-        std::memcpy(&root, image.data() + offsetof(pm::PoolHeader, root), 8);
+        const std::uint64_t root = pm::image_root(image.data());
+        std::uint64_t head = 0;
         if (root == 0 || root + 16 > image.size()) return;
         std::memcpy(&head, image.data() + root + offsetof(pactree::Root, head), 8);
         if (head == 0 || head + 16 > image.size()) return;

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <string>
 
 #include "index/common/op_cost.h"
 #include "pmindex/index.h"
@@ -30,11 +31,12 @@ TEST(PacTreeCounting, FlushesAndFencesPerOperation) {
   const pm::Counters find = op_cost([&] { ASSERT_EQ(idx->find(encode_u64(7), &v), Code::ok); });
   ScanBuffer out;
   const pm::Counters scan = op_cost([&] { ASSERT_EQ(idx->scan(encode_u64(0), 10, out), 10u); });
-  std::printf("[pactree cost] insert %llu flushes %llu fences %llu lines; update %llu/%llu/%llu; "
-              "remove %llu/%llu/%llu\n",
-              (unsigned long long)ins.flushes, (unsigned long long)ins.fences, (unsigned long long)ins.lines_written,
-              (unsigned long long)upd.flushes, (unsigned long long)upd.fences, (unsigned long long)upd.lines_written,
-              (unsigned long long)rem.flushes, (unsigned long long)rem.fences, (unsigned long long)rem.lines_written);
+  const auto triple = [](const pm::Counters& c) {
+    return std::to_string(c.flushes) + "/" + std::to_string(c.fences) + "/" +
+           std::to_string(c.lines_written);
+  };
+  std::printf("[pactree cost] flushes/fences/lines: insert %s; update %s; remove %s\n",
+              triple(ins).c_str(), triple(upd).c_str(), triple(rem).c_str());
   EXPECT_EQ(ins.flushes, 3u);
   EXPECT_EQ(ins.fences, 2u);
   EXPECT_LE(ins.lines_written, 3u);  // slot line, fingerprint line, header line
