@@ -389,10 +389,11 @@ def self_test(args, tools):
         expect("intact (no mutation)", tools.run_exercise(pool, kind, seed, keys, 60)[0], "intact")
         expect("pmpool check on pristine", tools.check(pool, 60), "consistent")
         # clean error: a truncated file and a bad magic are refused at open. The file may be
-        # cut anywhere past the heap high-water mark (header bytes 144-151; pools grow, and
-        # nothing lies past the mark), so cut below it.
+        # cut anywhere past the heap high-water mark (pools grow, and nothing lies past the
+        # mark), so cut below it (state copy 0's mark, at the offset layout.h draws; both
+        # copies agree after the clean close that made the pristine pool).
         bad = os.path.join(work, "bad.pool")
-        hwm = int.from_bytes(original[144:152], "little")
+        hwm = header_words(original, read_layout())["heap_high_water"]
         write_sparse(bad, original[:hwm // 2])
         expect("clean_error (truncated)", tools.run_exercise(bad, kind, seed, keys, 60)[0],
                "clean_error")

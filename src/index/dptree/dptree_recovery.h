@@ -12,8 +12,13 @@ Result<std::unique_ptr<Index>> DPTree<P>::recover(std::unique_ptr<pm::Pool> pool
                                                   const Options& o, Config config) {
   const std::uint32_t s = slots_for(pool->info().layout.node_size);
   if (s == 0) return pool->error(Code::corrupted, "dptree pool has an impossible node size");
-  if (pool->info().layout.key_mode == KeyType::bytes)
+  if (pool->info().layout.key_mode == KeyType::bytes) {
+    // A header changed to byte keys: the root's layout stamp names that damage when it can.
+    const Root* r = pool->root() == 0 ? nullptr : pool->checked<Root>(pool->root(), sizeof(Root), 8);
+    if (r != nullptr && r->magic == kRootMagic)
+      if (Status stamp = index_common::check_root_stamp(r->stamp, *pool); !stamp.ok()) return stamp;
     return pool->error(Code::corrupted, "dptree pool claims variable-length keys");
+  }
   std::unique_ptr<DPTree> idx(new DPTree(std::move(pool), s, config));
   DPTree& t = *idx;
   pm::Pool& p = *t.pool_;
