@@ -93,22 +93,15 @@ TEST(ExternalIndex, OpenedByKindAndCheckedAgainstAMap) {
   }
 }
 
-TEST(ExternalIndex, CrashDriverAdr) {
+TEST(ExternalIndex, CrashDriverAdrAndEadr) {
   register_once();
-  hybrid_test::RegistryCrashRun r;
-  r.options.kind = "pair_log";
-  r.mode = pm::Mode::adr;
-  r.label = "pair_log.adr";
-  hybrid_test::run_registry_crash(r);
-}
-
-TEST(ExternalIndex, CrashDriverEadr) {
-  register_once();
-  hybrid_test::RegistryCrashRun r;
-  r.options.kind = "pair_log";
-  r.mode = pm::Mode::eadr;
-  r.label = "pair_log.eadr";
-  hybrid_test::run_registry_crash(r);
+  for (pm::Mode mode : {pm::Mode::adr, pm::Mode::eadr}) {
+    hybrid_test::RegistryCrashRun r;
+    r.options.kind = "pair_log";
+    r.mode = mode;
+    r.label = "pair_log." + std::string(pm::to_string(mode));
+    hybrid_test::run_registry_crash(r);
+  }
 }
 
 // The broken variant publishes a node before persisting it: an ADR image with the head
