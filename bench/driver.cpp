@@ -1040,6 +1040,7 @@ bool footprint_and_validate(RunState& st, const WorkloadSpec& base, std::size_t 
   const auto [dram, pm] = st.target->footprint();
   r->dram_bytes = dram;
   r->pm_bytes = pm;
+  r->pm_requested_bytes = st.target->pm_requested_bytes();
   r->malloc_delta_bytes = static_cast<std::int64_t>(::mallinfo2().uordblks) -
                           static_cast<std::int64_t>(malloc_before);
   const auto t0 = Clock::now();

@@ -74,6 +74,7 @@ struct RunResult {
   PmTotals pm_total;
   // memory after load
   std::int64_t dram_bytes = -1, pm_bytes = -1, malloc_delta_bytes = 0;
+  std::int64_t pm_requested_bytes = -1;  // PM in use at requested sizes (survey Table 3)
   // pmbench's own memory, apart from the index: the largest of its data structures alive at
   // once (schedules, dataset keys, bulk-load arrays, conformance models), counted from their
   // sizes; and the process's peak RSS (index, harness and the pool pages touched, together).

@@ -75,6 +75,9 @@ class NativeTarget final : public Target {
     const pmindex::Footprint f = index_->footprint();
     return {static_cast<std::int64_t>(f.dram_bytes), static_cast<std::int64_t>(f.pm_bytes)};
   }
+  std::int64_t pm_requested_bytes() const override {
+    return static_cast<std::int64_t>(index_->pool().allocator().stats().bytes_requested);
+  }
   std::string verify() const override {
     const pmindex::Status s = index_->verify();
     return s.ok() ? "" : s.to_string();

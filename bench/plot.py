@@ -205,8 +205,8 @@ def footprint_rows(runs, records):
         if r["index"] in rows or r["figure"] not in ("throughput-uniform", "throughput-selfsimilar"):
             continue
         m = r["data"]["memory"]
-        rows[r["index"]] = (r["index_kind"], m.get("dram_bytes"), m.get("pm_bytes"), m.get("malloc_delta_bytes"),
-                            r["data"]["load"]["records"])
+        rows[r["index"]] = (r["index_kind"], m.get("dram_bytes"), m.get("pm_bytes"), m.get("pm_requested_bytes"),
+                            m.get("malloc_delta_bytes"), r["data"]["load"]["records"])
     return rows
 
 
@@ -503,11 +503,18 @@ def main():
     footprints = footprint_rows(runs, manifest["experiment"].get("records"))
     if footprints:  # only throughput figures load a comparable tree
         lines += ["", "## Footprint after load (survey Table 3)", "",
-                  "`dram_bytes`/`pm_bytes` come from `Index::footprint()` (built-in indexes); `malloc delta` is "
-                  "glibc's in-use heap growth over the load, for every target.", "",
-                  "| index | kind | records | DRAM bytes | PM bytes | malloc delta bytes |", "|---|---|---|---|---|---|"]
-    for index, (kind, dram, pm, mal, recs) in sorted(footprints.items()):
-        lines.append(f"| {short(index)} | {kind} | {recs} | {fmt(dram)} | {fmt(pm)} | {fmt(mal)} |")
+                  "`dram_bytes`/`pm_bytes` come from `Index::footprint()` (built-in indexes): PM at the "
+                  "allocator's class sizes, and at the sizes the index requested (the survey's Table 3 "
+                  "counted requested sizes); `malloc delta` is glibc's in-use heap growth over the load, "
+                  "for every target. Per record: divided by the records loaded.", "",
+                  "| index | kind | records | DRAM bytes | PM bytes (classes) | PM bytes (requested) | "
+                  "DRAM B/record | PM B/record (classes) | PM B/record (requested) | malloc delta bytes |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
+    for index, (kind, dram, pm, req, mal, recs) in sorted(footprints.items()):
+        per = lambda b: fmt(b / recs, 1) if isinstance(b, (int, float)) and recs else "not measured"
+        nm = lambda b: fmt(b) if b is not None else "not measured"
+        lines.append(f"| {short(index)} | {kind} | {recs} | {nm(dram)} | {nm(pm)} | {nm(req)} | "
+                     f"{per(dram)} | {per(pm)} | {per(req)} | {fmt(mal)} |")
     if pm_table:
         lines += ["", "## PM work per operation (pmbench-counting)", "",
                   "The counting build traces stores, not loads: `media RMW reads` are the XPBuffer's "

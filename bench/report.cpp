@@ -141,6 +141,8 @@ ordered_json to_json(const Config& c, const RunResult& r) {
   j["pm"] = pm;
   j["memory"] = {{"dram_bytes", r.dram_bytes < 0 ? ordered_json(nullptr) : ordered_json(r.dram_bytes)},
                  {"pm_bytes", r.pm_bytes < 0 ? ordered_json(nullptr) : ordered_json(r.pm_bytes)},
+                 {"pm_requested_bytes", r.pm_requested_bytes < 0 ? ordered_json(nullptr)
+                                                                 : ordered_json(r.pm_requested_bytes)},
                  {"malloc_delta_bytes", r.malloc_delta_bytes},
                  {"harness_bytes", r.harness_bytes},
                  {"harness_bytes_per_record", r.loaded > 0 ? static_cast<double>(r.harness_bytes) / r.loaded : 0.0},
@@ -148,7 +150,8 @@ ordered_json to_json(const Config& c, const RunResult& r) {
                               {"note", "pmbench's own data, counted from its structures' sizes (schedules, "
                                        "dataset keys, bulk-load arrays); not the conformance model of --verify"}}},
                  {"peak_rss_bytes", r.peak_rss_bytes < 0 ? ordered_json(nullptr) : ordered_json(r.peak_rss_bytes)},
-                 {"note", "dram_bytes/pm_bytes from Index::footprint() after load (built-in indexes); "
+                 {"note", "dram_bytes/pm_bytes from Index::footprint() after load (built-in indexes; "
+                          "pm_bytes at allocator class sizes, pm_requested_bytes at requested sizes); "
                           "malloc_delta_bytes: glibc mallinfo2 in-use delta over load (all targets); "
                           "harness_bytes: pmbench's own memory, not the index's; peak_rss_bytes: the "
                           "whole process (index, harness and the pool pages it touched)"}};
@@ -246,7 +249,11 @@ void write_human(std::ostream& out, const Config& c, const std::vector<RunResult
           << " (counting build; loads are not traced, so reads by lookups and scans are not "
              "measured)";
     out << "\n";
-    if (r.dram_bytes >= 0) out << "  Footprint after load: DRAM " << r.dram_bytes << " B, PM " << r.pm_bytes << " B\n";
+    if (r.dram_bytes >= 0) {
+      out << "  Footprint after load: DRAM " << r.dram_bytes << " B, PM " << r.pm_bytes << " B";
+      if (r.pm_requested_bytes >= 0) out << " (" << r.pm_requested_bytes << " B requested)";
+      out << "\n";
+    }
     out << "  malloc in use after load: " << r.malloc_delta_bytes << " B\n";
     out << "  Harness memory (pmbench's own, not the index's): " << r.harness_bytes << " B ("
         << std::setprecision(1) << (r.loaded > 0 ? static_cast<double>(r.harness_bytes) / r.loaded : 0.0)

@@ -76,6 +76,8 @@ class Target {
   virtual bool can_bulk_load() const { return false; }
   // Bytes in use after load: {dram, pm}; -1 where the target cannot tell.
   virtual std::pair<std::int64_t, std::int64_t> footprint() const { return {-1, -1}; }
+  // PM bytes in use counted at their requested sizes (the survey's Table 3 measure), -1 if unknown.
+  virtual std::int64_t pm_requested_bytes() const { return -1; }
   // Structural check of the whole index ("" if fine or unsupported).
   virtual std::string verify() const { return ""; }
   // Close cleanly (built-in indexes: persist and mark the pool clean).

@@ -69,6 +69,9 @@ struct Allocator::ThreadCache {
   std::array<std::vector<std::uint64_t>, kNumClasses> free;
   // Written only by the owning thread (relaxed, no contention); summed by stats().
   std::array<std::atomic<std::int64_t>, kNumClasses> in_use{};
+  // Bytes requested (not class bytes) of the blocks this thread allocated minus those it freed:
+  // the survey counted footprints this way (sized deallocation makes it exact).
+  std::atomic<std::int64_t> requested{0};
   std::atomic<std::uint64_t> allocations{0};
   std::atomic<std::uint64_t> frees{0};
 };
@@ -81,6 +84,7 @@ struct Allocator::Central {
   // Recovery
   std::vector<std::pair<std::uint64_t, std::uint64_t>> reachable;  // offset, class size
   std::array<std::int64_t, kNumClasses> recovered_in_use{};
+  std::int64_t recovered_requested = 0;  // the marks' requested bytes
   Status mark_error;
   std::uint64_t recovery_high_water = 0;
   bool start_now = false;  // [recovery_high_water, heap_end) was freed at begin_recovery
@@ -323,6 +327,7 @@ std::uint64_t Allocator::allocate(std::size_t bytes, Code* code) {
   const std::uint64_t off = mine.back();
   mine.pop_back();
   bump(tc.in_use[static_cast<std::size_t>(cls)], std::int64_t{1});
+  bump(tc.requested, static_cast<std::int64_t>(bytes));
   bump(tc.allocations, std::uint64_t{1});
   return off;
 }
@@ -334,6 +339,7 @@ void Allocator::deallocate(std::uint64_t offset, std::size_t bytes) {
   auto& mine = tc.free[static_cast<std::size_t>(cls)];
   mine.push_back(offset);
   bump(tc.in_use[static_cast<std::size_t>(cls)], std::int64_t{-1});
+  bump(tc.requested, -static_cast<std::int64_t>(bytes));
   bump(tc.frees, std::uint64_t{1});
   const std::size_t batch = batch_of(cls);
   if (mine.size() > 2 * batch) {
@@ -353,6 +359,7 @@ void Allocator::begin_recovery(bool start_now) {
   for (auto& f : central_->free) f.clear();
   central_->reachable.clear();
   central_->recovered_in_use.fill(0);
+  central_->recovered_requested = 0;
   central_->mark_error = Status::Ok();
   central_->dirty = false;
   central_->recovery_high_water = pool_.heap_high_water();
@@ -362,6 +369,7 @@ void Allocator::begin_recovery(bool start_now) {
     if (tc == nullptr) continue;
     for (auto& f : tc->free) f.clear();
     for (auto& n : tc->in_use) n.store(0, std::memory_order_relaxed);
+    tc->requested.store(0, std::memory_order_relaxed);
   }
   central_->start_now = start_now;
   if (start_now) {
@@ -395,6 +403,7 @@ Code Allocator::mark_reachable(std::uint64_t offset, std::size_t bytes) {
   if (misaligned) return fail("is misaligned for its size class");
   central_->reachable.emplace_back(offset, size);
   ++central_->recovered_in_use[static_cast<std::size_t>(cls)];
+  central_->recovered_requested += static_cast<std::int64_t>(bytes);
   return Code::ok;
 }
 
@@ -442,6 +451,7 @@ AllocatorStats Allocator::stats() const {
   {
     std::lock_guard<std::mutex> lock(central_->mu);
     in_use = central_->recovered_in_use;
+    std::int64_t requested = central_->recovered_requested;
     std::uint64_t free_extents = 0;
     for (const auto& [start, len] : central_->extents) free_extents += len;
     // Reserved: what was ever carved, i.e. the heap minus untouched extents.
@@ -454,9 +464,11 @@ AllocatorStats Allocator::stats() const {
       for (std::size_t c = 0; c < kClassSizes.size(); ++c) {
         in_use[c] += tc->in_use[c].load(std::memory_order_relaxed);
       }
+      requested += tc->requested.load(std::memory_order_relaxed);
       s.allocations += tc->allocations.load(std::memory_order_relaxed);
       s.frees += tc->frees.load(std::memory_order_relaxed);
     }
+    s.bytes_requested = requested < 0 ? 0 : static_cast<std::uint64_t>(requested);
   }
   for (std::size_t c = 0; c < kClassSizes.size(); ++c) {
     if (in_use[c] == 0 && cached[c] == 0) continue;

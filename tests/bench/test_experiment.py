@@ -188,6 +188,25 @@ class Report(unittest.TestCase):
         self.assertTrue(p9999.endswith("†"), rows[0])
         self.assertEqual(samples, "2,000")
 
+    def test_footprint_table_counts_class_and_requested_bytes(self):
+        proc, out = run_experiment('name = "t"\nindexes = ["part", "btreemap"]\nrecords = 2000\n'
+                                   'memory_probe_mib = 0\n[[workloads]]\nname = "w"\nfigure = "throughput-uniform"\n'
+                                   'args = ["-p", "2000"]\n', self.work)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        report = self.plot(out)
+        self.assertIn("## Footprint after load (survey Table 3)", report)
+        section = report.split("## Footprint after load (survey Table 3)")[1].split("\n## ")[0]
+        rows = {line.split("|")[1].strip(): [c.strip() for c in line.strip().strip("|").split("|")]
+                for line in section.splitlines() if line.startswith("| part |") or line.startswith("| btreemap |")}
+        part, dram = rows["part"], rows["btreemap"]
+        classes, requested = int(part[4]), int(part[5])
+        # part's 8-byte records are 24 B requested in 32 B blocks: requested bytes are fewer.
+        self.assertLess(requested, classes, part)
+        self.assertGreater(requested, 2000 * 24, part)
+        self.assertAlmostEqual(float(part[8]), requested / 2000, delta=0.1)
+        # A DRAM comparator has no PM allocator: not measured, never 0.
+        self.assertEqual(dram[5], "not measured", dram)
+
     def test_design_matrix_comes_from_the_registry(self):
         proc, out = run_experiment('name = "t"\nindexes = ["lbtree", "apex", "btreemap"]\nrecords = 2000\n'
                                    'memory_probe_mib = 0\n[[not_measured]]\nitem = "Fig. 8 (NUMA)"\n'

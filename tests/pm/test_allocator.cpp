@@ -105,6 +105,28 @@ TEST(Allocator, StatsTrackBytesInUse) {
   EXPECT_EQ(s.frees, 2u);
 }
 
+// The survey's footprints count requested bytes; class bytes round up. Both are kept, the
+// requested ones from allocate/deallocate sizes and, after a restart, from the marks' sizes.
+TEST(Allocator, StatsTrackRequestedBytesBesideClassBytes) {
+  auto pool = anon_pool(4 << 20);
+  Allocator& a = pool->allocator();
+  const std::uint64_t x = a.allocate(1000);
+  const std::uint64_t y = a.allocate(24);
+  const std::uint64_t z = a.allocate(24);
+  AllocatorStats s = a.stats();
+  EXPECT_EQ(s.bytes_in_use, 1024u + 32u + 32u);
+  EXPECT_EQ(s.bytes_requested, 1000u + 24u + 24u);
+  a.deallocate(z, 24);
+  EXPECT_EQ(a.stats().bytes_requested, 1024u);
+  a.begin_recovery(false);
+  ASSERT_EQ(a.mark_reachable(x, 1000), Code::ok);
+  ASSERT_EQ(a.mark_reachable(y, 20), Code::ok);  // an index may mark a smaller record size
+  ASSERT_TRUE(a.finish_recovery().ok());
+  s = a.stats();
+  EXPECT_EQ(s.bytes_in_use, 1024u + 32u);
+  EXPECT_EQ(s.bytes_requested, 1000u + 20u);
+}
+
 TEST(Allocator, TwoThreadsAllocateDisjointBlocks) {
   auto pool = anon_pool(16 << 20);
   Allocator& a = pool->allocator();

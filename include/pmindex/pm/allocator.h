@@ -69,6 +69,9 @@ struct AllocatorStats {
   std::uint64_t heap_bytes = 0;       ///< bytes the heap can ever hand out
   std::uint64_t bytes_reserved = 0;   ///< bytes carved from the heap and not merged back yet
   std::uint64_t bytes_in_use = 0;     ///< bytes in allocated blocks (class sizes)
+  /// The same blocks counted at the sizes they were requested with (the survey's Table 3
+  /// measure; blocks found at recovery count at the size the index marked them with).
+  std::uint64_t bytes_requested = 0;
   std::uint64_t allocations = 0;      ///< allocate() calls that succeeded in this session
   std::uint64_t frees = 0;            ///< deallocate() calls in this session
   std::vector<SizeClassStats> classes;  ///< classes with any activity
