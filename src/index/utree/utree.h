@@ -156,6 +156,7 @@ class UTree final : public Index {
   static void set_prev_hint(Leaf* l, Leaf* prev);
   // lower_bound of p in l (optimistic reads); *found if the entry there equals p.
   unsigned search(const Leaf* l, const Probe& p, bool* found) const;
+  std::optional<std::uint64_t> leaf_version(std::uint64_t lw) const;
   std::pair<std::uint64_t, std::uint64_t> descend_read(const Probe& p) const;
   Leaf* lock_leaf(const Probe& p);
   Leaf* split(Leaf* l, const Probe& p);
@@ -176,6 +177,7 @@ class UTree final : public Index {
     if (!bytes_ && values_.inline_values()) return std::nullopt;
     return epochs_.pin();
   }
+  Code find_word(std::string_view key, std::string* value) const;
   Code insert_once(std::string_view key, std::string_view value);
   Code update_once(std::string_view key, std::string_view value);
 
