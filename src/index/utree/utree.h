@@ -183,10 +183,18 @@ class UTree final : public Index {
 
   // recovery and verification
   struct Segment;
+  struct LeafRun;
   Status rebuild(unsigned threads);
   std::vector<NodeOff> read_hints(std::uint64_t* raw) const;
   void walk_segment(Segment& seg, NodeOff stop) const;
+  std::size_t count_segments(std::vector<Segment>& segs, Status* error);
   Status mark_segment(const Segment& seg) const;
+  Status mark_all(const std::vector<Segment>& segs, std::size_t used);
+  void fill_run(const Segment& seg, std::size_t per_leaf, LeafRun* run);
+  void build_from_runs(std::vector<LeafRun>& runs, unsigned threads);
+  void repair_links(std::vector<Segment>& segs, const std::vector<LeafRun>& runs,
+                    std::uint64_t head);
+  std::vector<NodeOff> hint_picks() const;
   void write_hints(const std::vector<NodeOff>& picks);
   void build_dram(const std::vector<std::pair<std::uint64_t, NodeOff>>& entries, double fill);
   std::uint64_t separator_for(std::uint64_t word, NodeOff node);
