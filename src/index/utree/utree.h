@@ -156,6 +156,7 @@ class UTree final : public Index {
   static void set_prev_hint(Leaf* l, Leaf* prev);
   // lower_bound of p in l (optimistic reads); *found if the entry there equals p.
   unsigned search(const Leaf* l, const Probe& p, bool* found) const;
+  std::optional<std::uint64_t> leaf_version(std::uint64_t lw) const;
   std::pair<std::uint64_t, std::uint64_t> descend_read(const Probe& p) const;
   Leaf* lock_leaf(const Probe& p);
   Leaf* split(Leaf* l, const Probe& p);
@@ -176,15 +177,24 @@ class UTree final : public Index {
     if (!bytes_ && values_.inline_values()) return std::nullopt;
     return epochs_.pin();
   }
+  Code find_word(std::string_view key, std::string* value) const;
   Code insert_once(std::string_view key, std::string_view value);
   Code update_once(std::string_view key, std::string_view value);
 
   // recovery and verification
   struct Segment;
+  struct LeafRun;
   Status rebuild(unsigned threads);
   std::vector<NodeOff> read_hints(std::uint64_t* raw) const;
   void walk_segment(Segment& seg, NodeOff stop) const;
+  std::size_t count_segments(std::vector<Segment>& segs, Status* error);
   Status mark_segment(const Segment& seg) const;
+  Status mark_all(const std::vector<Segment>& segs, std::size_t used);
+  void fill_run(const Segment& seg, std::size_t per_leaf, LeafRun* run);
+  void build_from_runs(std::vector<LeafRun>& runs, unsigned threads);
+  void repair_links(std::vector<Segment>& segs, const std::vector<LeafRun>& runs,
+                    std::uint64_t head);
+  std::vector<NodeOff> hint_picks() const;
   void write_hints(const std::vector<NodeOff>& picks);
   void build_dram(const std::vector<std::pair<std::uint64_t, NodeOff>>& entries, double fill);
   std::uint64_t separator_for(std::uint64_t word, NodeOff node);

@@ -120,22 +120,41 @@ void UTree<P>::walk_segment(Segment& seg, NodeOff stop) const {
 }
 
 // R1 (marking): the live nodes of a used segment and their records; marked nodes stay
-// unreachable. Threads mark disjoint segments (mark_reachable is thread-safe).
+// unreachable. Integer keys with inline values need only the offset the walk recorded, so the
+// node is not read again (one PM miss per record saved on the serial marking path).
 template <class P>
 Status UTree<P>::mark_segment(const Segment& seg) const {
   pm::Pool& p = *pool_;
+  const bool records = bytes_ || !values_.inline_values();
   for (const auto& [word, tagged] : seg.nodes) {
     if ((tagged & 1) != 0) continue;
     const NodeOff off = link_target(tagged);
-    const ListNode* n = node_at(off);
-    if (p.allocator().mark_reachable(off, node_bytes_) != Code::ok ||
-        (bytes_ && index_common::mark_record(p, n->key_record, keys_.max_key()) != Code::ok) ||
-        values_.mark(n->value) != Code::ok)
+    bool ok = p.allocator().mark_reachable(off, node_bytes_) == Code::ok;
+    if (ok && records) {
+      const ListNode* n = node_at(off);
+      ok = (!bytes_ || index_common::mark_record(p, n->key_record, keys_.max_key()) == Code::ok) &&
+           values_.mark(n->value) == Code::ok;
+    }
+    if (!ok)
       return p.error(Code::corrupted, "utree list node at offset " + std::to_string(off) +
                                           ": node or record overlaps another block, or a bad "
                                           "value record");
   }
   return Status::Ok();
+}
+
+// R1 (marking) for the counted segments, then the allocator's finish_recovery. One thread:
+// the allocator takes one mutex per mark, so marking from several threads only contends;
+// rebuild() runs this beside the DRAM build instead.
+template <class P>
+Status UTree<P>::mark_all(const std::vector<Segment>& segs, std::size_t used) {
+  for (std::size_t i = 0; i < used; ++i) {
+    if (Status m = mark_segment(segs[i]); !m.ok()) {
+      (void)pool_->allocator().finish_recovery();
+      return m;
+    }
+  }
+  return pool_->allocator().finish_recovery();
 }
 
 // Runs fn(i) for i in [0, n) on up to `threads` threads.
@@ -156,13 +175,144 @@ unsigned run_parallel(std::size_t n, unsigned threads, Fn fn) {
   return t;
 }
 
+// The counted chain (R1): segment 0, then each next one while the previous reached its start
+// through links. Returns how many count; *error if a counted segment met damage.
+template <class P>
+std::size_t UTree<P>::count_segments(std::vector<Segment>& segs, Status* error) {
+  std::size_t used = 0;
+  for (; used < segs.size(); ++used) {
+    const Segment& s = segs[used];
+    if (!s.error.empty()) {
+      *error = pool_->error(Code::corrupted, s.error);
+      return used;
+    }
+    if (used > 0 && !segs[used - 1].nodes.empty() && !s.nodes.empty()) {
+      const NodeOff a = link_target(segs[used - 1].nodes.back().second);
+      const NodeOff b = link_target(s.nodes.front().second);
+      if (!(node_key(a) < node_key(b))) {
+        *error = pool_->error(Code::corrupted,
+                              "utree list keys out of order at offset " + std::to_string(b));
+        return used;
+      }
+    }
+    if (!s.reached_stop || s.stop == 0) return used + 1;
+  }
+  return used;
+}
+
+// R3 for one counted segment (DRAM only, so it may run before the allocator has finished):
+// its live nodes into a run of fresh leaves filled to per_leaf, chained within the run, each
+// leaf's separator computed here. Also what R2 needs to skip segments with nothing to repair.
+template <class P>
+struct UTree<P>::LeafRun {
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> items;  // (separator, leaf)
+  Leaf* last = nullptr;
+  std::uint64_t live = 0;
+  NodeOff last_live = 0;
+  bool flagged = false;  // a marked node or a dirty link in the segment
+};
+
+template <class P>
+void UTree<P>::fill_run(const Segment& seg, std::size_t per_leaf, LeafRun* run) {
+  Leaf* leaf = nullptr;
+  for (const auto& [word, tagged] : seg.nodes) {
+    if ((tagged & 3) != 0) run->flagged = true;
+    if ((tagged & 1) != 0) continue;
+    const NodeOff off = link_target(tagged);
+    if (leaf == nullptr || leaf->h.count == per_leaf) {
+      Leaf* next = new_leaf(false);
+      if (next == nullptr) index_common::fatal("utree", "no DRAM for the array layer");
+      if (leaf != nullptr) {
+        leaf->h.next = reinterpret_cast<std::uint64_t>(next);
+        next->h.prev = reinterpret_cast<std::uint64_t>(leaf);
+      }
+      leaf = next;
+      run->items.emplace_back(separator_for(word, off), reinterpret_cast<std::uint64_t>(leaf));
+    }
+    leaf->keys()[leaf->h.count] = word;
+    leaf->nodes()[leaf->h.count] = node_index(off);
+    ++leaf->h.count;
+    ++run->live;
+    run->last_live = off;
+  }
+  run->last = leaf;
+}
+
+// R3 (end): the runs' leaves chained in list order, the first leaf's separator dropped (the
+// leftmost leaf covers everything below), the inner levels bulk-built.
+template <class P>
+void UTree<P>::build_from_runs(std::vector<LeafRun>& runs, unsigned threads) {
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> items;
+  Leaf* prev = nullptr;
+  for (LeafRun& r : runs) {
+    if (r.items.empty()) continue;
+    Leaf* first = leaf_of(r.items.front().second);
+    if (prev != nullptr) {
+      prev->h.next = reinterpret_cast<std::uint64_t>(first);
+      first->h.prev = reinterpret_cast<std::uint64_t>(prev);
+    }
+    prev = r.last;
+    items.insert(items.end(), r.items.begin(), r.items.end());
+    std::vector<std::pair<std::uint64_t, std::uint64_t>>().swap(r.items);
+  }
+  if (items.empty()) {
+    Leaf* leaf = new_leaf(false);
+    if (leaf == nullptr) index_common::fatal("utree", "no DRAM for the array layer");
+    items.emplace_back(0, reinterpret_cast<std::uint64_t>(leaf));
+  }
+  first_leaf_ = leaf_of(items.front().second);
+  items.front().first = 0;
+  if (items.size() == 1) {
+    inner_.init_single(items[0].second);
+  } else {
+    inner_.bulk_build(items, 0.9, threads);
+  }
+}
+
+// R2: links around marked nodes and dirty bits cleaned, from the walk's flags (in DRAM). A
+// segment without flags, entered with nothing pending, only moves the last live node on.
+template <class P>
+void UTree<P>::repair_links(std::vector<Segment>& segs, const std::vector<LeafRun>& runs,
+                            std::uint64_t head) {
+  NodeOff prev_live = 0;
+  bool relink = (head & kDirtyBit) != 0;
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    recovery_.nodes += segs[i].nodes.size();
+    if (!relink && !runs[i].flagged) {
+      if (runs[i].live != 0) prev_live = runs[i].last_live;
+      continue;
+    }
+    for (const auto& [word, tagged] : segs[i].nodes) {
+      const NodeOff off = link_target(tagged);
+      if ((tagged & 1) != 0) {
+        relink = true;
+        continue;
+      }
+      if (relink) {
+        pm::publish(link_of(prev_live), off);
+        pm::persist(link_of(prev_live), 8);
+        ++recovery_.repaired;
+      }
+      relink = (tagged & 2) != 0;
+      prev_live = off;
+    }
+  }
+  if (relink) {
+    pm::publish(link_of(prev_live), 0);
+    pm::persist(link_of(prev_live), 8);
+    ++recovery_.repaired;
+  }
+}
+
 // R1: walk the list from root.head without trusting it, in segments between skip hints (R0)
 // walked in parallel. A segment counts only if the previous counted segment reached its start
 // through links (segment 0 starts at root.head), so damaged or stale hints cost time, never
 // correctness. Every live node and its records are declared reachable; marked nodes (a remove
 // between D1 and D3) are not. This pass only reads PM: a refused pool stays unchanged.
+// R3 runs beside R1's marking: one thread marks and finishes the allocator while the others
+// fill DRAM leaves per segment and build the inner levels (DRAM only; thrown away with the
+// index if the pool is refused).
 // R2: repairs after commit_open: links around marked nodes, dirty bits cleaned.
-// R3: the DRAM leaves and inner levels built bottom-up from the live nodes.
 // R4: fresh skip hints.
 template <class P>
 Status UTree<P>::rebuild(unsigned threads) {
@@ -181,72 +331,37 @@ Status UTree<P>::rebuild(unsigned threads) {
   }
   recovery_.threads =
       run_parallel(segs.size(), threads, [&](std::size_t i) { walk_segment(segs[i], segs[i].stop); });
-  // The counted chain: segment 0, then each next one while the previous reached its start.
-  std::size_t used = 0;
-  for (; used < segs.size(); ++used) {
-    const Segment& s = segs[used];
-    if (!s.error.empty()) {
-      (void)p.allocator().finish_recovery();
-      return p.error(Code::corrupted, s.error);
-    }
-    if (used > 0 && !segs[used - 1].nodes.empty() && !s.nodes.empty()) {
-      const NodeOff a = link_target(segs[used - 1].nodes.back().second);
-      const NodeOff b = link_target(s.nodes.front().second);
-      if (!(node_key(a) < node_key(b))) {
-        (void)p.allocator().finish_recovery();
-        return p.error(Code::corrupted, "utree list keys out of order at offset " + std::to_string(b));
-      }
-    }
-    if (!s.reached_stop || s.stop == 0) {
-      ++used;
-      break;
-    }
+  Status chain = Status::Ok();
+  const std::size_t used = count_segments(segs, &chain);
+  if (!chain.ok()) {
+    (void)p.allocator().finish_recovery();
+    return chain;
   }
   hint_stats_ = {raw_hints, used, raw_hints - (used - 1)};
-  std::vector<Status> marks(used);
-  run_parallel(used, threads, [&](std::size_t i) { marks[i] = mark_segment(segs[i]); });
-  for (const Status& m : marks) {
-    if (!m.ok()) {
-      (void)p.allocator().finish_recovery();
-      return m;
-    }
+  const std::size_t per_leaf =
+      std::max<std::size_t>(1, std::min<std::size_t>(cap_, static_cast<std::size_t>(cap_ * 0.9)));
+  std::vector<LeafRun> runs(used);
+  auto build = [&](unsigned t) {
+    run_parallel(used, t, [&](std::size_t i) { fill_run(segs[i], per_leaf, &runs[i]); });
+    build_from_runs(runs, t);  // R3
+  };
+  Status marked = Status::Ok();
+  if (threads > 1) {
+    std::thread marker([&] { marked = mark_all(segs, used); });  // R1 marking
+    build(threads - 1);
+    marker.join();
+  } else {
+    marked = mark_all(segs, used);
+    if (marked.ok()) build(1);
   }
-  if (Status fs = p.allocator().finish_recovery(); !fs.ok()) return fs;
+  if (!marked.ok()) return marked;
   p.commit_open();
-  // R2: the repairs, from the walk's flags (in DRAM).
-  std::vector<std::pair<std::uint64_t, NodeOff>> entries;
-  NodeOff prev_live = 0;
-  bool relink = (head & kDirtyBit) != 0;
-  for (std::size_t i = 0; i < used; ++i) {
-    recovery_.nodes += segs[i].nodes.size();
-    for (const auto& [word, tagged] : segs[i].nodes) {
-      const NodeOff off = link_target(tagged);
-      if ((tagged & 1) != 0) {
-        relink = true;
-        continue;
-      }
-      if (relink) {
-        pm::publish(link_of(prev_live), off);
-        pm::persist(link_of(prev_live), 8);
-        ++recovery_.repaired;
-      }
-      relink = (tagged & 2) != 0;
-      entries.emplace_back(word, off);
-      prev_live = off;
-    }
-    std::vector<std::pair<std::uint64_t, std::uint64_t>>().swap(segs[i].nodes);
-  }
-  if (relink) {
-    pm::publish(link_of(prev_live), 0);
-    pm::persist(link_of(prev_live), 8);
-    ++recovery_.repaired;
-  }
-  recovery_.records = entries.size();
-  build_dram(entries, 0.9);  // R3
-  std::vector<NodeOff> picks;
-  for (std::size_t i = hint_stride_; i < entries.size(); i += hint_stride_)
-    picks.push_back(entries[i].second);
-  write_hints(picks);  // R4
+  repair_links(segs, runs, head);  // R2
+  std::uint64_t records = 0;
+  for (const LeafRun& r : runs) records += r.live;
+  recovery_.records = records;
+  std::vector<Segment>().swap(segs);
+  write_hints(hint_picks());  // R4
   return Status::Ok();
 }
 
@@ -440,12 +555,22 @@ Status UTree<P>::close() {
 
 template <class P>
 void UTree<P>::refresh_hints_for_testing() {
+  write_hints(hint_picks());
+}
+
+// Every hint_stride_-th live node (1-based) from the DRAM leaves: a leaf whose entries do not
+// reach the next multiple is skipped by its count alone.
+template <class P>
+std::vector<typename UTree<P>::NodeOff> UTree<P>::hint_picks() const {
   std::vector<NodeOff> picks;
-  std::uint64_t i = 0;
-  for (const Leaf* l = first_leaf_; l != nullptr; l = leaf_of(l->h.next))
-    for (unsigned j = 0; j < l->h.count; ++j)
-      if (++i % hint_stride_ == 0) picks.push_back(node_offset(l->nodes()[j]));
-  write_hints(picks);
+  std::uint64_t seen = 0;  // entries in the leaves before l
+  for (const Leaf* l = first_leaf_; l != nullptr; l = leaf_of(l->h.next)) {
+    const std::uint64_t end = seen + l->h.count;
+    for (std::uint64_t k = (seen / hint_stride_ + 1) * hint_stride_; k <= end; k += hint_stride_)
+      picks.push_back(node_offset(l->nodes()[k - seen - 1]));
+    seen = end;
+  }
+  return picks;
 }
 
 template <class P>
