@@ -28,7 +28,7 @@ Result<std::unique_ptr<Index>> UTree<P>::recover(std::unique_ptr<pm::Pool> pool,
         Root* r = p.checked<Root>(root_off, sizeof(Root), 8);
         if (r == nullptr || r->magic != kRootMagic)
           return p.error(Code::corrupted, "utree root object is missing or has a wrong magic");
-        if (Status s = index_common::check_root_stamp(r->stamp, p); !s.ok()) return s;
+        if (Status st = index_common::check_root_stamp(r->stamp, p); !st.ok()) return st;
         const bool bytes = p.info().layout.key_mode == KeyType::bytes;
         if (r->node_size != ns ||
             r->key_mode != static_cast<std::uint32_t>(p.info().layout.key_mode) ||
