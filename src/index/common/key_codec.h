@@ -61,7 +61,7 @@ class KeyCodec {
     std::uint64_t be = 0;  // big-endian bytes; a short key is padded with zero bytes
     if (key.size() == 8) [[likely]] {
       std::memcpy(&be, key.data(), 8);  // one load (a variable-length copy is a call)
-    } else {
+    } else if (!key.empty()) {  // an empty view may have a null data(): memcpy's is nonnull
       std::memcpy(&be, key.data(), key.size() < 8 ? key.size() : 8);
     }
     p.word = __builtin_bswap64(be);

@@ -1,5 +1,5 @@
 // PACTree: the native API over the data layer, split (S1-S8), merge (M1-M6) and the
-// synchronous updater.
+// updater (background thread or synchronous).
 // Creation, recovery and verify(): recovery.cpp. Steps: PROTOCOL.md.
 #include "index/pactree/pactree.h"
 
@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "index/common/olc.h"
@@ -50,7 +52,10 @@ const bool kHaveAvx2 = __builtin_cpu_supports("avx2");
 PacTree::PacTree(std::unique_ptr<pm::Pool> pool)
     : pool_(std::move(pool)), log_cursor_(new unsigned[pm::kMaxThreadSlots]()) {}
 
-PacTree::~PacTree() = default;
+PacTree::~PacTree() {
+  updater_.stop();  // no further application; what is queued stays logged (R1 frees it)
+  if (!closed_) print_stats();
+}
 
 std::string PacTree::search_key(std::string_view key) const {
   std::string out;
@@ -116,7 +121,7 @@ std::uint64_t PacTree::lock_node(const Probe& p) const {
     index_common::OptimisticLock& lock = versions_->at(off);
     std::uint64_t v = lock.readLockOrRestart(restart);
     if (restart) {  // merged away: its left neighbour holds its range now
-      off = survivor_of(off);
+      off = after_merged(off, p);
       continue;
     }
     const std::uint64_t next = optimistic_read(node(off)->h.next);
@@ -134,6 +139,17 @@ std::uint64_t PacTree::survivor_of(std::uint64_t off) const {
   // prev of a merged node is final: it was written under the survivor's lock, and nothing
   // names the node as next any more. The block stays readable while we are pinned.
   return optimistic_read(node(off)->h.prev);
+}
+
+std::uint64_t PacTree::after_merged(std::uint64_t off, const Probe& p) const {
+  if constexpr (pm::kTracing) {
+    if (faults_.restart_on_merged) {  // Faults: the original's restart from the jump node
+      index_common::olc_pause();
+      return jump_node(p);
+    }
+  }
+  (void)p;
+  return survivor_of(off);
 }
 
 void PacTree::unlock(std::uint64_t off) const { versions_->at(off).writeUnlock(); }
@@ -164,7 +180,7 @@ Code PacTree::find(std::string_view key, std::string* value) const {
     const index_common::OptimisticLock& lock = versions_->at(off);
     const std::uint64_t v = lock.readLockOrRestart(restart);
     if (restart) {  // merged away: move on to the survivor instead of starting over
-      off = survivor_of(off);
+      off = after_merged(off, p);
       continue;
     }
     const DataNode* n = node(off);
@@ -293,15 +309,14 @@ Code PacTree::remove(std::string_view key) {
   unlock(off);
   retire_key(kw);  // K3
   retire_value(vw);
-  if (m.lsn != 0) updater_.push(m.lsn, std::move(m.change), *search_);  // U8
+  if (m.lsn != 0) updater_.push(m.lsn, std::move(m.change));  // U8
   return Code::ok;
 }
 
 std::size_t PacTree::scan(std::string_view start, std::size_t max, ScanBuffer& out) const {
   out.clear();
   if (max == 0) return 0;
-  // Integer modes: a short start is padded with zeros (a non-null view even when empty).
-  const Probe p = keys_.probe(start.empty() ? std::string_view("", 0) : start);
+  const Probe p = keys_.probe(start);  // integer modes: a short start is padded with zeros
   auto guard = epochs_.pin();
   std::uint64_t off = jump_node(p);
   std::string last;
@@ -363,7 +378,14 @@ LogEntry* PacTree::log_slot(Code* code) {
   cursor = (cursor + 1) % kLogRing;
   // L3: an entry is reused only after the updater applied it (state 0). Its LSN's
   // predecessors belong to writers that already hold their LSN and never wait, so this ends.
-  while (pm::load_acquire(&e->state) != 0) index_common::olc_pause();
+  // Helping: a full ring under the background (or held) updater applies what is due itself,
+  // so a writer never waits for the thread's wake-up.
+  while (pm::load_acquire(&e->state) != 0) {
+    if constexpr (pm::kTracing) {
+      if (faults_.reuse_unapplied_log) break;  // Faults: the original's ring reuse
+    }
+    if (!updater_.apply_ready(/*wait=*/false)) index_common::olc_pause();
+  }
   return e;
 }
 
@@ -417,7 +439,7 @@ Code PacTree::split(std::uint64_t off) {
   index_common::recycle_unlocked(versions_->at(noff));
   // S2, S3 (L2): the log entry, its state word last.
   const std::uint64_t lsn = next_lsn_.fetch_add(1, std::memory_order_relaxed);  // relaxed:
-  // a unique number; the updater's mutex orders the applications.
+  // a unique number; the updater applies in its order.
   const std::uint64_t words[3] = {off, noff, anchor};
   pm::copy(&le->left, words, sizeof words);
   pm::persist(&le->left, sizeof words);
@@ -440,7 +462,7 @@ Code PacTree::split(std::uint64_t off) {
   unlock(off);
   splits_.fetch_add(1, std::memory_order_relaxed);  // relaxed: a statistic
   // S8: the search layer learns the new anchor, in LSN order.
-  updater_.push(lsn, Pending{true, search_key(median), noff, le}, *search_);
+  updater_.push(lsn, Pending{true, search_key(median), noff, le});
   return Code::ok;
 }
 
@@ -473,7 +495,7 @@ PacTree::Merge PacTree::maybe_merge(std::uint64_t off) {
   const std::uint64_t after = optimistic_read(n->h.next);
   // M1 (L2): the log entry, its state word last.
   const std::uint64_t lsn = next_lsn_.fetch_add(1, std::memory_order_relaxed);  // relaxed:
-  // a unique number; the updater's mutex orders the applications.
+  // a unique number; the updater applies in its order.
   const std::uint64_t words[3] = {off, noff, anchor};
   pm::copy(&le->left, words, sizeof words);
   pm::persist(&le->left, sizeof words);
@@ -513,10 +535,9 @@ PacTree::Merge PacTree::maybe_merge(std::uint64_t off) {
   pm::persist(&le->state, 8);
   nlock.writeUnlockObsolete();  // readers that reach it move to its prev (this node)
   merges_.fetch_add(1, std::memory_order_relaxed);  // relaxed: a statistic
-  Merge m{lsn, Pending{false, search_key(key_of(anchor)), noff, le}};
-  retire_key(anchor);  // K3: the anchor record (bytes keys) and the node, after readers left
-  epochs_.retire(this, &release_node, noff);
-  return m;
+  // K3 for the node and its anchor record waits for the search layer to forget them (U8):
+  // until then a lookup may still jump to the node and must find it obsolete, not reused.
+  return Merge{lsn, Pending{false, search_key(key_of(anchor)), noff, le, anchor}};
 }
 
 void PacTree::release_node(void* self, std::uint64_t off) {
@@ -524,28 +545,114 @@ void PacTree::release_node(void* self, std::uint64_t off) {
   t->pool_->allocator().deallocate(off, t->node_block_);
 }
 
-void PacTree::Updater::push(std::uint64_t lsn, Pending p, SearchTree& tree) {
-  pm::yield_point("pactree.updater");
-  std::lock_guard<sync::SpinLock> lock(mu_);
-  waiting_.emplace(lsn, std::move(p));
-  while (!waiting_.empty() && waiting_.begin()->first == next_apply_) {
-    Pending& q = waiting_.begin()->second;
-    if (q.insert) {
-      (void)tree.insert(q.search_key, q.node);
-    } else {
-      std::uint64_t old = 0;
-      (void)tree.remove(q.search_key, &old);
-    }
-    pm::publish(&q.entry->state, 0);  // U8: the entry is applied; its slot may be reused
-    pm::persist(&q.entry->state, 8);
-    waiting_.erase(waiting_.begin());
-    ++next_apply_;
+// --- the updater (U8) ------------------------------------------------------------------------
+
+void PacTree::Updater::set_mode(UpdaterMode m) {
+  if (m == mode_) return;
+  if (mode_ == UpdaterMode::background) stop();
+  mode_ = m;
+  if (m == UpdaterMode::background) {
+    stop_.store(false, std::memory_order_relaxed);  // relaxed: before the thread exists
+    thread_ = std::thread([this] { run(); });
+  }
+  if (m != UpdaterMode::held) (void)apply_ready(/*wait=*/true);  // what waited is due now
+}
+
+void PacTree::Updater::stop() {
+  if (!thread_.joinable()) return;
+  stop_.store(true, std::memory_order_release);  // pairs with run()'s acquire
+  pushed_.fetch_add(1, std::memory_order_release);
+  pushed_.notify_all();
+  thread_.join();
+}
+
+void PacTree::Updater::run() {
+  for (;;) {
+    // acquire: pairs with push()'s release, so a push after this load changes the word and
+    // the wait below returns at once (no lost wake-up).
+    const std::uint64_t seen = pushed_.load(std::memory_order_acquire);
+    (void)apply_ready(/*wait=*/true);
+    if (stop_.load(std::memory_order_acquire)) return;
+    pushed_.wait(seen, std::memory_order_acquire);
   }
 }
 
+void PacTree::Updater::push(std::uint64_t lsn, Pending p) {
+  pm::yield_point("pactree.updater");
+  if constexpr (pm::kTracing) {
+    if (apply_on_arrival) {  // Faults: applied as it arrives, LSN order ignored
+      std::lock_guard<sync::SpinLock> turn(apply_mu_);
+      unapplied_.fetch_add(1, std::memory_order_relaxed);  // relaxed: as below
+      apply(lsn, p);
+      return;
+    }
+  }
+  {
+    std::lock_guard<sync::SpinLock> lock(queue_mu_);
+    waiting_.emplace(lsn, std::move(p));
+  }
+  // relaxed: pending() is exact only for a quiescent index (its acquire pairs with apply()'s
+  // release); the maximum is a statistic.
+  const std::size_t now = unapplied_.fetch_add(1, std::memory_order_relaxed) + 1;
+  if (now > max_pending_.load(std::memory_order_relaxed))
+    max_pending_.store(now, std::memory_order_relaxed);
+  if (mode_ == UpdaterMode::synchronous) {
+    (void)apply_ready(/*wait=*/true);
+  } else if (mode_ == UpdaterMode::background) {
+    pushed_.fetch_add(1, std::memory_order_release);  // pairs with run()'s acquire
+    pushed_.notify_one();
+  }
+}
+
+bool PacTree::Updater::apply_ready(bool wait) {
+  std::unique_lock<sync::SpinLock> turn(apply_mu_, std::defer_lock);
+  if (wait) {
+    turn.lock();
+  } else if (!turn.try_lock()) {
+    return false;
+  }
+  bool any = false;
+  for (;;) {
+    std::map<std::uint64_t, Pending>::node_type q;
+    {
+      std::lock_guard<sync::SpinLock> lock(queue_mu_);
+      if (waiting_.empty() || waiting_.begin()->first != next_apply_) return any;
+      q = waiting_.extract(waiting_.begin());
+    }
+    apply(q.key(), q.mapped());
+    ++next_apply_;
+    any = true;
+  }
+}
+
+// Under apply_mu_: one search-layer change, then its log slot is freed.
+void PacTree::Updater::apply(std::uint64_t lsn, Pending& q) {
+  if (q.insert) {
+    (void)tree_->insert(q.search_key, q.node);
+  } else {
+    std::uint64_t old = 0;
+    (void)tree_->remove(q.search_key, &old);
+    // K3: the merged node and its anchor record, once no lookup can reach them any more
+    // (the search layer just dropped the last name; readers that hold it are pinned).
+    owner_->retire_key(q.anchor);
+    owner_->epochs_.retire(owner_, &release_node, q.node);
+  }
+  if (lsn_of(pm::load_acquire(&q.entry->state)) != lsn) {
+    // The slot was reused before this entry was applied: it is another SMO's now, so it is
+    // left alone and the fault counted (verify() reports it).
+    overwritten_.fetch_add(1, std::memory_order_relaxed);  // relaxed: a statistic
+  } else {
+    pm::publish(&q.entry->state, 0);  // U8: the entry is applied; its slot may be reused
+    pm::persist(&q.entry->state, 8);
+  }
+  applied_.fetch_add(1, std::memory_order_relaxed);  // relaxed: a statistic
+  // release: whoever sees the count drop (verify() waiting for an idle updater) also sees the
+  // search-layer change and the freed log slot.
+  unapplied_.fetch_sub(1, std::memory_order_release);
+}
+
 std::size_t PacTree::Updater::pending() const {
-  std::lock_guard<sync::SpinLock> lock(mu_);
-  return waiting_.size();
+  return unapplied_.load(std::memory_order_acquire);  // pairs with apply()'s release
 }
 
 std::size_t PacTree::updater_pending() const { return updater_.pending(); }
@@ -559,8 +666,31 @@ Footprint PacTree::footprint() const {
   return f;
 }
 
+void PacTree::print_stats() const {
+  static const bool on = [] {
+    const char* e = std::getenv("PMINDEX_PACTREE_STATS");
+    return e != nullptr && *e != '\0' && *e != '0';
+  }();
+  if (!on) return;
+  std::fprintf(stderr,
+               "pactree: updater %s, SMOs applied %llu (splits %llu, merges %llu), pending %zu "
+               "(max %zu), last-mile hops %llu, log slots overwritten %llu\n",
+               updater_.mode() == UpdaterMode::background ? "background"
+               : updater_.mode() == UpdaterMode::held     ? "held"
+                                                          : "synchronous",
+               static_cast<unsigned long long>(updater_.applied()),
+               static_cast<unsigned long long>(splits()), static_cast<unsigned long long>(merges()),
+               updater_.pending(), updater_.max_pending(),
+               static_cast<unsigned long long>(last_mile_hops()),
+               static_cast<unsigned long long>(updater_.overwritten()));
+}
+
 Status PacTree::close() {
   if (!closed_) {
+    // Everything due is applied and the thread joined: a clean pool has no pending entry.
+    updater_.set_mode(UpdaterMode::synchronous);
+    print_stats();
+    updater_.set_mode(UpdaterMode::held);  // nothing runs after close
     epochs_.drain();
     pool_->close_clean();
     closed_ = true;

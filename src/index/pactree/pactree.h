@@ -13,7 +13,8 @@
 //     the right neighbour (always left to right, so waits form no cycle). A merged-away node
 //     is marked obsolete; a reader that meets it moves to its prev (the survivor).
 //   * The search layer is art::Tree (its own OLC); it is changed only by the updater, which
-//     applies logged SMOs one at a time in LSN order (Updater::push, under its mutex).
+//     applies logged SMOs one at a time in LSN order (Updater::apply_ready, holding the turn):
+//     a background thread, or the pushing writer in the synchronous mode.
 //   * Key records, out-of-line values and anchors leave through the epoch manager (K3);
 //     every operation pins it while it holds an offset it read without a lock.
 //   * verify(), close() and the *_for_testing functions expect no concurrent operations.
@@ -24,7 +25,10 @@
 //       the slot's fingerprint is fingerprint(k);
 //   (3) the search layer maps exactly the anchors of the non-head nodes to their nodes once
 //       the updater is idle (every SMO log entry free);
-//   (4) the PM bytes reachable from the root equal the allocator's bytes in use.
+//   (4) the PM bytes reachable from the root equal the allocator's bytes in use;
+//   (5) no log slot was reused before its entry was applied (PROTOCOL.md L3).
+// verify() first waits for the background updater to apply what is queued; a held updater
+// (tests) must be released first, or (3) fails.
 #pragma once
 
 #include <atomic>
@@ -34,6 +38,7 @@
 #include <mutex>  // std::lock_guard
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "index/common/art/art_tree.h"
@@ -49,6 +54,9 @@
 namespace pmindex::pactree {
 
 inline constexpr std::uint32_t kMaxKeyBytes = (art::kMaxKeyBytes - 1) / 2;  // search encoding
+
+// Who applies logged SMOs to the search layer (README "Updater").
+enum class UpdaterMode { synchronous, background, held };
 
 class PacTree final : public Index {
  public:
@@ -82,8 +90,31 @@ class PacTree final : public Index {
   std::uint64_t last_mile_hops() const { return hops_.load(std::memory_order_relaxed); }
   std::size_t updater_pending() const;
   unsigned slots_per_node() const { return slots_; }
+  // The updater's mode (README "Updater"). The default is background, synchronous in the
+  // tracing flavour (the crash simulator enumerates its steps); PMINDEX_PACTREE_UPDATER=sync
+  // or =background at open overrides it. Expects no concurrent operation.
+  void set_updater_mode(UpdaterMode m) { updater_.set_mode(m); }
+  UpdaterMode updater_mode() const { return updater_.mode(); }
+  std::size_t updater_max_pending() const { return updater_.max_pending(); }
+  std::uint64_t updater_applied() const { return updater_.applied(); }
+  std::uint64_t log_overwritten() const { return updater_.overwritten(); }
+  // Deliberately broken behaviours of the original PACTree, honoured only in the tracing
+  // flavour (compiled out elsewhere), so the deterministic tests show their checkers catch
+  // them: restart from the jump node on a merged node (livelock while the search layer lags),
+  // apply log entries as they arrive instead of in LSN order, reuse a log slot before its
+  // entry is applied.
+  struct Faults {
+    bool restart_on_merged = false;
+    bool apply_on_arrival = false;
+    bool reuse_unapplied_log = false;
+  };
+  void set_faults_for_testing(Faults f) {
+    faults_ = f;
+    updater_.apply_on_arrival = f.apply_on_arrival;
+  }
   // Deliberate damage so a test sees verify() notice it: 0 swaps the first two keys of the
-  // first node with two or more records, 1 drops a search-layer entry, 2 breaks a fingerprint.
+  // first node with two or more records, 1 drops a search-layer entry, 2 breaks a fingerprint,
+  // 3 breaks the second node's prev hint, 4 leaves a log entry in use (never applied).
   void corrupt_for_testing(int what);
 
  private:
@@ -96,27 +127,64 @@ class PacTree final : public Index {
     std::string search_key;
     std::uint64_t node = 0;
     LogEntry* entry = nullptr;
+    std::uint64_t anchor = 0;  // a merge's: the merged node's anchor word (freed at apply)
   };
-  // Applies logged SMOs to the search layer in LSN order. Synchronous mode: the writer that
-  // pushes an entry applies every entry whose turn has come, so the point of application is
-  // fixed in the writer's code (the crash simulator enumerates it).
+  // Applies logged SMOs to the search layer in LSN order, one applier at a time (apply_mu_).
+  // Synchronous: the writer that pushes an entry applies every entry whose turn has come, so
+  // the point of application is fixed in the writer's code (the crash simulator enumerates
+  // it). Background: a thread applies them while writers go on. Held (tests): entries wait
+  // until a writer whose log ring is full helps, or the mode changes.
   class Updater {
    public:
-    void reset(std::uint64_t next) { next_apply_ = next; }
-    void push(std::uint64_t lsn, Pending p, SearchTree& tree);
+    ~Updater() { stop(); }
+    void reset(PacTree* owner, SearchTree* tree, std::uint64_t next) {
+      owner_ = owner;
+      tree_ = tree;
+      next_apply_ = next;
+    }
+    // Expects no concurrent operation. Leaving the background mode joins the thread.
+    void set_mode(UpdaterMode m);
+    UpdaterMode mode() const { return mode_; }
+    void push(std::uint64_t lsn, Pending p);
+    // Applies every queued entry whose turn has come, in LSN order. wait = false: returns at
+    // once (false) if another applier holds the turn.
+    bool apply_ready(bool wait);
+    void stop();
     std::size_t pending() const;
+    std::size_t max_pending() const { return max_pending_.load(std::memory_order_relaxed); }
+    std::uint64_t applied() const { return applied_.load(std::memory_order_relaxed); }
+    // Entries whose log slot held another LSN when they were applied: a slot reused before
+    // its entry was applied (never, unless Faults::reuse_unapplied_log). verify() reports it.
+    std::uint64_t overwritten() const { return overwritten_.load(std::memory_order_relaxed); }
+    bool apply_on_arrival = false;  // Faults (tracing flavour only)
+
    private:
-    // A spin lock with scheduling points, not a std::mutex: the crash simulator's scheduler
-    // may park the holder at a PM event inside the critical section, and a waiter must then
-    // yield rather than block in the kernel.
-    mutable sync::SpinLock mu_;
-    std::map<std::uint64_t, Pending> waiting_;  // guarded by mu_
-    std::uint64_t next_apply_ = 1;              // guarded by mu_
+    void run();
+    void apply(std::uint64_t lsn, Pending& q);
+    PacTree* owner_ = nullptr;
+    SearchTree* tree_ = nullptr;
+    // Spin locks with scheduling points, not std::mutex: the crash simulator's scheduler may
+    // park a holder at a PM event inside the critical section, and a waiter must then yield
+    // rather than block in the kernel.
+    mutable sync::SpinLock queue_mu_;
+    std::map<std::uint64_t, Pending> waiting_;  // guarded by queue_mu_
+    sync::SpinLock apply_mu_;                   // the turn to apply
+    std::uint64_t next_apply_ = 1;              // guarded by apply_mu_
+    UpdaterMode mode_ = UpdaterMode::synchronous;
+    std::thread thread_;
+    std::atomic<std::uint64_t> pushed_{0};  // the background thread sleeps on it
+    std::atomic<bool> stop_{false};
+    // Entries pushed and not yet applied (an entry being applied included): pending().
+    std::atomic<std::size_t> unapplied_{0};
+    std::atomic<std::size_t> max_pending_{0};
+    std::atomic<std::uint64_t> applied_{0};
+    std::atomic<std::uint64_t> overwritten_{0};
   };
 
   explicit PacTree(std::unique_ptr<pm::Pool> pool);
   Status init_root(const Options& o);
   void configure(Root* r);
+  static UpdaterMode initial_updater_mode();
 
   // keys and nodes
   DataNode* node(std::uint64_t off) const { return pool_->at<DataNode>(off); }
@@ -154,6 +222,10 @@ class PacTree final : public Index {
   // The node to go on from when `off` turned out obsolete (merged away): its left neighbour,
   // which took over its range.
   std::uint64_t survivor_of(std::uint64_t off) const;
+  // Where a lookup for p goes on from the obsolete node at off (survivor_of, or the jump node
+  // under Faults::restart_on_merged).
+  std::uint64_t after_merged(std::uint64_t off, const Probe& p) const;
+  void print_stats() const;
 
   // recovery and verification (recovery.cpp)
   Status repair_logs(Root* r, std::uint64_t* repaired);
@@ -178,6 +250,7 @@ class PacTree final : public Index {
   std::uint64_t search_words_[2] = {0, 0};
   std::unique_ptr<SearchTree> search_;
   Updater updater_;
+  Faults faults_;
   std::atomic<std::uint64_t> next_lsn_{1};
   std::unique_ptr<unsigned[]> log_cursor_;  // per thread slot: next ring entry (owner only)
   mutable std::atomic<std::uint64_t> splits_{0};

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <bit>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <thread>
 #include <unordered_set>
 
 #include "index/common/pm_record.h"
@@ -67,6 +69,18 @@ void PacTree::configure(Root* r) {
   search_ = std::make_unique<SearchTree>(art::DramPlacement{&arena_}, &search_words_[0],
                                          &search_words_[1], 1,
                                          bytes_ ? 2 * r->max_key_size + 1 : 8);
+  updater_.reset(this, search_.get(), next_lsn_.load(std::memory_order_relaxed));  // relaxed: no
+  // operation runs yet
+}
+
+// The updater's mode at open: background, except in the tracing flavour (the crash simulator
+// enumerates the synchronous mode's steps); PMINDEX_PACTREE_UPDATER=sync|background overrides.
+UpdaterMode PacTree::initial_updater_mode() {
+  if (const char* e = std::getenv("PMINDEX_PACTREE_UPDATER"); e != nullptr) {
+    if (std::string_view(e) == "sync") return UpdaterMode::synchronous;
+    if (std::string_view(e) == "background") return UpdaterMode::background;
+  }
+  return pm::kTracing ? UpdaterMode::synchronous : UpdaterMode::background;
 }
 
 // C1-C3: the head node, then the root object, each durable before it is named.
@@ -100,6 +114,7 @@ Result<std::unique_ptr<Index>> PacTree::create(std::unique_ptr<pm::Pool> pool,
   std::unique_ptr<PacTree> idx(new PacTree(std::move(pool)));
   if (Status s = idx->init_root(o); !s.ok()) return s;
   idx->recovery_.created = true;
+  idx->updater_.set_mode(initial_updater_mode());
   return std::unique_ptr<Index>(std::move(idx));
 }
 
@@ -115,6 +130,7 @@ Result<std::unique_ptr<Index>> PacTree::recover(std::unique_ptr<pm::Pool> pool,
     if (Status s = p.allocator().finish_recovery(); !s.ok()) return s;
     p.commit_open();
     if (Status s = idx->init_root(o); !s.ok()) return s;
+    idx->updater_.set_mode(initial_updater_mode());
     return std::unique_ptr<Index>(std::move(idx));
   }
   Root* r = p.checked<Root>(root_off, sizeof(Root), 64);
@@ -136,6 +152,7 @@ Result<std::unique_ptr<Index>> PacTree::recover(std::unique_ptr<pm::Pool> pool,
   p.commit_open();
   idx->recovery_.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  idx->updater_.set_mode(initial_updater_mode());
   return std::unique_ptr<Index>(std::move(idx));
 }
 
@@ -343,6 +360,13 @@ Status PacTree::verify_search(const std::vector<std::uint64_t>& nodes) const {
 }
 
 Status PacTree::verify() const {
+  // The background thread applies what is queued (no operation runs, so nothing is pushed).
+  while (updater_.mode() == UpdaterMode::background && updater_.pending() != 0)
+    std::this_thread::yield();
+  if (updater_.overwritten() != 0)
+    return pool_->error(Code::corrupted, "pactree verify: " +
+                                             std::to_string(updater_.overwritten()) +
+                                             " SMO log entries overwritten before applied");
   epochs_.drain();  // retired records are freed, so the allocator's count is exact
   std::vector<std::uint64_t> nodes;
   std::uint64_t reachable = 0;
@@ -373,6 +397,19 @@ void PacTree::corrupt_for_testing(int what) {
     if (last != root_->head) (void)search_->remove(search_key(key_of(node(last)->h.anchor)), &old);
     return;
   }
+  if (what == 3) {  // the second node's prev hint names itself
+    const std::uint64_t second = node(root_->head)->h.next;
+    if (second != 0) node(second)->h.prev = second;
+    return;
+  }
+  if (what == 4) {  // a log entry stays in use on an idle index (as if never applied)
+    for (std::size_t t = 0; t < pm::kMaxThreadSlots; ++t)
+      if (root_->logs[t] != 0) {
+        pool_->at<LogEntry>(root_->logs[t])->state = (std::uint64_t{1} << 8) | kStageSplitDone;
+        return;
+      }
+    return;
+  }
   if (full.empty()) return;
   const int i = std::countr_zero(full[0]->h.bitmap);
   if (what == 0 && full.size() >= 2) {  // a key moves into another node's range
@@ -387,7 +424,7 @@ void PacTree::corrupt_for_testing(int what) {
 IndexRegistry::Entry PacTree::registry_entry() {
   return {"pactree",
           "PACTree: trie search layer (ART core, DRAM) over a doubly linked list of 64-slot PM "
-          "data nodes, logged splits applied in LSN order",
+          "data nodes, logged splits and merges applied in LSN order by a background updater",
           &PacTree::layout_for, &PacTree::validate, &PacTree::default_pool_size,
           &PacTree::create, &PacTree::recover,
           {.architecture = "trie over a linked list; DRAM (search layer: ART of anchors) + PM "

@@ -5,10 +5,12 @@
 // forgotten by recovery, and damage verify() must find.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iterator>
 #include <random>
+#include <thread>
 
 #include "index/common/map_checker.h"
 #include "index/pactree/pactree.h"
@@ -142,9 +144,10 @@ INSTANTIATE_TEST_SUITE_P(
                       std::make_tuple(4u, KeyType::u64, 24u)));
 
 // verify() must be able to fail: a key moved into another node's range, a search-layer entry
-// dropped, a fingerprint that no longer matches its key.
+// dropped, a fingerprint that no longer matches its key, a wrong prev hint, a log entry left
+// unapplied on an idle index.
 TEST(PacTree, VerifyFindsDamage) {
-  for (int what : {0, 1, 2}) {
+  for (int what : {0, 1, 2, 3, 4}) {
     auto idx = testing::open_or_die(pac_options(4, KeyType::u64));
     ASSERT_NE(idx, nullptr);
     for (std::uint64_t k = 0; k < 40; ++k) ASSERT_EQ(idx->insert(encode_u64(k * 3), encode_u64(k)), Code::ok);
@@ -152,6 +155,55 @@ TEST(PacTree, VerifyFindsDamage) {
     as_pac(*idx).corrupt_for_testing(what);
     EXPECT_FALSE(idx->verify().ok()) << "damage " << what;
   }
+}
+
+// The background updater (the default outside the tracing flavour) applies the log while
+// two writers split and merge; once they stop, every SMO is applied and verify() holds.
+TEST(PacTree, BackgroundUpdaterKeepsUpWithTwoWriters) {
+  auto idx = testing::open_or_die(pac_options(4, KeyType::u64));
+  ASSERT_NE(idx, nullptr);
+  auto& t = as_pac(*idx);
+  ASSERT_EQ(t.updater_mode(), pactree::UpdaterMode::background);
+  auto work = [&](std::uint64_t parity) {
+    for (std::uint64_t k = parity; k < 6000; k += 2)
+      ASSERT_EQ(idx->insert(encode_u64(k * 7919 % 6000), encode_u64(k)), Code::ok);
+    for (std::uint64_t k = parity; k < 6000; k += 2) {
+      if (k % 3 != 0) {
+        ASSERT_EQ(idx->remove(encode_u64(k * 7919 % 6000)), Code::ok);
+      }
+    }
+  };
+  std::thread a(work, 0), b(work, 1);
+  a.join();
+  b.join();
+  ASSERT_TRUE(idx->verify().ok()) << idx->verify().message();  // waits for the updater
+  EXPECT_GT(t.merges(), 0u);
+  EXPECT_EQ(t.updater_applied(), t.splits() + t.merges());
+  EXPECT_EQ(t.updater_pending(), 0u);
+  EXPECT_EQ(t.log_overwritten(), 0u);
+  for (std::uint64_t k = 0; k < 6000; ++k)
+    EXPECT_EQ(idx->find(encode_u64(k * 7919 % 6000), nullptr), k % 3 == 0 ? Code::ok : Code::not_found);
+}
+
+// PMINDEX_PACTREE_UPDATER picks the mode at open; a held updater (the search layer lagging by
+// a whole ring per writer) costs last-mile hops, never an answer.
+TEST(PacTree, UpdaterModesFromEnvironmentAndLag) {
+  ::setenv("PMINDEX_PACTREE_UPDATER", "sync", 1);
+  auto idx = testing::open_or_die(pac_options(4, KeyType::u64));
+  ::unsetenv("PMINDEX_PACTREE_UPDATER");
+  ASSERT_NE(idx, nullptr);
+  auto& t = as_pac(*idx);
+  EXPECT_EQ(t.updater_mode(), pactree::UpdaterMode::synchronous);
+  t.set_updater_mode(pactree::UpdaterMode::held);
+  for (std::uint64_t k = 0; k < 400; ++k) ASSERT_EQ(idx->insert(encode_u64(k), encode_u64(k)), Code::ok);
+  EXPECT_GT(t.updater_pending(), 0u);
+  const std::uint64_t before = t.last_mile_hops();
+  for (std::uint64_t k = 0; k < 400; ++k) ASSERT_EQ(idx->find(encode_u64(k), nullptr), Code::ok);
+  EXPECT_GT(t.last_mile_hops(), before);
+  t.set_updater_mode(pactree::UpdaterMode::background);
+  ASSERT_TRUE(idx->verify().ok()) << idx->verify().message();
+  EXPECT_EQ(t.updater_pending(), 0u);
+  EXPECT_EQ(t.log_overwritten(), 0u);
 }
 
 // A lookup whose search-layer entry lags (the anchor is missing) still finds its key: the last

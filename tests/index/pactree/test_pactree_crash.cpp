@@ -8,9 +8,12 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <functional>
+#include <iostream>
 
 #include "index/common/hybrid_test_support.h"
 #include "index/pactree/pactree.h"
+#include "pmindex/crash/scheduler.h"
 
 namespace pmindex::crash {
 namespace {
@@ -63,3 +66,206 @@ TEST(CrashPacTree, DriverCatchesLostRecords) {
 
 }  // namespace
 }  // namespace pmindex::crash
+
+// --- deterministic known-bad tests (issue 22) ------------------------------------------------
+// The crash simulator's scheduler (include/pmindex/crash/scheduler.h) replays one
+// interleaving per seed. Each test runs the real code over the seeds and a deliberately broken
+// variant (PacTree::Faults: the original's behaviour, honoured only in this tracing flavour)
+// and expects the checker to catch the variant in some seed and never the real code.
+namespace pmindex::pactree {
+namespace {
+
+// The baton moves only at the updater's hand-over ("pactree.updater") and in spin loops (a
+// spinning thread must let the holder run): each seed picks among few, meaningful schedules.
+// A lookup that restarts more than kLivelock times is reported by throwing Livelock.
+struct Livelock {};
+constexpr unsigned kLivelock = 2000;
+
+class YieldSink final : public pm::TraceSink {
+ public:
+  explicit YieldSink(crash::Scheduler& s) : sched_(s) {}
+  void on_store(const void*, std::size_t) override {}
+  void on_flush(const void*, std::size_t) override {}
+  void on_fence() override {}
+  void on_yield_point(std::string_view tag) override {
+    if (tag == "olc.restart" && ++restarts_[sched_.sim_index() & 1] > kLivelock) throw Livelock{};
+    if (tag == "pactree.updater" || tag.ends_with(".spin") || tag == "olc.restart") sched_.yield();
+  }
+
+ private:
+  crash::Scheduler& sched_;
+  unsigned restarts_[2] = {0, 0};
+};
+
+std::unique_ptr<Index> make_tree(PacTree::Faults faults) {
+  Options o;
+  o.kind = "pactree";
+  o.node_size = kHeaderBytes + 4 * kSlotBytes;  // 4 slots: split at the 5th key, merge at 1
+  pm::PoolOptions po;
+  po.size = 4 << 20;
+  po.mode = pm::Mode::adr;
+  po.layout = PacTree::layout_for(o);
+  auto pool = pm::Pool::create(po);
+  EXPECT_TRUE(pool.ok());
+  auto created = PacTree::create(std::move(pool).value(), o);
+  EXPECT_TRUE(created.ok());
+  std::unique_ptr<Index> idx = std::move(created).value();
+  auto& t = dynamic_cast<PacTree&>(*idx);
+  EXPECT_EQ(t.updater_mode(), UpdaterMode::synchronous);  // the tracing flavour's default
+  t.set_faults_for_testing(faults);
+  return idx;
+}
+
+Code put(Index& idx, std::uint64_t k) { return idx.insert(encode_u64(k), encode_u64(k)); }
+
+// Runs bodies under the scheduler with seed; true if a body hit a livelock.
+bool run_scheduled(std::uint64_t seed, std::vector<std::function<void()>> bodies) {
+  crash::Scheduler sched(seed);
+  YieldSink sink(sched);
+  bool livelock = false;
+  for (auto& b : bodies)
+    b = [b, &livelock] {
+      try {
+        b();
+      } catch (const Livelock&) {
+        livelock = true;
+      }
+    };
+  pm::Runtime::set_trace_sink(&sink);
+  sched.run(bodies);
+  pm::Runtime::set_trace_sink(nullptr);
+  return livelock;
+}
+
+constexpr std::uint64_t kSeeds = 64;
+
+// Nodes {10, 20} and {30, 40, 50} (anchor 30) in the search layer, then the updater held, so
+// the merge below stays unknown to the search layer (a lagging background updater). Thread 1
+// removes 40, 50 and 20, merging {30} into {10}; thread 0 looks 30 up three times. A lookup
+// after the merge jumps to the merged node: the real code moves to its survivor, the original's
+// restart from the jump node lands there again forever.
+struct MergeOutcome {
+  bool livelock = false;
+  bool found_all = true;
+  std::uint64_t merges = 0;
+};
+MergeOutcome merged_node_lookup(std::uint64_t seed, PacTree::Faults faults) {
+  auto idx = make_tree(faults);
+  auto& t = dynamic_cast<PacTree&>(*idx);
+  for (std::uint64_t k : {10, 20, 30, 40, 50}) EXPECT_EQ(put(*idx, k), Code::ok);
+  EXPECT_EQ(t.node_count_for_testing(), 2u);
+  t.set_updater_mode(UpdaterMode::held);
+  MergeOutcome out;
+  out.livelock = run_scheduled(
+      seed, {[&] {
+               for (int i = 0; i < 3; ++i)
+                 if (idx->find(encode_u64(30), nullptr) != Code::ok) out.found_all = false;
+             },
+             [&] {
+               for (std::uint64_t k : {40, 50, 20}) EXPECT_EQ(idx->remove(encode_u64(k)), Code::ok);
+             }});
+  out.merges = t.merges();
+  t.set_updater_mode(UpdaterMode::synchronous);  // the held removal is applied now
+  EXPECT_TRUE(idx->verify().ok()) << idx->verify().message();
+  return out;
+}
+
+TEST(PacTreeInterleave, LookupOnMergedNodeMovesOn) {
+  for (std::uint64_t seed = 1; seed <= kSeeds; ++seed) {
+    const MergeOutcome r = merged_node_lookup(seed, {});
+    ASSERT_EQ(r.merges, 1u) << "seed " << seed;
+    ASSERT_FALSE(r.livelock) << "seed " << seed;
+    ASSERT_TRUE(r.found_all) << "seed " << seed;
+  }
+}
+
+TEST(PacTreeInterleave, RestartFromJumpNodeLivelocks) {
+  std::size_t caught = 0;
+  for (std::uint64_t seed = 1; seed <= kSeeds; ++seed)
+    caught += merged_node_lookup(seed, {.restart_on_merged = true}).livelock ? 1 : 0;
+  std::cout << "restart-from-jump-node livelocked in " << caught << " of " << kSeeds
+            << " schedules\n";
+  EXPECT_GT(caught, 0u);
+}
+
+// Node {10, 20, 30, 40}; thread 0 inserts 50 (a split: LSN 1 inserts anchor 30), thread 1
+// removes 30, 40 and 20. When thread 1 runs between the split's unlock and its hand-over to
+// the updater, it merges the new node away (LSN 2 removes anchor 30) and hands LSN 2 over
+// first. In LSN order the search layer ends without anchor 30; applied as they arrive (the
+// original's order), the removal finds nothing and the insert leaves an entry for a node that
+// left the list, which verify() reports.
+struct OrderOutcome {
+  bool verified = false;
+  std::string message;
+  std::uint64_t merges = 0;
+};
+OrderOutcome insert_and_remove_of_one_anchor(std::uint64_t seed, PacTree::Faults faults) {
+  auto idx = make_tree(faults);
+  auto& t = dynamic_cast<PacTree&>(*idx);
+  for (std::uint64_t k : {10, 20, 30, 40}) EXPECT_EQ(put(*idx, k), Code::ok);
+  run_scheduled(seed, {[&] { EXPECT_EQ(put(*idx, 50), Code::ok); },
+                       [&] {
+                         for (std::uint64_t k : {30, 40, 20})
+                           EXPECT_EQ(idx->remove(encode_u64(k)), Code::ok);
+                       }});
+  OrderOutcome out;
+  out.merges = t.merges();
+  const Status s = idx->verify();
+  out.verified = s.ok();
+  out.message = s.message();
+  return out;
+}
+
+TEST(PacTreeInterleave, LogEntriesApplyInLsnOrder) {
+  std::size_t merged = 0;
+  for (std::uint64_t seed = 1; seed <= kSeeds; ++seed) {
+    const OrderOutcome r = insert_and_remove_of_one_anchor(seed, {});
+    merged += r.merges;
+    ASSERT_TRUE(r.verified) << "seed " << seed << ": " << r.message;
+  }
+  EXPECT_GT(merged, 0u);
+}
+
+TEST(PacTreeInterleave, ArrivalOrderLeavesAStaleAnchor) {
+  std::size_t caught = 0;
+  std::string first;
+  for (std::uint64_t seed = 1; seed <= kSeeds; ++seed) {
+    const OrderOutcome r = insert_and_remove_of_one_anchor(seed, {.apply_on_arrival = true});
+    if (!r.verified && caught++ == 0) first = r.message;
+  }
+  std::cout << "arrival order left a stale anchor in " << caught << " of " << kSeeds
+            << " schedules (" << first << ")\n";
+  EXPECT_GT(caught, 0u);
+}
+
+// A full log ring: with the updater held, one writer splits 4-slot nodes far more often than
+// its ring has entries. The real code helps (applies what is due) before it reuses a slot;
+// the original's reuse overwrites entries not yet applied, which the updater notices when it
+// applies them and verify() reports.
+std::uint64_t ring_run(PacTree::Faults faults, std::string* message) {
+  auto idx = make_tree(faults);
+  auto& t = dynamic_cast<PacTree&>(*idx);
+  t.set_updater_mode(UpdaterMode::held);
+  for (std::uint64_t k = 1; k <= 60; ++k) EXPECT_EQ(put(*idx, k * 10), Code::ok);
+  EXPECT_GT(t.splits(), 3 * kLogRing);
+  EXPECT_GT(t.updater_pending(), 0u);  // held: the latest entries still wait
+  t.set_updater_mode(UpdaterMode::synchronous);
+  for (std::uint64_t k = 1; k <= 60; ++k) EXPECT_EQ(idx->find(encode_u64(k * 10), nullptr), Code::ok);
+  *message = idx->verify().message();
+  return t.log_overwritten();
+}
+
+TEST(PacTreeInterleave, FullLogRingNeverOverwritesAnUnappliedEntry) {
+  std::string m;
+  EXPECT_EQ(ring_run({}, &m), 0u);
+  EXPECT_TRUE(m.empty()) << m;
+}
+
+TEST(PacTreeInterleave, RingReuseIsCaught) {
+  std::string m;
+  EXPECT_GT(ring_run({.reuse_unapplied_log = true}, &m), 0u);
+  EXPECT_NE(m.find("overwritten"), std::string::npos) << m;
+}
+
+}  // namespace
+}  // namespace pmindex::pactree

@@ -2,8 +2,10 @@
 // oracles (tests/index/common/hybrid_stress.h): thread t owns the keys with key % 2 == t, so
 // both threads write the same data nodes, split them while the other reads and walks the
 // last mile, and apply each other's log entries in LSN order. Time-boxed by
-// PMINDEX_STRESS_SECONDS (default 2). Run under TSan (cmake --preset tsan) for the race check.
+// PMINDEX_STRESS_SECONDS (default 2), half with the background updater, half synchronous. Run under TSan (cmake --preset tsan) for the race check.
 #include <gtest/gtest.h>
+
+#include <cstdlib>
 
 #include "index/common/hybrid_stress.h"
 #include "index/pactree/layout.h"
@@ -26,11 +28,21 @@ void run_stress(unsigned slots, KeyType kt, double seconds) {
       label);
 }
 
-TEST(PacTreeStress, TwoThreadsAgainstOracle) {
-  const double t = hybrid_test::stress_seconds();
+// Both updater modes (PMINDEX_PACTREE_UPDATER is read at open): the background thread
+// applies the log while both writers run; synchronous, the writers apply it.
+void run_all(const char* mode, double t) {
+  ::setenv("PMINDEX_PACTREE_UPDATER", mode, 1);
   run_stress(4, KeyType::u64, t / 3);
   run_stress(64, KeyType::u64, t / 3);
   run_stress(4, KeyType::bytes, t / 3);
+  ::unsetenv("PMINDEX_PACTREE_UPDATER");
+}
+
+TEST(PacTreeStress, TwoThreadsAgainstOracleBackgroundUpdater) {
+  run_all("background", hybrid_test::stress_seconds() / 2);
+}
+TEST(PacTreeStress, TwoThreadsAgainstOracleSynchronousUpdater) {
+  run_all("sync", hybrid_test::stress_seconds() / 2);
 }
 
 }  // namespace
