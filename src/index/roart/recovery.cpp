@@ -1,6 +1,7 @@
 // roart: recovery (PROTOCOL.md R4-R6): read-only checks at open, then the start-now walk that
 // marks every reachable block and finishes splits a crash interrupted.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 
 #include "index/roart/roart.h"
@@ -9,6 +10,15 @@ namespace pmindex::roart {
 
 using art::load_word;
 using art::NodeLock;
+
+namespace {
+// relaxed: a statistic, read by tests after the operations that count it have returned.
+std::atomic<std::uint64_t> g_finished_splits{0};
+}  // namespace
+
+std::uint64_t Roart::finished_splits_total() {
+  return g_finished_splits.load(std::memory_order_relaxed);
+}
 
 // R4 (read only, so a refused pool is unchanged): the root object, its top word and its tail
 // array are checked; R5: start-now allocator, commit_open, the index answers at once, and a
@@ -121,6 +131,7 @@ Status Roart::finish_intent(const Pending& p) const {
   pm::publish(&array(p.array)->lock, NodeLock::fresh(tag_) | NodeLock::kObsolete);
   retire_array(p.array);  // A8
   retire_intent(p.intent);
+  g_finished_splits.fetch_add(1, std::memory_order_relaxed);
   return Status::Ok();
 }
 

@@ -145,6 +145,9 @@ class Roart final : public Index {
   std::uint64_t splits() const { return splits_.load(std::memory_order_relaxed); }
   std::uint64_t grows() const { return grows_.load(std::memory_order_relaxed); }
   std::uint64_t shrinks() const { return shrinks_.load(std::memory_order_relaxed); }
+  // Interrupted splits finished at first touch (R6) by every roart index of this process
+  // (crash tests: recovered images did meet splits cut between A5 and A8).
+  static std::uint64_t finished_splits_total();
   // Leaf arrays (quiescent; tests and the footprint table).
   std::uint64_t array_count_for_testing() const;
   // Bytes requested from the allocator by every reachable block (root, trie nodes and

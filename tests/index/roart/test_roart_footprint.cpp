@@ -1,5 +1,5 @@
 // roart's PM footprint per record (README.md table): PMINDEX_FOOTPRINT_RECORDS random 8-byte
-// keys (default 200,000; the README's figure is the `long` variant's 10,000,000) inserted one
+// keys (default 100,000; the README's figure is the `long` variant's 10,000,000) inserted one
 // by one, then half of them removed; prints allocator class bytes and requested bytes per
 // record at both points. Checks the bounds: loaded <= 76 B per record (0.4x the
 // survey's 190 B for the original), after removing half <= 1.5x the loaded figure.
@@ -16,7 +16,7 @@ namespace {
 
 TEST(RoartFootprint, BytesPerRecordAfterLoadAndAfterRemovingHalf) {
   const char* env = std::getenv("PMINDEX_FOOTPRINT_RECORDS");
-  const std::uint64_t n = env != nullptr ? std::strtoull(env, nullptr, 10) : 200000;
+  const std::uint64_t n = env != nullptr ? std::strtoull(env, nullptr, 10) : 100000;
   Options o;
   o.kind = "roart";
   o.key_type = KeyType::u64;
