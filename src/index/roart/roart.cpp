@@ -430,12 +430,27 @@ Code Roart::split(const Where& w, ArrayHeader* a, std::vector<Item>& items) {
   return Code::ok;
 }
 
-// A9b: after a remove leaves an array at a quarter of its class (above the smallest), a copy
-// in the class below takes its place (one 8-byte store, as a grow). Lock held; on success the
-// array is left obsolete and unlocked. No space: the array stays as it is.
+// A3s: after a remove leaves an array at a quarter of its class (above the smallest), a copy
+// in the class below takes its place (one 8-byte store, as a grow). A3e: an array left empty
+// (not the tail) leaves the trie: its separator's record is removed (the core's P9), so the
+// next array's range takes in the empty one's (a range may grow without its array's lock: a
+// writer holding that lock still covers its key). Lock held; on success the array is left
+// obsolete and unlocked. No space: the array stays as it is.
 void Roart::maybe_shrink(const Where& w, ArrayHeader* a) {
   const unsigned slots = slots_of(a);
   const unsigned live = static_cast<unsigned>(std::popcount(load_word(a->bitmap)));
+  if (live == 0 && !w.tail) {
+    std::uint64_t named = 0;
+    const Code c = tree_->remove(w.hi, &named);  // A3e
+    if (c == Code::ok && named == pool_->offset_of(a)) {
+      unlock_obsolete(a);
+      retire_array(named);
+      shrinks_.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    // pool_full (the trie could not shrink a node) or damage: the empty array stays
+    if (c == Code::ok) corrupted_.store(true, std::memory_order_relaxed);  // relaxed: a flag
+  }
   if (slots <= kMinSlots || live > slots / 4) {
     unlock(a);
     return;

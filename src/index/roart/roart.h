@@ -6,8 +6,9 @@
 // How a key reaches its array: every array but the last is named in the trie by its range's
 // greatest key (its separator `hi`, inclusive; the record's value word is the array's pool
 // offset); the last array (range up to +inf) is named by the root's `tail` word. The array of
-// key k is the first trie entry with hi >= k, or the tail. An array's range never changes while
-// it lives: growth, shrinking and splits copy the array and replace it (copy on write).
+// key k is the first trie entry with hi >= k, or the tail. An array's range never shrinks while
+// it lives: growth, shrinking and splits copy the array and replace it (copy on write); it
+// grows when its left neighbour is left empty and leaves the trie (PROTOCOL.md A3e).
 //
 // Thread safety: every operation may run concurrently.
 //   * The trie is art::Tree (its own OLC; art_tree.h). Readers take no locks.

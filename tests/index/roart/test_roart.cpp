@@ -173,6 +173,27 @@ TEST(Roart, SplitsGrowsShrinksAndScans) {
   }
 }
 
+// An array left empty leaves the trie (A3e): after removing every key only the tail is left,
+// and the index takes as many records again.
+TEST(Roart, EmptiedArraysLeaveTheTrie) {
+  auto idx = open_ok(roart_options("", KeyType::u64));
+  ASSERT_NE(idx, nullptr);
+  roart::Roart& r = as_roart(*idx);
+  for (std::uint64_t k = 0; k < 3000; ++k) ASSERT_EQ(idx->insert(encode_u64(k * 5), encode_u64(k)), Code::ok);
+  const std::uint64_t arrays = r.array_count_for_testing();
+  EXPECT_GT(arrays, 40u);
+  for (std::uint64_t k = 0; k < 3000; k += 2) ASSERT_EQ(idx->remove(encode_u64(k * 5)), Code::ok);
+  ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
+  for (std::uint64_t k = 1; k < 3000; k += 2) ASSERT_EQ(idx->remove(encode_u64(k * 5)), Code::ok);
+  ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
+  EXPECT_EQ(r.array_count_for_testing(), 1u);
+  for (std::uint64_t k = 0; k < 3000; ++k) ASSERT_EQ(idx->insert(encode_u64(k * 7), encode_u64(k)), Code::ok);
+  ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
+  ScanBuffer out;
+  ASSERT_EQ(idx->scan(encode_u64(7 * 100), 10, out), 10u);
+  EXPECT_EQ(decode_u64(out.key(0)), 700u);
+}
+
 TEST(Roart, ReopenAfterCloseAndAfterCrash) {
   pmindex::testing::TempDir dir;
   const Options o = roart_options(dir.file("r.pool"), KeyType::bytes, 64);
