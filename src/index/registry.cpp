@@ -10,6 +10,7 @@
 #include "index/pactree/pactree.h"
 #include "index/part/part.h"
 #include "index/reflist/reflist.h"
+#include "index/roart/roart.h"
 #include "index/utree/utree.h"
 
 #include <deque>
@@ -84,6 +85,7 @@ const std::vector<IndexRegistry::Entry>& builtin_entries() {
         .recovery = "walk of the list; DRAM array layer rebuilt"}},
       part::Part::registry_entry(),
       pactree::PacTree::registry_entry(),
+      roart::Roart::registry_entry(),
       {"dptree", "DPTree: DRAM buffer B+-tree + PM write-ahead log over a versioned PM base tree (synchronous merge)",
        &dptree::layout_for, &dptree::validate, &dptree::default_pool_size, &dptree::create,
        &dptree::recover,

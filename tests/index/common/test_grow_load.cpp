@@ -93,6 +93,8 @@ INSTANTIATE_TEST_SUITE_P(Kinds, GrowLoad,
                          ::testing::Values("reflist", "lbtree", "fptree", "nbtree", "apex",
                                            "utree", "part"),
                          [](const auto& p) { return p.param; });
+INSTANTIATE_TEST_SUITE_P(Roart, GrowLoad, ::testing::Values("roart"),
+                         [](const auto& p) { return p.param; });
 
 }  // namespace
 }  // namespace pmindex

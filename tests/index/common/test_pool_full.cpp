@@ -230,6 +230,10 @@ std::vector<Case> cases() {
     out.push_back({"pactree", KeyType::u64, 8, scope, /*ascending=*/true});
     out.push_back({"pactree", KeyType::u64, 64, scope});
     out.push_back({"pactree", KeyType::bytes, 64, scope});
+    out.push_back({"roart", KeyType::u64, 8, scope});
+    out.push_back({"roart", KeyType::u64, 8, scope, /*ascending=*/true});
+    out.push_back({"roart", KeyType::u64, 64, scope});
+    out.push_back({"roart", KeyType::bytes, 64, scope});
   }
   return out;
 }

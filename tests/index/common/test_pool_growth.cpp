@@ -148,6 +148,8 @@ INSTANTIATE_TEST_SUITE_P(Kinds, PoolGrowth,
                          ::testing::Values("reflist", "lbtree", "fptree", "nbtree", "apex",
                                            "utree", "part"),
                          [](const auto& p) { return p.param; });
+INSTANTIATE_TEST_SUITE_P(Roart, PoolGrowth, ::testing::Values("roart"),
+                         [](const auto& p) { return p.param; });
 
 }  // namespace
 }  // namespace pmindex

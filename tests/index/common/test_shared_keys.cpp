@@ -69,6 +69,13 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& p) {
       return std::get<0>(p.param) + "_" + std::string(pm::to_string(std::get<1>(p.param)));
     });
+INSTANTIATE_TEST_SUITE_P(
+    Roart, SharedKeys,
+    ::testing::Combine(::testing::Values("roart"),
+                       ::testing::Values(pm::Mode::adr, pm::Mode::eadr, pm::Mode::dram)),
+    [](const auto& p) {
+      return std::get<0>(p.param) + "_" + std::string(pm::to_string(std::get<1>(p.param)));
+    });
 
 // The checker must be able to fail: a driver that does not tally one successful remove, and
 // one that writes another key's value, on a correct index (reflist).

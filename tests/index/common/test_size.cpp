@@ -125,6 +125,8 @@ INSTANTIATE_TEST_SUITE_P(Kinds, Size,
                          ::testing::Values("reflist", "lbtree", "fptree", "nbtree", "apex",
                                            "utree", "part"),
                          [](const auto& p) { return p.param; });
+INSTANTIATE_TEST_SUITE_P(Roart, Size, ::testing::Values("roart"),
+                         [](const auto& p) { return p.param; });
 
 }  // namespace
 }  // namespace pmindex

@@ -14,6 +14,7 @@ namespace {
 // Kinds whose default value mode stores exactly 8 bytes.
 bool fixed_eight_bytes(const std::string& kind) {
   if (kind == "pactree") return true;
+  if (kind == "roart") return true;
   return kind == "apex" || kind == "lbtree" || kind == "fptree" || kind == "utree" ||
          kind == "part" || kind == "dptree";
 }

@@ -1,0 +1,191 @@
+// roart: recovery (PROTOCOL.md R4-R6): read-only checks at open, then the start-now walk that
+// marks every reachable block and finishes splits a crash interrupted.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+
+#include "index/roart/roart.h"
+
+namespace pmindex::roart {
+
+using art::load_word;
+using art::NodeLock;
+
+namespace {
+// relaxed: a statistic, read by tests after the operations that count it have returned.
+std::atomic<std::uint64_t> g_finished_splits{0};
+}  // namespace
+
+std::uint64_t Roart::finished_splits_total() {
+  return g_finished_splits.load(std::memory_order_relaxed);
+}
+
+// R4 (read only, so a refused pool is unchanged): the root object, its top word and its tail
+// array are checked; R5: start-now allocator, commit_open, the index answers at once, and a
+// background walk marks every reachable block.
+Result<std::unique_ptr<Index>> Roart::recover(std::unique_ptr<pm::Pool> pool, const Options& o) {
+  const auto start = std::chrono::steady_clock::now();
+  std::unique_ptr<Roart> idx(new Roart(std::move(pool)));
+  pm::Pool& p = *idx->pool_;
+  idx->recovery_.clean_shutdown = p.was_clean();
+  idx->recovery_.warning = p.open_warning();
+  idx->recovery_.records_counted = false;
+  const std::uint64_t root_off = p.root();
+  if (root_off == 0) {  // crashed before R3: nothing was reachable
+    p.allocator().begin_recovery(/*start_now=*/false);
+    if (Status s = p.allocator().finish_recovery(); !s.ok()) return s;
+    p.commit_open();
+    if (Status s = idx->init_root(o.key_type == KeyType::bytes ? o.max_key_size : 8,
+                                  o.max_value_size);
+        !s.ok())
+      return s;
+    return std::unique_ptr<Index>(std::move(idx));
+  }
+  Root* r = p.checked<Root>(root_off, sizeof(Root), 64);
+  if (r == nullptr || r->magic != kRootMagic)
+    return p.error(Code::corrupted, "roart root object is missing or has a wrong magic");
+  if (Status s = index_common::check_root_stamp(r->stamp, p); !s.ok()) return s;
+  const bool fixed_keys = idx->key_mode_ != KeyType::bytes;
+  if (r->max_key_size > art::kMaxKeyBytes || (fixed_keys && r->max_key_size != 8) ||
+      !index_common::ValueCodec::valid_limit(r->max_value_size))
+    return p.error(Code::corrupted, "roart root holds impossible size limits");
+  idx->root_ = r;
+  {
+    const PmTree probe(art::PmPlacement{&p}, &r->top, &r->lock, 1, r->max_key_size);
+    if (std::string e = probe.check_top(); !e.empty())
+      return p.error(Code::corrupted, "roart root word: " + e);
+    if (std::string e = idx->check_array(r->tail); !e.empty())
+      return p.error(Code::corrupted, "roart tail array: " + e);
+  }
+  p.allocator().begin_recovery(/*start_now=*/true);
+  p.commit_open();
+  idx->make_tree(run_tag(p.generation()));
+  idx->recovery_.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  idx->recovered_records_pending();
+  idx->start_walk(root_off);
+  return std::unique_ptr<Index>(std::move(idx));
+}
+
+// One array met by the walk. An array with a committed intent (a split a crash interrupted
+// after A5) is marked with its intent and the intent's arrays: the right one always (named
+// only by the intent until A7), the left one only while the trie lacks the separator (after
+// A6 the trie names it, and may by now name its successor); its own slots are not followed
+// (their records are the new arrays'). The split is finished at the array's first touch (R6).
+std::string Roart::walk_array(std::uint64_t off, bool tail, std::string_view hi,
+                              std::vector<std::uint64_t>* seen, std::vector<Pending>* pending,
+                              std::uint64_t* records) {
+  pm::Allocator& al = pool_->allocator();
+  if (std::string e = check_array(off); !e.empty()) return e;
+  seen->push_back(off);
+  ArrayHeader* a = array(off);
+  if (al.mark_reachable(off, array_bytes(slots_of(a))) != Code::ok) return "leaf array cannot be marked";
+  const std::uint64_t ioff = load_word(a->intent);
+  if (ioff != 0) {
+    if (ioff % 8 != 0 || !pool_->in_heap(ioff, sizeof(Intent))) return "split intent out of bounds";
+    const Intent* in = pool_->at<const Intent>(ioff);
+    if (in->key_len > root_->max_key_size || !pool_->in_heap(ioff, sizeof(Intent) + in->key_len))
+      return "split intent out of bounds";
+    if (al.mark_reachable(ioff, sizeof(Intent) + in->key_len) != Code::ok)
+      return "split intent cannot be marked";
+    pending->push_back(Pending{off, ioff, tail, std::string(hi)});
+    if (std::string e = walk_array(in->right, false, {}, seen, pending, records); !e.empty())
+      return e;
+    std::uint64_t named = 0;
+    const Code c = tree_->find(std::string_view(in->key(), in->key_len), &named);
+    if (c == Code::corrupted) return "trie damaged at a split's separator";
+    if (c == Code::not_found)
+      return walk_array(in->left, false, {}, seen, pending, records);
+    return {};
+  }
+  const std::uint64_t* s = slot_words(a);
+  for (unsigned i = 0; i < slots_of(a); ++i) {
+    const std::uint64_t w = load_word(s[i]);
+    if (w == 0) continue;
+    const art::Record* r = record(w);
+    if (al.mark_reachable(w & kOffsetMask, art::record_bytes(r->key_len)) != Code::ok)
+      return "record cannot be marked";
+    if (values_.mark(r->value) != Code::ok) return "out-of-line value cannot be marked";
+    ++*records;
+  }
+  return {};
+}
+
+// R6: the interrupted split of p.array (locked by its first toucher, after the walk) finished
+// from its intent, each step idempotent: the separator enters the trie naming the left array
+// unless it is there (A6; if it is, it names the left array or a successor), the array's name
+// moves to the right array (A7), the array is unlocked obsolete and leaves (A8).
+Status Roart::finish_intent(const Pending& p) const {
+  const Intent* in = pool_->at<const Intent>(p.intent);
+  const std::string_view sep(in->key(), in->key_len);
+  std::uint64_t named = 0;
+  Code c = tree_->find(sep, &named);
+  if (c == Code::not_found) c = tree_->insert(sep, in->left);  // A6
+  if (c != Code::ok) return pool_->error(c, "roart: an interrupted split cannot be finished");
+  Where w;
+  w.tail = p.tail;
+  w.hi = p.hi;
+  if (replace(w, p.array, in->right) != Code::ok)  // A7
+    return pool_->error(Code::corrupted, "roart: an interrupted split's array is not named");
+  // Every later visitor sees this run's tag and the obsolete bit: it starts again.
+  pm::publish(&array(p.array)->lock, NodeLock::fresh(tag_) | NodeLock::kObsolete);
+  retire_array(p.array);  // A8
+  retire_intent(p.intent);
+  g_finished_splits.fetch_add(1, std::memory_order_relaxed);
+  return Status::Ok();
+}
+
+void Roart::start_walk(std::uint64_t root_off) {
+  walk_done_.store(false, std::memory_order_relaxed);  // relaxed: before the thread starts
+  walker_ = std::thread([this, root_off] {
+    pm::Allocator& al = pool_->allocator();
+    std::vector<std::uint64_t> seen;
+    std::vector<Pending> pending;
+    std::uint64_t records = 0, nodes = 0;
+    std::string err;
+    auto mark = [&](std::uint64_t ref, std::size_t bytes, bool is_record, std::uint64_t value) {
+      if (al.mark_reachable(ref, bytes) != Code::ok) return false;
+      if (!is_record) {
+        ++nodes;
+        return true;
+      }
+      const art::Record* r = pool_->at<const art::Record>(ref);
+      err = walk_array(value, false, std::string_view(r->key(), r->key_len), &seen, &pending,
+                       &records);
+      return err.empty();
+    };
+    Status s = Status::Ok();
+    if (al.mark_reachable(root_off, sizeof(Root)) != Code::ok) {
+      s = pool_->error(Code::corrupted, "roart root object cannot be marked");
+    } else if (std::string e = tree_->walk(mark); !e.empty()) {
+      s = pool_->error(Code::corrupted, "roart recovery walk: " + (err.empty() ? e : err));
+    } else if (std::string t = walk_array(load_word(root_->tail), true, {}, &seen, &pending,
+                                          &records);
+               !t.empty()) {
+      s = pool_->error(Code::corrupted, "roart recovery walk: " + t);
+    } else {
+      std::sort(seen.begin(), seen.end());
+      if (std::adjacent_find(seen.begin(), seen.end()) != seen.end())
+        s = pool_->error(Code::corrupted, "roart recovery walk: a leaf array is reached twice");
+      else
+        s = al.finish_recovery();  // only a complete walk frees: unvisited blocks may be live
+    }
+    std::lock_guard<std::mutex> lock(walk_mu_);
+    if (!s.ok()) corrupted_.store(true, std::memory_order_relaxed);  // relaxed: read after walk_done_
+    walk_status_ = std::move(s);
+    recovery_.records = records;
+    recovery_.nodes = nodes + seen.size();
+    recovery_.repaired = pending.size();
+    set_recovered_records(records);
+    walk_done_.store(true, std::memory_order_release);  // release: pairs with writable()
+    walk_cv_.notify_all();
+  });
+}
+
+Status Roart::wait_recovery_walk() const {
+  std::unique_lock<std::mutex> lock(walk_mu_);
+  walk_cv_.wait(lock, [&] { return walk_done_.load(std::memory_order_acquire); });
+  return walk_status_;
+}
+
+}  // namespace pmindex::roart

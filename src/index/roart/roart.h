@@ -1,0 +1,259 @@
+// roart: ROART (Ma et al., FAST'21), first version: the shared ART core (src/index/common/art/)
+// in the pool for the inner part, over LEAF ARRAYS that each hold up to 64 records of one key
+// range. README.md: design, what differs from the paper, footprint; PROTOCOL.md: persistence
+// steps A1-A9 and recovery R1-R6 (cited in code as // An:, // Rn:).
+//
+// How a key reaches its array: every array but the last is named in the trie by its range's
+// greatest key (its separator `hi`, inclusive; the record's value word is the array's pool
+// offset); the last array (range up to +inf) is named by the root's `tail` word. The array of
+// key k is the first trie entry with hi >= k, or the tail. An array's range never shrinks while
+// it lives: growth, shrinking and splits copy the array and replace it (copy on write); it
+// grows when its left neighbour is left empty and leaves the trie (PROTOCOL.md A3e).
+//
+// Thread safety: every operation may run concurrently.
+//   * The trie is art::Tree (its own OLC; art_tree.h). Readers take no locks.
+//   * Each leaf array has one lock word (its first word: a run-tagged art::NodeLock word,
+//     volatile) taken by every writer of the array (insert, update, remove, grow, shrink,
+//     split); readers read the array optimistically and validate its version. A replaced
+//     array is unlocked obsolete; whoever meets it starts again from the trie.
+//   * The trie entry (or tail word) naming an array is changed only by the array's lock holder.
+//   * Records, out-of-line values, replaced arrays and split intents leave through the trie's
+//     epoch manager; every operation pins it while it holds an offset read without a lock.
+//   * verify(), close() and the *_for_testing functions expect no concurrent operations.
+// Invariants (checked by verify()):
+//   (1) the trie's invariants (art_tree.h (1)-(4)); every trie record's value word names a
+//       leaf array, no array is named twice, the tail names one;
+//   (2) an array named by separator hi with previous separator lo holds keys in (lo, hi]
+//       (the tail: keys > the last separator); keys are distinct;
+//   (3) a live slot's fingerprint is fingerprint(key), its prefix word is prefix(key), the
+//       occupancy bitmap has exactly the live slots, no reachable array has an intent;
+//   (4) every block reachable from the root is owned (the recovery walk marks them all).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "index/common/art/art_tree.h"
+#include "index/common/root_stamp.h"
+#include "index/common/value_codec.h"
+#include "pmindex/index.h"
+
+namespace pmindex::roart {
+
+// Root object, 64 B (one line):
+//   [ 0, 8) magic "ROARTRT1"   [ 8,16) top: the trie's root child word (0 = empty)
+//   [16,24) lock: NodeLock word guarding `top` (volatile)
+//   [24,28) max_key_size       [28,32) max_value_size
+//   [32,48) layout stamp       [48,56) tail: pool offset of the last leaf array (never 0)
+//   [56,64) reserved (0)
+struct Root {
+  std::uint64_t magic;
+  std::uint64_t top;
+  std::uint64_t lock;
+  std::uint32_t max_key_size;
+  std::uint32_t max_value_size;
+  index_common::RootStamp stamp;
+  std::uint64_t tail;
+  std::uint64_t reserved;
+};
+static_assert(sizeof(Root) == 64 && offsetof(Root, top) == 8 && offsetof(Root, stamp) == 32 &&
+              offsetof(Root, tail) == 48);
+static_assert(std::is_standard_layout_v<Root> && std::is_trivially_copyable_v<Root>);
+inline constexpr std::uint64_t kRootMagic = 0x3154525452414f52ull;  // "ROARTRT1"
+
+// Leaf array, 64 + 16 * slots bytes (size classes of 8, 16, 32, 64 slots: 192, 320, 576,
+// 1088 B), 64 B aligned:
+//   [ 0, 8) lock     art::NodeLock word (volatile: run-tagged, reset at first touch)
+//   [ 8,16) meta     kArrayMagic << 32 | slots (immutable)
+//   [16,24) intent   0, or the pool offset of this array's split intent (A5: its commit)
+//   [24,32) bitmap   bit i = slot i live (volatile: rebuilt from the slots at first touch)
+//   [32,64) reserved (0)
+//   [64, 64 + 8 * slots)           slot words: fingerprint << 48 | record offset (0 = empty);
+//                                  the persistent truth, each published by one 8-byte store
+//   [64 + 8 * slots, 64 + 16 * slots) prefix words: the first 8 key bytes of the slot's
+//                                  record, big-endian (volatile: rebuilt at first touch)
+struct ArrayHeader {
+  std::uint64_t lock;
+  std::uint64_t meta;
+  std::uint64_t intent;
+  std::uint64_t bitmap;
+  std::uint64_t reserved[4];
+};
+static_assert(sizeof(ArrayHeader) == 64 && offsetof(ArrayHeader, intent) == 16 &&
+              offsetof(ArrayHeader, bitmap) == 24);
+inline constexpr std::uint64_t kArrayMagic = 0x52414c41;  // "ALAR"
+inline constexpr unsigned kMinSlots = 8;
+inline constexpr unsigned kMaxSlots = 64;
+constexpr std::size_t array_bytes(unsigned slots) { return sizeof(ArrayHeader) + 16 * slots; }
+constexpr bool valid_class(std::uint64_t s) { return s == 8 || s == 16 || s == 32 || s == 64; }
+inline constexpr std::uint64_t kOffsetMask = (std::uint64_t{1} << 48) - 1;
+
+// Split intent (redo record of one split, written before the split changes anything
+// reachable), 24 B + separator key, 8 B aligned:
+//   [0,4) separator length   [4,8) 0   [8,16) left array   [16,24) right array
+//   [24, 24 + length) the separator: the greatest key of the left array
+struct Intent {
+  std::uint32_t key_len;
+  std::uint32_t reserved;
+  std::uint64_t left;
+  std::uint64_t right;
+  const char* key() const { return reinterpret_cast<const char*>(this + 1); }
+};
+static_assert(sizeof(Intent) == 24);
+
+using PmTree = art::Tree<art::PmPlacement>;
+
+// This run's lock-word tag, as part's: the pool generation in the low 16 bits, 16 random bits
+// above, never 0 (art_node.h NodeLock).
+std::uint32_t run_tag(std::uint64_t generation);
+
+class Roart final : public Index {
+ public:
+  static pm::Layout layout_for(const Options& options);
+  static Status validate(const Options& options);
+  static std::size_t default_pool_size(const Options& options);
+  static Result<std::unique_ptr<Index>> create(std::unique_ptr<pm::Pool> pool,
+                                               const Options& options);
+  static Result<std::unique_ptr<Index>> recover(std::unique_ptr<pm::Pool> pool,
+                                                const Options& options);
+  static IndexRegistry::Entry registry_entry();
+
+  ~Roart() override;
+  std::string_view kind() const override { return "roart"; }
+  Code insert(std::string_view key, std::string_view value) override;
+  Code update(std::string_view key, std::string_view value) override;
+  Code find(std::string_view key, std::string* value) const override;
+  Code remove(std::string_view key) override;
+  std::size_t scan(std::string_view start, std::size_t max, ScanBuffer& out) const override;
+  Status verify() const override;
+  RecoveryStats recovery_stats() const override {
+    std::lock_guard<std::mutex> lock(walk_mu_);
+    return recovery_;
+  }
+  Footprint footprint() const override;
+  Status close() override;
+  const pm::Pool& pool() const override { return *pool_; }
+
+  // Waits for the start-now recovery walk (tests, close).
+  Status wait_recovery_walk() const;
+  // Structure changes in this run (tests, pmbench).
+  std::uint64_t splits() const { return splits_.load(std::memory_order_relaxed); }
+  std::uint64_t grows() const { return grows_.load(std::memory_order_relaxed); }
+  std::uint64_t shrinks() const { return shrinks_.load(std::memory_order_relaxed); }
+  // Interrupted splits finished at first touch (R6) by every roart index of this process
+  // (crash tests: recovered images did meet splits cut between A5 and A8).
+  static std::uint64_t finished_splits_total();
+  // Leaf arrays (quiescent; tests and the footprint table).
+  std::uint64_t array_count_for_testing() const;
+  // Bytes requested from the allocator by every reachable block (root, trie nodes and
+  // records, arrays, records, out-of-line values), before rounding to size classes
+  // (quiescent; the footprint table; the survey counted requested sizes).
+  std::uint64_t requested_bytes_for_testing() const;
+  // Deliberate damage so a test sees verify() notice it: 0 breaks a fingerprint, 1 breaks a
+  // prefix word, 2 clears a live bit of a bitmap, 3 swaps the tail with the first trie array
+  // (keys out of their range). Needs an index with at least one split.
+  void corrupt_for_testing(int what);
+
+ private:
+  enum class Touch { ok, restart, damaged };
+  // Where a key's array is named: the trie entry `hi` or (tail) the root's tail word.
+  struct Where {
+    std::uint64_t array = 0;
+    bool tail = false;
+    std::string hi;
+  };
+  struct Item {
+    std::uint64_t prefix;
+    std::uint64_t slot;  // slot word
+  };
+
+  explicit Roart(std::unique_ptr<pm::Pool> pool);
+  Status init_root(std::uint32_t max_key, std::uint32_t max_value);
+  void make_tree(std::uint32_t tag);
+  void start_walk(std::uint64_t root_off);
+  Code check_key(std::string_view key) const;
+  Code writable() const;
+
+  // arrays (roart.cpp)
+  ArrayHeader* array(std::uint64_t off) const { return pool_->at<ArrayHeader>(off); }
+  static unsigned slots_of(const ArrayHeader* a) { return static_cast<unsigned>(a->meta & 0xff); }
+  static std::uint64_t* slot_words(ArrayHeader* a) { return reinterpret_cast<std::uint64_t*>(a + 1); }
+  static std::uint64_t* prefix_words(ArrayHeader* a) { return slot_words(a) + slots_of(a); }
+  const art::Record* record(std::uint64_t slot) const {
+    return pool_->at<const art::Record>(slot & kOffsetMask);
+  }
+  std::string_view key_of(std::uint64_t slot) const {
+    const art::Record* r = record(slot);
+    return {r->key(), r->key_len};
+  }
+  Code locate(std::string_view key, Where* w) const;
+  Code locate_after(std::string_view hi, Where* w) const;
+  // w: where the array was found (its name), for finishing an interrupted split at first touch.
+  std::uint64_t read_lock(ArrayHeader* a, const Where& w, Touch* t) const;
+  bool admit(ArrayHeader* a, const Where& w, std::uint64_t stale) const;
+  std::string check_array(std::uint64_t off) const;
+  bool write_lock(ArrayHeader* a, const Where& w, Touch* t) const;
+  void unlock(ArrayHeader* a) const;
+  void unlock_obsolete(ArrayHeader* a) const;
+  int find_slot(ArrayHeader* a, std::string_view key, std::uint16_t fp) const;
+  std::uint64_t new_record(std::string_view key, std::uint64_t value, Code* code) const;
+  std::uint64_t new_array(unsigned slots, const Item* items, unsigned n, Code* code) const;
+  Code replace(const Where& w, std::uint64_t old_array, std::uint64_t new_array) const;
+  Code grow_or_split(const Where& w, ArrayHeader* a, std::uint64_t rec_slot);
+  Code split(const Where& w, ArrayHeader* a, std::vector<Item>& items);
+  void maybe_shrink(const Where& w, ArrayHeader* a);
+  unsigned live_items(ArrayHeader* a, Item* out) const;
+  template <class Op>
+  Code with_array(std::string_view key, Op&& op);
+  void retire_array(std::uint64_t off) const;
+  void retire_record(std::uint64_t slot) const;
+  void retire_value(std::uint64_t word) const;
+  void retire_intent(std::uint64_t off) const;
+  static void free_array(void* self, std::uint64_t off);
+  static void free_record(void* self, std::uint64_t off);
+  static void free_value(void* self, std::uint64_t word);
+  static void free_intent(void* self, std::uint64_t off);
+  Code insert_word(std::string_view key, std::uint64_t word);
+  Code update_word(std::string_view key, std::uint64_t word, std::uint64_t* old);
+  Code remove_word(std::string_view key, std::uint64_t* old);
+  Code find_word(std::string_view key, std::uint64_t* word) const;
+  // Copies the array's records with key >= from (or > from when `after`) in key order.
+  Touch copy_out(ArrayHeader* a, const Where& w, std::string_view from, bool after, std::size_t max,
+                 std::vector<std::pair<std::string, std::uint64_t>>* out) const;
+
+  // recovery (recovery.cpp)
+  struct Pending {
+    std::uint64_t array;
+    std::uint64_t intent;
+    bool tail;
+    std::string hi;
+  };
+  std::string walk_array(std::uint64_t off, bool tail, std::string_view hi,
+                         std::vector<std::uint64_t>* seen, std::vector<Pending>* pending,
+                         std::uint64_t* records);
+  Status finish_intent(const Pending& p) const;
+
+  std::unique_ptr<pm::Pool> pool_;
+  Root* root_ = nullptr;
+  pm::KeyMode key_mode_ = pm::KeyMode::u64;
+  index_common::ValueCodec values_;
+  std::unique_ptr<PmTree> tree_;
+  std::uint32_t tag_ = 1;
+  RecoveryStats recovery_;
+  mutable std::atomic<std::uint64_t> splits_{0}, grows_{0}, shrinks_{0};
+  mutable std::mutex walk_mu_;
+  mutable std::condition_variable walk_cv_;
+  std::atomic<bool> walk_done_{true};
+  std::atomic<bool> corrupted_{false};
+  Status walk_status_;  // guarded by walk_mu_
+  std::thread walker_;
+  bool closed_ = false;
+};
+
+}  // namespace pmindex::roart
