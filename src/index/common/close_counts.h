@@ -29,4 +29,32 @@ inline Status check_close_counts(const pm::Pool& pool, const char* index, std::u
                         std::to_string(want_nodes) + " (damaged leaf chain: data lost)");
 }
 
+// Lazy (background) recovery: the walk runs beside the session's writes, so its record count
+// may or may not include a write in flight. Where the node set is frozen during the walk
+// (APEX: SMOs wait for it) the walk compares its node count alone ...
+inline Status check_close_nodes(const pm::Pool& pool, const char* index, std::uint64_t nodes) {
+  const std::uint64_t want = pool.nodes_at_close();
+  if (!pool.was_clean() || want == pm::kNoCount || want == nodes) return Status::Ok();
+  return pool.error(Code::corrupted,
+                    std::string(index) + ": recovery found " + std::to_string(nodes) +
+                        " nodes, but the last clean close counted " + std::to_string(want) +
+                        " (damaged tree: data lost)");
+}
+
+// ... and the records are compared where the index is quiescent (verify(), which pmpool check
+// runs): the records the tree holds now must be the last clean close's count plus the net
+// successful inserts and removes this session answered (`net`, from Index::size()'s counters).
+inline Status check_close_records_since(const pm::Pool& pool, const char* index,
+                                        std::uint64_t records_now, std::int64_t net) {
+  const std::uint64_t want = pool.records_at_close();
+  if (!pool.was_clean() || want == pm::kNoCount) return Status::Ok();
+  const std::int64_t expect = static_cast<std::int64_t>(want) + net;
+  if (expect == static_cast<std::int64_t>(records_now)) return Status::Ok();
+  return pool.error(Code::corrupted,
+                    std::string(index) + ": the tree holds " + std::to_string(records_now) +
+                        " records, but the last clean close counted " + std::to_string(want) +
+                        " and this session added " + std::to_string(net) +
+                        " (damaged tree: data lost)");
+}
+
 }  // namespace pmindex::index_common

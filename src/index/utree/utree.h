@@ -185,6 +185,8 @@ class UTree final : public Index {
   std::vector<NodeOff> read_hints(std::uint64_t* raw) const;
   void walk_segment(Segment& seg, NodeOff stop) const;
   Status mark_segment(const Segment& seg) const;
+  Status check_counts(const std::vector<Segment>& segs, std::size_t used) const;
+  void count_list(std::uint64_t* records, std::uint64_t* nodes) const;
   void write_hints(const std::vector<NodeOff>& picks);
   void build_dram(const std::vector<std::pair<std::uint64_t, NodeOff>>& entries, double fill);
   std::uint64_t separator_for(std::uint64_t word, NodeOff node);
