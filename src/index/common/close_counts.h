@@ -1,6 +1,7 @@
-// Damage detection that keeps recovery instant (issue 18 item 4): an index that counts its
-// records and leaves at a clean close passes them to pm::Pool::close_clean, and its next full
-// recovery walk compares what it found with them before it commits the open. A chain that
+// Damage detection that keeps recovery instant (issue 18 item 4): every PM kind counts its
+// records and leaves/nodes at a clean close and passes them to pm::Pool::close_clean; its next
+// recovery walk compares what it found with them (before it commits the open where the walk
+// runs at open; in the background walk or verify() for the lazy kinds, below). A chain that
 // lost leaves to a zeroed page or a misdirected write, after a clean close, is then refused as
 // corrupted instead of opening with the data silently gone. After an unclean end there are no
 // counts (commit_open clears them) and nothing is compared (docs/pool-format.md).
