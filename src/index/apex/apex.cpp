@@ -638,7 +638,11 @@ Status Apex::close() {
     return damage_;
   }
   if (!closed_) {
-    pool_->close_clean();
+    // The counts let the next open see a tree that lost nodes or records (one read-only walk).
+    std::uint64_t records = 0, nodes = 0;
+    std::unordered_set<std::uint64_t> seen;
+    if (!count_tree(root_->root_node, 0, seen, &records, &nodes)) records = nodes = pm::kNoCount;
+    pool_->close_clean(records, nodes);
     closed_ = true;
   }
   return Status::Ok();

@@ -492,6 +492,10 @@ class Apex final : public Index {
   Status walk_and_mark(std::uint64_t off, std::uint32_t depth,
                        std::unordered_set<std::uint64_t>& seen_inner);
   void start_recovery_walk();
+  // Records and nodes as walk_and_mark counts them, read-only (close, quiescent); false if a
+  // node fails its first-touch check or the tree has a cycle (then nothing is recorded).
+  bool count_tree(std::uint64_t off, std::uint32_t depth, std::unordered_set<std::uint64_t>& seen,
+                  std::uint64_t* records, std::uint64_t* nodes) const;
   Status verify_node(std::uint64_t off, std::uint64_t lo, std::uint64_t hi, std::uint32_t depth,
                      std::uint64_t* records) const;
   Status verify_data(std::uint64_t off, std::uint64_t* records) const;
@@ -527,6 +531,9 @@ class Apex final : public Index {
   // are left to finish_recovery (unmarked = free); others are freed normally.
   std::uint64_t recovery_hwm_ = 0;
   std::uint64_t walk_records_ = 0;  // records the recovery walk counted (walker thread only)
+  // True while the recovery walk runs: verify() waits for it (its record count is the base
+  // the close-count comparison subtracts; pmpool check verifies right after the open).
+  std::atomic<bool> walk_running_{false};
   bool walk_pending_ = false;  // written by the walker under smo_mu_ exclusive; read under it
   std::vector<std::pair<std::uint64_t, std::size_t>> deferred_frees_;
   std::thread walker_;

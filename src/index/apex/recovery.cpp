@@ -13,6 +13,7 @@
 #include <random>
 
 #include "index/apex/apex.h"
+#include "index/common/close_counts.h"
 
 namespace pmindex::apex {
 
@@ -210,6 +211,7 @@ Result<std::unique_ptr<Index>> Apex::recover(std::unique_ptr<pm::Pool> pool, con
 }
 
 void Apex::start_recovery_walk() {
+  walk_running_.store(true, std::memory_order_relaxed);  // relaxed: before the thread starts
   walker_ = std::thread([this] {
     std::unique_lock<std::shared_mutex> global(smo_mu_);
     pm::Allocator& al = pool_->allocator();
@@ -221,6 +223,9 @@ void Apex::start_recovery_walk() {
       s = al.finish_recovery();  // returns the mark error; frees nothing
     } else {
       s = walk_and_mark(root_->root_node, 0, seen_inner);
+      // SMOs wait for this walk, so the node count is exact (records race the writes: they are
+      // compared in verify()). A tree that lost nodes after a clean close frees nothing.
+      if (s.ok()) s = index_common::check_close_nodes(*pool_, "apex", recovery_.nodes);
       // Only a complete walk may free: an unvisited subtree's blocks are unmarked but live.
       if (s.ok()) s = al.finish_recovery();
     }
@@ -234,6 +239,9 @@ void Apex::start_recovery_walk() {
     walk_status_ = std::move(s);
     recovery_.records = walk_records_;
     set_recovered_records(walk_records_);  // also after a failed walk: size() must not wait
+    // release: verify() (acquire) then sees walk_records_ and walk_status_.
+    walk_running_.store(false, std::memory_order_release);
+    walk_running_.notify_all();
   });
 }
 
@@ -340,6 +348,35 @@ Status Apex::walk_and_mark(std::uint64_t off, std::uint32_t depth,
     for (const Record& r : p.at<ExtStash>(b)->rec) walk_records_ += r.key != dn->invalid_key ? 1 : 0;
   }
   return Status::Ok();
+}
+
+bool Apex::count_tree(std::uint64_t off, std::uint32_t depth,
+                      std::unordered_set<std::uint64_t>& seen, std::uint64_t* records,
+                      std::uint64_t* nodes) const {
+  const pm::Pool& p = *pool_;
+  if (depth > kMaxDepth || p.checked<InnerNode>(off, sizeof(InnerNode), 64) == nullptr)
+    return false;
+  ++*nodes;
+  if (type_of(off) == NodeType::inner) {
+    if (!inner_damage(off).empty() || !seen.insert(off).second) return false;
+    const InnerNode* in = inner(off);
+    for (std::uint32_t i = 0; i < in->fanout; ++i) {
+      const std::uint64_t c = in->children()[i];
+      if (i > 0 && c == in->children()[i - 1]) continue;
+      if (!count_tree(c, depth + 1, seen, records, nodes)) return false;
+    }
+    return true;
+  }
+  if (!data_header_damage(off).empty()) return false;
+  const DataNode* dn = data(off);
+  for (std::uint32_t i = 0; i < dn->pa_slots + dn->sa_slots; ++i)
+    *records += dn->pa()[i].key != dn->invalid_key ? 1 : 0;
+  std::uint64_t limit = p.size() / sizeof(ExtStash);
+  for (std::uint64_t b = dn->ext_head; b != 0; b = p.at<ExtStash>(b)->next) {
+    if (limit-- == 0 || p.checked<ExtStash>(b, sizeof(ExtStash), 256) == nullptr) return false;
+    for (const Record& r : p.at<ExtStash>(b)->rec) *records += r.key != dn->invalid_key ? 1 : 0;
+  }
+  return true;
 }
 
 }  // namespace pmindex::apex

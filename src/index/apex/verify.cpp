@@ -4,10 +4,12 @@
 #include <unordered_set>
 
 #include "index/apex/apex.h"
+#include "index/common/close_counts.h"
 
 namespace pmindex::apex {
 
 Status Apex::verify() const {
+  walk_running_.wait(true, std::memory_order_acquire);  // pairs with the walker's release
   std::unique_lock<std::shared_mutex> global(smo_mu_);
   if (!walk_status_.ok()) return walk_status_;
   if (refusing_writes()) {  // damage found by an operation (first-touch check or routing)
@@ -22,7 +24,11 @@ Status Apex::verify() const {
   if (type_of(root_->root_node) != NodeType::inner)
     return pool_->error(Code::corrupted, "verify: the root is not an inner node");
   std::uint64_t records = 0;
-  return verify_node(root_->root_node, 0, ~std::uint64_t{0}, 0, &records);
+  if (Status s = verify_node(root_->root_node, 0, ~std::uint64_t{0}, 0, &records); !s.ok())
+    return s;
+  // Quiescent: size() is the walk's count plus this session's net inserts and removes.
+  const auto net = static_cast<std::int64_t>(size()) - static_cast<std::int64_t>(walk_records_);
+  return index_common::check_close_records_since(*pool_, "apex", records, net);
 }
 
 Status Apex::verify_node(std::uint64_t off, std::uint64_t lo, std::uint64_t hi,

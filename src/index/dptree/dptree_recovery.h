@@ -2,6 +2,7 @@
 // dptree_impl.h's templates.
 #pragma once
 
+#include "index/common/close_counts.h"
 #include "index/common/recovery_frame.h"
 #include "index/dptree/dptree_impl.h"
 
@@ -166,6 +167,9 @@ Status DPTree<P>::rebuild() {
   std::uint64_t records = 0;
   LogScan log;
   Status s = walk_chain(gv, &chain, &records);
+  // The base tree's records and leaves against the last clean close (the log is replayed
+  // whole, so a damaged log shows in walk_log): a chain cut short is refused, pool unchanged.
+  if (s.ok()) s = index_common::check_close_counts(p, "dptree", records, chain.size());
   if (s.ok()) s = walk_log(covered, &log);
   if (!s.ok()) {
     (void)p.allocator().finish_recovery();
@@ -343,7 +347,8 @@ template <class P>
 Status DPTree<P>::close() {
   std::unique_lock lock(mu_);
   if (!closed_) {
-    pool_->close_clean();
+    // The base tree's counts, from the counters merges keep (verify checks them against PM).
+    pool_->close_clean(base_records_, chain_.size());
     closed_ = true;
   }
   return Status::Ok();

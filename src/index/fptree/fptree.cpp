@@ -55,6 +55,8 @@ Status FPTree<N>::init_root(const Options& o) {
   const std::uint64_t off = logs == 0 ? 0 : p.allocator().allocate(sizeof(Root), &code);
   if (off == 0) return p.error(code, "no space for the fptree root, logs and first leaf");
   pm::zero(p.at<char>(head), sizeof(LeafT));  // C1: an empty head leaf, clear logs, the root
+  detail::put(&leaf_at(head)->tag, new_tag());
+  detail::put(&leaf_at(head)->next, kChainEnd);
   pm::persist(p.at<char>(head), sizeof(LeafT));
   pm::zero(p.at<char>(logs), kLogCount * sizeof(MicroLog));
   pm::persist(p.at<char>(logs), kLogCount * sizeof(MicroLog));
@@ -120,6 +122,26 @@ Result<std::unique_ptr<Index>> FPTree<N>::recover(std::unique_ptr<pm::Pool> pool
   return std::unique_ptr<Index>(std::move(idx));
 }
 
+// A link zeroed, or redirected to another valid leaf, after any end (clean or not) no longer
+// carries the tag of the leaf it names; the last leaf's link must say the chain ends there.
+template <unsigned N>
+template <class NextOf>
+Status FPTree<N>::check_links(const std::vector<std::uint64_t>& leaves, NextOf next_of) const {
+  for (std::size_t i = 0; i < leaves.size(); ++i) {
+    const std::uint64_t link = next_of(leaves[i]);
+    const bool last = i + 1 == leaves.size();
+    const std::uint64_t want = last ? kEndTag : leaf_at(leaves[i + 1])->tag;
+    if ((!last && !valid_tag(want)) || link_tag(link) != want)
+      return pool_->error(Code::corrupted,
+                          "fptree recovery: the link of the leaf at offset " +
+                              std::to_string(leaves[i]) +
+                              (last ? " ends the chain without its end mark"
+                                    : " does not carry the tag of the leaf it names") +
+                              " (a damaged or redirected next pointer)");
+  }
+  return Status::Ok();
+}
+
 // Recovery (PROTOCOL.md R1..R5). Pass 1 only reads PM and decides (a refused pool stays
 // unchanged); the repairs run after commit_open.
 template <unsigned N>
@@ -142,30 +164,33 @@ Status FPTree<N>::rebuild(unsigned threads) {
     if (g.split_leaf != 0 && g.split_new != 0) {
       if (!leaf_ok(g.split_leaf) || !leaf_ok(g.split_new)) return fail("bad split log offsets");
       if ((leaf_at(g.split_leaf)->bitmap & LeafT::kFullMask) != LeafT::kFullMask) {
-        relink[g.split_leaf] = g.split_new;
+        relink[g.split_leaf] = make_link(g.split_new, leaf_at(g.split_new)->tag);  // S7 redone
         ++recovery_.repaired;
       }
     }
     if (g.delete_leaf != 0 && g.delete_prev != 0) {
       if (!leaf_ok(g.delete_leaf) || !leaf_ok(g.delete_prev)) return fail("bad delete log offsets");
-      if (leaf_at(g.delete_prev)->next == g.delete_leaf &&
+      if (link_off(leaf_at(g.delete_prev)->next) == g.delete_leaf &&
           (leaf_at(g.delete_leaf)->bitmap & LeafT::kFullMask) == 0) {
         relink[g.delete_prev] = leaf_at(g.delete_leaf)->next;
         ++recovery_.repaired;
       }
     }
   }
-  auto next_of = [&](std::uint64_t off) {
+  auto next_of = [&](std::uint64_t off) {  // the link word, tagged
     const auto it = relink.find(off);
     return it != relink.end() ? it->second : leaf_at(off)->next;
   };
   // R2: walk the chain as the logs complete it, recording every leaf position (serial: a
-  // pointer chase) ...
+  // pointer chase), and check every link's tag ...
   std::vector<std::uint64_t> leaves;
-  if (Status s = index_common::walk_leaf_chain(p, head_, sizeof(LeafT), 256, next_of, &leaves);
-      !s.ok()) {
+  Status walk = index_common::walk_leaf_chain(
+      p, head_, sizeof(LeafT), 256, [&](std::uint64_t off) { return link_off(next_of(off)); },
+      &leaves);
+  if (walk.ok()) walk = check_links(leaves, next_of);
+  if (!walk.ok()) {
     (void)p.allocator().finish_recovery();
-    return s;
+    return walk;
   }
   // ... then, on `threads` threads over those positions, check and mark every leaf and record
   // and summarise each leaf's keys; key order across leaves is checked serially after.
@@ -251,7 +276,7 @@ std::uint64_t FPTree<N>::leaf_count() const {
   std::vector<std::uint64_t> leaves;
   const Status s = index_common::walk_leaf_chain(
       *pool_, head_, sizeof(LeafT), 256,
-      [&](std::uint64_t off) { return optimistic_read(leaf_at(off)->next); }, &leaves);
+      [&](std::uint64_t off) { return link_off(optimistic_read(leaf_at(off)->next)); }, &leaves);
   return s.ok() ? leaves.size() : 0;
 }
 
@@ -269,7 +294,12 @@ Status FPTree<N>::verify() const {
   index_common::ChainKeys chain;
   if (Status s = index_common::walk_leaf_chain(
           p, head_, sizeof(LeafT), 256,
-          [&](std::uint64_t off) { return optimistic_read(leaf_at(off)->next); }, &chain.leaves);
+          [&](std::uint64_t off) { return link_off(optimistic_read(leaf_at(off)->next)); },
+          &chain.leaves);
+      !s.ok())
+    return s;
+  if (Status s = check_links(chain.leaves,
+                             [&](std::uint64_t off) { return optimistic_read(leaf_at(off)->next); });
       !s.ok())
     return s;
   using index_common::block_bytes;
@@ -334,7 +364,8 @@ Status FPTree<N>::close() {
   std::uint64_t records = 0, leaves = 0;
   std::vector<std::uint64_t> offs;
   if (index_common::walk_leaf_chain(*pool_, head_, sizeof(LeafT), 256,
-                                    [&](std::uint64_t off) { return leaf_at(off)->next; }, &offs)
+                                    [&](std::uint64_t off) { return link_off(leaf_at(off)->next); },
+                                    &offs)
           .ok()) {
     leaves = offs.size();
     for (const std::uint64_t off : offs)

@@ -27,9 +27,11 @@
 //   (5) the PM bytes reachable from the root equal the allocator's bytes in use.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <random>
 #include <span>
 #include <string>
 #include <string_view>
@@ -178,8 +180,19 @@ class FPTree final : public Index {
   static void set_fp(LeafT* l, unsigned s, std::uint8_t fp);
   static std::uint8_t get_fp(const LeafT* l, unsigned s);
 
+  // A fresh leaf tag (leaf.h): a counter from a random start, so a link damaged into naming
+  // another leaf fails its check but for 1 in 65,534.
+  std::uint64_t new_tag() {
+    // relaxed: a counter; the tag is published with its leaf (persisted before the link NAW).
+    return 1 + tags_.fetch_add(1, std::memory_order_relaxed) % (kEndTag - 1);
+  }
+
   // recovery
   Status rebuild(unsigned threads);
+  // R2's tag check: each link of the chain (as the logs complete it) names its leaf's tag, the
+  // last link is kChainEnd.
+  template <class NextOf>
+  Status check_links(const std::vector<std::uint64_t>& leaves, NextOf next_of) const;
 
   std::unique_ptr<pm::Pool> pool_;
   Root* root_ = nullptr;
@@ -195,6 +208,7 @@ class FPTree final : public Index {
   RecoveryStats recovery_;
   bool closed_ = false;
   bool has_records_ = false;              // bytes keys or out-of-line values
+  std::atomic<std::uint64_t> tags_{std::random_device{}()};
   mutable sync::EpochManager epochs_;     // last member: its deleters use pool_
 };
 

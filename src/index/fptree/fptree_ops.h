@@ -450,7 +450,7 @@ std::size_t FPTree<N>::scan(std::string_view start, std::size_t max, ScanBuffer&
         if (!values_.read(slot_word(&l->kv[s][1]), &value_buf)) value_buf.clear();  // stale
         sc.gather(keys_.key_bytes(slot_word(&l->kv[s][0])), value_buf);
       }
-      const std::uint64_t next = optimistic_read(l->next);
+      const std::uint64_t next = link_off(optimistic_read(l->next));
       std::optional<std::uint64_t> next_v = 0;
       const bool next_ok = next == 0 || (next_v = versions_->read(next));
       if (!next_ok || !versions_->unchanged(off, v)) break;

@@ -57,13 +57,15 @@ std::uint64_t FPTree<N>::split(std::uint64_t off, std::uint64_t* sep_word) {
   const auto* src = reinterpret_cast<const std::uint64_t*>(l);
   auto* dst = reinterpret_cast<std::uint64_t*>(nl);
   for (std::size_t w = 0; w < sizeof(LeafT) / 8; ++w)
-    detail::put(dst + w, w == offsetof(LeafT, lock) / 8 ? 0 : optimistic_read(src[w]));
+    detail::put(dst + w, w == offsetof(LeafT, lock) / 8  ? 0
+                         : w == offsetof(LeafT, tag) / 8 ? new_tag()  // its own tag
+                                                         : optimistic_read(src[w]));
   pm::persist(nl, sizeof(LeafT));  // S4
   detail::put(&nl->bitmap, upper);  // S5: the new leaf keeps the upper half
   pm::persist(&nl->bitmap, 8);
   detail::put(&l->bitmap, LeafT::kFullMask & ~upper);  // S6: NAW - the old leaf the lower half
   pm::persist(&l->bitmap, 8);
-  detail::put(&l->next, new_off);  // S7: NAW - link the new leaf
+  detail::put(&l->next, make_link(new_off, nl->tag));  // S7: NAW - link the new leaf
   pm::persist(&l->next, 8);
   detail::put(&log->split_new, 0);  // S8: clear the log
   detail::put(&log->split_leaf, 0);
@@ -114,7 +116,7 @@ void FPTree<N>::try_remove_leaf(std::uint64_t off, const Probe& p) {
   }
   LeafT* a = leaf_at(prev);
   LeafT* l = leaf_at(off);
-  if (optimistic_read(a->next) != off)
+  if (link_off(optimistic_read(a->next)) != off)
     index_common::fatal("fptree", "remove: the inner tree's left neighbour is not the chain predecessor");
   MicroLog* log = my_log();
   detail::put(&log->delete_leaf, off);  // D3: record leaf and predecessor in the delete log
@@ -149,7 +151,8 @@ Status FPTree<N>::bulk_load(std::span<const KeyValue> sorted, double fill) {
     return Status(Code::invalid_argument, "bulk_load: fill factor must be in (0, 1]");
   if (sorted.empty()) return Status::Ok();
   LeafT* head = leaf_at(head_);
-  if ((optimistic_read(head->bitmap) & LeafT::kFullMask) != 0 || optimistic_read(head->next) != 0)
+  if ((optimistic_read(head->bitmap) & LeafT::kFullMask) != 0 ||
+      optimistic_read(head->next) != kChainEnd)
     return Status(Code::invalid_argument, "bulk_load needs an empty index");
   for (std::size_t i = 0; i < sorted.size(); ++i) {
     if (Code c = keys_.check(sorted[i].key); c != Code::ok)
@@ -185,7 +188,8 @@ Status FPTree<N>::bulk_load(std::span<const KeyValue> sorted, double fill) {
     Code c = Code::ok;
     if ((leaves[made_leaves] = pool_->allocator().allocate(kBlock, &c)) == 0) return undo(c);
   }
-  for (std::size_t j = 0; j < n_leaves; ++j) {  // B2: the new leaves, chained (unused space)
+  for (std::size_t j = n_leaves; j-- > 0;) {  // B2: the new leaves, chained (unused space),
+    // back to front: each link carries the tag of the leaf after it
     LeafT* l = leaf_at(leaves[j]);
     index_common::recycle_unlocked(versions_->at(leaves[j]));
     const std::size_t first = j * per, cnt = std::min(sorted.size(), first + per) - first;
@@ -197,14 +201,17 @@ Status FPTree<N>::bulk_load(std::span<const KeyValue> sorted, double fill) {
       fps[s / 8] = with_fp(fps[s / 8], s, keys_.probe(sorted[first + i].key).fp);
     }
     for (std::size_t w = 0; w < LeafT::kFpWords; ++w) detail::put(&l->fps[w], fps[w]);
+    detail::put(&l->next, j + 1 < n_leaves
+                              ? make_link(leaves[j + 1], leaf_at(leaves[j + 1])->tag)
+                              : kChainEnd);
     detail::put(&l->bitmap, cnt == 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << cnt) - 1);
-    detail::put(&l->next, j + 1 < n_leaves ? leaves[j + 1] : 0);
     detail::put(&l->lock, 0);
-    detail::put(&l->reserved, 0);
+    detail::put(&l->tag, new_tag());
     pm::flush(l, offsetof(LeafT, kv) + cnt * 16);  // B3: header, fingerprints, used slots
   }
   pm::fence();                                      //     durable before the commit
-  detail::put(&head->next, leaves[0]);  // B4: NAW - the head's next publishes the whole load
+  // B4: NAW - the head's next publishes the whole load
+  detail::put(&head->next, make_link(leaves[0], leaf_at(leaves[0])->tag));
   pm::persist(&head->next, 8);
   // DRAM: the inner tree over head + the loaded leaves.
   std::vector<std::pair<std::uint64_t, std::uint64_t>> items;

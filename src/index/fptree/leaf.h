@@ -5,9 +5,10 @@
 // give every leaf its own DRAM version):
 //
 //   [ 0, 8)   bitmap     bit s set iff slot s holds a valid entry (bits >= N are zero)
-//   [ 8,16)   next       pool offset of the next leaf in key order, 0 at the end
+//   [ 8,16)   next       link to the next leaf in key order: its pool offset in bits 0-47 and
+//                        its tag in bits 48-63; kChainEnd (offset 0, tag kEndTag) at the end
 //   [16,24)   lock       1 while a writer holds the leaf; volatile meaning, cleared at recovery
-//   [24,32)   reserved   0
+//   [24,32)   tag        the leaf's own tag (1..kEndTag-1), written before the leaf is linked
 //   [32,K)    fps        one-byte fingerprints, slot s at byte 32 + s, packed 8 per u64 word
 //                        (stored as whole words so that optimistic readers read atomically)
 //   [K, K + 16N) kv[s]   slot s: key word, value word (unsorted)
@@ -42,10 +43,26 @@ struct Leaf {
   std::uint64_t bitmap;
   std::uint64_t next;
   std::uint64_t lock;
-  std::uint64_t reserved;
+  std::uint64_t tag;
   std::uint64_t fps[kFpWords];
   std::uint64_t kv[N][2];
 };
+
+// Links carry the tag of the leaf they name (docs/pool-format.md, "unclean shutdown"): a link
+// zeroed or redirected to another leaf by damage no longer matches, after any end, and costs
+// no extra line (the tag rides in the 8-byte link a split or delete already writes with one
+// NAW; the new leaf's own tag is written with the rest of the leaf before it is linked).
+inline constexpr unsigned kTagShift = 48;
+inline constexpr std::uint64_t kEndTag = 0xffff;
+inline constexpr std::uint64_t kChainEnd = kEndTag << kTagShift;
+constexpr std::uint64_t link_off(std::uint64_t link) {
+  return link & ((std::uint64_t{1} << kTagShift) - 1);
+}
+constexpr std::uint64_t link_tag(std::uint64_t link) { return link >> kTagShift; }
+constexpr std::uint64_t make_link(std::uint64_t off, std::uint64_t tag) {
+  return off | tag << kTagShift;
+}
+constexpr bool valid_tag(std::uint64_t tag) { return tag != 0 && tag < kEndTag; }
 
 // True if slot s's fingerprint word lies in line 0, the bitmap's line (leaves are 256 B
 // aligned): slots 0..31, i.e. every slot for N <= 32.
@@ -57,7 +74,8 @@ template <unsigned N>
 inline constexpr std::size_t kLeafBlock = sizeof(Leaf<N>) < 256 ? 256 : sizeof(Leaf<N>);
 
 static_assert(offsetof(Leaf<64>, bitmap) == 0 && offsetof(Leaf<64>, next) == 8 &&
-              offsetof(Leaf<64>, lock) == 16 && offsetof(Leaf<64>, fps) == 32);
+              offsetof(Leaf<64>, lock) == 16 && offsetof(Leaf<64>, tag) == 24 &&
+              offsetof(Leaf<64>, fps) == 32);
 static_assert(offsetof(Leaf<8>, kv) == 64 && sizeof(Leaf<8>) == 192);
 static_assert(offsetof(Leaf<16>, kv) == 64 && sizeof(Leaf<16>) == 320);
 static_assert(offsetof(Leaf<32>, kv) == 64 && sizeof(Leaf<32>) == 576);

@@ -437,6 +437,9 @@ class NBTree final : public Index {
   // recovery
   Status init_root();
   Status rebuild();
+  // Records (keys set, key 0's side record included) and blocks on the PM chain, read-only
+  // (close, quiescent); kNoCount if the chain fails its bounded walk.
+  void count_chain(std::uint64_t* records, std::uint64_t* blocks) const;
   Status verify_leaf(const Leaf* leaf, std::uint64_t* live) const;
   Status verify_inner(const Inner* node, std::uint64_t low, std::uint64_t high,
                       std::vector<const Leaf*>* leaves) const;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "index/common/close_counts.h"
 #include "index/nbtree/nbtree.h"
 
 namespace pmindex::nbtree {
@@ -267,6 +268,13 @@ Status NBTree::rebuild() {
     link = &hdr->next;
     off = next_off;
     if (walked > p.size() / node_size_) return fail("nbtree block chain is too long");
+  }
+  // Every block walked (empty ones too, as close counts them), before any repair: a chain
+  // cut short after a clean close is refused with the pool unchanged.
+  if (Status s = index_common::check_close_counts(p, "nbtree", recovery_.records, walked);
+      !s.ok()) {
+    for (Leaf* l : leaves) drop_dram(l);
+    return s;
   }
   for (const auto& [word, value] : repairs) {
     pm::publish(word, value);
@@ -594,10 +602,30 @@ void NBTree::corrupt_for_testing(int what) {
   }
 }
 
+void NBTree::count_chain(std::uint64_t* records, std::uint64_t* blocks) const {
+  const pm::Pool& p = *pool_;
+  *records = root_->zero_present == 1 ? 1 : 0;
+  *blocks = 0;
+  for (std::uint64_t off = root_->head; off != 0;) {
+    const auto* hdr = p.checked<BlockHeader>(off, node_size_, block_align(node_size_));
+    if (hdr == nullptr || *blocks > p.size() / node_size_) {
+      *records = *blocks = pm::kNoCount;
+      return;
+    }
+    const Entry* e = reinterpret_cast<const Entry*>(hdr + 1);
+    for (int i = 0; i < cap_; ++i) *records += e[i].key != 0 ? 1 : 0;
+    ++*blocks;
+    off = hdr->next;
+  }
+}
+
 Status NBTree::close() {
   if (!closed_) {
     epochs_.drain();
-    pool_->close_clean();
+    // The counts let the next open see a chain that lost blocks (one read-only walk here).
+    std::uint64_t records = 0, blocks = 0;
+    count_chain(&records, &blocks);
+    pool_->close_clean(records, blocks);
     closed_ = true;
   }
   return Status::Ok();

@@ -692,7 +692,10 @@ Status PacTree::close() {
     print_stats();
     updater_.set_mode(UpdaterMode::held);  // nothing runs after close
     epochs_.drain();
-    pool_->close_clean();
+    // The counts let the next open see a list that lost nodes (one read-only walk here).
+    std::uint64_t records = 0, nodes = 0;
+    count_list(&records, &nodes);
+    pool_->close_clean(records, nodes);
     closed_ = true;
   }
   return Status::Ok();

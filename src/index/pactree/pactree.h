@@ -230,6 +230,9 @@ class PacTree final : public Index {
   // recovery and verification (recovery.cpp)
   Status repair_logs(Root* r, std::uint64_t* repaired);
   Status rebuild(Root* r);
+  // Records and nodes on the PM list, read-only (close, quiescent); kNoCount if the list
+  // fails its bounded walk.
+  void count_list(std::uint64_t* records, std::uint64_t* nodes) const;
   Status check_node(std::uint64_t off, std::string_view lo, bool has_lo,
                     std::string* hi_out) const;
   Status verify_list(std::vector<std::uint64_t>* nodes, std::uint64_t* reachable) const;

@@ -8,6 +8,7 @@
 #include <thread>
 #include <unordered_set>
 
+#include "index/common/close_counts.h"
 #include "index/common/pm_record.h"
 #include "index/common/traits.h"
 #include "index/pactree/pactree.h"
@@ -148,6 +149,11 @@ Result<std::unique_ptr<Index>> PacTree::recover(std::unique_ptr<pm::Pool> pool,
     return p.error(Code::corrupted, "pactree root object cannot be marked");
   if (Status s = idx->repair_logs(r, &idx->recovery_.repaired); !s.ok()) return s;
   if (Status s = idx->rebuild(r); !s.ok()) return s;
+  // A list cut short after a clean close is refused (before finish_recovery frees anything).
+  if (Status s = index_common::check_close_counts(p, "pactree", idx->recovery_.records,
+                                                  idx->recovery_.nodes);
+      !s.ok())
+    return s;
   if (Status s = p.allocator().finish_recovery(); !s.ok()) return s;
   p.commit_open();
   idx->recovery_.seconds =
@@ -291,6 +297,21 @@ Status PacTree::rebuild(Root* r) {
   set_recovered_records(records);  // size()
   recovery_.nodes = seen.size();
   return Status::Ok();
+}
+
+void PacTree::count_list(std::uint64_t* records, std::uint64_t* nodes) const {
+  const pm::Pool& p = *pool_;
+  *records = *nodes = 0;
+  for (std::uint64_t off = root_->head; off != 0;) {
+    const DataNode* n = p.checked<DataNode>(off, node_size_, 256);
+    if (n == nullptr || *nodes > p.size() / node_size_) {
+      *records = *nodes = pm::kNoCount;
+      return;
+    }
+    *records += static_cast<std::uint64_t>(std::popcount(n->h.bitmap & full_));
+    ++*nodes;
+    off = n->h.next;
+  }
 }
 
 // --- verify ---------------------------------------------------------------------------------

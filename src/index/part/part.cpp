@@ -6,6 +6,7 @@
 #include <random>
 #include <unordered_set>
 
+#include "index/common/close_counts.h"
 #include "index/common/reclaim.h"
 #include "index/common/traits.h"
 
@@ -145,7 +146,8 @@ void Part::start_walk(std::uint64_t root_off) {
       s = pool_->error(Code::corrupted, "part root object cannot be marked");
     } else if (std::string e = tree_->walk(mark); !e.empty()) {
       s = pool_->error(Code::corrupted, "part recovery walk: " + e);
-    } else {
+    } else if (s = index_common::check_close_counts(*pool_, "part", records, nodes.size());
+               s.ok()) {  // writers wait for this walk: its counts are exact
       s = al.finish_recovery();  // only a complete walk frees: unvisited blocks may be live
     }
     std::lock_guard<std::mutex> lock(walk_mu_);
@@ -319,7 +321,20 @@ Status Part::close() {
   (void)wait_recovery_walk();
   if (!closed_) {
     tree_->epochs().drain();
-    pool_->close_clean();
+    // The counts let the next walk see a tree that lost nodes (one read-only walk here, the
+    // recovery walk's own, counting instead of marking).
+    std::unordered_set<std::uint64_t> nodes;
+    std::uint64_t records = 0;
+    const std::string e =
+        tree_->walk([&](std::uint64_t ref, std::size_t, bool is_record, std::uint64_t) {
+          records += is_record ? 1 : 0;
+          return is_record || nodes.insert(ref).second;
+        });
+    if (e.empty()) {
+      pool_->close_clean(records, nodes.size());
+    } else {
+      pool_->close_clean();
+    }
     closed_ = true;
   }
   return Status::Ok();

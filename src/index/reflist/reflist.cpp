@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "index/common/close_counts.h"
+
 namespace pmindex::reflist {
 
 pm::Layout RefList::layout_for(const Options& options) {
@@ -84,6 +86,13 @@ Result<std::unique_ptr<Index>> RefList::recover(std::unique_ptr<pm::Pool> pool,
       return p.allocator().finish_recovery();
     }
     if (Status s = idx->rebuild(); !s.ok()) return s;
+    // Each record is its own node: a chain cut short after a clean close is refused here.
+    if (Status s = index_common::check_close_counts(p, "reflist", idx->recovery_.records,
+                                                    idx->recovery_.nodes);
+        !s.ok()) {
+      (void)p.allocator().finish_recovery();
+      return s;
+    }
     if (Status s = p.allocator().finish_recovery(); !s.ok()) return s;
     p.commit_open();
   }
@@ -282,7 +291,9 @@ Footprint RefList::footprint() const {
 Status RefList::close() {
   std::lock_guard<std::mutex> lock(mu_);
   if (!closed_) {
-    pool_->close_clean();
+    // The map mirrors the PM chain one entry per record (each its own node): its size is
+    // the count the next open's walk must find (no PM read, no extra line per operation).
+    pool_->close_clean(map_.size(), map_.size());
     closed_ = true;
   }
   return Status::Ok();

@@ -195,6 +195,8 @@ class UTree final : public Index {
   void repair_links(std::vector<Segment>& segs, const std::vector<LeafRun>& runs,
                     std::uint64_t head);
   std::vector<NodeOff> hint_picks() const;
+  Status check_counts(const std::vector<Segment>& segs, std::size_t used) const;
+  void count_list(std::uint64_t* records, std::uint64_t* nodes) const;
   void write_hints(const std::vector<NodeOff>& picks);
   void build_dram(const std::vector<std::pair<std::uint64_t, NodeOff>>& entries, double fill);
   std::uint64_t separator_for(std::uint64_t word, NodeOff node);

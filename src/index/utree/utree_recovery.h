@@ -6,6 +6,7 @@
 #include <chrono>
 #include <thread>
 
+#include "index/common/close_counts.h"
 #include "index/common/recovery_frame.h"
 #include "index/utree/utree_impl.h"
 
@@ -354,7 +355,9 @@ Status UTree<P>::rebuild(unsigned threads) {
     marked = mark_all(segs, used);
     if (marked.ok()) build(1);
   }
-  if (!marked.ok()) return marked;
+  if (!marked.ok()) return marked;  // mark_all finished the allocator either way
+  // The walked list against the last clean close's counts, before anything is written.
+  if (Status cs = check_counts(segs, used); !cs.ok()) return cs;
   p.commit_open();
   repair_links(segs, runs, head);  // R2
   std::uint64_t records = 0;
@@ -363,6 +366,36 @@ Status UTree<P>::rebuild(unsigned threads) {
   std::vector<Segment>().swap(segs);
   write_hints(hint_picks());  // R4
   return Status::Ok();
+}
+
+// The walked list against the last clean close's counts (live nodes are the records; marked
+// ones count as nodes only): a list cut short after a clean close is refused, pool unchanged.
+template <class P>
+Status UTree<P>::check_counts(const std::vector<Segment>& segs, std::size_t used) const {
+  std::uint64_t records = 0, nodes = 0;
+  for (std::size_t i = 0; i < used; ++i) {
+    nodes += segs[i].nodes.size();
+    for (const auto& n : segs[i].nodes) records += (n.second & 1) == 0 ? 1 : 0;
+  }
+  return index_common::check_close_counts(*pool_, "utree", records, nodes);
+}
+
+// Live and all nodes on the PM list, read-only (close, quiescent); kNoCount if the list fails
+// its bounded walk.
+template <class P>
+void UTree<P>::count_list(std::uint64_t* records, std::uint64_t* nodes) const {
+  const pm::Pool& p = *pool_;
+  *records = *nodes = 0;
+  for (NodeOff off = link_target(root_->head); off != 0;) {
+    const ListNode* n = p.checked<ListNode>(off, node_bytes_, kNodeAlign);
+    if (n == nullptr || *nodes > p.size() / kNodeAlign) {
+      *records = *nodes = pm::kNoCount;
+      return;
+    }
+    *records += (n->next & kMarkBit) == 0 ? 1 : 0;
+    ++*nodes;
+    off = link_target(n->next);
+  }
 }
 
 // R4: a fresh hint block, persisted, then published with one 8-byte store; the block it
@@ -547,7 +580,11 @@ Status UTree<P>::close() {
   if (!closed_) {
     epochs_.drain();
     refresh_hints_for_testing();  // R4: hints for the next open, from the DRAM leaves
-    pool_->close_clean();  // every operation persisted its own steps
+    // Every operation persisted its own steps; the counts let the next open see a list that
+    // lost nodes (one read-only walk here).
+    std::uint64_t records = 0, nodes = 0;
+    count_list(&records, &nodes);
+    pool_->close_clean(records, nodes);
     closed_ = true;
   }
   return Status::Ok();

@@ -244,5 +244,37 @@ TEST(FPTree, RecoveryRefusesACycle) {
   EXPECT_EQ(r.status().code(), Code::corrupted);
 }
 
+// Issue 18, unclean shutdown: every link carries the tag of the leaf it names (leaf.h), so a
+// next pointer zeroed, or redirected past a leaf, is refused after an end that left no close
+// counts to compare.
+TEST(FPTree, RecoveryAfterAnUncleanEndRefusesADamagedLink) {
+  for (const bool zero : {true, false}) {
+    TempDir dir;
+    Options o = fp_options(kSmall, KeyType::u64);
+    o.path = dir.file("link.pool");
+    {
+      auto idx = open_or_die(o);
+      for (std::uint64_t k = 0; k < 400; ++k)
+        ASSERT_EQ(idx->insert(encode_u64(k), encode_u64(k)), Code::ok);
+      const pm::Pool& pool = idx->pool();
+      auto* head = pool.at<fptree::Leaf<8>>(head_of(pool));
+      const auto* second = pool.at<fptree::Leaf<8>>(fptree::link_off(head->next));
+      const std::uint64_t third = fptree::link_off(second->next);
+      ASSERT_NE(third, 0u);
+      // Redirected: the offset part names the third leaf, the tag is still the second's (what
+      // a damaged offset looks like). Without the tag the chain would just skip a leaf.
+      head->next = zero ? 0 : (head->next & ~fptree::link_off(~std::uint64_t{0})) | third;
+    }  // no close(): an unclean end, so no counts are stored
+    auto info = pm::Pool::inspect(o.path);
+    ASSERT_TRUE(info.ok());
+    ASSERT_FALSE(info->clean_shutdown);
+    auto r = Index::open(o);
+    ASSERT_FALSE(r.ok()) << (zero ? "zeroed" : "redirected") << " link not seen";
+    EXPECT_EQ(r.status().code(), Code::corrupted);
+    EXPECT_NE(r.status().message().find(zero ? "end mark" : "tag of the leaf"), std::string::npos)
+        << r.status().to_string();
+  }
+}
+
 }  // namespace
 }  // namespace pmindex
