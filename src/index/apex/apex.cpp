@@ -267,15 +267,66 @@ Code Apex::update(std::string_view key, std::string_view value) {
   }
 }
 
-// The lookup hot path (issue 16): an inline key decode, the descent through DRAM state only
-// (leaf_fast), one model prediction (lock_span, which also prefetches the predicted PA lines),
-// the lock versions, a plain probe of PA[p, p+D) — lookups skip the fingerprints (§4.2) — and
-// the overflow buckets only when PA misses. The PA records are the only PM it reads.
+// The lookup hot path (issue 16): for 8-byte unsigned keys, an inline key decode, the
+// descent through DRAM state only (leaf_fast<true>: no key-type test per level), one model
+// prediction, the version of the record lock covering the probe window (two locks only when
+// the window crosses a 256-record block), a plain probe of PA[p, p+D) — lookups skip the
+// fingerprints (§4.2) — and the overflow buckets only when PA misses. The PA records are the
+// only PM it reads. Everything else (other key types, a locked or replaced node) goes to
+// find_pinned, out of line, so the common path keeps few live values (issue 16: ~220 -> <=150
+// instructions per lookup).
 Code Apex::find(std::string_view key, std::string* value) const {
+  if (key.size() != 8 || kt_ != KeyType::u64) [[unlikely]] return find_any(key, value);
+  std::uint64_t be;
+  std::memcpy(&be, key.data(), 8);
+  const std::uint64_t k = __builtin_bswap64(be);  // the big-endian encoding (encode_u64)
+  const AnswerNote answered{this};  // records the time when this answer is complete
+  const auto guard = epochs_.pin();
+  const DataMeta* mp = leaf_fast<true>(k, nullptr);
+  if (mp == nullptr) [[unlikely]] return Code::corrupted;
+  const DataMeta& m = *mp;
+  const std::uint32_t p = search_slot(m.model, x_of<true>(k, m.model.lo));
+  // No prefetch of PA[p] here (lock_span has one): the probe's loads do not depend on the
+  // lock word's value, only on a predicted branch, so the core issues them alongside it.
+  const Record* pa = m.pa;
+  const std::uint32_t end = std::min(p + kProbeDistance, m.model.slots);
+  const std::uint32_t first = p / 256, last = (end - 1) / 256;
+  bool restart = false;
+  const std::uint64_t v1 = m.locks[first].readLockOrRestart(restart);
+  std::uint64_t v2 = v1;
+  if (last != first) [[unlikely]] v2 = m.locks[last].readLockOrRestart(restart);
+  if (restart) [[unlikely]] return find_pinned(k, value);  // obsolete: replaced by an SMO
+  // A pointer walk (no index arithmetic per slot): end > p, since p < slots.
+  const Record* rec = pa + p;
+  const Record* const stop = pa + end;
+  while (sync::optimistic_read(rec->key) != k) {
+    if (++rec == stop) {
+      rec = find_stash(m, k, p);
+      break;
+    }
+  }
+  const std::uint64_t payload = rec != nullptr ? sync::optimistic_read(rec->payload) : 0;
+  m.locks[first].checkOrRestart(v1, restart);
+  if (last != first) [[unlikely]] m.locks[last].checkOrRestart(v2, restart);
+  if (restart) [[unlikely]] return find_pinned(k, value);  // a writer ran: read again
+  if (rec == nullptr) return Code::not_found;
+  if (value != nullptr) {  // straight into the caller's buffer (no reallocation once sized)
+    if (value->size() != 8) [[unlikely]] value->resize(8);
+    std::memcpy(value->data(), &payload, 8);
+  }
+  return Code::ok;
+}
+
+// find for any key (an f64 key, a key of the wrong size): check_key, then the general loop.
+Code Apex::find_any(std::string_view key, std::string* value) const {
   std::uint64_t k = 0;
   if (Code c = check_key(key, &k); c != Code::ok) return c;
   const AnswerNote answered{this};  // records the time when this answer is complete
   const auto guard = epochs_.pin();
+  return find_pinned(k, value);
+}
+
+Code Apex::find_pinned(std::uint64_t k, std::string* value) const {
   for (;;) {
     std::uint64_t off = 0;
     const DataMeta* mp = leaf_fast(k, &off);
@@ -302,7 +353,7 @@ Code Apex::find(std::string_view key, std::string* value) const {
     if (span.last != span.first) m.locks[span.last].checkOrRestart(v2, restart);
     if (restart) continue;
     if (rec == nullptr) return Code::not_found;
-    if (value != nullptr) {  // straight into the caller's buffer (no reallocation once sized)
+    if (value != nullptr) {
       if (value->size() != 8) value->resize(8);
       std::memcpy(value->data(), &payload, 8);
     }

@@ -304,26 +304,30 @@ class Apex final : public Index {
   // (root_meta_, InnerMeta::child, DataMeta::model), inline, without a path and without
   // reading PM. A slot not resolved yet is resolved from PM (resolve_child); anything else
   // (a damaged node, a key outside the node's range, a path deeper than kMaxDepth) falls
-  // back to leaf() from the root, which checks and reports it.
+  // back to leaf() from the root, which checks and reports it. `off` may be nullptr.
+  // kU64: the caller has checked kt_ == KeyType::u64, so the model input is the plain
+  // difference (no key-type test per level; find's fast path).
+  template <bool kU64 = false>
   [[gnu::always_inline]] DataMeta* leaf_fast(std::uint64_t key, std::uint64_t* off) const {
     // acquire: pairs with the release stores of resolve_root / resolve_child, which publish
     // fully built states.
     const InnerMeta* im = root_meta_.load(std::memory_order_acquire);
     if (im == nullptr) [[unlikely]] im = resolve_root();
     for (std::uint32_t depth = 0; im != nullptr && depth < kMaxDepth; ++depth) {
-      const std::uint32_t slot = search_slot(im->model, x_of(key, im->model.lo));
+      const std::uint32_t slot = search_slot(im->model, x_of<kU64>(key, im->model.lo));
       std::uintptr_t c = im->child[slot].load(std::memory_order_acquire);
       if (c == 0) [[unlikely]] c = resolve_child(*im, slot);
       if (c == 0) [[unlikely]] break;
       if ((c & kInnerTag) == 0) {
         DataMeta* m = reinterpret_cast<DataMeta*>(c);
         if (key < m->model.lo || key > m->hi) [[unlikely]] break;  // leaf() reports it
-        *off = m->off;
+        if (off != nullptr) *off = m->off;
         return m;
       }
       im = reinterpret_cast<const InnerMeta*>(c & ~kInnerTag);
     }
-    return leaf(key, off, nullptr);
+    std::uint64_t unused = 0;  // off may be nullptr (find: the offset is not needed)
+    return leaf(key, off != nullptr ? off : &unused, nullptr);
   }
   // leaf_fast's slow paths: the root's / a child slot's DRAM state, resolved from PM and
   // (while the PM word still holds what was resolved) stored for the next lookups. nullptr /
@@ -335,7 +339,11 @@ class Apex final : public Index {
   // Resolves every slot of the tree (bulk load: the DRAM state is built there, not by the
   // first lookups).
   void resolve_all(const InnerMeta& im, std::uint32_t depth) const;
-  double x_of(std::uint64_t key, std::uint64_t lo) const { return model_input(kt_, key, lo); }
+  template <bool kU64 = false>
+  double x_of(std::uint64_t key, std::uint64_t lo) const {
+    if constexpr (kU64) return static_cast<double>(key - lo);  // model_input's u64 case
+    return model_input(kt_, key, lo);
+  }
   std::uint32_t route(const InnerNode* in, std::uint64_t key) const {
     return predict_slot({in->slope, in->intercept}, x_of(key, in->lo), in->fanout);
   }
@@ -390,6 +398,10 @@ class Apex final : public Index {
   // The stash part of locate: the stash record of `key` indexed by the overflow buckets of
   // its predicted slot p's group, or nullptr.
   const Record* find_stash(const DataMeta& m, std::uint64_t key, std::uint32_t p) const;
+  // find after check_key, for the calling thread already pinned: the general loop (any key
+  // type, a probe window over two record locks, a locked or replaced node, the stash).
+  [[gnu::noinline]] Code find_pinned(std::uint64_t k, std::string* value) const;
+  [[gnu::noinline]] Code find_any(std::string_view key, std::string* value) const;
   // ok, already_present, or pool_full; `needs_smo` set when the node is too dense.
   Code insert_into(std::uint64_t off, DataMeta& m, std::uint64_t key, std::uint64_t payload,
                    std::uint32_t p = kNoPrediction);
