@@ -32,15 +32,13 @@ void LBTree<M>::init_dram() {
   keys_.configure(pool_.get(), static_cast<KeyType>(root_->key_mode), root_->max_key_size);
   max_value_ = root_->max_value_size;
   inline_values_ = max_value_ == 8;
-  locks_.pool = pool_.get();
+  versions_ = std::make_unique<index_common::LeafVersions>(pool_->size());
   inner_.init_single(head_);
 }
 
 template <unsigned M>
 Status LBTree<M>::init_root(const Options& o) {
   pm::Pool& p = *pool_;
-  if (p.size() > kMaxPoolBytes)
-    return p.error(Code::invalid_argument, "lbtree pools are limited to 1 TiB (32-bit leaf numbers)");
   Code code = Code::ok;
   const std::uint64_t head = p.allocator().allocate(LeafT::kBytes, &code);
   if (head == 0) return p.error(code, "no space for the first leaf");
@@ -89,7 +87,7 @@ Result<std::unique_ptr<Index>> LBTree<M>::recover(std::unique_ptr<pm::Pool> pool
         if (r->node_size != LeafT::kBytes ||
             r->key_mode != static_cast<std::uint32_t>(p.info().layout.key_mode) ||
             r->max_key_size > kMaxKeyBytes || r->max_value_size < 8 ||
-            r->max_value_size > kMaxValueBytes || p.size() > kMaxPoolBytes ||
+            r->max_value_size > kMaxValueBytes ||
             p.checked<char>(r->head, LeafT::kBytes, 256) == nullptr)
           return p.error(Code::corrupted, "lbtree root holds impossible sizes or head offset");
         t.root_ = r;
@@ -200,25 +198,19 @@ Status LBTree<M>::rebuild(unsigned threads) {
   }
   if (Status fs = p.allocator().finish_recovery(); !fs.ok()) return fs;
   p.commit_open();
-  // R3: clear stale lock bits and lock words. R4: unlink empty leaves left by a crash between
-  // D2 and U3.
+  // R3: clear stale lock bits. R4: unlink empty leaves left by a crash between D2 and U3.
   std::vector<std::pair<std::uint64_t, std::uint64_t>> items;
   std::uint64_t prev_kept = 0;
   for (std::size_t i = 0; i < leaves.size(); ++i) {
     LeafT* l = leaf_at(leaves[i]);
-    // A lock word left locked (or obsolete) by the last run means nothing now: no thread runs.
-    // An unlocked word stays, as the version this run starts from. Not counted as a repair:
-    // the word is volatile state, not PM data (OptimisticLock: never traced nor flushed).
-    if (const std::uint64_t w = locks_.at(leaves[i]).peek();
-        sync::OptimisticLock::isLocked(w) || sync::OptimisticLock::isObsolete(w))
-      locks_.at(leaves[i]).reset(index_common::next_fresh_word(w));
     if (info[i].locked) {
       detail::put(&l->block[0].front[0], l->block[0].front[0] & ~kLockBit);
       pm::persist(l->block[0].front, 16);
       ++recovery_.repaired;
     }
     if (info[i].empty && leaves[i] != head_) {
-      switch_sibling(leaf_at(prev_kept), next_leaf(leaves[i]));
+      const bool alt = (l->block[0].front[0] & kAltBit) != 0;
+      switch_sibling(leaf_at(prev_kept), l->block[0].tail[alt ? 1 : 0]);
       p.allocator().deallocate(leaves[i], LeafT::kBytes);
       ++recovery_.repaired;
       continue;
@@ -269,13 +261,6 @@ std::uint64_t LBTree<M>::leaf_count() const {
 template <unsigned M>
 Status LBTree<M>::verify() const {
   epochs_.drain();  // quiescent: retired records are free before reachability is counted
-  {
-    // Quiescent too: no reader can hold a spare leaf, so the spares go back to the allocator.
-    std::lock_guard<std::mutex> g(spare_mu_);
-    for (const std::uint64_t off : spare_leaves_) pool_->allocator().deallocate(off, LeafT::kBytes);
-    spare_leaves_.clear();
-    spare_count_.store(0, std::memory_order_relaxed);
-  }
   const pm::Pool& p = *pool_;
   using index_common::block_bytes;
   using index_common::leaf_error;
@@ -292,7 +277,7 @@ Status LBTree<M>::verify() const {
     const std::uint64_t off = chain.leaves[i];
     LeafT* l = leaf_at(off);
     const std::uint64_t w0 = optimistic_read(l->block[0].front[0]);
-    if ((w0 & kLockBit) != 0 || locks_.is_locked(off)) return leaf_error(p, off, "left locked");
+    if ((w0 & kLockBit) != 0 || versions_->is_locked(off)) return leaf_error(p, off, "left locked");
     const bool alt = (w0 & kAltBit) != 0;
     for (unsigned b = 0; b < M; ++b) {
       const DWord d = load_header(active_header(l, b, alt));
@@ -334,13 +319,7 @@ Status LBTree<M>::verify() const {
 
 template <unsigned M>
 Footprint LBTree<M>::footprint() const {
-  // hybrid_footprint without a LeafVersions array: the lock words are in the PM leaves.
-  const auto st = pool_->allocator().stats();
-  Footprint f;
-  f.pm_bytes = st.bytes_in_use;
-  f.pm_reserved = st.bytes_reserved;
-  f.dram_bytes = inner_.dram_bytes() + seps_.dram_bytes();
-  return f;
+  return index_common::hybrid_footprint(*pool_, inner_, *versions_, seps_);
 }
 
 template <unsigned M>
@@ -368,8 +347,7 @@ std::uint32_t node_size_of(const Options& o) { return o.node_size == 0 ? 256 : o
 }  // namespace
 
 pm::Layout layout_for(const Options& o) {
-  // Variant 1: block 0's packed siblings and lock word (leaf.h); variant 0 pools are refused.
-  return pm::Layout{"lbtree", node_size_of(o), o.key_type, 1};
+  return pm::Layout{"lbtree", node_size_of(o), o.key_type, 0};
 }
 
 std::size_t default_pool_size(const Options& o) {
@@ -388,8 +366,6 @@ Status validate(const Options& o) {
   if (o.max_value_size < 8 || o.max_value_size > kMaxValueBytes)
     return Status(Code::invalid_argument,
                   "lbtree max_value_size must be 8 (inline) or 9..65536 (out of line)");
-  if (o.pool_size > kMaxPoolBytes)
-    return Status(Code::invalid_argument, "lbtree pools are limited to 1 TiB (32-bit leaf numbers)");
   return Status::Ok();
 }
 

@@ -4,24 +4,20 @@
 //
 // Thread safety: every operation may run concurrently.
 //   * Inner nodes: optimistic lock coupling (InnerTree contract).
-//   * Leaves: the leaf's lock word (leaf.h: block 0's tail[1], in the PM leaf itself) is the
+//   * Leaves: a DRAM version per leaf (LeafVersions, indexed by pool offset / 256) is the
 //     writer lock and the readers' seqlock; a writer CASes it from the version it saw while
-//     its parent was still valid (so the leaf is still the right one, and still a leaf: an
-//     unlinked leaf is obsolete). It replaces both the DRAM side array of versions and the
-//     paper's PM lock bit (issue 16): a reader finds it in the leaf lines the descent already
-//     prefetches. Readers never write; they read leaf words with `optimistic_read` (acquire)
-//     and validate.
+//     its parent was still valid (so the leaf is still the right one, and still a leaf: a
+//     freed leaf is obsolete), then sets the PM lock bit as the paper does, with a release
+//     store (only the version lock's holder writes word0; a CAS would be a second locked
+//     instruction per write).
+//     Readers never write; they read leaf words with `optimistic_read` (acquire) and validate.
 //   * Lock order: leaf (then its left neighbour, try-lock only) -> InnerTree SMO mutex.
 //     Nobody waits for a leaf lock while holding the SMO mutex.
 //   * Separator copies and PM key/value records (bytes keys, out-of-line values): operations
 //     pin the epoch manager; a separator that an unlink removes from the inner tree and a
 //     record whose slot was removed or overwritten are retired and freed once no pinned reader
-//     can hold them (K3). An unlinked leaf's block must not reach a stale (unpinned) reader
-//     as anything but a leaf whose lock word is above every word it had: with PM records
-//     (bytes keys or out-of-line values: readers pin) it is retired through the epoch
-//     manager; without records (integer keys, inline values: readers do not pin) it is kept
-//     on spare_leaves_ and reused only as a leaf, its lock word restarting above its last
-//     word (olc.h invariant 3).
+//     can hold them (K3). Leaf blocks are freed at once: their DRAM versions only grow, so a
+//     stale reader of a recycled leaf fails validation.
 //   * verify() first frees what is retired (drain), so reachability matches the allocator.
 //   * verify(), bulk_load() and close() expect no concurrent operations.
 // Invariants (checked by verify()):
@@ -33,10 +29,8 @@
 //   (4) the PM bytes reachable from the root equal the allocator's bytes in use.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -44,9 +38,9 @@
 
 #include "index/common/inner_tree.h"
 #include "index/common/key_codec.h"
-#include "index/common/olc.h"
 #include "index/common/close_counts.h"
 #include "index/common/root_stamp.h"
+#include "index/common/leaf_versions.h"
 #include "index/common/scan_assembly.h"
 #include "index/common/separator_store.h"
 #include "index/lbtree/leaf.h"
@@ -188,11 +182,8 @@ class LBTree final : public Index {
   std::pair<std::uint64_t, std::uint64_t> descend_word(std::uint64_t word) const;  // integer keys
   std::optional<std::uint64_t> on_leaf(std::uint64_t leaf) const;  // descend's leaf step
   std::uint64_t lock_leaf_for(const Probe& p);
-  void unlock_leaf(std::uint64_t off);
-  // A block for a new leaf, returned locked (its lock word fresh; see Thread safety).
-  std::uint64_t take_leaf(Code* code);
-  void drop_leaf(std::uint64_t off);  // an unlinked leaf, locked: obsolete, then spare or retired
-  void leaf_insert(LeafT* l, DWord d0, std::uint64_t key_word, std::uint64_t value_word,
+  void unlock_leaf(std::uint64_t off, bool pm_bit_clear = false);
+  bool leaf_insert(LeafT* l, DWord d0, std::uint64_t key_word, std::uint64_t value_word,
                    std::uint8_t fp);
   Code split_insert(std::uint64_t off, std::uint64_t key_word, std::uint64_t value_word,
                     std::uint8_t fp);
@@ -222,37 +213,7 @@ class LBTree final : public Index {
   std::uint32_t max_value_ = 8;
   pm::DramArena arena_;
   index_common::InnerTree inner_;
-  // The leaves' lock words (leaf.h: block 0's tail[1]), with LeafVersions' verbs.
-  struct LeafLocks {
-    pm::Pool* pool = nullptr;
-    sync::OptimisticLock& at(std::uint64_t off) const {
-      return *reinterpret_cast<sync::OptimisticLock*>(&pool->at<LeafT>(off)->block[0].tail[1]);
-    }
-    // readLockOrRestart: nullopt if the leaf is obsolete (restart).
-    std::optional<std::uint64_t> read(std::uint64_t off) const {
-      bool restart = false;
-      const std::uint64_t v = at(off).readLockOrRestart(restart);
-      if (restart) return std::nullopt;
-      return v;
-    }
-    bool unchanged(std::uint64_t off, std::uint64_t v) const {
-      bool restart = false;
-      at(off).checkOrRestart(v, restart);
-      return !restart;
-    }
-    bool upgrade(std::uint64_t off, std::uint64_t v) const {
-      bool restart = false;
-      at(off).upgradeToWriteLockOrRestart(v, restart);
-      return !restart;
-    }
-    bool is_locked(std::uint64_t off) const { return sync::OptimisticLock::isLocked(at(off).peek()); }
-  };
-  LeafLocks locks_;
-  // Unlinked leaves of a pool without PM records, reused by splits (see Thread safety).
-  // verify() (quiescent) gives them back to the allocator.
-  mutable std::mutex spare_mu_;
-  mutable std::vector<std::uint64_t> spare_leaves_;
-  mutable std::atomic<std::size_t> spare_count_{0};  // spare_leaves_.size(), written under spare_mu_
+  std::unique_ptr<index_common::LeafVersions> versions_;
   index_common::SeparatorStore seps_;
   // The root-to-leaf path of the current split or unlink, used only under inner_.smo_lock():
   // kept between SMOs so that taking a path allocates nothing once it has grown.

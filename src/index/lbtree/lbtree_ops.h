@@ -83,7 +83,7 @@ template <unsigned M>
 std::uint64_t LBTree<M>::next_leaf(std::uint64_t off) const {
   LeafT* l = leaf_at(off);
   const bool alt = (optimistic_read(l->block[0].front[0]) & kAltBit) != 0;
-  return sibling_in(optimistic_read(l->block[0].tail[0]), alt);
+  return optimistic_read(l->block[0].tail[alt ? 1 : 0]);
 }
 
 // match(key_word): the slot's key is the probe's. Integer keys compare words (no key-mode
@@ -136,30 +136,43 @@ std::pair<std::uint64_t, std::uint64_t> LBTree<M>::descend_word(std::uint64_t wo
 template <unsigned M>
 std::optional<std::uint64_t> LBTree<M>::on_leaf(std::uint64_t leaf) const {
   // Alg. 1: prefetch the leaf's lines as soon as the parent names it, so the fetch overlaps
-  // the parent's validation. The lock word is in block 0's last line, one of those lines (its
-  // read waits for that line, as the header read does for line 0: no miss of its own).
+  // the version read and the parent's validation.
   index_common::prefetch_lines(leaf_at(leaf), LeafT::kBytes);
-  return locks_.read(leaf);
+  return versions_->read(leaf);
 }
 
-// Writers: lock the leaf covering p (its lock word by CAS from the version seen under the
-// valid parent). This is the only locked instruction of a write that does not split: the
-// paper's PM lock bit in word0 is not written (leaf.h, bit 14), so word0's line is written
-// once, by the commit NAW.
+// Writers: lock the leaf covering p (DRAM version by CAS from the version seen under the
+// valid parent, then the PM lock bit by pm::cas).
 template <unsigned M>
 std::uint64_t LBTree<M>::lock_leaf_for(const Probe& p) {
   for (;;) {
     const auto [off, v] = descend_read(p);
-    if (locks_.upgrade(off, v)) return off;
+    if (versions_->upgrade(off, v)) {
+      // The PM lock bit: a release store, not the paper's CAS. Only the holder of the DRAM
+      // version lock writes word0 (as at unlock), and a second locked instruction per insert
+      // would wait for the previous operation's write-backs (docs/persistence.md).
+      std::uint64_t* w0 = &leaf_at(off)->block[0].front[0];
+      pm::publish(w0, optimistic_read(*w0) | kLockBit);
+      return off;
+    }
     index_common::olc_pause();
   }
 }
 
-// A release store (OptimisticLock::writeUnlock), not a locked instruction: a CAS on a line
-// just written back waits for the line's refetch (docs/performance-history.md).
+// The lock bit is set only by a writer that holds the leaf's DRAM version lock, so while we
+// hold both no other thread writes word0 and a release store clears the bit. A CAS here would
+// wait for the line: the NAW just before it wrote the line back (clwb), and writing a line
+// after its write-back refetches it for ownership, which a locked instruction waits for and a
+// store does not (inserts into a bulk-loaded 10M-key tree x1.51 for this step alone,
+// docs/performance-history.md). pm_bit_clear: the operation's commit NAW already cleared the
+// bit (as the paper's Alg. 2 does), so the line just written back is not written again.
 template <unsigned M>
-void LBTree<M>::unlock_leaf(std::uint64_t off) {
-  locks_.at(off).writeUnlock();
+void LBTree<M>::unlock_leaf(std::uint64_t off, bool pm_bit_clear) {
+  if (!pm_bit_clear) {
+    std::uint64_t* w0 = &leaf_at(off)->block[0].front[0];
+    pm::publish(w0, optimistic_read(*w0) & ~kLockBit);
+  }
+  versions_->at(off).writeUnlock();
 }
 
 // --- search (Alg. 1) ------------------------------------------------------------------------------
@@ -184,7 +197,7 @@ Code LBTree<M>::find_general(std::string_view key, std::string* value) const {
     bool ok = true;
     if (r.block >= 0 && value != nullptr)
       ok = read_value(optimistic_read(l->block[r.block].entry[r.slot][1]), &tmp);
-    if (!locks_.unchanged(off, v) || !ok) continue;
+    if (!versions_->unchanged(off, v) || !ok) continue;
     if (r.block < 0) return Code::not_found;
     if (value != nullptr) value->swap(tmp);
     return Code::ok;
@@ -205,7 +218,7 @@ Code LBTree<M>::find_word(std::string_view key, std::string* value) const {
         find_slot_if(l, p.fp, [w = p.word](std::uint64_t k) { return k == w; });
     const std::uint64_t word =
         r.block >= 0 ? optimistic_read(l->block[r.block].entry[r.slot][1]) : 0;
-    if (!locks_.unchanged(off, v)) continue;
+    if (!versions_->unchanged(off, v)) continue;
     if (r.block < 0) return Code::not_found;
     if (value != nullptr) {
       if (value->size() != 8) value->resize(8);  // no call once the caller's string holds 8 bytes
@@ -250,8 +263,11 @@ void LBTree<M>::find_batch_general(const std::string_view* keys, std::string* va
   std::pair<std::uint64_t, std::uint64_t> leaf[kFindBatch];
   std::uint64_t alone = inner_.descend_batch(
       live, [&](std::size_t j) { return Below{&keys_, &p[j]}; },
-      [&](std::uint64_t off) { index_common::prefetch_lines(leaf_at(off), LeafT::kBytes); },
-      [&](std::uint64_t off) { return locks_.read(off); }, leaf);
+      [&](std::uint64_t off) {
+        index_common::prefetch_lines(leaf_at(off), LeafT::kBytes);
+        __builtin_prefetch(&versions_->at(off));
+      },
+      [&](std::uint64_t off) { return versions_->read(off); }, leaf);
   std::string tmp;
   for (std::size_t j = 0; j < live; ++j) {
     if ((alone >> j & 1) != 0) continue;
@@ -262,7 +278,7 @@ void LBTree<M>::find_batch_general(const std::string_view* keys, std::string* va
     bool ok = true;
     if (r.block >= 0 && values != nullptr)
       ok = read_value(optimistic_read(l->block[r.block].entry[r.slot][1]), &tmp);
-    if (!locks_.unchanged(off, v) || !ok) {
+    if (!versions_->unchanged(off, v) || !ok) {
       alone |= std::uint64_t{1} << j;
       continue;
     }
@@ -297,10 +313,11 @@ void LBTree<M>::find_batch_word(const std::string_view* keys, std::string* value
   std::uint64_t alone = inner_.descend_batch<kInnerKeys>(
       live, [&](std::size_t j) { return index_common::WordProbe{word[j]}; },
       [&](std::uint64_t off) {
-        // The leaf's lines (its lock word among them): read in the next round.
+        // The leaf's lines and its DRAM version: both read in the next round.
         index_common::prefetch_lines(leaf_at(off), LeafT::kBytes);
+        __builtin_prefetch(&versions_->at(off));
       },
-      [&](std::uint64_t off) { return locks_.read(off); }, leaf);
+      [&](std::uint64_t off) { return versions_->read(off); }, leaf);
   for (std::size_t j = 0; j < live; ++j) {
     if ((alone >> j & 1) != 0) continue;
     const auto [off, v] = leaf[j];
@@ -308,7 +325,7 @@ void LBTree<M>::find_batch_word(const std::string_view* keys, std::string* value
     const SlotRef r = find_slot_if(l, fp[j], [w = word[j]](std::uint64_t k) { return k == w; });
     const std::uint64_t value =
         r.block >= 0 ? optimistic_read(l->block[r.block].entry[r.slot][1]) : 0;
-    if (!locks_.unchanged(off, v)) {
+    if (!versions_->unchanged(off, v)) {
       alone |= std::uint64_t{1} << j;
       continue;
     }
@@ -328,9 +345,10 @@ void LBTree<M>::find_batch_word(const std::string_view* keys, std::string* value
 // --- insert (Alg. 2) -------------------------------------------------------------------------
 
 // Inserts into a locked leaf with a free slot. d0 is block 0's header as it stands (or, after
-// a split, as the split committed it). Each block insert is one NAW section: P1..P6.
+// a split, as the split committed it). Each block insert is one NAW section: P1..P6. Returns
+// true if the NAW was block 0's word0, which then also cleared the PM lock bit.
 template <unsigned M>
-void LBTree<M>::leaf_insert(LeafT* l, DWord d0, std::uint64_t key_word,
+bool LBTree<M>::leaf_insert(LeafT* l, DWord d0, std::uint64_t key_word,
                             std::uint64_t value_word, std::uint8_t fp) {
   const bool alt = d0.alt();
   unsigned b = 0;
@@ -373,10 +391,12 @@ void LBTree<M>::leaf_insert(LeafT* l, DWord d0, std::uint64_t key_word,
   }
   // P4: header word1 (fingerprints of slots 6..13): only unused slots' fingerprints change.
   if (d.w[1] != old_w1) detail::put(hdr + 1, d.w[1]);
-  // P5: the NAW - one 8-byte failure-atomic store of header word0 commits the insert (bit 14,
-  // the paper's lock bit, stays 0: leaf.h). The lock word stays locked until unlock_leaf.
+  // P5: the NAW - one 8-byte failure-atomic store of header word0 commits the insert. In
+  // block 0 it clears the PM lock bit too (Alg. 2), so the unlock need not write the line again
+  // after P6 wrote it back; the DRAM version stays locked until unlock_leaf.
   detail::put(hdr, b == 0 ? d.w[0] & ~kLockBit : d.w[0]);
   pm::persist(hdr, 16);  // P6
+  return b == 0;
 }
 
 // pool_full: run the deferred frees and retry once (reclaim.h; a failed insert or update
@@ -422,15 +442,17 @@ Code LBTree<M>::insert_once(std::string_view key, std::string_view value) {
   bool full = true;
   for (unsigned b = 0; b < M && full; ++b)
     full = (b == 0 ? d0 : load_header(active_header(l, b, d0.alt()))).full();
+  bool pm_bit_clear = false;  // the commit NAW cleared the PM lock bit
   if (!full) {
-    leaf_insert(l, d0, key_word, value_word, p.fp);
+    pm_bit_clear = leaf_insert(l, d0, key_word, value_word, p.fp);
     code = Code::ok;
   } else {
     code = split_insert(off, key_word, value_word, p.fp);
+    pm_bit_clear = code == Code::ok;  // S6 clears it
     if (code != Code::ok) release(Pending{keys_.bytes_mode() ? key_word : 0,
                                           inline_values_ ? 0 : value_word});
   }
-  unlock_leaf(off);
+  unlock_leaf(off, pm_bit_clear);
   return code;
 }
 
@@ -547,10 +569,10 @@ std::size_t LBTree<M>::scan(std::string_view start, std::size_t max, ScanBuffer&
           sc.gather(k, value);
         }
       }
-      const std::uint64_t next = sibling_in(optimistic_read(l->block[0].tail[0]), alt);
+      const std::uint64_t next = optimistic_read(l->block[0].tail[alt ? 1 : 0]);
       std::optional<std::uint64_t> nv = 0;
-      if (next != 0 && !(nv = locks_.read(next))) restart = true;
-      if (!locks_.unchanged(off, v)) restart = true;
+      if (next != 0 && !(nv = versions_->read(next))) restart = true;
+      if (!versions_->unchanged(off, v)) restart = true;
       if (restart) break;
       sc.emit(out);
       if (sc.full(out) || next == 0) return out.size();

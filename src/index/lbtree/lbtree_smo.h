@@ -12,64 +12,20 @@
 namespace pmindex::lbtree {
 
 
-// A block for a new leaf, its lock word locked and above every word a stale reader can hold
-// (lbtree.h, Thread safety): a spare leaf restarts above its last (obsolete) word; a block
-// from the allocator was never a leaf that an unpinned reader can still be reading (unlinked
-// leaves of record-less pools stay spare, and the others are retired through the epochs).
-template <unsigned M>
-std::uint64_t LBTree<M>::take_leaf(Code* code) {
-  std::uint64_t off = 0;
-  bool fresh = false;
-  // relaxed: only a hint that skips the mutex (two locked instructions) when there are no
-  // spares, as in every insert-only run; the list itself is read under the mutex.
-  if (spare_count_.load(std::memory_order_relaxed) != 0) {
-    std::lock_guard<std::mutex> g(spare_mu_);
-    if (!spare_leaves_.empty()) {
-      off = spare_leaves_.back();
-      spare_leaves_.pop_back();
-      spare_count_.store(spare_leaves_.size(), std::memory_order_relaxed);
-    }
-  }
-  if (off == 0) {
-    fresh = true;
-    off = pool_->allocator().allocate(LeafT::kBytes, code);
-    if (off == 0) return 0;
-  }
-  // The split writes these lines next; the lock word's line is among them.
-  index_common::prefetch_lines_for_write(leaf_at(off), LeafT::kBytes);
-  if (fresh) locks_.at(off).reset();  // not a leaf yet: its bytes are whatever the block held
-  index_common::recycle_locked(locks_.at(off));
-  return off;
-}
-
-// U4's free of the locked, unlinked leaf `off`: obsolete first (every reader that reaches it
-// restarts), then spare (no PM records: readers do not pin) or retired through the epochs.
-template <unsigned M>
-void LBTree<M>::drop_leaf(std::uint64_t off) {
-  locks_.at(off).writeUnlockObsolete();
-  if (!keys_.bytes_mode() && inline_values_) {
-    std::lock_guard<std::mutex> g(spare_mu_);
-    spare_leaves_.push_back(off);
-    spare_count_.store(spare_leaves_.size(), std::memory_order_relaxed);
-    return;
-  }
-  epochs_.retire(
-      pool_.get(),
-      [](void* pool, std::uint64_t leaf) {
-        static_cast<pm::Pool*>(pool)->allocator().deallocate(leaf, LeafT::kBytes);
-      },
-      off);
-}
-
-// Splits the locked, full leaf `off` and inserts the new entry. The new leaf is locked (its
-// lock word) before the inner tree holds its separator and stays locked until the split is
-// complete, so no reader can miss a moved key. The old leaf stays locked too.
+// Splits the locked, full leaf `off` and inserts the new entry. The new leaf is locked (DRAM
+// version) before the inner tree holds its separator and stays locked until the split is
+// complete, so no reader can miss a moved key. On success the old leaf's PM lock bit is clear
+// (S6); its DRAM version is still locked.
 template <unsigned M>
 Code LBTree<M>::split_insert(std::uint64_t off, std::uint64_t key_word,
                              std::uint64_t value_word, std::uint8_t fp) {
   Code code = Code::ok;
-  const std::uint64_t new_off = take_leaf(&code);
+  const std::uint64_t new_off = pool_->allocator().allocate(LeafT::kBytes, &code);
   if (new_off == 0) return code;
+  // Fetched while the entries are sorted: the new leaf's DRAM version, which the split locks
+  // first (a cache miss the paper's design does not have), and the lines it then writes.
+  __builtin_prefetch(&versions_->at(new_off), 1);
+  index_common::prefetch_lines_for_write(leaf_at(new_off), LeafT::kBytes);
   LeafT* l = leaf_at(off);
   const DWord d0 = load_header(l->block[0].front);
   const bool alt = d0.alt();
@@ -99,6 +55,7 @@ Code LBTree<M>::split_insert(std::uint64_t off, std::uint64_t key_word,
   const unsigned move = n / 2;
   const std::uint64_t sep_key = items[n - move].key;
 
+  index_common::recycle_locked(versions_->at(new_off));
   LeafT* nl = leaf_at(new_off);
 
   // DRAM first: the separator goes into the inner tree while both leaves are locked, so a
@@ -151,15 +108,10 @@ Code LBTree<M>::split_insert(std::uint64_t off, std::uint64_t key_word,
   for (unsigned b = 0; b < M; ++b) {
     detail::put(&nl->block[b].front[0], nd[b].w[0]);
     detail::put(&nl->block[b].front[1], nd[b].w[1]);
-    // Block 0: the siblings (sibling[0] = the old leaf's successor); tail[1] is the lock word.
-    if (b == 0) {
-      detail::put(&nl->block[0].tail[0],
-                  with_sibling(0, false, sibling_in(optimistic_read(l->block[0].tail[0]), alt)));
-    } else {
-      detail::put(&nl->block[b].tail[0], 0);
-      detail::put(&nl->block[b].tail[1], 0);
-    }
+    detail::put(&nl->block[b].tail[0], 0);
+    detail::put(&nl->block[b].tail[1], 0);
   }
+  detail::put(&nl->block[0].tail[0], optimistic_read(l->block[0].tail[alt ? 1 : 0]));
   // S2: write the new leaf back. Its fence is S5's: S3 and S4 write unused space too, so one
   // fence makes S1-S4 durable before S6 links the new leaf (a split waits for one write-back
   // round trip fewer).
@@ -173,13 +125,12 @@ Code LBTree<M>::split_insert(std::uint64_t off, std::uint64_t key_word,
     detail::put(h + 1, od[b].w[1]);
     pm::flush(h, 16);
   }
-  // One 8-byte store of the packed siblings: the active half is rewritten unchanged.
-  detail::put(&l->block[0].tail[0], with_sibling(optimistic_read(l->block[0].tail[0]), !alt, new_off));
+  detail::put(&l->block[0].tail[alt ? 0 : 1], new_off);
   pm::flush(&l->block[0].tail[0], 16);
   pm::fence();  // S5: S1-S4 are durable before the commit
   // S6: NAW - block 0's word0 with the moved bits cleared and alt flipped switches the sibling
-  // pointer and every block's header at once: the split is committed. Both leaves' lock words
-  // stay locked (the caller unlocks the old leaf).
+  // pointer and every block's header at once: the split is committed. It clears the PM lock
+  // bit too (the caller's unlock then leaves the line alone; the DRAM version stays locked).
   od[0].w[0] = (od[0].w[0] ^ kAltBit) & ~kLockBit;
   detail::put(&l->block[0].front[0], od[0].w[0]);
   pm::persist(l->block[0].front, 16);  // S7
@@ -190,7 +141,7 @@ Code LBTree<M>::split_insert(std::uint64_t off, std::uint64_t key_word,
     leaf_insert(l, od[0], key_word, value_word, fp);
   }
 
-  locks_.at(new_off).writeUnlock();
+  versions_->at(new_off).writeUnlock();
   return Code::ok;
 }
 
@@ -208,7 +159,7 @@ void LBTree<M>::switch_sibling(LeafT* a, std::uint64_t next) {
     detail::put(h + 1, d.w[1]);
     pm::flush(h, 16);
   }
-  detail::put(&a->block[0].tail[0], with_sibling(optimistic_read(a->block[0].tail[0]), !alt, next));
+  detail::put(&a->block[0].tail[alt ? 0 : 1], next);
   pm::flush(&a->block[0].tail[0], 16);
   pm::fence();  // U2
   // U3: NAW - flip alt: the removed leaf is no longer reachable.
@@ -225,23 +176,27 @@ void LBTree<M>::try_unlink(std::uint64_t off, const Probe& p) {
   index_common::InnerTree::Path& path = smo_path_;
   inner_.path_to([&](std::uint64_t s) { return keys_.below(p, s); }, &path);
   const std::uint64_t a_off = inner_.left_neighbour(path);
-  if (a_off == 0 || !index_common::try_write_lock(locks_.at(a_off))) {
+  if (a_off == 0 || !index_common::try_write_lock(versions_->at(a_off))) {
     smo.unlock();
     unlock_leaf(off);
     return;
   }
   LeafT* a = leaf_at(a_off);
-  if (next_leaf(a_off) != off)
+  LeafT* l = leaf_at(off);
+  const bool a_alt = (optimistic_read(a->block[0].front[0]) & kAltBit) != 0;
+  if (optimistic_read(a->block[0].tail[a_alt ? 1 : 0]) != off)
     index_common::fatal("lbtree",
                         "unlink: the inner tree's left neighbour is not the chain predecessor");
-  switch_sibling(a, next_leaf(off));  // U1..U3
+  const bool l_alt = (optimistic_read(l->block[0].front[0]) & kAltBit) != 0;
+  switch_sibling(a, optimistic_read(l->block[0].tail[l_alt ? 1 : 0]));  // U1..U3
   std::uint64_t dropped = 0;
   if (!inner_.remove_leaf(path, off, &dropped))
     index_common::fatal("lbtree", "unlink: leaf not in the inner tree");
   smo.unlock();
   if (keys_.bytes_mode()) seps_.retire(dropped, epochs_);  // freed once no pinned reader holds it
-  locks_.at(a_off).writeUnlock();
-  drop_leaf(off);  // U4: unreachable in PM and DRAM
+  versions_->at(a_off).writeUnlock();
+  versions_->at(off).writeUnlockObsolete();
+  pool_->allocator().deallocate(off, LeafT::kBytes);  // U4: unreachable in PM and DRAM
 }
 
 // Bulk load into an empty tree. The new leaves are written and chained as unused space
@@ -311,16 +266,16 @@ Status LBTree<M>::bulk_load(std::span<const KeyValue> sorted, double fill) {
   };
   for (std::size_t j = 1; j < n_leaves; ++j) {  // B2: the new leaves, chained (unused space)
     LeafT* l = leaf_at(leaves[j]);
-    locks_.at(leaves[j]).reset();  // quiescent: no reader holds a version of this block
+    index_common::recycle_unlocked(versions_->at(leaves[j]));
     DWord hd[M];
     fill_leaf(l, j, hd);
     for (unsigned b = 0; b < M; ++b) {
       detail::put(&l->block[b].front[0], hd[b].w[0]);
       detail::put(&l->block[b].front[1], hd[b].w[1]);
       detail::put(&l->block[b].tail[0], 0);
-      if (b > 0) detail::put(&l->block[b].tail[1], 0);  // block 0's tail[1]: the lock word
+      detail::put(&l->block[b].tail[1], 0);
     }
-    detail::put(&l->block[0].tail[0], with_sibling(0, false, j + 1 < n_leaves ? leaves[j + 1] : 0));
+    detail::put(&l->block[0].tail[0], j + 1 < n_leaves ? leaves[j + 1] : 0);
     pm::flush(l, LeafT::kBytes);
   }
   pm::fence();
@@ -334,8 +289,7 @@ Status LBTree<M>::bulk_load(std::span<const KeyValue> sorted, double fill) {
     detail::put(h, hd[b].w[0]);
     detail::put(h + 1, hd[b].w[1]);
   }
-  detail::put(&head->block[0].tail[0], with_sibling(optimistic_read(head->block[0].tail[0]), !alt,
-                                                    n_leaves > 1 ? leaves[1] : 0));
+  detail::put(&head->block[0].tail[alt ? 0 : 1], n_leaves > 1 ? leaves[1] : 0);
   detail::put(&head->block[0].front[1], hd[0].w[1]);  // fingerprints of unused slots only
   pm::flush(head, LeafT::kBytes);
   pm::fence();

@@ -9,22 +9,12 @@
 //   line 1  units 4-7   [ 64,128)  slots 3 .. 6
 //   line 2  units 8-11  [128,192)  slots 7 .. 10
 //   line 3  units 12-14 [192,240)  slots 11, 12, 13
-//           unit 15     [240,256)  block 0: tail[0] = sibling[0] and sibling[1] packed,
-//                                  tail[1] = the leaf's lock word (below)
+//           unit 15     [240,256)  block 0: sibling[0], sibling[1] (pool offsets, 0 = none)
 //                                  block b>0: back (alternative) header (word0, word1)
-//
-// Block 0's unit 15 (layout variant 1; issue 16). tail[0] holds both sibling pointers as 32-bit
-// leaf numbers (pool offset / 256, 0 = none): sibling[0] in bits 0-31, sibling[1] in bits
-// 32-63, so an lbtree pool is at most kMaxPoolBytes (1 TiB). tail[1] is the leaf's lock word, a
-// sync::OptimisticLock (writer lock and readers' seqlock, PROTOCOL.md "Concurrency"): volatile
-// meaning, never written through pm:: and never flushed on purpose, reset by recovery (R3).
-// It sits in the leaf the descent already prefetches, where the earlier design kept it in a
-// DRAM side array (LeafVersions) whose line was a third random miss per operation.
 //
 // Header word0 (little-endian u64):
 //   bits 0-13   bitmap: slot s holds a valid entry iff bit s is set
-//   bit  14     reserved (the paper's lock bit; written 0, the lock is tail[1]; recovery
-//               clears it if set)
+//   bit  14     lock (block 0 only; volatile meaning, cleared by recovery)
 //   bit  15     alt  (block 0 only): selects sibling[alt] and, for blocks b>0, the back
 //               header (alt = 1) or the front header (alt = 0) as the active one
 //   bits 16-63  fingerprints of slots 0..5 (byte 2 + s)
@@ -48,21 +38,6 @@ inline constexpr unsigned kSlotsPerBlock = 14;
 inline constexpr std::uint64_t kBitmapMask = 0x3FFF;
 inline constexpr std::uint64_t kLockBit = std::uint64_t{1} << 14;
 inline constexpr std::uint64_t kAltBit = std::uint64_t{1} << 15;
-// Leaf numbers are 32 bits (block 0's packed siblings): pool offsets stay below 2^40.
-inline constexpr std::uint64_t kMaxPoolBytes = std::uint64_t{1} << 40;
-
-// sibling[which] of block 0's packed tail[0].
-constexpr std::uint64_t sibling_in(std::uint64_t packed, bool which) {
-  return ((packed >> (which ? 32 : 0)) & 0xFFFFFFFFull) << 8;
-}
-// `packed` with sibling[which] = off (a 256 B aligned offset below kMaxPoolBytes, or 0); the
-// other half is unchanged, so one 8-byte store rewrites only the half that is unused space.
-constexpr std::uint64_t with_sibling(std::uint64_t packed, bool which, std::uint64_t off) {
-  const unsigned sh = which ? 32 : 0;
-  return (packed & ~(0xFFFFFFFFull << sh)) | ((off >> 8) << sh);
-}
-static_assert(sibling_in(with_sibling(0, true, 0xFFFFFFFF00ull), true) == 0xFFFFFFFF00ull);
-static_assert(sibling_in(with_sibling(0x1234, true, 0x500), false) == 0x123400ull);
 
 struct Block {
   std::uint64_t front[2];                  // unit 0: front header

@@ -10,7 +10,6 @@
 #include <tuple>
 
 #include "index/common/map_checker.h"
-#include "index/lbtree/leaf.h"
 #include "pmindex/index.h"
 #include "support/temp_dir.h"
 
@@ -322,55 +321,12 @@ TEST(LBTree, RecoveryRefusesACycle) {
     std::uint64_t w0;
     std::memcpy(&w0, leaf, 8);
     const int alt = (w0 >> 15) & 1;
-    std::uint64_t packed;  // block 0's tail[0]: both siblings as leaf numbers (leaf.h)
-    std::memcpy(&packed, leaf + 240, 8);
-    packed = lbtree::with_sibling(packed, alt != 0, head);  // the head points at itself
-    std::memcpy(leaf + 240, &packed, 8);
+    std::memcpy(leaf + 240 + 8 * alt, &head, 8);  // the head points at itself
     ASSERT_FALSE(idx->verify().ok());
   }
   auto r = Index::open(o);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Code::corrupted);
-}
-
-// The leaf's lock word (leaf.h, block 0's tail[1]) has volatile meaning: a word a crash left
-// locked must not lock the leaf in the next run (R3 resets it). Known-bad: without the reset,
-// verify() reports the leaf as left locked and the insert below would wait forever.
-TEST(LBTree, LockWordLeftLockedIsResetAtOpen) {
-  TempDir dir;
-  Options o = lbtree_options(256, KeyType::u64);
-  o.path = dir.file("lock.pool");
-  {
-    auto idx = open_or_die(o);
-    for (std::uint64_t k = 0; k < 10; ++k) ASSERT_EQ(idx->insert(encode_u64(k), encode_u64(k)), Code::ok);
-    const pm::Pool& pool = idx->pool();
-    const std::uint64_t head = *pool.at<std::uint64_t>(pool.root() + 8);
-    const std::uint64_t locked = 4 * 7 + 2;  // version 7, locked bit (sync::OptimisticLock)
-    std::memcpy(pool.base() + head + 248, &locked, 8);
-    const Status s = idx->verify();
-    ASSERT_FALSE(s.ok());
-    EXPECT_NE(s.message().find("left locked"), std::string::npos) << s.to_string();
-  }
-  auto idx = open_or_die(o);
-  ASSERT_TRUE(idx->verify().ok());
-  ASSERT_EQ(idx->insert(encode_u64(100), encode_u64(1)), Code::ok);  // locks the head leaf
-  std::string v;
-  EXPECT_EQ(idx->find(encode_u64(3), &v), Code::ok);
-  EXPECT_TRUE(idx->verify().ok());
-}
-
-// Block 0's siblings are 32-bit leaf numbers (leaf.h), so a pool above 1 TiB is refused before
-// any file is touched.
-TEST(LBTree, PoolsAboveOneTebibyteAreRefused) {
-  TempDir dir;
-  Options o = lbtree_options(256, KeyType::u64);
-  o.path = dir.file("big.pool");
-  o.pool_size = lbtree::kMaxPoolBytes + 256;
-  auto r = Index::open(o);
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), Code::invalid_argument) << r.status().to_string();
-  o.pool_size = std::size_t{64} << 20;
-  EXPECT_TRUE(Index::open(o).ok());
 }
 
 }  // namespace
