@@ -90,6 +90,9 @@ struct Allocator::Central {
   bool start_now = false;  // [recovery_high_water, heap_end) was freed at begin_recovery
   // Blocks reached the central lists since the last reclaim pass (worth another pass).
   bool dirty = false;
+  // carve() may raise the heap high-water mark (and so grow a growable pool's file). refill
+  // clears it for its first try, so freed blocks are merged before the heap grows.
+  bool may_raise = true;
 
   void push_block(std::uint64_t off, std::size_t size) {
     free[static_cast<std::size_t>(class_index(size))].push_back(off);
@@ -189,6 +192,7 @@ std::uint64_t Allocator::carve(std::size_t bytes, Code* code) {
     if (it->second < bytes) continue;
     const std::uint64_t start = it->first;
     // Any other extent that fits lies higher and would need a longer file still.
+    if (!central_->may_raise && start + bytes > pool_.heap_high_water()) break;
     if (!raise_high_water(start + bytes)) break;
     const std::uint64_t rest = it->second - bytes;
     ext.erase(it);
@@ -204,7 +208,12 @@ bool Allocator::refill(int cls, ThreadCache& tc, Code* code) {
   auto& mine = tc.free[static_cast<std::size_t>(cls)];
   std::lock_guard<std::mutex> lock(central_->mu);
   auto& central = central_->free[static_cast<std::size_t>(cls)];
-  // Second round only after a reclaim pass, which may have refilled the list or the extents.
+  // Round 0 takes only space below the heap's high-water mark; then a reclaim pass merges what
+  // was freed since the last one, and round 1 may raise the mark (growing the file). Without
+  // that order, blocks of a class nobody asks for any more (APEX's data nodes all expanding
+  // from one size class to the next) would stay in their list while the heap grew past them:
+  // 2.1x the live bytes after 100M random inserts (issue 19). The pass runs at most once per
+  // rise of the mark, and only if something was freed since the last pass.
   // *code is written only if both fail: a caller may treat any code but ok as failure.
   Code failure = Code::ok;
   for (int round = 0; round < 2; ++round) {
@@ -212,8 +221,12 @@ bool Allocator::refill(int cls, ThreadCache& tc, Code* code) {
       mine.push_back(central.back());
       central.pop_back();
     }
-    if (!mine.empty() || fresh_blocks(cls, tc, &failure)) return true;
-    if (round == 1 || !reclaim(tc)) break;
+    if (!mine.empty()) return true;
+    central_->may_raise = round == 1;
+    const bool got = fresh_blocks(cls, tc, &failure);
+    central_->may_raise = true;
+    if (got) return true;
+    if (round == 0) (void)reclaim(tc);
   }
   if (code) *code = failure;
   return false;
