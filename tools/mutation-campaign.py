@@ -35,7 +35,7 @@ import sys
 import tempfile
 import time
 
-KINDS = ["reflist", "lbtree", "fptree", "nbtree", "apex", "utree", "part", "pactree", "dptree"]
+KINDS = ["reflist", "lbtree", "fptree", "nbtree", "apex", "utree", "part", "pactree", "dptree", "roart"]
 OUTCOMES = ["clean_error", "intact", "crash", "hang", "silent_loss"]
 MUTATIONS = ["byte_flip", "zero_page", "truncate", "swap_pages", "root_word"]
 PAGE = 4096
