@@ -92,7 +92,7 @@ bool PacTree::anchor_le(std::uint64_t off, const Probe& p) const {
 std::uint64_t PacTree::jump_node(const Probe& p) const {
   const std::string k = search_key(bytes_ ? p.bytes : std::string_view(encode_u64(p.word)));
   std::uint64_t found = 0;
-  (void)search_->scan(k, 1, [&](std::string_view, std::uint64_t w) { found = w; });
+  (void)search_->seek_ge(k, nullptr, &found);  // not_found (past the last anchor): the head
   return found != 0 ? found : root_->head;
 }
 

@@ -131,13 +131,9 @@ Code Roart::check_key(std::string_view key) const {
 Code Roart::locate(std::string_view key, Where* w) const {
   // acquire: the array named by the word was written and persisted before it was published.
   const std::uint64_t tail = load_word(root_->tail);
-  bool got = false;
-  const Code c = tree_->scan(key, 1, [&](std::string_view k, std::uint64_t v) {
-    w->hi.assign(k);
-    w->array = v;
-    got = true;
-  });
-  if (c != Code::ok) return c;
+  const Code c = tree_->seek_ge(key, &w->hi, &w->array);
+  if (c == Code::corrupted) return c;
+  const bool got = c == Code::ok;
   w->tail = !got;
   if (!got) w->array = tail;
   // The array's words are read next: its bounds first (the rest is checked at first touch).
@@ -148,14 +144,12 @@ Code Roart::locate(std::string_view key, Where* w) const {
 // The array after the one named by separator hi (scans).
 Code Roart::locate_after(std::string_view hi, Where* w) const {
   const std::uint64_t tail = load_word(root_->tail);
-  bool got = false;
-  const Code c = tree_->scan(hi, 2, [&](std::string_view k, std::uint64_t v) {
-    if (got || k == hi) return;
-    w->hi.assign(k);
-    w->array = v;
-    got = true;
-  });
-  if (c != Code::ok) return c;
+  // The first separator > hi is the first >= hi + NUL (keys order by bytes, then length).
+  std::string after(hi);
+  after.push_back('\0');
+  const Code c = tree_->seek_ge(after, &w->hi, &w->array);
+  if (c == Code::corrupted) return c;
+  const bool got = c == Code::ok;
   w->tail = !got;
   if (!got) w->array = tail;
   // The array's words are read next: its bounds first (the rest is checked at first touch).

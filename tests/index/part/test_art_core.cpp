@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 
 #include "index/part/art_test_support.h"
 
@@ -253,6 +254,104 @@ TYPED_TEST(ArtCore, VerifyCatchesCorruption) {
   EXPECT_NE(this->f.tree->verify(&st, false, nullptr, nullptr), "");
   h->type = saved;
   EXPECT_EQ(this->f.tree->verify(&st, false, nullptr, nullptr), "");
+}
+
+// --- ordered seek (seek_ge and the lazy small-max scan) ---------------------------------------
+
+// A seek under test: (tree, key, &key_out, &value) -> Code, as Tree::seek_ge.
+template <class Tree>
+using SeekFn = std::function<Code(const Tree&, std::string_view, std::string*, std::uint64_t*)>;
+
+// The first query whose seek disagrees with std::map::lower_bound, described; "" if none.
+template <class Tree>
+std::string seek_mismatch(const Tree& t, const std::map<std::string, std::uint64_t>& m,
+                          const std::vector<std::string>& queries, const SeekFn<Tree>& seek) {
+  for (const std::string& q : queries) {
+    std::string k = "unset";
+    std::uint64_t v = 0;
+    const Code c = seek(t, q, &k, &v);
+    const auto it = m.lower_bound(q);
+    const bool ok = it == m.end() ? c == Code::not_found
+                                  : c == Code::ok && k == it->first && v == it->second;
+    if (!ok) return "seek from a key of " + std::to_string(q.size()) + " bytes";
+  }
+  return {};
+}
+
+// Queries: every key, each key +/- one byte at its end, its prefixes' neighbours, random
+// keys, the empty key and keys past the last one.
+std::vector<std::string> seek_queries(const std::map<std::string, std::uint64_t>& m,
+                                      std::mt19937_64& rng) {
+  std::vector<std::string> q = {"", std::string(1, '\0'), std::string(1, '\xff'),
+                                std::string(9, '\xff'), std::string(800, '\xff')};
+  for (const auto& [k, v] : m) {
+    q.push_back(k);
+    q.push_back(k + std::string(1, '\0'));
+    if (!k.empty()) {
+      std::string up = k, down = k;
+      up.back() = static_cast<char>(static_cast<std::uint8_t>(up.back()) + 1);
+      down.back() = static_cast<char>(static_cast<std::uint8_t>(down.back()) - 1);
+      q.push_back(up);
+      q.push_back(down);
+      q.push_back(k.substr(0, rng() % k.size()));
+    }
+  }
+  if (!m.empty()) q.push_back(m.rbegin()->first + "\x01");  // past the last key
+  return q;
+}
+
+template <class Tree>
+Code real_seek(const Tree& t, std::string_view k, std::string* out, std::uint64_t* v) {
+  return t.seek_ge(k, out, v);
+}
+// Known bad: a seek that, when the key itself is absent, skips the record it should land on
+// and answers with the next one (as a walk that passes over the next sibling would).
+template <class Tree>
+Code skipping_seek(const Tree& t, std::string_view k, std::string* out, std::uint64_t* v) {
+  const Code c = t.seek_ge(k, out, v);
+  if (c != Code::ok || *out == k) return c;
+  std::vector<std::pair<std::string, std::uint64_t>> two;
+  (void)t.scan(*out, 2, [&](std::string_view x, std::uint64_t w) { two.emplace_back(x, w); });
+  if (two.size() < 2) return Code::not_found;
+  *out = two[1].first;
+  *v = two[1].second;
+  return Code::ok;
+}
+
+// Key sets that break tries (small alphabet with prefix and empty keys, long shared prefixes,
+// dense and sparse integers filling N4..N256, every byte value), then seeks from everywhere;
+// scans across the lazy/eager threshold too. The skipping seek must be caught on each set.
+TYPED_TEST(ArtCore, SeekGeMatchesLowerBound) {
+  using T = std::remove_reference_t<decltype(*this->f.tree)>;
+  std::mt19937_64 rng(42);
+  for (int set = 0; set < 5; ++set) {
+    for (const auto& [k, v] : std::map<std::string, std::uint64_t>(this->m)) this->remove(k);
+    for (int i = 0; i < 600; ++i) {
+      switch (set) {
+        case 0: this->insert(small_key(rng)); break;
+        case 1: this->insert(long_key(rng)); break;
+        case 2: this->insert(be64(rng() % 40)); break;  // N48 at the last byte
+        case 3: this->insert(be64(rng() % 5000)); break;  // N256 and N4/N16 above
+        default: this->insert(std::string(rng() % 3, 'x') + static_cast<char>(rng() % 256)); break;
+      }
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+    this->check();
+    const std::vector<std::string> q = seek_queries(this->m, rng);
+    EXPECT_EQ(seek_mismatch<T>(*this->f.tree, this->m, q, &real_seek<T>), "") << "set " << set;
+    EXPECT_NE(seek_mismatch<T>(*this->f.tree, this->m, q, &skipping_seek<T>), "") << "set " << set;
+    for (std::size_t i = 0; i < q.size(); i += 7) {
+      for (std::size_t max : {1u, 2u, 3u, 16u, 17u, 1000u}) this->scan_from(q[i], max);
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  }
+  // Empty tree, and a tree holding one record (the root word is that record).
+  for (const auto& [k, v] : std::map<std::string, std::uint64_t>(this->m)) this->remove(k);
+  std::string k;
+  std::uint64_t v = 0;
+  EXPECT_EQ(this->f.tree->seek_ge("", &k, &v), Code::not_found);
+  this->insert("only");
+  EXPECT_EQ(seek_mismatch<T>(*this->f.tree, this->m, {"", "only", "onlz", "o", "p"}, &real_seek<T>), "");
 }
 
 }  // namespace

@@ -34,6 +34,8 @@ Code Tree<P>::scan(std::string_view start, std::size_t max, Emit&& emit) const {
       const std::uint64_t value = load_word(record(w)->value);
       check(*root_lock_, rv, o);
       if (!o.stop()) emit_record(w, value, true, bound, !resumed, max, count, emit, last);
+    } else if (w != 0 && max <= kLazyScanMax) {
+      seek_word(w, 0, true, bound, !resumed, max, count, emit, o, last);
     } else if (w != 0) {
       scan_word(w, 0, true, bound, !resumed, max, count, emit, o, last);
     }
@@ -59,39 +61,9 @@ bool Tree<P>::scan_word(std::uint64_t w, std::uint32_t depth, bool bounded,
   NodeHeader* n = node(w);
   const std::uint64_t v = read_lock(n->lock, n, o);
   if (o.stop()) return false;
-  Prefix p;
-  if (!prefix_at(n, depth, &p)) {
-    check(n->lock, v, o);
-    if (!o.restart) o.damaged = true;
-    return false;
-  }
   bool inner_bounded = bounded;
-  if (bounded) {
-    if (p.len > p.avail) {
-      p.src = any_key(n, o);
-      if (o.stop() || p.src.size() < std::size_t{depth} + p.len) {
-        if (!o.damaged) o.restart = true;
-        return false;
-      }
-    }
-    for (std::uint32_t i = 0; i < p.len; ++i) {
-      if (depth + i >= bound.size()) {
-        inner_bounded = false;  // the bound ends inside the prefix: all keys here are above it
-        break;
-      }
-      const std::uint8_t bb = static_cast<std::uint8_t>(bound[depth + i]);
-      const std::uint8_t pb = p.byte(depth, i);
-      if (bb < pb) {
-        inner_bounded = false;
-        break;
-      }
-      if (bb > pb) {  // everything here is below the bound
-        check(n->lock, v, o);
-        return !o.stop();
-      }
-    }
-  }
-  const std::uint32_t branch = depth + p.len;
+  std::uint32_t branch = 0;
+  if (!enter_bounded(n, v, depth, bound, &inner_bounded, &branch, o)) return !o.stop();
   const std::uint64_t end = load_word(n->end);
   detail::EntryBuffer<Entry> buf;
   Entry* e = buf.get(capacity_of(static_cast<NodeType>(n->type)));
@@ -121,6 +93,147 @@ bool Tree<P>::scan_word(std::uint64_t w, std::uint32_t depth, bool bounded,
     if (!go_on) return false;
   }
   return true;
+}
+
+// Compares n's prefix (as seen from depth) with the bound. False: the walk must not enter n,
+// because every key under it is below the bound (o clear) or the read failed (o set).
+// Otherwise *branch is n's branch depth, and *bounded stays true only if the bound runs on
+// through the whole prefix (else every key under n is above it).
+template <class P>
+bool Tree<P>::enter_bounded(NodeHeader* n, std::uint64_t v, std::uint32_t depth,
+                            std::string_view bound, bool* bounded, std::uint32_t* branch,
+                            Olc& o) const {
+  Prefix p;
+  if (!prefix_at(n, depth, &p)) {
+    check(n->lock, v, o);
+    if (!o.restart) o.damaged = true;
+    return false;
+  }
+  *branch = depth + p.len;
+  if (!*bounded) return true;
+  if (p.len > p.avail) {
+    p.src = any_key(n, o);
+    if (o.stop() || p.src.size() < std::size_t{depth} + p.len) {
+      if (!o.damaged) o.restart = true;
+      return false;
+    }
+  }
+  for (std::uint32_t i = 0; i < p.len; ++i) {
+    if (depth + i >= bound.size()) {
+      *bounded = false;  // the bound ends inside the prefix: all keys here are above it
+      return true;
+    }
+    const std::uint8_t bb = static_cast<std::uint8_t>(bound[depth + i]);
+    const std::uint8_t pb = p.byte(depth, i);
+    if (bb < pb) {
+      *bounded = false;
+      return true;
+    }
+    if (bb > pb) {  // everything here is below the bound
+      check(n->lock, v, o);
+      return false;
+    }
+  }
+  return true;
+}
+
+// The live child word of n with the smallest byte >= from (from <= 256), 0 if none. An
+// optimistic read: the caller validates n's version before using the word.
+template <class P>
+std::uint64_t Tree<P>::next_child(const NodeHeader* n, unsigned from) const {
+  const NodeType t = static_cast<NodeType>(n->type);
+  const std::uint64_t* ch = children_of(n);
+  if (t == NodeType::n256) {
+    for (unsigned b = from; b < 256; ++b)
+      if (const std::uint64_t w = load_word(ch[b]); w != 0) return w;
+    return 0;
+  }
+  if (t == NodeType::n48) {  // the index is in byte order: walk it from `from`
+    const N48* x = reinterpret_cast<const N48*>(n);
+    for (unsigned b = from; b < 256;) {
+      const std::uint64_t word = load_word(x->index[b / 8]);
+      for (; b < 256; ++b) {
+        const unsigned slot = static_cast<std::uint8_t>(word >> (8 * (b % 8)));
+        if (slot != 0 && slot <= 48) {
+          const std::uint64_t w = load_word(x->child[slot - 1]);
+          if (w != 0 && byte_of(w) == b) return w;
+        }
+        if (b % 8 == 7) {
+          ++b;
+          break;
+        }
+      }
+    }
+    return 0;
+  }
+  // N4/N16: a minimum over at most 16 unordered child words (their bytes are in the words).
+  std::uint64_t best = 0;
+  for (unsigned j = 0; j < capacity_of(t); ++j) {
+    const std::uint64_t w = load_word(ch[j]);
+    if (w != 0 && byte_of(w) >= from && (best == 0 || byte_of(w) < byte_of(best))) best = w;
+  }
+  return best;
+}
+
+// scan_word's lazy twin for small `max`: children are taken one at a time in byte order,
+// starting at the bound's byte, so a seek does O(depth) node visits instead of gathering and
+// sorting every node on its way. Each child word (and a record child's value) is read and
+// then n's version validated before it is used, as scan_word does for the whole node.
+template <class P>
+template <class Emit>
+bool Tree<P>::seek_word(std::uint64_t w, std::uint32_t depth, bool bounded,
+                        std::string_view bound, bool inclusive, std::size_t max,
+                        std::size_t& count, Emit& emit, Olc& o, std::string& last) const {
+  if (count >= max) return false;
+  if (depth > max_key_) {
+    o.damaged = true;  // deeper than any key: a cycle
+    return false;
+  }
+  NodeHeader* n = node(w);
+  const std::uint64_t v = read_lock(n->lock, n, o);
+  if (o.stop()) return false;
+  bool inner_bounded = bounded;
+  std::uint32_t branch = 0;
+  if (!enter_bounded(n, v, depth, bound, &inner_bounded, &branch, o)) return !o.stop();
+  const bool bound_goes_on = inner_bounded && bound.size() > branch;
+  // The end record's key is n's path, a proper prefix of the bound when the bound goes on.
+  if (!bound_goes_on) {
+    const std::uint64_t end = load_word(n->end);
+    const std::uint64_t value = end != 0 ? load_word(record(end)->value) : 0;
+    check(n->lock, v, o);
+    if (o.stop()) return false;
+    if (end != 0 && !emit_record(end, value, inner_bounded, bound, inclusive, max, count, emit, last))
+      return false;
+  }
+  const unsigned bb = bound_goes_on ? static_cast<std::uint8_t>(bound[branch]) : 0;
+  for (unsigned from = bb; from < 256;) {
+    const std::uint64_t cw = next_child(n, from);
+    const std::uint64_t value = cw != 0 && is_record(cw) ? load_word(record(cw)->value) : 0;
+    check(n->lock, v, o);
+    if (o.stop()) return false;
+    if (cw == 0) return true;
+    const unsigned b = byte_of(cw);
+    const bool child_bounded = bound_goes_on && b == bb;
+    const bool go_on =
+        is_record(cw)
+            ? emit_record(cw, value, child_bounded, bound, inclusive, max, count, emit, last)
+            : seek_word(cw, branch + 1, child_bounded, bound, inclusive, max, count, emit, o, last);
+    if (!go_on) return false;
+    from = b + 1;
+  }
+  return true;
+}
+
+template <class P>
+Code Tree<P>::seek_ge(std::string_view key, std::string* key_out, std::uint64_t* value) const {
+  bool got = false;
+  const Code c = scan(key, 1, [&](std::string_view k, std::uint64_t v) {
+    if (key_out != nullptr) key_out->assign(k);
+    *value = v;
+    got = true;
+  });
+  if (c != Code::ok) return c;
+  return got ? Code::ok : Code::not_found;
 }
 
 template <class P>

@@ -88,8 +88,15 @@ class Tree {
   // Records with key >= start in key order, emit(key, value word) for each, at most `max`.
   // Returns corrupted if damage was met, ok otherwise. Caller pins epochs() while it uses
   // what emit hands it; emit must copy the key.
+  // Up to kLazyScanMax records the walk is lazy (children taken one at a time in byte order
+  // from the bound's byte: O(depth) node visits for a seek); above it, each node on the way
+  // is gathered and sorted once (cheaper per record for long scans). Same results either way.
   template <class Emit>
   Code scan(std::string_view start, std::size_t max, Emit&& emit) const;
+  static constexpr std::size_t kLazyScanMax = 16;
+  // The first record with key >= `key` (scan(key, 1)): ok with *value (and *key_out, if not
+  // null) set, not_found past the last key, or corrupted. Pin epochs() as for find.
+  Code seek_ge(std::string_view key, std::string* key_out, std::uint64_t* value) const;
 
   // Quiescent full check of invariants (1)-(4); "" when sound. value_ok(word) checks one
   // value word (out-of-line records) and may be null.
@@ -241,6 +248,13 @@ class Tree {
   };
   Code locate(std::string_view key, Found* f, Olc& o) const;
 
+  bool enter_bounded(NodeHeader* n, std::uint64_t v, std::uint32_t depth, std::string_view bound,
+                     bool* bounded, std::uint32_t* branch, Olc& o) const;
+  std::uint64_t next_child(const NodeHeader* n, unsigned from) const;
+  template <class Emit>
+  bool seek_word(std::uint64_t w, std::uint32_t depth, bool bounded, std::string_view bound,
+                 bool inclusive, std::size_t max, std::size_t& count, Emit& emit, Olc& o,
+                 std::string& last) const;
   template <class Emit>
   bool scan_word(std::uint64_t w, std::uint32_t depth, bool bounded, std::string_view bound,
                  bool inclusive, std::size_t max, std::size_t& count, Emit& emit, Olc& o,
