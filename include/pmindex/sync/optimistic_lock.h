@@ -226,9 +226,11 @@ class OptimisticLock {
     word.store(current + delta, std::memory_order_release);
   }
 
-  /// A plain word accessed only through std::atomic_ref, so the lock is trivially copyable and
-  /// can sit in a persistent node. Its stores do not go through pm:: (they are neither traced
-  /// nor flushed): a lock word in PM is meaningless after a crash, and recovery reset()s it.
+  /// A plain word accessed only through std::atomic_ref, so the lock is trivially copyable.
+  /// Its stores do not go through pm:: (they are neither traced nor flushed), so it belongs in
+  /// DRAM: the crash simulator's tracing build refuses PM bytes changed outside pm::. An index
+  /// that keeps a lock word inside a PM node writes it through pm:: and tags it with the run's
+  /// generation, as the ART core's NodeLock does (src/index/common/art/art_node.h).
   /// mutable: readers never write it, but atomic_ref needs a non-const reference to load.
   alignas(8) mutable std::uint64_t word_ = 0;
 };
