@@ -3,7 +3,6 @@
 
 #include <chrono>
 #include <cmath>
-#include <random>
 #include <unordered_set>
 
 #include "index/common/close_counts.h"
@@ -13,15 +12,6 @@
 namespace pmindex::part {
 
 namespace {
-// This run's NodeLock tag: the pool generation (bumped by every open) in the low 16 bits and
-// 16 random bits above, never 0. A lock word from another run differs unless both halves
-// repeat (README: the limit).
-std::uint32_t run_tag(std::uint64_t generation) {
-  std::random_device rd;
-  const std::uint32_t tag = static_cast<std::uint32_t>(generation & 0xffff) |
-                            (static_cast<std::uint32_t>(rd()) << 16);
-  return tag != 0 ? tag : 1;
-}
 std::uint32_t max_key_of(const Options& o) {
   return o.key_type == KeyType::bytes ? o.max_key_size : 8;
 }
@@ -84,7 +74,7 @@ Status Part::init_root(std::uint32_t max_key, std::uint32_t max_value) {
   pm::persist(r, sizeof init);      // R2: persisted before it is reachable
   pool_->set_root(off);             // R3: published in the pool header
   root_ = r;
-  make_tree(run_tag(pool_->generation()));
+  make_tree(art::run_tag(pool_->generation()));
   return Status::Ok();
 }
 
@@ -121,7 +111,7 @@ Result<std::unique_ptr<Index>> Part::recover(std::unique_ptr<pm::Pool> pool, con
   }
   p.allocator().begin_recovery(/*start_now=*/true);
   p.commit_open();
-  idx->make_tree(run_tag(p.generation()));
+  idx->make_tree(art::run_tag(p.generation()));
   idx->recovery_.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - idx->open_start_).count();
   idx->recovered_records_pending();  // size() waits for the walk's count

@@ -59,7 +59,7 @@ Result<std::unique_ptr<Index>> Roart::recover(std::unique_ptr<pm::Pool> pool, co
   }
   p.allocator().begin_recovery(/*start_now=*/true);
   p.commit_open();
-  idx->make_tree(run_tag(p.generation()));
+  idx->make_tree(art::run_tag(p.generation()));
   idx->recovery_.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   idx->recovered_records_pending();

@@ -5,7 +5,6 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
-#include <random>
 
 #include "index/common/reclaim.h"
 #include "index/common/traits.h"
@@ -14,13 +13,6 @@ namespace pmindex::roart {
 
 using art::NodeLock;
 using art::load_word;
-
-std::uint32_t run_tag(std::uint64_t generation) {
-  std::random_device rd;
-  const std::uint32_t tag = static_cast<std::uint32_t>(generation & 0xffff) |
-                            (static_cast<std::uint32_t>(rd()) << 16);
-  return tag != 0 ? tag : 1;
-}
 
 namespace {
 std::uint32_t max_key_of(const Options& o) {
@@ -97,7 +89,7 @@ Status Roart::init_root(std::uint32_t max_key, std::uint32_t max_value) {
   Code code = Code::ok;
   const std::uint64_t off = pool_->allocator().allocate(sizeof(Root), &code);
   if (off == 0) return pool_->error(code, "no space for the index root");
-  tag_ = run_tag(pool_->generation());
+  tag_ = art::run_tag(pool_->generation());
   const std::uint64_t first = new_array(kMinSlots, nullptr, 0, &code);
   if (first == 0) return pool_->error(code, "no space for the first leaf array");  // R1
   Root* r = pool_->at<Root>(off);

@@ -109,10 +109,6 @@ static_assert(sizeof(Intent) == 24);
 
 using PmTree = art::Tree<art::PmPlacement>;
 
-// This run's lock-word tag, as part's: the pool generation in the low 16 bits, 16 random bits
-// above, never 0 (art_node.h NodeLock).
-std::uint32_t run_tag(std::uint64_t generation);
-
 class Roart final : public Index {
  public:
   static pm::Layout layout_for(const Options& options);

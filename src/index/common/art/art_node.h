@@ -21,6 +21,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <random>
 #include <type_traits>
 
 #include "pmindex/pm/persist.h"
@@ -85,6 +86,16 @@ struct NodeLock {
         .load(std::memory_order_acquire);
   }
 };
+
+// This run's NodeLock tag: the pool generation (bumped by every open) in the low 16 bits and
+// 16 random bits above, never 0. A lock word from another run differs unless both halves
+// repeat (part's README: the limit). Every index on the core tags its run with it.
+inline std::uint32_t run_tag(std::uint64_t generation) {
+  std::random_device rd;
+  const std::uint32_t tag = static_cast<std::uint32_t>(generation & 0xffff) |
+                            (static_cast<std::uint32_t>(rd()) << 16);
+  return tag != 0 ? tag : 1;
+}
 
 // --- nodes ---------------------------------------------------------------------------------------
 enum class NodeType : std::uint8_t { n4 = 1, n16 = 2, n48 = 3, n256 = 4 };
