@@ -126,4 +126,27 @@ class KeyCodec {
   std::uint32_t max_key_ = 8;
 };
 
+// A find_many group's well-formed integer keys as key words and fingerprints, for a batched
+// descent (lbtree's and fptree's find_batch_word): a malformed key is answered in codes[i] at
+// once; at[j] is the group position of the j-th of `live` probes.
+template <std::size_t kMax>
+struct WordBatch {
+  std::uint64_t word[kMax];
+  std::uint8_t fp[kMax];
+  std::uint8_t at[kMax];
+  std::size_t live = 0;
+
+  WordBatch(const KeyCodec& codec, const std::string_view* keys, Code* codes, std::size_t n) {
+    static_assert(kMax <= 256, "positions are bytes");
+    for (std::size_t i = 0; i < n; ++i) {
+      codes[i] = codec.check(keys[i]);
+      if (codes[i] != Code::ok) continue;
+      const KeyCodec::Probe p = KeyCodec::probe_word(keys[i]);
+      word[live] = p.word;
+      fp[live] = p.fp;
+      at[live++] = static_cast<std::uint8_t>(i);
+    }
+  }
+};
+
 }  // namespace pmindex::index_common

@@ -302,18 +302,11 @@ template <unsigned N>
 void FPTree<N>::find_batch_word(const std::string_view* keys, std::string* values, Code* codes,
                                 std::size_t n) const {
   static_assert(kFindBatch <= index_common::InnerTree::kMaxBatch);
-  std::uint64_t word[kFindBatch];
-  std::uint8_t fp[kFindBatch];
-  std::uint8_t at[kFindBatch];  // batch position of the j-th well-formed key
-  std::size_t live = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    codes[i] = keys_.check(keys[i]);
-    if (codes[i] != Code::ok) continue;
-    const Probe p = keys_.probe_word(keys[i]);
-    word[live] = p.word;
-    fp[live] = p.fp;
-    at[live++] = static_cast<std::uint8_t>(i);
-  }
+  const index_common::WordBatch<kFindBatch> b(keys_, keys, codes, n);
+  const auto& word = b.word;
+  const auto& fp = b.fp;
+  const auto& at = b.at;
+  const std::size_t live = b.live;
   std::pair<std::uint64_t, std::uint64_t> leaf[kFindBatch];
   std::uint64_t alone = inner_.descend_batch<inner_keys_for(N)>(
       live, [&](std::size_t j) { return index_common::WordProbe{word[j]}; },
