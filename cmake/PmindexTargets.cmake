@@ -33,10 +33,21 @@ endfunction()
 # pmindex_add_library(SOURCES ... DEPS ...): the core library, once per enabled flavour.
 function(pmindex_add_library)
   cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
+  set(_want_pic OFF)
+  if("production" IN_LIST PMINDEX_FLAVOURS AND
+     (PMINDEX_BUILD_SHARED OR PMINDEX_BUILD_BENCH OR PMINDEX_PIC_STATIC))
+    set(_want_pic ON)
+  endif()
   foreach(flavour IN LISTS PMINDEX_FLAVOURS)
     pmindex_flavour_target(lib ${flavour})
     pmindex_flavour_number(num ${flavour})
-    add_library(${lib} STATIC ${ARG_SOURCES})
+    if(flavour STREQUAL "production" AND PMINDEX_PIC_STATIC)
+      # PMINDEX_PIC_STATIC: the static archive reuses the PIC objects below instead of
+      # compiling every source a second time (the CI's sanitizer build; see the option).
+      add_library(${lib} STATIC $<TARGET_OBJECTS:pmindex_pic_objects>)
+    else()
+      add_library(${lib} STATIC ${ARG_SOURCES})
+    endif()
     pmindex_library_usage(${lib} ${num} "${ARG_DEPS}")
     add_library(pmindex::${flavour} ALIAS ${lib})
   endforeach()
@@ -46,13 +57,15 @@ function(pmindex_add_library)
     set_target_properties(pmindex PROPERTIES EXPORT_NAME pmindex)
   endif()
   # libpmindex.so: the production sources once more as position-independent code (the static
-  # library stays non-PIC). The same objects also make pmindex_pic, the archive that the
-  # PiBench tree_api wrappers embed (bench/CMakeLists.txt).
-  if("production" IN_LIST PMINDEX_FLAVOURS AND (PMINDEX_BUILD_SHARED OR PMINDEX_BUILD_BENCH))
+  # library stays non-PIC unless PMINDEX_PIC_STATIC). The same objects also make pmindex_pic,
+  # the archive that the PiBench tree_api wrappers embed (bench/CMakeLists.txt).
+  if(_want_pic)
     add_library(pmindex_pic_objects OBJECT ${ARG_SOURCES})
     set_target_properties(pmindex_pic_objects PROPERTIES POSITION_INDEPENDENT_CODE ON)
     pmindex_library_usage(pmindex_pic_objects 0 "${ARG_DEPS}")
-    if(PMINDEX_BUILD_BENCH)
+    if(PMINDEX_BUILD_BENCH AND PMINDEX_PIC_STATIC)
+      add_library(pmindex_pic ALIAS pmindex)  # already position-independent
+    elseif(PMINDEX_BUILD_BENCH)
       add_library(pmindex_pic STATIC $<TARGET_OBJECTS:pmindex_pic_objects>)
       pmindex_library_usage(pmindex_pic 0 "${ARG_DEPS}")
     endif()
