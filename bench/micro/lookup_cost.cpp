@@ -2,9 +2,11 @@
 //
 //   valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file=OUT
 //       build/release/bench/lookup_cost KIND [--records N] [--lookups L] [--inserts I]
+//                                             [--load bulk|insert]
 //
 // Opens KIND in `dram` persistence mode on an anonymous pool, bulk-loads N sorted random
-// 8-byte keys (u64 key type, 8-byte values), precomputes L encoded lookup keys (uniform picks
+// 8-byte keys (u64 key type, 8-byte values; `--load insert`: inserts them in random order
+// instead, the shape the originals' own drivers build for NBTree and uTree), precomputes L encoded lookup keys (uniform picks
 // of loaded keys) and I encoded new keys, then runs `find` over the lookup keys and `insert`
 // over the new keys. Under callgrind only those two loops are instrumented (client requests):
 // OUT.1 holds the find loop, OUT.2 the insert loop. One run's total still holds a constant
@@ -33,6 +35,7 @@ struct Args {
   std::size_t records = 1'000'000;
   std::size_t lookups = 100'000;
   std::size_t inserts = 20'000;
+  bool insert_load = false;  // --load insert
 };
 
 // noinline: each loop is one function, so a callgrind profile shows its inclusive cost.
@@ -56,6 +59,12 @@ bool parse(int argc, char** argv, Args* a) {
   a->kind = argv[1];
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string_view flag = argv[i];
+    if (flag == "--load") {
+      const std::string_view how = argv[i + 1];
+      if (how != "bulk" && how != "insert") return false;
+      a->insert_load = how == "insert";
+      continue;
+    }
     const std::size_t v = std::strtoull(argv[i + 1], nullptr, 10);
     if (flag == "--records") a->records = v;
     else if (flag == "--lookups") a->lookups = v;
@@ -86,7 +95,8 @@ std::vector<std::uint64_t> make_keys(std::size_t records, std::size_t inserts) {
 int main(int argc, char** argv) {
   Args a;
   if (!parse(argc, argv, &a)) {
-    std::fprintf(stderr, "usage: lookup_cost KIND [--records N] [--lookups L] [--inserts I]\n");
+    std::fprintf(stderr, "usage: lookup_cost KIND [--records N] [--lookups L] [--inserts I] "
+                 "[--load bulk|insert]\n");
     return 1;
   }
   pmindex::Options o;
@@ -109,7 +119,17 @@ int main(int argc, char** argv) {
     encoded[i] = pmindex::encode_u64(keys[i]);
     sorted[i] = {encoded[i], encoded[i]};
   }
-  if (const pmindex::Status s = index.bulk_load(sorted, 1.0); !s.ok()) {
+  if (a.insert_load) {
+    std::vector<std::size_t> order(a.records);
+    for (std::size_t i = 0; i < a.records; ++i) order[i] = i;
+    std::shuffle(order.begin(), order.end(), std::mt19937_64(11));
+    for (const std::size_t i : order) {
+      if (const pmindex::Code c = index.insert(encoded[i], encoded[i]); c != pmindex::Code::ok) {
+        std::fprintf(stderr, "insert-load: %s\n", std::string(pmindex::to_string(c)).c_str());
+        return 1;
+      }
+    }
+  } else if (const pmindex::Status s = index.bulk_load(sorted, 1.0); !s.ok()) {
     std::fprintf(stderr, "bulk_load: %s\n", s.to_string().c_str());
     return 1;
   }
