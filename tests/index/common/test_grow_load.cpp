@@ -93,7 +93,7 @@ INSTANTIATE_TEST_SUITE_P(Kinds, GrowLoad,
                          ::testing::Values("reflist", "lbtree", "fptree", "nbtree", "apex",
                                            "utree", "part"),
                          [](const auto& p) { return p.param; });
-INSTANTIATE_TEST_SUITE_P(Roart, GrowLoad, ::testing::Values("roart"),
+INSTANTIATE_TEST_SUITE_P(Survey, GrowLoad, ::testing::Values("pactree", "dptree", "roart"),
                          [](const auto& p) { return p.param; });
 
 }  // namespace
