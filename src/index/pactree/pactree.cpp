@@ -667,11 +667,7 @@ Footprint PacTree::footprint() const {
 }
 
 void PacTree::print_stats() const {
-  static const bool on = [] {
-    const char* e = std::getenv("PMINDEX_PACTREE_STATS");
-    return e != nullptr && *e != '\0' && *e != '0';
-  }();
-  if (!on) return;
+  if (!print_stats_) return;
   std::fprintf(stderr,
                "pactree: updater %s, SMOs applied %llu (splits %llu, merges %llu), pending %zu "
                "(max %zu), last-mile hops %llu, log slots overwritten %llu\n",
