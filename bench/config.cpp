@@ -72,6 +72,7 @@ std::vector<std::pair<std::string, std::string>> Config::as_pairs() const {
       {"warmup", warmup ? "true" : "false"}, {"key_type", key_type},
       {"key_order", key_order},
       {"node_size", num(node_size)}, {"bulk_load", bulk_load ? "true" : "false"},
+      {"pactree_updater", pactree_updater}, {"pactree_stats", pactree_stats ? "true" : "false"},
       {"fill", num(fill)}, {"value_bits", num(value_bits)}, {"recovery", recovery},
   };
 }
@@ -295,6 +296,11 @@ int parse_command_line(int argc, const char* const* argv, Config* out, std::ostr
       ->check(CLI::IsMember({"memcmp", "pibench"}))->capture_default_str();
   app.add_option("--node_size", c.node_size, "node bytes (built-in indexes; 0: default)")
       ->check(whole_number(0, 1 << 20));
+  app.add_option("--pactree_updater", c.pactree_updater,
+                 "pactree: who applies SMOs to the search layer (auto: background)")
+      ->check(CLI::IsMember({"auto", "background", "sync"}))->capture_default_str();
+  app.add_flag("--pactree_stats", c.pactree_stats,
+               "pactree: print the updater's lag and SMO counts on stderr at close");
   app.add_flag("--bulk_load", c.bulk_load, "load sorted records through the native bulk loader");
   app.add_option("--fill", c.fill, "bulk-load fill factor (0,1]")
       ->check(CLI::Range(0.000001, 1.0))->capture_default_str();

@@ -84,6 +84,8 @@ struct Config {
   // integers). pibench is for tree_api libraries with fixed-size keys only.
   std::string key_order = "memcmp";
   std::uint32_t node_size = 0;
+  std::string pactree_updater = "auto";  // auto | background | sync (Options::pactree.updater)
+  bool pactree_stats = false;            // Options::pactree.stats: the updater's line at close
   bool bulk_load = false;
   double fill = 1.0;
   unsigned value_bits = 48;

@@ -107,6 +107,10 @@ std::unique_ptr<Target> make_native_target(const Config& c, const std::string& p
     return nullptr;
   }
   o.node_size = c.node_size;
+  o.pactree.updater = c.pactree_updater == "sync"         ? pmindex::PacTreeOptions::Updater::synchronous
+                      : c.pactree_updater == "background" ? pmindex::PacTreeOptions::Updater::background
+                                                          : pmindex::PacTreeOptions::Updater::automatic;
+  o.pactree.stats = c.pactree_stats;
   o.key_type = c.key_kind() == KeyKind::f64   ? pmindex::KeyType::f64
                : c.key_kind() == KeyKind::bytes ? pmindex::KeyType::bytes
                                                 : pmindex::KeyType::u64;

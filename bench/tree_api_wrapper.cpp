@@ -198,6 +198,19 @@ extern "C" __attribute__((visibility("default"))) tree_api* create_tree(const tr
     std::fprintf(stderr, "pmindex tree_api: PMINDEX_PERSISTENCE must be adr, eadr or dram, got '%s'\n", mode);
     return nullptr;
   }
+  // PiBench passes no per-index options: PACTree's switches (Options::pactree) come from the
+  // environment here, and only here.
+  if (const char* u = std::getenv("PMINDEX_PACTREE_UPDATER"); u != nullptr) {
+    const std::string_view v(u);
+    if (v != "sync" && v != "background") {
+      std::fprintf(stderr, "pmindex tree_api: PMINDEX_PACTREE_UPDATER must be sync or background, got '%s'\n", u);
+      return nullptr;
+    }
+    o.pactree.updater = v == "sync" ? pmindex::PacTreeOptions::Updater::synchronous
+                                    : pmindex::PacTreeOptions::Updater::background;
+  }
+  const char* stats = std::getenv("PMINDEX_PACTREE_STATS");
+  o.pactree.stats = stats != nullptr && std::strcmp(stats, "1") == 0;
   const char* variable = std::getenv("PMINDEX_TREE_VARIABLE_KEYS");
   const bool variable_keys = variable != nullptr && std::strcmp(variable, "1") == 0;
   o.key_type = opt.key_size == 8 && !variable_keys ? pmindex::KeyType::u64 : pmindex::KeyType::bytes;

@@ -69,6 +69,19 @@ enum class OpenMode : std::uint8_t {
   open,            ///< open; fail if missing
 };
 
+/// PACTree's run-time switches (Options::pactree; not stored in the pool, so each open may pick
+/// its own; src/index/pactree/README.md "Updater").
+struct PacTreeOptions {
+  /// Who applies logged structure changes to the search layer. automatic: the background
+  /// thread, except in the tracing flavour, where the writers apply them synchronously (the
+  /// crash simulator enumerates the synchronous mode's steps).
+  enum class Updater : std::uint8_t { automatic, background, synchronous };
+  Updater updater = Updater::automatic;
+  /// Print one line on stderr at close: updater mode, SMOs applied, pending entries (and their
+  /// maximum), last-mile hops, log slots overwritten.
+  bool stats = false;
+};
+
 /// Everything Index::open needs: which index, where its pool lives, and the limits a new pool
 /// is created with (an existing pool's layout must match them unless layout_from_pool).
 struct Options {
@@ -94,6 +107,7 @@ struct Options {
   /// Open only: map the pool copy-on-write (MAP_PRIVATE). Recovery and operations work on a
   /// private copy; nothing ever reaches the file. pmpool check uses it.
   bool private_mapping = false;
+  PacTreeOptions pactree;           ///< kind "pactree" only; other kinds ignore it
 };
 
 /// One record of a bulk load's sorted input.

@@ -90,10 +90,17 @@ bool PacTree::anchor_le(std::uint64_t off, const Probe& p) const {
 // The node of the greatest anchor <= p that the search layer knows, or the head. The search
 // layer may lag behind splits (the last mile walks right from here).
 std::uint64_t PacTree::jump_node(const Probe& p) const {
-  const std::string k = search_key(bytes_ ? p.bytes : std::string_view(encode_u64(p.word)));
   std::uint64_t found = 0;
-  (void)search_->seek_ge(k, nullptr, &found);  // not_found (past the last anchor): the head
-  return found != 0 ? found : root_->head;
+  if (bytes_) {
+    (void)search_->seek_ge(search_key(p.bytes), nullptr, &found);
+  } else {
+    // search_key of encode_u64(p.word), built on the stack: the complemented big-endian bytes
+    // (two std::string per lookup cost about 100 instructions of it, callgrind).
+    char k[8];
+    for (unsigned i = 0; i < 8; ++i) k[i] = static_cast<char>(~(p.word >> (56 - 8 * i)));
+    (void)search_->seek_ge(std::string_view(k, 8), nullptr, &found);
+  }
+  return found != 0 ? found : root_->head;  // not found (past the last anchor): the head
 }
 
 std::uint64_t PacTree::fp_candidates(const DataNode* n, std::uint8_t fp,
@@ -667,11 +674,7 @@ Footprint PacTree::footprint() const {
 }
 
 void PacTree::print_stats() const {
-  static const bool on = [] {
-    const char* e = std::getenv("PMINDEX_PACTREE_STATS");
-    return e != nullptr && *e != '\0' && *e != '0';
-  }();
-  if (!on) return;
+  if (!print_stats_) return;
   std::fprintf(stderr,
                "pactree: updater %s, SMOs applied %llu (splits %llu, merges %llu), pending %zu "
                "(max %zu), last-mile hops %llu, log slots overwritten %llu\n",

@@ -91,8 +91,8 @@ class PacTree final : public Index {
   std::size_t updater_pending() const;
   unsigned slots_per_node() const { return slots_; }
   // The updater's mode (README "Updater"). The default is background, synchronous in the
-  // tracing flavour (the crash simulator enumerates its steps); PMINDEX_PACTREE_UPDATER=sync
-  // or =background at open overrides it. Expects no concurrent operation.
+  // tracing flavour (the crash simulator enumerates its steps); Options::pactree.updater at
+  // open overrides it. Expects no concurrent operation.
   void set_updater_mode(UpdaterMode m) { updater_.set_mode(m); }
   UpdaterMode updater_mode() const { return updater_.mode(); }
   std::size_t updater_max_pending() const { return updater_.max_pending(); }
@@ -184,7 +184,7 @@ class PacTree final : public Index {
   explicit PacTree(std::unique_ptr<pm::Pool> pool);
   Status init_root(const Options& o);
   void configure(Root* r);
-  static UpdaterMode initial_updater_mode();
+  static UpdaterMode initial_updater_mode(const Options& o);
 
   // keys and nodes
   DataNode* node(std::uint64_t off) const { return pool_->at<DataNode>(off); }
@@ -262,6 +262,7 @@ class PacTree final : public Index {
   mutable sync::EpochManager epochs_;
   RecoveryStats recovery_;
   bool closed_ = false;
+  bool print_stats_ = false;  // Options::pactree.stats
 };
 
 }  // namespace pmindex::pactree

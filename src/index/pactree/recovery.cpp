@@ -75,11 +75,12 @@ void PacTree::configure(Root* r) {
 }
 
 // The updater's mode at open: background, except in the tracing flavour (the crash simulator
-// enumerates the synchronous mode's steps); PMINDEX_PACTREE_UPDATER=sync|background overrides.
-UpdaterMode PacTree::initial_updater_mode() {
-  if (const char* e = std::getenv("PMINDEX_PACTREE_UPDATER"); e != nullptr) {
-    if (std::string_view(e) == "sync") return UpdaterMode::synchronous;
-    if (std::string_view(e) == "background") return UpdaterMode::background;
+// enumerates the synchronous mode's steps); Options::pactree.updater overrides.
+UpdaterMode PacTree::initial_updater_mode(const Options& o) {
+  switch (o.pactree.updater) {
+    case PacTreeOptions::Updater::synchronous: return UpdaterMode::synchronous;
+    case PacTreeOptions::Updater::background: return UpdaterMode::background;
+    case PacTreeOptions::Updater::automatic: break;
   }
   return pm::kTracing ? UpdaterMode::synchronous : UpdaterMode::background;
 }
@@ -113,9 +114,10 @@ Status PacTree::init_root(const Options& o) {
 Result<std::unique_ptr<Index>> PacTree::create(std::unique_ptr<pm::Pool> pool,
                                                const Options& o) {
   std::unique_ptr<PacTree> idx(new PacTree(std::move(pool)));
+  idx->print_stats_ = o.pactree.stats;
   if (Status s = idx->init_root(o); !s.ok()) return s;
   idx->recovery_.created = true;
-  idx->updater_.set_mode(initial_updater_mode());
+  idx->updater_.set_mode(initial_updater_mode(o));
   return std::unique_ptr<Index>(std::move(idx));
 }
 
@@ -123,6 +125,7 @@ Result<std::unique_ptr<Index>> PacTree::recover(std::unique_ptr<pm::Pool> pool,
                                                 const Options& o) {
   const auto t0 = std::chrono::steady_clock::now();
   std::unique_ptr<PacTree> idx(new PacTree(std::move(pool)));
+  idx->print_stats_ = o.pactree.stats;
   pm::Pool& p = *idx->pool_;
   idx->recovery_.clean_shutdown = p.was_clean();
   const std::uint64_t root_off = p.root();
@@ -131,7 +134,7 @@ Result<std::unique_ptr<Index>> PacTree::recover(std::unique_ptr<pm::Pool> pool,
     if (Status s = p.allocator().finish_recovery(); !s.ok()) return s;
     p.commit_open();
     if (Status s = idx->init_root(o); !s.ok()) return s;
-    idx->updater_.set_mode(initial_updater_mode());
+    idx->updater_.set_mode(initial_updater_mode(o));
     return std::unique_ptr<Index>(std::move(idx));
   }
   Root* r = p.checked<Root>(root_off, sizeof(Root), 64);
@@ -158,7 +161,7 @@ Result<std::unique_ptr<Index>> PacTree::recover(std::unique_ptr<pm::Pool> pool,
   p.commit_open();
   idx->recovery_.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  idx->updater_.set_mode(initial_updater_mode());
+  idx->updater_.set_mode(initial_updater_mode(o));
   return std::unique_ptr<Index>(std::move(idx));
 }
 

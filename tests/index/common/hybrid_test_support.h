@@ -231,10 +231,12 @@ inline void run_scripted(ScriptedScenario& scenario, const std::string& label, p
 
 // The kill -9 harness: a /dev/shm pool of 1 MiB, PMINDEX_KILL_CYCLES cycles (30 by default).
 inline void run_kill(const std::string& kind, std::uint32_t node_size, pm::Mode mode,
-                     const std::string& label, std::uint64_t key_space = 200) {
+                     const std::string& label, std::uint64_t key_space = 200,
+                     const PacTreeOptions& pactree = {}) {
   pmindex::testing::TempDir dir;
   KillConfig cfg = KillConfig::from_env(30);
   cfg.options.kind = kind;
+  cfg.options.pactree = pactree;
   cfg.options.node_size = node_size;
   cfg.options.path = dir.file("kill.pool");
   cfg.options.pool_size = 1 << 20;

@@ -185,12 +185,12 @@ TEST(PacTree, BackgroundUpdaterKeepsUpWithTwoWriters) {
     EXPECT_EQ(idx->find(encode_u64(k * 7919 % 6000), nullptr), k % 3 == 0 ? Code::ok : Code::not_found);
 }
 
-// PMINDEX_PACTREE_UPDATER picks the mode at open; a held updater (the search layer lagging by
+// Options::pactree.updater picks the mode at open; a held updater (the search layer lagging by
 // a whole ring per writer) costs last-mile hops, never an answer.
-TEST(PacTree, UpdaterModesFromEnvironmentAndLag) {
-  ::setenv("PMINDEX_PACTREE_UPDATER", "sync", 1);
-  auto idx = testing::open_or_die(pac_options(4, KeyType::u64));
-  ::unsetenv("PMINDEX_PACTREE_UPDATER");
+TEST(PacTree, UpdaterModeFromOptionsAndLag) {
+  Options o = pac_options(4, KeyType::u64);
+  o.pactree.updater = PacTreeOptions::Updater::synchronous;
+  auto idx = testing::open_or_die(o);
   ASSERT_NE(idx, nullptr);
   auto& t = as_pac(*idx);
   EXPECT_EQ(t.updater_mode(), pactree::UpdaterMode::synchronous);
@@ -204,6 +204,46 @@ TEST(PacTree, UpdaterModesFromEnvironmentAndLag) {
   ASSERT_TRUE(idx->verify().ok()) << idx->verify().message();
   EXPECT_EQ(t.updater_pending(), 0u);
   EXPECT_EQ(t.log_overwritten(), 0u);
+}
+
+// Each open (create and recover) takes the updater mode from its own Options: the switch is
+// not stored in the pool.
+TEST(PacTree, UpdaterModeIsChosenAtEveryOpen) {
+  using U = PacTreeOptions::Updater;
+  pmindex::testing::TempDir dir;
+  Options o = pac_options(4, KeyType::u64);
+  o.path = dir.file("modes.pool");
+  const auto mode_after_open = [&](U u) {
+    o.pactree.updater = u;
+    auto idx = testing::open_or_die(o);
+    if (idx == nullptr) return pactree::UpdaterMode::held;
+    const pactree::UpdaterMode m = as_pac(*idx).updater_mode();
+    const std::string k = encode_u64(static_cast<std::uint64_t>(u));
+    EXPECT_EQ(idx->insert(k, k), Code::ok);
+    EXPECT_TRUE(idx->close().ok());
+    return m;
+  };
+  EXPECT_EQ(mode_after_open(U::synchronous), pactree::UpdaterMode::synchronous);  // create
+  EXPECT_EQ(mode_after_open(U::background), pactree::UpdaterMode::background);    // recover
+  EXPECT_EQ(mode_after_open(U::automatic), pm::kTracing ? pactree::UpdaterMode::synchronous
+                                                       : pactree::UpdaterMode::background);
+}
+
+// Options::pactree.stats prints the updater's line at close, and only then.
+TEST(PacTree, StatsLineOnlyWhenAsked) {
+  for (const bool stats : {false, true}) {
+    Options o = pac_options(4, KeyType::u64);
+    o.pactree.stats = stats;
+    auto idx = testing::open_or_die(o);
+    ASSERT_NE(idx, nullptr);
+    for (std::uint64_t k = 0; k < 40; ++k) ASSERT_EQ(idx->insert(encode_u64(k), encode_u64(k)), Code::ok);
+    ::testing::internal::CaptureStderr();
+    const Status closed = idx->close();
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    ASSERT_TRUE(closed.ok()) << closed.message();
+    EXPECT_EQ(err.find("pactree: updater") != std::string::npos, stats) << err;
+    if (stats) EXPECT_NE(err.find("SMOs applied"), std::string::npos) << err;
+  }
 }
 
 // A lookup whose search-layer entry lags (the anchor is missing) still finds its key: the last

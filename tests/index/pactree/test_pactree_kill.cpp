@@ -4,27 +4,25 @@
 // 4 slots (a split every few inserts) and 64 slots. Scaffolding: hybrid_test_support.h.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
-
 #include "index/common/hybrid_test_support.h"
 #include "index/pactree/layout.h"
 
 namespace pmindex::crash {
 namespace {
 
-void run(unsigned slots, pm::Mode mode, const std::string& suffix = "") {
+void run(unsigned slots, pm::Mode mode, const std::string& suffix = "",
+         PacTreeOptions::Updater updater = PacTreeOptions::Updater::automatic) {
   hybrid_test::run_kill("pactree", pactree::kHeaderBytes + slots * pactree::kSlotBytes, mode,
                         "pactree" + std::to_string(slots) + "." + std::string(pm::to_string(mode)) +
-                            suffix);
+                            suffix,
+                        200, PacTreeOptions{.updater = updater});
 }
 
-// The killed child inherits PMINDEX_PACTREE_UPDATER: background (the default) and sync.
+// The forked child opens with the harness's Options: background (the default) and sync.
 TEST(KillPacTree, Slots4Adr) { run(4, pm::Mode::adr); }
 TEST(KillPacTree, Slots64Adr) { run(64, pm::Mode::adr); }
 TEST(KillPacTree, Slots4AdrSynchronousUpdater) {
-  ::setenv("PMINDEX_PACTREE_UPDATER", "sync", 1);
-  run(4, pm::Mode::adr, ".sync");
-  ::unsetenv("PMINDEX_PACTREE_UPDATER");
+  run(4, pm::Mode::adr, ".sync", PacTreeOptions::Updater::synchronous);
 }
 
 }  // namespace

@@ -13,9 +13,10 @@
 namespace pmindex {
 namespace {
 
-void run_stress(unsigned slots, KeyType kt, double seconds) {
+void run_stress(unsigned slots, KeyType kt, double seconds, PacTreeOptions::Updater mode) {
   Options o;
   o.kind = "pactree";
+  o.pactree.updater = mode;
   o.pool_size = 64 << 20;
   o.node_size = pactree::kHeaderBytes + slots * pactree::kSlotBytes;
   o.key_type = kt;
@@ -28,21 +29,19 @@ void run_stress(unsigned slots, KeyType kt, double seconds) {
       label);
 }
 
-// Both updater modes (PMINDEX_PACTREE_UPDATER is read at open): the background thread
-// applies the log while both writers run; synchronous, the writers apply it.
-void run_all(const char* mode, double t) {
-  ::setenv("PMINDEX_PACTREE_UPDATER", mode, 1);
-  run_stress(4, KeyType::u64, t / 3);
-  run_stress(64, KeyType::u64, t / 3);
-  run_stress(4, KeyType::bytes, t / 3);
-  ::unsetenv("PMINDEX_PACTREE_UPDATER");
+// Both updater modes (Options::pactree.updater): the background thread applies the log while
+// both writers run; synchronous, the writers apply it.
+void run_all(PacTreeOptions::Updater mode, double t) {
+  run_stress(4, KeyType::u64, t / 3, mode);
+  run_stress(64, KeyType::u64, t / 3, mode);
+  run_stress(4, KeyType::bytes, t / 3, mode);
 }
 
 TEST(PacTreeStress, TwoThreadsAgainstOracleBackgroundUpdater) {
-  run_all("background", hybrid_test::stress_seconds() / 2);
+  run_all(PacTreeOptions::Updater::background, hybrid_test::stress_seconds() / 2);
 }
 TEST(PacTreeStress, TwoThreadsAgainstOracleSynchronousUpdater) {
-  run_all("sync", hybrid_test::stress_seconds() / 2);
+  run_all(PacTreeOptions::Updater::synchronous, hybrid_test::stress_seconds() / 2);
 }
 
 }  // namespace

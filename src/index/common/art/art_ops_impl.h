@@ -247,7 +247,7 @@ Code Tree<P>::find_once(std::string_view key, std::uint64_t* value, Olc& o) cons
   std::uint32_t depth = 0;
   for (;;) {
     if (w == 0 || is_record(w)) {
-      const bool hit = w != 0 && key_of(w) == key;
+      const bool hit = w != 0 && key_equals(w, key);
       if (hit && value != nullptr) *value = load_word(record(w)->value);
       check(*plock, pv, o);
       if (o.stop()) return Code::ok;
@@ -322,7 +322,7 @@ void Tree<P>::find_batch(const std::string_view* keys, std::size_t n, std::uint6
       Cursor& c = cur[i];
       Olc o;
       if (c.w == 0 || is_record(c.w)) {
-        const bool hit = c.w != 0 && key_of(c.w) == key;
+        const bool hit = c.w != 0 && key_equals(c.w, key);
         const std::uint64_t value = hit ? load_word(record(c.w)->value) : 0;
         check(*c.plock, c.pv, o);
         if (o.stop()) {

@@ -23,11 +23,14 @@ template <class Emit>
 Code Tree<P>::scan(std::string_view start, std::size_t max, Emit&& emit) const {
   auto guard = epochs_.pin();
   std::size_t count = 0;
-  std::string last;  // the last key emitted: a restart resumes after it
+  std::string last;    // the last key emitted: a restart resumes after it
+  std::string resume;  // last's copy for a resumed pass (last changes while the pass runs)
   for (;;) {
     Olc o;
     const bool resumed = count > 0;
-    const std::string bound(resumed ? std::string_view(last) : start);
+    if (resumed) resume = last;
+    // The first pass bounds by `start` itself: no copy (a seek's cost is a few node visits).
+    const std::string_view bound = resumed ? std::string_view(resume) : start;
     const std::uint64_t rv = read_lock(*root_lock_, nullptr, o);
     const std::uint64_t w = o.stop() ? 0 : load_word(*root_word_);
     if (w != 0 && is_record(w)) {  // a lone record: its value is read under the root's version
@@ -248,8 +251,11 @@ bool Tree<P>::emit_record(std::uint64_t w, std::uint64_t value, bool bounded,
     if (c < 0 || (c == 0 && !inclusive)) return true;
   }
   emit(k, value);
+  // At max the scan stops: every caller returns at once, so no pass resumes after k and its
+  // copy would be wasted (a seek, max 1, paid it on every lookup of pactree's search layer).
+  if (++count >= max) return false;
   last.assign(k);
-  return ++count < max;
+  return true;
 }
 
 // --- verify ---------------------------------------------------------------------------------------
