@@ -24,6 +24,22 @@ bool symmetric_requested() {
 
 }  // namespace
 
+bool AsymmetricFence::decide() noexcept {
+  // The function-local static makes one decision even if threads race here before main();
+  // relaxed store: see light().
+  static const bool on = [] {
+    const bool v = init();
+    on_.store(v, std::memory_order_relaxed);
+    return v;
+  }();
+  return on;
+}
+
+namespace {
+// Decides at process start, so light() finds the flag set without a guard of its own.
+[[maybe_unused]] const bool decided_at_start = AsymmetricFence::enabled();
+}  // namespace
+
 bool AsymmetricFence::init() noexcept {
   if (symmetric_requested()) return false;
   const long offered = membarrier(MEMBARRIER_CMD_QUERY);
@@ -48,7 +64,7 @@ void AsymmetricFence::full_fence() noexcept {
 void AsymmetricFence::heavy() noexcept {
   // Our own side of the pair, like a seq_cst fence (the syscall would order it too).
   full_fence();
-  if (!enabled()) return;
+  if (!decide()) return;
   if (membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0) return;
   // A forked child may have to register again (the registration belongs to the address space).
   if (errno == EPERM && membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0 &&

@@ -92,6 +92,16 @@ bool symmetric_requested() {
   return v != nullptr && v[0] != '\0' && std::strcmp(v, "0") != 0;
 }
 
+// light() reads a flag that must already hold the decision when main() starts: read it before
+// anything here calls enabled() or heavy(). Only meaningful in a fresh process where no other
+// test ran first, so ctest also runs this test alone (test_sync_fence_decided_at_start).
+// Without the start-up decision light() would fall back to full fences for good.
+TEST(AsymmetricFence, DecidedBeforeMain) {
+  const bool flag = AsymmetricFence::light_skips_fence();
+  EXPECT_EQ(flag, !symmetric_requested());
+  EXPECT_EQ(flag, AsymmetricFence::enabled());
+}
+
 TEST(AsymmetricFence, ModeFollowsTheEnvironment) {
   if (symmetric_requested()) {
     EXPECT_FALSE(AsymmetricFence::enabled());

@@ -24,10 +24,15 @@
 /// store buffer often holds stores ordered behind an earlier clwb + sfence, so a seq_cst fence
 /// at the start of an operation waits for the previous operation's write-back.
 ///
-/// The mode is decided once per process, at the first call of enabled() (before any light() or
-/// heavy()), and never changes: MEMBARRIER_CMD_QUERY must offer PRIVATE_EXPEDITED and its
-/// registration must succeed, and the environment variable PMINDEX_SYMMETRIC_FENCES must not be
-/// set to a non-empty value other than 0 (set it to test or to compare the fallback). After a
+/// The mode is decided once per process, before main() (a static initialiser in
+/// asymmetric_fence.cpp; heavy() and decide() make the same decision if called earlier), and
+/// never changes: MEMBARRIER_CMD_QUERY must offer PRIVATE_EXPEDITED and its registration must
+/// succeed, and the environment variable PMINDEX_SYMMETRIC_FENCES must not be set to a
+/// non-empty value other than 0 (set it to test or to compare the fallback). The decision is
+/// kept in a constant-initialised flag, so light() reads one byte with no initialisation guard.
+/// A light() that runs before the decision reads false and issues a full fence, which is safe
+/// with either heavy side; a light() that read true skipped its fence, and then the decision
+/// was made, so every heavy() (which takes the decision itself first) uses membarrier. After a
 /// fork() the child re-registers on its first heavy() if the kernel asks for it; a heavy()
 /// that cannot reach the other threads is fatal, because light() has already skipped fences.
 #pragma once
@@ -39,15 +44,18 @@ namespace pmindex::sync {
 /// The light/heavy fence pair described above. All members static and thread-safe.
 class AsymmetricFence {
  public:
-  /// True when light() is a compiler barrier (see above). Thread-safe; decided on first call.
-  static bool enabled() noexcept {
-    static const bool on = init();
-    return on;
-  }
+  /// True when light() is a compiler barrier (see above). Thread-safe.
+  static bool enabled() noexcept { return decide(); }
+
+  /// What light() reads: whether the mode was decided (before main()) as enabled. For tests
+  /// and reports; relaxed, like light().
+  static bool light_skips_fence() noexcept { return on_.load(std::memory_order_relaxed); }
 
   /// The frequent side (e.g. an epoch pin): a compiler barrier when enabled(), else a full fence.
   static void light() noexcept {
-    if (enabled()) [[likely]] {
+    // relaxed: the flag publishes no other data; it only says whether heavy() uses
+    // membarrier, and decide() there yields the value that was stored here (above).
+    if (on_.load(std::memory_order_relaxed)) [[likely]] {
       std::atomic_signal_fence(std::memory_order_seq_cst);
     } else {
       full_fence();
@@ -62,7 +70,11 @@ class AsymmetricFence {
   static void full_fence() noexcept;
 
  private:
+  /// The once-per-process decision (thread-safe; the first call stores it into on_).
+  static bool decide() noexcept;
   static bool init() noexcept;
+  /// The decision, once made (false before). constinit: no guard variable on the hot path.
+  static constinit inline std::atomic<bool> on_{false};
 };
 
 }  // namespace pmindex::sync

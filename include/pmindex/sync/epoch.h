@@ -415,7 +415,9 @@ inline void EpochManager::unpin_record(Record* record) {
   // release: everything read while pinned happens before an advancing thread that sees us
   // unpinned, and so before the deleters that run after the epoch moves on.
   record->state.store(kUnpinned, std::memory_order_release);
-  if (record->held != 0 || orphan_hint_.load(std::memory_order_relaxed) != 0) {
+  // One test for both (no short-circuit branch): own items pending, or orphans to free.
+  // relaxed hint: a stale zero only delays the orphans to a later unpin or collect.
+  if ((record->held | orphan_hint_.load(std::memory_order_relaxed)) != 0) {
     after_unpin(record);
   }
 }
