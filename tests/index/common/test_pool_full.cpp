@@ -172,6 +172,69 @@ TEST_P(PoolFull, StaysUsableAndReusesSpace) {
   scope = Index::ThreadScope();  // detach before the index goes
 }
 
+// Issue 19 item 2, the sparse case: fill with ascending keys to pool_full, remove every other
+// key, then insert as many new keys as were removed. The new keys all land right of the old
+// ones, so they need new leaves: the half-empty leaves must give their space back (merged or
+// compacted) without a restart. Most kinds merge only emptier leaves (or none), so this is a
+// measurement first: the kinds measured short of the bound are skipped by name with the number
+// (ASan build, 1 MiB pool, at 775aacf); PMINDEX_POOL_FULL_KNOWN=1 runs them.
+const char* known_sparse_failure(const Case& c) {
+  if (c.kind == "nbtree") return "nbtree: 0 of 12,239: leaves are never merged (PROTOCOL 10)";
+  if (c.kind == "dptree") return "dptree: the removes themselves answer pool_full (see above)";
+  if (c.kind == "apex") return "apex: 23 of 8,206";
+  if (c.kind == "lbtree") return "lbtree: 7 of 14,280: half-full leaves are not merged";
+  if (c.kind == "fptree") return "fptree: 4 of 8,032: half-full leaves are not merged";
+  if (c.kind == "part") return "part: 520 of 12,312: half-full leaf nodes stay";
+  if (c.kind == "pactree") return "pactree: 2 of 4,060: half-full data nodes are not merged";
+  if (c.kind == "roart") return "roart: 32 of 9,008: half-full leaf arrays stay";
+  return nullptr;  // reflist and utree: 16,319 of 16,319
+}
+
+class PoolFullSparse : public ::testing::TestWithParam<Case> {};
+
+TEST_P(PoolFullSparse, EveryOtherRemovedMakesRoom) {
+  const Case& c = GetParam();
+  const char* why = known_sparse_failure(c);
+  if (why != nullptr && std::getenv("PMINDEX_POOL_FULL_KNOWN") == nullptr) GTEST_SKIP() << why;
+  auto opened = Index::open(options_for(c));
+  ASSERT_TRUE(opened.ok()) << opened.status().to_string();
+  auto& idx = *opened;
+  std::vector<std::uint64_t> acked;
+  std::uint64_t next = 0;
+  for (; next < 4'000'000; ++next) {
+    const Code code = idx->insert(key_of(c, next), value_of(c, next));
+    if (code != Code::ok) {
+      ASSERT_EQ(code, Code::pool_full) << "insert " << next;
+      break;
+    }
+    acked.push_back(next);
+  }
+  ASSERT_GT(acked.size(), 1000u) << "the pool never filled";
+  ++next;
+  std::size_t removed = 0;
+  for (std::size_t j = 0; j < acked.size(); j += 2, ++removed)
+    ASSERT_EQ(idx->remove(key_of(c, acked[j])), Code::ok) << acked[j];
+  std::size_t ok = 0;
+  for (std::size_t n = 0; n < removed; ++n, ++next) {
+    const Code code = idx->insert(key_of(c, next), value_of(c, next));
+    if (code == Code::ok) {
+      ++ok;
+    } else {
+      ASSERT_EQ(code, Code::pool_full) << "re-insert " << next;
+    }
+  }
+  std::printf("[pool-full-sparse] %s: %zu acknowledged, %zu of %zu re-inserts succeeded\n",
+              name(c).c_str(), acked.size(), ok, removed);
+  const Status v = idx->verify();
+  ASSERT_TRUE(v.ok()) << "after re-inserts: " << v.to_string();
+  std::string got;
+  for (std::size_t j = 1; j < acked.size(); j += 2)
+    ASSERT_EQ(idx->find(key_of(c, acked[j]), &got), Code::ok) << "kept key " << acked[j];
+  // Half of the removed space: merging two half-full leaves frees one leaf per two.
+  EXPECT_GE(static_cast<double>(ok), 0.5 * static_cast<double>(removed))
+      << ok << " of " << removed << " re-inserts succeeded";
+}
+
 // Two threads fill one pool at once (each with a ThreadScope), so SMOs meet pool_full while
 // another thread helps or commits into the same leaf (NBTree: S2g/S2x under contention);
 // then verify() live and every acknowledged record reads back.
@@ -247,6 +310,16 @@ std::vector<Case> concurrent_cases() {  // one run per kind, key type and value 
     if (!c.scope && !c.ascending) out.push_back(c);
   return out;
 }
+
+std::vector<Case> sparse_cases() {  // ascending u64, inline values: one run per kind
+  std::vector<Case> out;
+  for (const Case& c : cases())
+    if (!c.scope && c.ascending) out.push_back(c);
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Kinds, PoolFullSparse, ::testing::ValuesIn(sparse_cases()),
+                         [](const auto& p) { return name(p.param); });
 
 INSTANTIATE_TEST_SUITE_P(Kinds, PoolFullConcurrent, ::testing::ValuesIn(concurrent_cases()),
                          [](const auto& p) { return name(p.param); });
