@@ -307,8 +307,14 @@ Footprint Part::footprint() const {
   return f;
 }
 
+// A pool whose recovery walk found damage is left unclean: a clean close would record counts
+// of the damaged tree, and the next open would then accept it as whole (issue 18).
 Status Part::close() {
-  (void)wait_recovery_walk();
+  Status walk = wait_recovery_walk();
+  if (!closed_ && !walk.ok()) {
+    tree_->epochs().drain();
+    closed_ = true;  // unclean: the next open walks again and refuses the damage again
+  }
   if (!closed_) {
     tree_->epochs().drain();
     // The counts let the next walk see a tree that lost nodes (one read-only walk here, the
@@ -327,7 +333,7 @@ Status Part::close() {
     }
     closed_ = true;
   }
-  return Status::Ok();
+  return walk;
 }
 
 IndexRegistry::Entry Part::registry_entry() {

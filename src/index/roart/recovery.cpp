@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 
+#include "index/common/close_counts.h"
 #include "index/roart/roart.h"
 
 namespace pmindex::roart {
@@ -135,6 +136,28 @@ Status Roart::finish_intent(const Pending& p) const {
   return Status::Ok();
 }
 
+bool Roart::count_for_close(std::uint64_t* records, std::uint64_t* nodes) const {
+  bool counted = true;
+  auto count_array = [&](std::uint64_t off) {
+    if (!check_array(off).empty() || load_word(array(off)->intent) != 0) return false;
+    ++*nodes;
+    ArrayHeader* a = array(off);
+    const std::uint64_t* s = slot_words(a);
+    for (unsigned i = 0; i < slots_of(a); ++i) *records += load_word(s[i]) != 0 ? 1 : 0;
+    return true;
+  };
+  const std::string e =
+      tree_->walk([&](std::uint64_t, std::size_t, bool is_record, std::uint64_t value) {
+        if (!is_record) {
+          ++*nodes;
+          return true;
+        }
+        counted = count_array(value);
+        return counted;
+      });
+  return e.empty() && counted && count_array(load_word(root_->tail));
+}
+
 void Roart::start_walk(std::uint64_t root_off) {
   walk_done_.store(false, std::memory_order_relaxed);  // relaxed: before the thread starts
   walker_ = std::thread([this, root_off] {
@@ -167,7 +190,8 @@ void Roart::start_walk(std::uint64_t root_off) {
       std::sort(seen.begin(), seen.end());
       if (std::adjacent_find(seen.begin(), seen.end()) != seen.end())
         s = pool_->error(Code::corrupted, "roart recovery walk: a leaf array is reached twice");
-      else
+      else if (s = index_common::check_close_counts(*pool_, "roart", records, nodes + seen.size());
+               s.ok())  // writers wait for this walk: its counts are exact
         s = al.finish_recovery();  // only a complete walk frees: unvisited blocks may be live
     }
     std::lock_guard<std::mutex> lock(walk_mu_);

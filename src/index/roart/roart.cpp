@@ -882,14 +882,23 @@ Footprint Roart::footprint() const {
   return f;
 }
 
+// A pool whose recovery walk found damage is left unclean: a clean close would record counts
+// of the damaged tree, and the next open would then accept it as whole (issue 18).
 Status Roart::close() {
-  (void)wait_recovery_walk();
+  Status walk = wait_recovery_walk();
   if (!closed_) {
     tree_->epochs().drain();
-    pool_->close_clean();
+    std::uint64_t records = 0, nodes = 0;
+    if (!walk.ok()) {
+      // unclean: the next open walks again and refuses the damage again
+    } else if (count_for_close(&records, &nodes)) {
+      pool_->close_clean(records, nodes);
+    } else {
+      pool_->close_clean();
+    }
     closed_ = true;
   }
-  return Status::Ok();
+  return walk;
 }
 
 IndexRegistry::Entry Roart::registry_entry() {

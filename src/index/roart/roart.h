@@ -234,6 +234,10 @@ class Roart final : public Index {
                          std::vector<std::uint64_t>* seen, std::vector<Pending>* pending,
                          std::uint64_t* records);
   Status finish_intent(const Pending& p) const;
+  // The records and nodes (trie nodes and leaf arrays) the recovery walk will count, for a
+  // clean close; false (no counts) if an array still holds a split intent (the walk counts
+  // those differently) or the tree cannot be walked.
+  bool count_for_close(std::uint64_t* records, std::uint64_t* nodes) const;
 
   std::unique_ptr<pm::Pool> pool_;
   Root* root_ = nullptr;

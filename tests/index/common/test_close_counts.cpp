@@ -1,7 +1,7 @@
 // Issue 18 item 4 (clean shutdown): every PM kind counts its records and leaves/nodes at close
 // (pm::Pool::close_clean) and the next open's recovery walk compares its own counts with them.
 // A mismatch is refused as corrupted: by the open for the kinds that walk at open, by the
-// background walk or verify() (what pmpool check runs) for the lazy ones (apex, part). An
+// background walk or verify() (what pmpool check runs) for the lazy ones (apex, part, roart). An
 // unclean end leaves no counts, so nothing is compared.
 #include <fstream>
 #include <iterator>
@@ -20,7 +20,12 @@ using pmindex::testing::TempDir;
 constexpr std::uint64_t kRecords = 3000;
 
 // Lazy recovery: the open answers at once; damage shows in verify() (and writes are refused).
-bool lazy(const std::string& kind) { return kind == "apex" || kind == "part"; }
+bool lazy(const std::string& kind) {
+  return kind == "apex" || kind == "part" || kind == "roart";
+}
+
+// Kinds whose close() leaves the pool unclean when the background walk found damage.
+bool close_keeps_damage(const std::string& kind) { return kind == "part" || kind == "roart"; }
 
 // The open (or, for a lazy kind, verify() after it) with the counts of `path`: ok or the
 // refusal.
@@ -100,6 +105,18 @@ TEST_P(CloseCounts, CleanCloseRecordsCountsAndOpenComparesThem) {
     EXPECT_EQ(s.code(), Code::corrupted);
     EXPECT_NE(s.message().find("last clean close counted"), std::string::npos) << s.to_string();
     if (!lazy(GetParam())) EXPECT_EQ(read_file(path), bad) << "a refused open changed the file";
+    if (close_keeps_damage(GetParam())) {
+      // Known-bad: a close after the walk found damage must not mark the pool clean (it
+      // would record the damaged tree's counts, and the next open would accept it whole).
+      write_file(path, bad);  // the open above cleared the counts
+      auto idx = Index::open(options(path, OpenMode::open));
+      ASSERT_TRUE(idx.ok()) << idx.status().to_string();
+      EXPECT_EQ((*idx)->verify().code(), Code::corrupted);
+      EXPECT_FALSE((*idx)->close().ok()) << "close hid the walk's damage";
+      auto after = pm::Pool::inspect(path);
+      ASSERT_TRUE(after.ok()) << after.status().to_string();
+      EXPECT_FALSE(after->clean_shutdown) << "a damaged pool was marked clean at close";
+    }
   }
   // An open without close (a crash) clears the counts: the next open compares nothing.
   write_file(path, pristine);
@@ -120,7 +137,7 @@ TEST_P(CloseCounts, CleanCloseRecordsCountsAndOpenComparesThem) {
 
 INSTANTIATE_TEST_SUITE_P(PmKinds, CloseCounts,
                          ::testing::Values("lbtree", "fptree", "reflist", "nbtree", "utree",
-                                           "apex", "part", "pactree", "dptree"),
+                                           "apex", "part", "pactree", "dptree", "roart"),
                          [](const auto& p) { return p.param; });
 
 }  // namespace
