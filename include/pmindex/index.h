@@ -76,7 +76,7 @@ struct PacTreeOptions {
   /// thread, except in the tracing flavour, where the writers apply them synchronously (the
   /// crash simulator enumerates the synchronous mode's steps).
   enum class Updater : std::uint8_t { automatic, background, synchronous };
-  Updater updater = Updater::automatic;
+  Updater updater = Updater::automatic;  ///< see Updater; automatic by default
   /// Print one line on stderr at close: updater mode, SMOs applied, pending entries (and their
   /// maximum), last-mile hops, log slots overwritten.
   bool stats = false;

@@ -176,8 +176,10 @@ TEST_P(PoolFull, StaysUsableAndReusesSpace) {
 // key, then insert as many new keys as were removed. The new keys all land right of the old
 // ones, so they need new leaves: the half-empty leaves must give their space back (merged or
 // compacted) without a restart. Most kinds merge only emptier leaves (or none), so this is a
-// measurement first: the kinds measured short of the bound are skipped by name with the number
-// (ASan build, 1 MiB pool, at 775aacf); PMINDEX_POOL_FULL_KNOWN=1 runs them.
+// measurement first: every kind runs the whole test (full pool, removes, re-inserts, verify()
+// live, every kept key present), but the kinds measured short of the space bound are excused
+// from that bound by name with their number (ASan build, 1 MiB pool, at 775aacf);
+// PMINDEX_POOL_FULL_KNOWN=1 holds them to it too.
 const char* known_sparse_failure(const Case& c) {
   if (c.kind == "nbtree") return "nbtree: 0 of 12,239: leaves are never merged (PROTOCOL 10)";
   if (c.kind == "dptree") return "dptree: the removes themselves answer pool_full (see above)";
@@ -195,7 +197,7 @@ class PoolFullSparse : public ::testing::TestWithParam<Case> {};
 TEST_P(PoolFullSparse, EveryOtherRemovedMakesRoom) {
   const Case& c = GetParam();
   const char* why = known_sparse_failure(c);
-  if (why != nullptr && std::getenv("PMINDEX_POOL_FULL_KNOWN") == nullptr) GTEST_SKIP() << why;
+  const bool excused = why != nullptr && std::getenv("PMINDEX_POOL_FULL_KNOWN") == nullptr;
   auto opened = Index::open(options_for(c));
   ASSERT_TRUE(opened.ok()) << opened.status().to_string();
   auto& idx = *opened;
@@ -211,9 +213,17 @@ TEST_P(PoolFullSparse, EveryOtherRemovedMakesRoom) {
   }
   ASSERT_GT(acked.size(), 1000u) << "the pool never filled";
   ++next;
-  std::size_t removed = 0;
-  for (std::size_t j = 0; j < acked.size(); j += 2, ++removed)
-    ASSERT_EQ(idx->remove(key_of(c, acked[j])), Code::ok) << acked[j];
+  std::size_t removed = 0, refused = 0;
+  for (std::size_t j = 0; j < acked.size(); j += 2) {
+    const Code rc = idx->remove(key_of(c, acked[j]));
+    if (rc == Code::pool_full && excused) {  // dptree: a refused remove loses nothing
+      ++refused;
+      continue;
+    }
+    ASSERT_EQ(rc, Code::ok) << acked[j];
+    ++removed;
+  }
+  if (refused != 0) std::printf("[pool-full-sparse] %s: %zu removes refused\n", name(c).c_str(), refused);
   std::size_t ok = 0;
   for (std::size_t n = 0; n < removed; ++n, ++next) {
     const Code code = idx->insert(key_of(c, next), value_of(c, next));
@@ -231,6 +241,10 @@ TEST_P(PoolFullSparse, EveryOtherRemovedMakesRoom) {
   for (std::size_t j = 1; j < acked.size(); j += 2)
     ASSERT_EQ(idx->find(key_of(c, acked[j]), &got), Code::ok) << "kept key " << acked[j];
   // Half of the removed space: merging two half-full leaves frees one leaf per two.
+  if (excused) {
+    std::printf("[pool-full-sparse] %s: bound not held (known: %s)\n", name(c).c_str(), why);
+    return;
+  }
   EXPECT_GE(static_cast<double>(ok), 0.5 * static_cast<double>(removed))
       << ok << " of " << removed << " re-inserts succeeded";
 }
