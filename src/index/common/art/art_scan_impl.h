@@ -57,16 +57,11 @@ bool Tree<P>::scan_word(std::uint64_t w, std::uint32_t depth, bool bounded,
                         std::string_view bound, bool inclusive, std::size_t max,
                         std::size_t& count, Emit& emit, Olc& o, std::string& last) const {
   if (count >= max) return false;  // w is a node: records are emitted by their container
-  if (depth > max_key_) {
-    o.damaged = true;  // deeper than any key: a cycle
-    return false;
-  }
-  NodeHeader* n = node(w);
-  const std::uint64_t v = read_lock(n->lock, n, o);
-  if (o.stop()) return false;
+  NodeHeader* n = nullptr;
+  std::uint64_t v = 0;
   bool inner_bounded = bounded;
   std::uint32_t branch = 0;
-  if (!enter_bounded(n, v, depth, bound, &inner_bounded, &branch, o)) return !o.stop();
+  if (!enter_node(w, depth, bound, &n, &v, &inner_bounded, &branch, o)) return !o.stop();
   const std::uint64_t end = load_word(n->end);
   detail::EntryBuffer<Entry> buf;
   Entry* e = buf.get(capacity_of(static_cast<NodeType>(n->type)));
@@ -98,14 +93,23 @@ bool Tree<P>::scan_word(std::uint64_t w, std::uint32_t depth, bool bounded,
   return true;
 }
 
-// Compares n's prefix (as seen from depth) with the bound. False: the walk must not enter n,
-// because every key under it is below the bound (o clear) or the read failed (o set).
-// Otherwise *branch is n's branch depth, and *bounded stays true only if the bound runs on
-// through the whole prefix (else every key under n is above it).
+// Opens node word w at depth for an ordered walk: *n and its read version *v, then n's prefix
+// (as seen from depth) compared with the bound. False: the walk must not enter n, because
+// every key under it is below the bound (o clear) or the read failed (o set: a torn read, or
+// damage such as a walk deeper than any key). Otherwise *branch is n's branch depth, and
+// *bounded stays true only if the bound runs on through the whole prefix (else every key
+// under n is above it).
 template <class P>
-bool Tree<P>::enter_bounded(NodeHeader* n, std::uint64_t v, std::uint32_t depth,
-                            std::string_view bound, bool* bounded, std::uint32_t* branch,
-                            Olc& o) const {
+bool Tree<P>::enter_node(std::uint64_t w, std::uint32_t depth, std::string_view bound,
+                         NodeHeader** n_out, std::uint64_t* v_out, bool* bounded,
+                         std::uint32_t* branch, Olc& o) const {
+  if (depth > max_key_) {
+    o.damaged = true;  // deeper than any key: a cycle
+    return false;
+  }
+  NodeHeader* n = *n_out = node(w);
+  const std::uint64_t v = *v_out = read_lock(n->lock, n, o);
+  if (o.stop()) return false;
   Prefix p;
   if (!prefix_at(n, depth, &p)) {
     check(n->lock, v, o);
@@ -188,16 +192,11 @@ bool Tree<P>::seek_word(std::uint64_t w, std::uint32_t depth, bool bounded,
                         std::string_view bound, bool inclusive, std::size_t max,
                         std::size_t& count, Emit& emit, Olc& o, std::string& last) const {
   if (count >= max) return false;
-  if (depth > max_key_) {
-    o.damaged = true;  // deeper than any key: a cycle
-    return false;
-  }
-  NodeHeader* n = node(w);
-  const std::uint64_t v = read_lock(n->lock, n, o);
-  if (o.stop()) return false;
+  NodeHeader* n = nullptr;
+  std::uint64_t v = 0;
   bool inner_bounded = bounded;
   std::uint32_t branch = 0;
-  if (!enter_bounded(n, v, depth, bound, &inner_bounded, &branch, o)) return !o.stop();
+  if (!enter_node(w, depth, bound, &n, &v, &inner_bounded, &branch, o)) return !o.stop();
   const bool bound_goes_on = inner_bounded && bound.size() > branch;
   // The end record's key is n's path, a proper prefix of the bound when the bound goes on.
   if (!bound_goes_on) {

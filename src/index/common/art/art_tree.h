@@ -261,8 +261,8 @@ class Tree {
   };
   Code locate(std::string_view key, Found* f, Olc& o) const;
 
-  bool enter_bounded(NodeHeader* n, std::uint64_t v, std::uint32_t depth, std::string_view bound,
-                     bool* bounded, std::uint32_t* branch, Olc& o) const;
+  bool enter_node(std::uint64_t w, std::uint32_t depth, std::string_view bound, NodeHeader** n,
+                  std::uint64_t* v, bool* bounded, std::uint32_t* branch, Olc& o) const;
   std::uint64_t next_child(const NodeHeader* n, unsigned from) const;
   template <class Emit>
   bool seek_word(std::uint64_t w, std::uint32_t depth, bool bounded, std::string_view bound,
