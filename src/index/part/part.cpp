@@ -311,25 +311,23 @@ Footprint Part::footprint() const {
 // of the damaged tree, and the next open would then accept it as whole (issue 18).
 Status Part::close() {
   Status walk = wait_recovery_walk();
-  if (!closed_ && !walk.ok()) {
-    tree_->epochs().drain();
-    closed_ = true;  // unclean: the next open walks again and refuses the damage again
-  }
   if (!closed_) {
     tree_->epochs().drain();
-    // The counts let the next walk see a tree that lost nodes (one read-only walk here, the
-    // recovery walk's own, counting instead of marking).
-    std::unordered_set<std::uint64_t> nodes;
-    std::uint64_t records = 0;
-    const std::string e =
-        tree_->walk([&](std::uint64_t ref, std::size_t, bool is_record, std::uint64_t) {
-          records += is_record ? 1 : 0;
-          return is_record || nodes.insert(ref).second;
-        });
-    if (e.empty()) {
-      pool_->close_clean(records, nodes.size());
-    } else {
-      pool_->close_clean();
+    if (walk.ok()) {  // else unclean: the next open walks again and refuses the damage again
+      // The counts let the next walk see a tree that lost nodes (one read-only walk here, the
+      // recovery walk's own, counting instead of marking).
+      std::unordered_set<std::uint64_t> nodes;
+      std::uint64_t records = 0;
+      const std::string e =
+          tree_->walk([&](std::uint64_t ref, std::size_t, bool is_record, std::uint64_t) {
+            records += is_record ? 1 : 0;
+            return is_record || nodes.insert(ref).second;
+          });
+      if (e.empty()) {
+        pool_->close_clean(records, nodes.size());
+      } else {
+        pool_->close_clean();
+      }
     }
     closed_ = true;
   }

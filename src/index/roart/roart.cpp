@@ -133,20 +133,12 @@ Code Roart::locate(std::string_view key, Where* w) const {
   return Code::ok;
 }
 
-// The array after the one named by separator hi (scans).
+// The array after the one named by separator hi (scans): the first separator > hi is the
+// first >= hi + NUL (keys order by bytes, then length).
 Code Roart::locate_after(std::string_view hi, Where* w) const {
-  const std::uint64_t tail = load_word(root_->tail);
-  // The first separator > hi is the first >= hi + NUL (keys order by bytes, then length).
   std::string after(hi);
   after.push_back('\0');
-  const Code c = tree_->seek_ge(after, &w->hi, &w->array);
-  if (c == Code::corrupted) return c;
-  const bool got = c == Code::ok;
-  w->tail = !got;
-  if (!got) w->array = tail;
-  // The array's words are read next: its bounds first (the rest is checked at first touch).
-  if (w->array % 64 != 0 || !pool_->in_heap(w->array, sizeof(ArrayHeader))) return Code::corrupted;
-  return Code::ok;
+  return locate(after, w);
 }
 
 // Waits while a writer holds the array; returns the version to validate against. A word left
