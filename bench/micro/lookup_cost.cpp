@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <numeric>
 #include <random>
 #include <string>
 #include <string_view>
@@ -121,7 +122,7 @@ int main(int argc, char** argv) {
   }
   if (a.insert_load) {
     std::vector<std::size_t> order(a.records);
-    for (std::size_t i = 0; i < a.records; ++i) order[i] = i;
+    std::iota(order.begin(), order.end(), std::size_t{0});
     std::shuffle(order.begin(), order.end(), std::mt19937_64(11));
     for (const std::size_t i : order) {
       if (const pmindex::Code c = index.insert(encoded[i], encoded[i]); c != pmindex::Code::ok) {

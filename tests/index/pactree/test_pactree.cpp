@@ -242,7 +242,9 @@ TEST(PacTree, StatsLineOnlyWhenAsked) {
     const std::string err = ::testing::internal::GetCapturedStderr();
     ASSERT_TRUE(closed.ok()) << closed.message();
     EXPECT_EQ(err.find("pactree: updater") != std::string::npos, stats) << err;
-    if (stats) EXPECT_NE(err.find("SMOs applied"), std::string::npos) << err;
+    if (stats) {
+      EXPECT_NE(err.find("SMOs applied"), std::string::npos) << err;
+    }
   }
 }
 
