@@ -1,5 +1,5 @@
-// Parallel per-leaf recovery pass of the hybrid indexes (FPTree; LB+-Tree's rebuild has the
-// same steps inline and can call this instead). The chain walk (leaf_chain.h) records every
+// Parallel per-leaf recovery pass of the hybrid indexes (FPTree and LB+-Tree; each supplies
+// its own per-leaf function, the policy part). The chain walk (leaf_chain.h) records every
 // leaf position serially - it is a pointer chase - and then the expensive part runs on
 // `threads` threads over contiguous ranges of those positions: each leaf is checked, marked
 // reachable together with its records, and summarised (smallest and largest key). The
