@@ -132,7 +132,7 @@ void LBTree<M>::summarise_leaf(std::uint64_t off, index_common::LeafSummary* in)
         in->error = "bad value record";
         return;
       }
-      in->add(keys_.key_bytes(kw), kw);
+      in->add(kw, keys_);
     }
   }
 }
@@ -159,7 +159,8 @@ Status LBTree<M>::rebuild(unsigned threads) {
   (void)index_common::for_each_leaf_parallel(leaves.size(), threads, [&](std::size_t i) {
     summarise_leaf(leaves[i], &info[i]);
   });
-  if (Status cs = index_common::check_leaf_summaries(p, "lbtree", leaves, info, &recovery_.records);
+  if (Status cs =
+          index_common::check_leaf_summaries(p, "lbtree", keys_, leaves, info, &recovery_.records);
       !cs.ok()) {
     (void)p.allocator().finish_recovery();
     return cs;
