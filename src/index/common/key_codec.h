@@ -93,6 +93,14 @@ class KeyCodec {
     return read_record(*pool_, key_word, max_key_, &stored) ? std::string(stored)
                                                            : std::string();
   }
+  // Key order of two key words (recovery's per-leaf summaries); in bytes mode both records
+  // must be readable (checked before), an unreadable one compares as not less.
+  bool key_word_less(std::uint64_t a, std::uint64_t b) const {
+    if (!bytes_mode()) return a < b;
+    std::string_view va, vb;
+    return read_record(*pool_, a, max_key_, &va) && read_record(*pool_, b, max_key_, &vb) &&
+           va < vb;
+  }
   std::uint8_t fingerprint(std::uint64_t key_word) const {
     return bytes_mode() ? fingerprint_bytes(key_bytes(key_word)) : fingerprint_word(key_word);
   }

@@ -218,10 +218,11 @@ Status FPTree<N>::rebuild(unsigned threads) {
         sum.error = "bad value record in slot " + std::to_string(s);
         return;
       }
-      sum.add(keys_.key_bytes(kw), kw);
+      sum.add(kw, keys_);
     }
   });
-  if (Status s = index_common::check_leaf_summaries(p, "fptree", leaves, sums, &recovery_.records);
+  if (Status s =
+          index_common::check_leaf_summaries(p, "fptree", keys_, leaves, sums, &recovery_.records);
       !s.ok()) {
     (void)p.allocator().finish_recovery();
     return s;
@@ -262,7 +263,8 @@ Status FPTree<N>::rebuild(unsigned threads) {
       continue;
     }
     kept = leaves[i];
-    items.emplace_back(i == 0 ? 0 : keys_.separator_for(sums[i].min, sums[i].min_word, seps_), kept);
+    const std::uint64_t min = sums[i].min_word;
+    items.emplace_back(i == 0 ? 0 : keys_.separator_for(keys_.key_bytes(min), min, seps_), kept);
   }
   // R5: rebuild the DRAM inner nodes (level 1 on `threads` threads).
   inner_.bulk_build(items, 0.9, recovery_.threads);

@@ -102,6 +102,41 @@ Result<std::unique_ptr<Index>> LBTree<M>::recover(std::unique_ptr<pm::Pool> pool
   return std::unique_ptr<Index>(std::move(idx));
 }
 
+// R2 for one leaf: marks the leaf and its out-of-line records reachable, checks the block
+// headers, and summarises the keys. Runs concurrently for different leaves (writes only *in).
+template <unsigned M>
+void LBTree<M>::summarise_leaf(std::uint64_t off, index_common::LeafSummary* in) {
+  pm::Pool& p = *pool_;
+  LeafT* l = leaf_at(off);
+  if (p.allocator().mark_reachable(off, LeafT::kBytes) != Code::ok) {
+    in->error = "leaf block overlaps another block";
+    return;
+  }
+  const bool alt = (l->block[0].front[0] & kAltBit) != 0;
+  in->locked = (l->block[0].front[0] & kLockBit) != 0;
+  for (unsigned b = 0; b < M; ++b) {
+    const DWord d = load_header(active_header(l, b, alt));
+    if (b > 0 && (d.w[0] & (kLockBit | kAltBit)) != 0) {
+      in->error = "block header flags set";
+      return;
+    }
+    for (std::uint64_t m = d.bitmap(); m != 0; m &= m - 1) {
+      const auto sl = static_cast<unsigned>(std::countr_zero(m));
+      const std::uint64_t kw = l->block[b].entry[sl][0];
+      const std::uint64_t vw = l->block[b].entry[sl][1];
+      if (keys_.bytes_mode() && index_common::mark_record(p, kw, keys_.max_key()) != Code::ok) {
+        in->error = "bad key record";
+        return;
+      }
+      if (!inline_values_ && index_common::mark_record(p, vw, max_value_) != Code::ok) {
+        in->error = "bad value record";
+        return;
+      }
+      in->add(kw, keys_);
+    }
+  }
+}
+
 // Recovery (PROTOCOL.md R1..R5). Pass 1 only reads PM (a refused pool stays unchanged);
 // repairs happen after commit_open.
 template <unsigned M>
@@ -118,78 +153,17 @@ Status LBTree<M>::rebuild(unsigned threads) {
     (void)p.allocator().finish_recovery();
     return s;
   }
-  // R2: per leaf (in parallel over recorded positions): check headers and records, mark every
-  // reachable block, find the min and max keys.
-  struct Info {
-    bool empty = true;
-    bool locked = false;
-    std::string min, max;
-    std::uint64_t min_word = 0;
-    std::uint64_t records = 0;
-    std::string error;
-  };
-  std::vector<Info> info(leaves.size());
-  auto work = [&](std::size_t from, std::size_t to) {
-    for (std::size_t i = from; i < to; ++i) {
-      LeafT* l = leaf_at(leaves[i]);
-      Info& in = info[i];
-      if (p.allocator().mark_reachable(leaves[i], LeafT::kBytes) != Code::ok) {
-        in.error = "leaf block overlaps another block";
-        continue;
-      }
-      const bool alt = (l->block[0].front[0] & kAltBit) != 0;
-      in.locked = (l->block[0].front[0] & kLockBit) != 0;
-      for (unsigned b = 0; b < M && in.error.empty(); ++b) {
-        const DWord d = load_header(active_header(l, b, alt));
-        if (b > 0 && (d.w[0] & (kLockBit | kAltBit)) != 0) in.error = "block header flags set";
-        for (std::uint64_t m = d.bitmap(); m != 0 && in.error.empty(); m &= m - 1) {
-          const auto sl = static_cast<unsigned>(std::countr_zero(m));
-          const std::uint64_t kw = l->block[b].entry[sl][0];
-          const std::uint64_t vw = l->block[b].entry[sl][1];
-          if (keys_.bytes_mode() && index_common::mark_record(p, kw, keys_.max_key()) != Code::ok) {
-            in.error = "bad key record";
-            break;
-          }
-          if (!inline_values_ && index_common::mark_record(p, vw, max_value_) != Code::ok) {
-            in.error = "bad value record";
-            break;
-          }
-          const std::string k = keys_.key_bytes(kw);
-          if (in.empty || k < in.min) { in.min = k; in.min_word = kw; }
-          if (in.empty || in.max < k) in.max = k;
-          in.empty = false;
-          ++in.records;
-        }
-      }
-    }
-  };
-  const unsigned t = leaves.size() >= 1024 ? threads : 1;
-  if (t <= 1) {
-    work(0, leaves.size());
-  } else {
-    std::vector<std::thread> ws;
-    const std::size_t chunk = (leaves.size() + t - 1) / t;
-    for (unsigned w = 0; w < t; ++w) {
-      const std::size_t from = w * chunk, to = std::min(leaves.size(), from + chunk);
-      if (from < to) ws.emplace_back(work, from, to);
-    }
-    for (auto& w : ws) w.join();
-  }
-  const std::string* prev_max = nullptr;
-  for (std::size_t i = 0; i < leaves.size(); ++i) {
-    if (!info[i].error.empty()) {
-      (void)p.allocator().finish_recovery();
-      return p.error(Code::corrupted, "lbtree leaf at offset " + std::to_string(leaves[i]) +
-                                          ": " + info[i].error);
-    }
-    if (info[i].empty) continue;
-    if (prev_max != nullptr && !(*prev_max < info[i].min)) {
-      (void)p.allocator().finish_recovery();
-      return p.error(Code::corrupted, "lbtree leaves out of key order at offset " +
-                                          std::to_string(leaves[i]));
-    }
-    prev_max = &info[i].max;
-    recovery_.records += info[i].records;
+  // R2: per leaf (in parallel over recorded positions, the shared pass of leaf_recovery.h):
+  // check headers and records, mark every reachable block, find the min and max keys.
+  std::vector<index_common::LeafSummary> info(leaves.size());
+  (void)index_common::for_each_leaf_parallel(leaves.size(), threads, [&](std::size_t i) {
+    summarise_leaf(leaves[i], &info[i]);
+  });
+  if (Status cs =
+          index_common::check_leaf_summaries(p, "lbtree", keys_, leaves, info, &recovery_.records);
+      !cs.ok()) {
+    (void)p.allocator().finish_recovery();
+    return cs;
   }
   if (Status cs = index_common::check_close_counts(p, "lbtree", recovery_.records, leaves.size());
       !cs.ok()) {

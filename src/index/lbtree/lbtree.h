@@ -40,6 +40,7 @@
 #include "index/common/key_codec.h"
 #include "index/common/close_counts.h"
 #include "index/common/root_stamp.h"
+#include "index/common/leaf_recovery.h"
 #include "index/common/leaf_versions.h"
 #include "index/common/scan_assembly.h"
 #include "index/common/separator_store.h"
@@ -204,6 +205,7 @@ class LBTree final : public Index {
 
   // recovery
   Status rebuild(unsigned threads);
+  void summarise_leaf(std::uint64_t off, index_common::LeafSummary* in);
 
   std::unique_ptr<pm::Pool> pool_;
   Root* root_ = nullptr;

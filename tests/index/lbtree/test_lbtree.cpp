@@ -329,5 +329,29 @@ TEST(LBTree, RecoveryRefusesACycle) {
   EXPECT_EQ(r.status().code(), Code::corrupted);
 }
 
+// R2's cross-leaf check (index_common::check_leaf_summaries): a head-leaf key raised above
+// every key of the next leaf must refuse the pool.
+TEST(LBTree, RecoveryRefusesLeavesOutOfKeyOrder) {
+  TempDir dir;
+  Options o = lbtree_options(256, KeyType::u64);
+  o.path = dir.file("order.pool");
+  {
+    auto idx = open_or_die(o);
+    for (std::uint64_t k = 0; k < 100; ++k) ASSERT_EQ(idx->insert(encode_u64(k), encode_u64(k)), Code::ok);
+    const pm::Pool& pool = idx->pool();
+    char* leaf = pool.base() + *pool.at<std::uint64_t>(pool.root() + 8);
+    std::uint64_t w0;
+    std::memcpy(&w0, leaf, 8);
+    const int a = __builtin_ctzll(w0 & 0x3FFF);
+    const std::uint64_t top = ~std::uint64_t{0};
+    std::memcpy(leaf + 16 + 16 * a, &top, 8);  // slot a's key word: the largest key
+  }
+  auto r = Index::open(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::corrupted);
+  EXPECT_NE(r.status().message().find("out of key order"), std::string::npos)
+      << r.status().to_string();
+}
+
 }  // namespace
 }  // namespace pmindex
