@@ -64,7 +64,7 @@ std::vector<std::pair<std::string, std::string>> Config::as_pairs() const {
       {"scan_size", num(scan_size)}, {"batch", num(batch)}, {"sampling_ms", num(sampling_ms)},
       {"distribution", to_string(distribution)}, {"skew", num(skew)}, {"seed", num(seed)},
       {"pool_path", pool_path}, {"pool_size", num(pool_size)},
-      {"skip_load", skip_load ? "true" : "false"}, {"expect_records", num(expect_records)}, {"latency_sampling", num(latency_sampling)},
+      {"skip_load", skip_load ? "true" : "false"}, {"prefault", prefault ? "true" : "false"}, {"expect_records", num(expect_records)}, {"latency_sampling", num(latency_sampling)},
       {"mode", mode == RunMode::time ? "time" : "operation"}, {"seconds", num(seconds)},
       {"persistence", persistence}, {"verify", verify ? "true" : "false"},
       {"full_validation", full_validation ? "true" : "false"},
@@ -257,6 +257,9 @@ int parse_command_line(int argc, const char* const* argv, Config* out, std::ostr
                  "pool bytes, suffixes K M G T (powers of 1024; 0: the index's default)")
       ->capture_default_str();
   app.add_flag("--skip_load", c.skip_load, "open the existing pool at --pool_path instead of loading");
+  app.add_flag("--prefault", c.prefault,
+               "built-in indexes: map every page of the pool file at open and at each growth, so "
+               "operations take no first-touch page faults (as the originals' drivers touch their pools)");
   app.add_option("--expect_records", c.expect_records,
                  "size the pool for at least N records (a pool later runs reopen and insert into)")
       ->check(whole_number(0, 10'000'000'000));

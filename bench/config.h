@@ -52,6 +52,7 @@ struct Config {
   std::string pool_path;
   std::size_t pool_size = 0;
   bool skip_load = false;
+  bool prefault = false;  // map the pool's pages before the run (Options::prefault)
   // Size a built-in index's pool for at least this many records (0: from the run alone). A pool
   // loaded once for several runs (bench/experiment.py's shared loads) must hold the inserts of
   // the run that ends its use.

@@ -976,6 +976,12 @@ bool open_target(RunState& st, RunResult* r, std::string* error) {
     r->usage_error = true;
     return false;
   }
+  if (c.prefault && !is_builtin(c.target)) {
+    *error = "--prefault maps the pages of a built-in index's pool file; " + c.target +
+             " has no pool of ours (a tree_api library maps its own)";
+    r->usage_error = true;
+    return false;
+  }
   if (auto dram = make_dram_target(c.target)) {
     st.target = std::move(dram);
   } else if (is_builtin(c.target)) {
@@ -1002,6 +1008,7 @@ bool open_target(RunState& st, RunResult* r, std::string* error) {
   r->load_method = c.skip_load ? "skip" : info.load_method;
   r->backing = info.backing;
   r->durability = info.durability;
+  r->prefault = info.prefault;
   r->emulated_pm = info.emulated_pm;
   return true;
 }
@@ -1099,6 +1106,11 @@ bool plan_run(RunState& st, const WorkloadSpec& base, RunResult* r, std::string*
 
 // The measured run: one worker per thread, started together; this thread samples throughput
 // every --sampling_ms, enforces the time-mode deadline and draws the progress bar.
+std::uint64_t page_faults() {
+  rusage u{};
+  return ::getrusage(RUSAGE_SELF, &u) == 0 ? static_cast<std::uint64_t>(u.ru_minflt + u.ru_majflt) : 0;
+}
+
 void run_workers(RunState& st, RunResult* r, std::vector<ThreadOutcome>* outcomes) {
   const Config& c = st.c;
   std::vector<Counter> progress(c.threads);
@@ -1114,6 +1126,7 @@ void run_workers(RunState& st, RunResult* r, std::vector<ThreadOutcome>* outcome
     });
   while (ready.load(std::memory_order_acquire) < static_cast<int>(c.threads)) std::this_thread::yield();
   const Progress bar{c.progress && !c.quiet && ::isatty(1) != 0, "run"};
+  const std::uint64_t faults0 = page_faults();
   const auto t0 = Clock::now();
   go.store(true, std::memory_order_release);
   const auto period = std::chrono::milliseconds(c.sampling_ms);
@@ -1136,6 +1149,7 @@ void run_workers(RunState& st, RunResult* r, std::vector<ThreadOutcome>* outcome
   }
   for (auto& w : workers) w.join();
   r->run_seconds = seconds_since(t0);
+  r->run_page_faults = page_faults() - faults0;
   bar.done();
 }
 

@@ -52,6 +52,7 @@ struct ValidationReport {
 
 struct RunResult {
   std::string target_kind, load_method, backing, durability;
+  std::string prefault;  // TargetInfo::prefault
   bool emulated_pm = false;
   // load
   std::uint64_t loaded = 0;
@@ -61,6 +62,9 @@ struct RunResult {
   ValidationReport validation;
   // run
   double run_seconds = 0;
+  // Page faults the process took during the run (getrusage, every thread: the harness's are
+  // few; first touches of pool or DRAM-arena pages the index grows into are the rest).
+  std::uint64_t run_page_faults = 0;
   std::uint64_t completed = 0, succeeded = 0;
   std::array<OpResult, kOpTypes> ops;
   Histogram latency_all;

@@ -1,4 +1,5 @@
 // NativeTarget: a built-in pmindex index through the native API.
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -118,6 +119,11 @@ std::unique_ptr<Target> make_native_target(const Config& c, const std::string& p
   o.max_value_size = static_cast<std::uint32_t>(c.value_size);
   o.open_mode = fresh ? pmindex::OpenMode::create : pmindex::OpenMode::open;
   o.overwrite = fresh;
+  // As the originals' drivers, which map and touch their whole pools before a run: the file
+  // starts at its full size (an initial size above pool_size is the pool size), every page
+  // mapped, so the run grows nothing.
+  o.prefault = c.prefault;
+  if (c.prefault) o.initial_pool_size = std::numeric_limits<std::size_t>::max();
   auto index = pmindex::Index::open(o);
   if (!index.ok()) {
     *error = index.status().to_string();
@@ -140,6 +146,7 @@ std::unique_ptr<Target> make_native_target(const Config& c, const std::string& p
   info.backing = std::string(pmindex::pm::to_string(backing));
   info.durability = std::string(pmindex::pm::durability_note(backing));
   info.emulated_pm = backing != pmindex::pm::Backing::dax;
+  if (c.prefault) info.prefault = (*index)->pool().prefaulted() ? "on" : "refused by the kernel";
   info.pool_path = pool_path;
   return std::make_unique<NativeTarget>(std::move(index).value(), std::move(info));
 }

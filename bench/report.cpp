@@ -93,6 +93,7 @@ ordered_json environment(const Config& c, const RunResult* first) {
                                                : first->backing;
     e["durability"] = first->durability;
     e["emulated_pm"] = first->emulated_pm;
+    e["pool_prefault"] = first->prefault.empty() ? "off" : first->prefault;
   }
   e["build_type"] = PMBENCH_BUILD_TYPE;
   e["git_revision"] = PMBENCH_GIT_REVISION;
@@ -120,7 +121,7 @@ ordered_json to_json(const Config& c, const RunResult& r) {
   j["run"] = {{"seconds", r.run_seconds}, {"completed", r.completed}, {"succeeded", r.succeeded},
               {"throughput", r.throughput()}, {"scheduled", r.scheduled}, {"expected_misses", r.expected_misses},
               {"schedule_exhausted", r.schedule_exhausted},
-              {"clock_overhead_ns", r.clock_overhead_ns}};
+              {"clock_overhead_ns", r.clock_overhead_ns}, {"page_faults", r.run_page_faults}};
   ordered_json ops, lat, pm;
   for (int k = 0; k < kOpTypes; ++k) {
     const OpResult& o = r.ops[k];
@@ -222,7 +223,7 @@ void write_human(std::ostream& out, const Config& c, const std::vector<RunResult
           << "; scan order: " << r.validation.scan_order << "; scan values: "
           << r.validation.scan_values << "; record count: " << r.validation.record_count << "\n";
     out << std::setprecision(3) << "Run: " << r.completed << " operations in " << r.run_seconds
-        << " s\n";
+        << " s (" << r.run_page_faults << " page faults)\n";
     // A recovery run's operations feed the recovery timer (see "Recovery" below); their rate
     // measures nothing worth printing.
     if (!r.has_recovery)

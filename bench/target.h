@@ -62,6 +62,7 @@ struct TargetInfo {
   bool emulated_pm = false;         // numbers measured on a non-DAX pool
   std::string backing;              // dax / tmpfs / anonymous / ... ("" for DRAM and tree_api)
   std::string durability;
+  std::string prefault;             // --prefault: "on", "refused by the kernel"; "" when not asked
   std::string pool_path;
 };
 

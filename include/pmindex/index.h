@@ -107,6 +107,11 @@ struct Options {
   /// Open only: map the pool copy-on-write (MAP_PRIVATE). Recovery and operations work on a
   /// private copy; nothing ever reaches the file. pmpool check uses it.
   bool private_mapping = false;
+  /// File pools: map every page of the pool file before operations need it (at open or create
+  /// and at each growth), as the originals' benchmarks touch their whole pools before a run;
+  /// first-touch page faults then stay out of operations. Costs a pass over the file's pages at
+  /// open. pm::PoolOptions::prefault; Index::pool().prefaulted() says whether the kernel did it.
+  bool prefault = false;
   PacTreeOptions pactree;           ///< kind "pactree" only; other kinds ignore it
 };
 

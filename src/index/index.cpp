@@ -120,6 +120,7 @@ Result<std::unique_ptr<Index>> open_with(const IndexRegistry::Entry& e, const Op
   pm::PoolOptions po;
   po.path = o.path;
   po.private_mapping = o.private_mapping;
+  po.prefault = o.prefault;
   po.size = o.pool_size != 0 ? o.pool_size : e.default_pool_size(o);
   po.initial_size = o.initial_pool_size;
   po.mode = o.persistence;

@@ -550,6 +550,8 @@ Result<std::unique_ptr<Pool>> Pool::create(const PoolOptions& o) {
     pool->owns_mapping_ = true;
     pool->mapped_ = round_to_page(initial);
     pool->extent_.store(initial, std::memory_order_relaxed);
+    pool->prefault_ = o.prefault;
+    pool->populate(0, pool->mapped_);
   }
   if (!Runtime::acquire_mode(o.mode)) {
     return make_error(name, Code::invalid_argument,
@@ -672,6 +674,8 @@ Result<std::unique_ptr<Pool>> Pool::open(const PoolOptions& o) {
   // grid: the high-water mark is on it, so nothing allocated lies in the cut-off tail.
   pool->extent_.store(actual / kXPLine * kXPLine, std::memory_order_relaxed);
   pool->owns_mapping_ = true;
+  pool->prefault_ = o.prefault && !o.private_mapping;  // a private copy would copy every page
+  pool->populate(0, pool->mapped_);
   return finish_open(std::move(pool), o.layout);
 }
 
@@ -753,11 +757,21 @@ bool Pool::extend_to(std::size_t bytes) {
                               map_flags_ | MAP_FIXED, fd_, static_cast<off_t>(mapped_));
     if (p == MAP_FAILED) return false;
     madvise(p, length, MADV_HUGEPAGE);
+    populate(mapped_, want_mapped);
     mapped_ = want_mapped;
   }
   // release: a thread that sees the new extent (in_heap, a block carved from it) sees it mapped.
   extent_.store(bytes / kXPLine * kXPLine, std::memory_order_release);
   return true;
+}
+
+// PoolOptions::prefault: one call maps every page of the range writable (the file's pages;
+// nothing is written), where first touches would take a fault each during operations.
+void Pool::populate(std::size_t from, std::size_t to) {
+  if (!prefault_ || to <= from) return;
+  const bool ok = madvise(base_ + from, to - from, MADV_POPULATE_WRITE) == 0;
+  prefaulted_.store(ok && (from == 0 || prefaulted_.load(std::memory_order_relaxed)),
+                    std::memory_order_relaxed);
 }
 
 void Pool::commit_open() {

@@ -78,6 +78,11 @@ struct PoolOptions {
   bool lock = true;               ///< open/create: take an exclusive flock on the file
   bool defer_publish = false;     ///< create: give the file its name only at publish() (Index::open
                                   /// does, after the index has published its root)
+  /// File pools (shared mappings): map every page of the file at open/create and of every
+  /// growth (MADV_POPULATE_WRITE), so operations take no first-touch page faults, as the
+  /// originals' pools that touch every page before a run. Advisory: a kernel that refuses it
+  /// (before Linux 5.14) changes nothing; prefaulted() says whether it took. Nothing is written.
+  bool prefault = false;
 };
 
 struct UnpublishedFile;  ///< a created file not yet given its name (defer_publish)
@@ -150,6 +155,8 @@ class Pool {
   bool was_clean() const { return was_clean_; }
   /// True if this object created the pool (as opposed to opening an existing one).
   bool created() const { return created_; }
+  /// True if PoolOptions::prefault asked for it and the kernel mapped the pages.
+  bool prefaulted() const { return prefaulted_.load(std::memory_order_relaxed); }
   /// Incremented (and persisted) at every open: a per-restart generation number (APEX's
   /// global version G).
   std::uint64_t generation() const { return generation_; }
@@ -196,6 +203,7 @@ class Pool {
   Pool();
   static Result<std::unique_ptr<Pool>> finish_open(std::unique_ptr<Pool> pool, const Layout& want);
   bool extend_to(std::size_t bytes);  ///< under grow_mu_
+  void populate(std::size_t from, std::size_t to);  ///< prefault [from, to) of the mapping
   /// Writes `next` (sequence + 1, sealed) to state copy 0, persists, then copy 1. Caller holds
   /// state_mu_.
   void write_state(HeaderState next);
@@ -207,6 +215,8 @@ class Pool {
   std::size_t reserved_ = 0;   ///< page-aligned bytes of address space reserved
   int map_flags_ = 0;          ///< flags the file was mapped with (0: the pool cannot grow)
   bool private_ = false;       ///< MAP_PRIVATE copy: grows with anonymous memory, file untouched
+  bool prefault_ = false;      ///< PoolOptions::prefault for a shared file mapping
+  std::atomic<bool> prefaulted_{false};  ///< relaxed: a report, set under grow_mu_ or before sharing
   std::mutex grow_mu_;
   std::string path_;
   int fd_ = -1;
