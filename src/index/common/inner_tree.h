@@ -52,6 +52,7 @@
 #include "index/common/olc.h"
 #include "index/common/prefetch.h"
 #include "pmindex/pm/dram_arena.h"
+#include "pmindex/sync/spin_lock.h"
 #include "pmindex/status.h"
 
 namespace pmindex::index_common {
@@ -125,15 +126,12 @@ class InnerTree {
                               std::pair<std::uint64_t, std::uint64_t>* out) const;
 
   // --- structure modifications (serialised; invariant 2) -----------------------------------
-  std::unique_lock<std::mutex> smo_lock() const {
-    if constexpr (pm::kTracing) {
-      // Under the crash simulator's deterministic scheduler a thread that blocks on a mutex
-      // held by a thread waiting for the baton stalls the run: spin at a scheduling point.
-      std::unique_lock<std::mutex> lock(smo_mu_, std::defer_lock);
-      while (!lock.try_lock()) olc_pause();
-      return lock;
-    }
-    return std::unique_lock<std::mutex>(smo_mu_);
+  // A spin lock (spinning, then yielding), not a std::mutex: an SMO holds it for a
+  // microsecond or so, and the mutex's lock and unlock calls were ~100 instructions of an
+  // LB+-Tree split (issue 16, callgrind). Its waits are scheduling points, so the crash
+  // simulator's deterministic scheduler never stalls on it.
+  std::unique_lock<sync::SpinLock> smo_lock() const {
+    return std::unique_lock<sync::SpinLock>(smo_mu_);
   }
   // With smo_lock held: the path from the root to the level-1 node whose child covers the probe.
   // kKeys as for descend (integer keys then count a node by vector compares).
@@ -203,7 +201,7 @@ class InnerTree {
   const std::size_t node_bytes_;
   pm::DramArena& arena_;
   std::atomic<Node*> root_{nullptr};  // release on change, acquire in descend
-  mutable std::mutex smo_mu_;
+  mutable sync::SpinLock smo_mu_;
   std::vector<Node*> free_nodes_;     // under smo_mu_
 };
 

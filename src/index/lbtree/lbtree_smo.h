@@ -33,6 +33,13 @@ Code LBTree<M>::split_insert(std::uint64_t off, std::uint64_t key_word,
   // was a third of its instructions (issue 16).
   struct Item { unsigned b, s; std::uint64_t key; };
   std::array<Item, LeafT::kSlots> items;
+  // The block of an item or of a slot number g: a constant 0 for one-block (256 B) leaves, so
+  // their header words stay in registers instead of runtime-indexed arrays (issue 16).
+  auto block_of = [](const Item& it) { return M == 1 ? 0u : it.b; };
+  auto split_slot = [](unsigned g) {
+    return std::pair<unsigned, unsigned>{M == 1 ? 0u : g / kSlotsPerBlock,
+                                         M == 1 ? g : g % kSlotsPerBlock};
+  };
   unsigned n = 0;
   DWord od[M];
   for (unsigned b = 0; b < M; ++b) {
@@ -85,13 +92,13 @@ Code LBTree<M>::split_insert(std::uint64_t off, std::uint64_t key_word,
   for (auto& d : nd) d = DWord{{0, 0}};
   for (unsigned i = 0; i < move; ++i) {
     const Item& it = items[n - move + i];
-    const unsigned g = traditional_ ? i : LeafT::kSlots - move + i;
-    const unsigned b = g / kSlotsPerBlock, s = g % kSlotsPerBlock;
+    const auto [b, s] = split_slot(traditional_ ? i : LeafT::kSlots - move + i);
+    const unsigned ob = block_of(it);
     detail::put(&nl->block[b].entry[s][0], it.key);
-    detail::put(&nl->block[b].entry[s][1], optimistic_read(l->block[it.b].entry[it.s][1]));
-    nd[b].set_fp(s, od[it.b].fp(it.s));
+    detail::put(&nl->block[b].entry[s][1], optimistic_read(l->block[ob].entry[it.s][1]));
+    nd[b].set_fp(s, od[ob].fp(it.s));
     nd[b].set_valid(s);
-    od[it.b].clear_valid(it.s);
+    od[ob].clear_valid(it.s);
   }
   const bool go_right = key_word_less(sep_key, key_word);
   if (go_right) {
