@@ -211,15 +211,14 @@ Code PacTree::find(std::string_view key, std::string* value) const {
   }
 }
 
-// Batched lookups (Index::find_many). First the search layer's interleaved exact-match
-// descents (art::Tree::find_batch over the keys' search-layer encodings) as a warm-up whose
-// answers are dropped: a key that is not an anchor still walks, with its misses overlapped,
-// the trie nodes its seek visits down to where it leaves the trie. Then probe_batch runs
-// find's steps pass by pass under one pin; find answers alone, after that pin, every key
-// probe_batch could not (a merged jump node, a last-mile hop, a changed version).
+// Batched lookups (Index::find_many): probe_batch runs find's steps pass by pass under one
+// pin; find answers alone, after that pin, every key probe_batch could not (a merged jump
+// node, a last-mile hop, a changed version). The search layer's seeks stay one after another:
+// a warm-up pass of art::Tree::find_batch over the keys' encodings (roart's) made batches
+// slower here (0.72x, 1M keys; README), the DRAM search layer being small and mostly cached.
 void PacTree::find_batch(const std::string_view* keys, std::string* values, Code* codes,
                          std::size_t n) const {
-  static_assert(kFindBatch <= SearchTree::kMaxBatch && kFindBatch <= 64);
+  static_assert(kFindBatch <= 64);  // masks of one word
   Probe p[kFindBatch];
   std::uint8_t at[kFindBatch];  // batch position of the j-th well-formed key
   std::size_t live = 0;
@@ -235,7 +234,6 @@ void PacTree::find_batch(const std::string_view* keys, std::string* values, Code
     auto guard = epochs_.pin();  // key records and out-of-line values stay while we read them
     std::uint64_t words[kFindBatch];
     Code got[kFindBatch];
-    warm_search_layer(p, live, words, got);
     alone = probe_batch(p, live, words, got);
     for (std::size_t j = 0; j < live; ++j) {
       if ((alone >> j & 1) != 0) continue;
@@ -251,26 +249,8 @@ void PacTree::find_batch(const std::string_view* keys, std::string* values, Code
   }
 }
 
-// The search layer's batched descent for the keys' encodings (jump_node's), answers dropped:
-// only the cache lines it leaves behind matter.
-void PacTree::warm_search_layer(const Probe* p, std::size_t n, std::uint64_t* words,
-                                Code* got) const {
-  std::string enc[kFindBatch];  // 8 bytes in the integer modes: no allocation
-  std::string_view views[kFindBatch];
-  for (std::size_t j = 0; j < n; ++j) {
-    if (bytes_) {
-      enc[j] = search_key(p[j].bytes);
-    } else {
-      enc[j].resize(8);
-      for (unsigned i = 0; i < 8; ++i) enc[j][i] = static_cast<char>(~(p[j].word >> (56 - 8 * i)));
-    }
-    views[j] = enc[j];
-  }
-  search_->find_batch(views, n, words, got);
-}
-
 // find's steps for every key, one pass per step, each ending with a prefetch of what the key
-// reads in the next: the jump node (search layer now warm) with its version word; the
+// reads in the next: the jump node with its version word; the
 // version, the next node's header and the fingerprint words; the last-mile check and the
 // slots whose fingerprint matches; then find_slot, the value word and the version check
 // exactly as find does them.

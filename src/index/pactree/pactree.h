@@ -202,7 +202,6 @@ class PacTree final : public Index {
   // from one validated visit of their jump node are set in the returned mask.
   std::uint64_t probe_batch(const Probe* p, std::size_t n, std::uint64_t* words,
                             Code* got) const;
-  void warm_search_layer(const Probe* p, std::size_t n, std::uint64_t* words, Code* got) const;
   std::uint64_t fp_candidates(const DataNode* n, std::uint8_t fp, std::uint64_t bitmap) const;
   int find_slot(const DataNode* n, const Probe& p, std::uint64_t bitmap) const;
   // The node whose range holds p, locked; *version its locked word.
