@@ -133,6 +133,9 @@ class DPTree final : public Index {
 
   // buffer and log
   bool buffered_entry(std::uint64_t k, BufEntry* e) const;
+  // Index::find_many's group: the buffer per key, the base tree's descents together.
+  void find_batch(const std::string_view* keys, std::string* values, Code* codes,
+                  std::size_t n) const override;
   Code log_append(std::uint64_t k, std::uint64_t v, std::uint64_t op);
   Code new_log_page();
   void buffer_put(std::uint64_t k, std::uint64_t v, bool tomb);

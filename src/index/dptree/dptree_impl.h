@@ -296,6 +296,70 @@ Code DPTree<P>::find(std::string_view key, std::string* value) const {
   return Code::ok;
 }
 
+// Batched lookups (Index::find_many), under one shared lock as find (no writer runs beside
+// it, so nothing read can change). The front buffer answers per key as in find (a Bloom probe,
+// and for the few keys it admits the small DRAM buffer tree); the keys left for the base tree
+// descend its DRAM inner layer together (InnerTree::descend_batch; each key's LeafInfo is
+// prefetched as its descent reaches it), then each key's window of fingerprints is
+// prefetched, then the slots whose fingerprint matches, and slot_of answers from cache.
+template <class P>
+void DPTree<P>::find_batch(const std::string_view* keys, std::string* values, Code* codes,
+                           std::size_t n) const {
+  static_assert(kFindBatch <= index_common::InnerTree::kMaxBatch);
+  std::uint64_t k[kFindBatch];
+  std::uint8_t at[kFindBatch];  // batch position of the j-th key left for the base tree
+  std::size_t base = 0;
+  std::shared_lock lock(mu_);
+  for (std::size_t i = 0; i < n; ++i) {
+    codes[i] = keys_.check(keys[i]);
+    if (codes[i] != Code::ok) continue;
+    const std::uint64_t w = word_of(keys[i]);
+    BufEntry e;
+    if (buffered_entry(w, &e)) {
+      codes[i] = e.tombstone ? Code::not_found : Code::ok;
+      if (!e.tombstone && values != nullptr)
+        values[i].assign(reinterpret_cast<const char*>(&e.value), 8);
+      continue;
+    }
+    k[base] = w;
+    at[base++] = static_cast<std::uint8_t>(i);
+  }
+  if (base == 0) return;
+  std::pair<std::uint64_t, std::uint64_t> found[kFindBatch];
+  const std::uint64_t alone = inner_.descend_batch(
+      base, [&](std::size_t j) { return index_common::WordProbe{k[j]}; },
+      [](std::uint64_t info) { __builtin_prefetch(reinterpret_cast<const LeafInfo*>(info)); },
+      [](std::uint64_t) -> std::optional<std::uint64_t> { return 0; }, found);
+  const LeafInfo* l[kFindBatch];
+  const std::uint32_t mask = slots_ - 1, win = window(slots_);
+  for (std::size_t j = 0; j < base; ++j) {
+    l[j] = (alone >> j & 1) != 0 ? leaf_for(k[j])
+                                 : reinterpret_cast<const LeafInfo*>(found[j].first);
+    const std::uint8_t* fp = view(l[j]->off).fp();
+    const auto home = static_cast<std::uint32_t>(key_hash(k[j]));
+    __builtin_prefetch(fp + (home & mask));              // the window's first line
+    __builtin_prefetch(fp + ((home + win - 1) & mask));  // and its last (wrapping)
+  }
+  for (std::size_t j = 0; j < base; ++j) {  // slot_of's window walk, prefetching the matches
+    const LeafView v = view(l[j]->off);
+    const std::uint64_t h = key_hash(k[j]);
+    const std::uint8_t fp = key_fp(h);
+    for (std::uint32_t i = 0; i < win; ++i) {
+      const std::uint32_t s = (static_cast<std::uint32_t>(h) + i) & mask;
+      if (detail::test_bit(l[j]->bitmap, s) && v.fp()[s] == fp) __builtin_prefetch(v.slot(s));
+    }
+  }
+  for (std::size_t j = 0; j < base; ++j) {
+    const std::size_t i = at[j];
+    const int s = slot_of(*l[j], k[j]);
+    codes[i] = s < 0 ? Code::not_found : Code::ok;
+    if (s >= 0 && values != nullptr) {
+      const std::uint64_t v = view(l[j]->off).slot(static_cast<std::uint32_t>(s))->value;
+      values[i].assign(reinterpret_cast<const char*>(&v), 8);
+    }
+  }
+}
+
 template <class P>
 Code DPTree<P>::insert(std::string_view key, std::string_view value) {
   if (Code c = check(key, value); c != Code::ok) return c;

@@ -195,6 +195,13 @@ class PacTree final : public Index {
   // anchor(node at off) <= p (the head's anchor is -inf).
   bool anchor_le(std::uint64_t off, const Probe& p) const;
   std::uint64_t jump_node(const Probe& p) const;
+  // Index::find_many's group: find's steps for every key, pass by pass (pactree.cpp).
+  void find_batch(const std::string_view* keys, std::string* values, Code* codes,
+                  std::size_t n) const override;
+  // find's jump and probe for p[0, n) with prefetches between passes; keys it cannot answer
+  // from one validated visit of their jump node are set in the returned mask.
+  std::uint64_t probe_batch(const Probe* p, std::size_t n, std::uint64_t* words,
+                            Code* got) const;
   std::uint64_t fp_candidates(const DataNode* n, std::uint8_t fp, std::uint64_t bitmap) const;
   int find_slot(const DataNode* n, const Probe& p, std::uint64_t bitmap) const;
   // The node whose range holds p, locked; *version its locked word.

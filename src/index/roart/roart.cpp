@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "index/common/prefetch.h"
 #include "index/common/reclaim.h"
 #include "index/common/traits.h"
 
@@ -651,6 +652,102 @@ Code Roart::find(std::string_view key, std::string* value) const {
   const Code c = find_word(key, &word);
   if (c == Code::ok && value != nullptr && !values_.read(word, value)) return Code::corrupted;
   return c;
+}
+
+// Batched lookups (Index::find_many), under one pin as find. First the trie's interleaved
+// exact-match descents (art::Tree::find_batch) as a warm-up whose answers are dropped: a key
+// that is not a separator still walks, with its misses overlapped, the nodes its seek_ge
+// visits down to where it leaves the trie. Then probe_batch runs find_word's steps pass by
+// pass, and find_word answers alone every key probe_batch could not.
+void Roart::find_batch(const std::string_view* keys, std::string* values, Code* codes,
+                       std::size_t n) const {
+  static_assert(kFindBatch <= PmTree::kMaxBatch && kFindBatch <= 64);
+  std::string_view ok_keys[kFindBatch];
+  std::uint8_t at[kFindBatch];  // batch position of the j-th well-formed key
+  std::size_t live = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    codes[i] = check_key(keys[i]);
+    if (codes[i] != Code::ok) continue;
+    ok_keys[live] = keys[i];
+    at[live++] = static_cast<std::uint8_t>(i);
+  }
+  if (live == 0) return;
+  auto guard = tree_->epochs().pin();  // records and out-of-line values stay until copied
+  std::uint64_t words[kFindBatch];
+  Code got[kFindBatch];
+  tree_->find_batch(ok_keys, live, words, got);  // warm-up only: got and words are rewritten
+  for (std::uint64_t m = probe_batch(ok_keys, live, words, got); m != 0; m &= m - 1) {
+    const auto j = static_cast<std::size_t>(std::countr_zero(m));
+    got[j] = find_word(ok_keys[j], &words[j]);
+  }
+  for (std::size_t j = 0; j < live; ++j) {
+    const std::size_t i = at[j];
+    codes[i] = got[j];
+    if (got[j] == Code::ok && values != nullptr && !values_.read(words[j], &values[i]))
+      codes[i] = Code::corrupted;
+  }
+}
+
+// find_word's steps for every key, one pass per step, each pass ending with a prefetch of
+// what the key reads in the next one: locate (the trie is warm) and the array's header line;
+// read_lock (A9 first touch included) and the array's slot words; the records whose
+// fingerprint matches; then find_slot, the value word and the version check exactly as
+// find_word does them. A key whose array is obsolete or whose version changed goes to the
+// returned mask; damage answers corrupted as find_word does.
+std::uint64_t Roart::probe_batch(const std::string_view* keys, std::size_t n,
+                                 std::uint64_t* words, Code* got) const {
+  Where w[kFindBatch];
+  ArrayHeader* arr[kFindBatch];
+  std::uint64_t ver[kFindBatch];
+  std::uint16_t fp[kFindBatch];
+  std::uint64_t live = 0, alone = 0;
+  for (std::size_t j = 0; j < n; ++j) {
+    got[j] = locate(keys[j], &w[j]);
+    if (got[j] != Code::ok) continue;
+    arr[j] = array(w[j].array);
+    __builtin_prefetch(arr[j]);
+    fp[j] = fingerprint(keys[j]);
+    live |= std::uint64_t{1} << j;
+  }
+  for (std::uint64_t m = live; m != 0; m &= m - 1) {
+    const auto j = static_cast<std::size_t>(std::countr_zero(m));
+    Touch t;
+    ver[j] = read_lock(arr[j], w[j], &t);
+    if (t != Touch::ok) {
+      live &= ~(std::uint64_t{1} << j);
+      if (t == Touch::damaged) got[j] = Code::corrupted;
+      else alone |= std::uint64_t{1} << j;
+      continue;
+    }
+    // Admitted: meta was checked (a class of at most 64 slots in bounds).
+    index_common::prefetch_lines(slot_words(arr[j]), 8 * slots_of(arr[j]));
+  }
+  for (std::uint64_t m = live; m != 0; m &= m - 1) {
+    const auto j = static_cast<std::size_t>(std::countr_zero(m));
+    const std::uint64_t* s = slot_words(arr[j]);
+    for (std::uint64_t b = load_word(arr[j]->bitmap); b != 0; b &= b - 1) {
+      const std::uint64_t sw = load_word(s[std::countr_zero(b)]);
+      if (sw != 0 && fp_of(sw) == fp[j]) __builtin_prefetch(record(sw));
+    }
+  }
+  for (std::uint64_t m = live; m != 0; m &= m - 1) {
+    const auto j = static_cast<std::size_t>(std::countr_zero(m));
+    ArrayHeader* a = arr[j];
+    const int i = find_slot(a, keys[j], fp[j]);
+    std::uint64_t value = 0;
+    if (i >= 0) {
+      const std::uint64_t s = load_word(slot_words(a)[i]);
+      if (s != 0) value = load_word(record(s)->value);
+    }
+    pm::yield_point("roart.check");
+    if (NodeLock::load(a->lock) != ver[j]) {
+      alone |= std::uint64_t{1} << j;
+      continue;
+    }
+    got[j] = i < 0 ? Code::not_found : Code::ok;
+    if (i >= 0) words[j] = value;
+  }
+  return alone;
 }
 
 Code Roart::remove(std::string_view key) {

@@ -219,6 +219,13 @@ class Roart final : public Index {
   Code update_word(std::string_view key, std::uint64_t word, std::uint64_t* old);
   Code remove_word(std::string_view key, std::uint64_t* old);
   Code find_word(std::string_view key, std::uint64_t* word) const;
+  // Index::find_many's group: find_word's steps for every key, pass by pass (roart.cpp).
+  void find_batch(const std::string_view* keys, std::string* values, Code* codes,
+                  std::size_t n) const override;
+  // find_word's locate + probe for keys[0, n) with prefetches between passes; keys it cannot
+  // answer from one validated visit are set in the returned mask (find_word answers them).
+  std::uint64_t probe_batch(const std::string_view* keys, std::size_t n, std::uint64_t* words,
+                            Code* got) const;
   // Copies the array's records with key >= from (or > from when `after`) in key order.
   Touch copy_out(ArrayHeader* a, const Where& w, std::string_view from, bool after, std::size_t max,
                  std::vector<std::pair<std::string, std::uint64_t>>* out) const;
