@@ -172,19 +172,25 @@ std::uint64_t Roart::read_lock(ArrayHeader* a, const Where& where, Touch* t) con
 // A9: first touch in this run. The first thread locks the array from the stale word. An array
 // with a committed intent is one whose split a crash interrupted after A5: it waits for the
 // recovery walk (which marked the intent's arrays, R5) and finishes the split (R6), leaving
-// the array obsolete. Otherwise it checks the array as recovery does, rebuilds the volatile
-// bitmap and prefix words and unlocks it retagged.
+// the array obsolete; if the pool is too full to finish it, the split is undone (R6u) and the
+// array goes on as one without an intent. Otherwise it checks the array as recovery does,
+// rebuilds the volatile bitmap and prefix words and unlocks it retagged.
 bool Roart::admit(ArrayHeader* a, const Where& where, std::uint64_t stale) const {
-  const std::string bad = check_array(pool_->offset_of(a));  // before any other word is read
+  std::string bad = check_array(pool_->offset_of(a));  // before any other word is read
   const std::uint64_t ioff = bad.empty() ? load_word(a->intent) : 0;
   if (ioff != 0 && !wait_recovery_walk().ok()) return false;
   std::uint64_t expected = stale;
   const std::uint64_t tag_word = std::uint64_t{tag_} << 32;
   if (!pm::cas(&a->lock, expected, tag_word | NodeLock::kLocked)) return true;
   if (ioff != 0) {
-    if (finish_intent(Pending{pool_->offset_of(a), ioff, where.tail, where.hi}).ok()) return true;
-    pm::publish(&a->lock, tag_word | NodeLock::kDamaged);
-    return false;
+    const Pending p{pool_->offset_of(a), ioff, where.tail, where.hi};
+    const Status s = finish_intent(p);
+    if (s.ok()) return true;
+    if (s.code() != Code::pool_full || !undo_intent(p)) {
+      pm::publish(&a->lock, tag_word | NodeLock::kDamaged);
+      return false;
+    }
+    bad = check_array(p.array);  // R6u left an ordinary array: first-touched as any other
   }
   if (!bad.empty()) {
     pm::publish(&a->lock, tag_word | NodeLock::kDamaged);

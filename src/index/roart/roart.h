@@ -145,6 +145,8 @@ class Roart final : public Index {
   // Interrupted splits finished at first touch (R6) by every roart index of this process
   // (crash tests: recovered images did meet splits cut between A5 and A8).
   static std::uint64_t finished_splits_total();
+  // Interrupted splits undone at first touch because the pool was full (R6u), likewise.
+  static std::uint64_t undone_splits_total();
   // Leaf arrays (quiescent; tests and the footprint table).
   std::uint64_t array_count_for_testing() const;
   // Bytes requested from the allocator by every reachable block (root, trie nodes and
@@ -234,6 +236,9 @@ class Roart final : public Index {
                          std::vector<std::uint64_t>* seen, std::vector<Pending>* pending,
                          std::uint64_t* records);
   Status finish_intent(const Pending& p) const;
+  // R6u: p's split undone (intent word cleared, the split's blocks retired); false if the
+  // array holds a record the split's arrays do not (damage; nothing changed). Lock held.
+  bool undo_intent(const Pending& p) const;
   // The records and nodes (trie nodes and leaf arrays) the recovery walk will count, for a
   // clean close; false (no counts) if an array still holds a split intent (the walk counts
   // those differently) or the tree cannot be walked.
