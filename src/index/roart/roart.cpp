@@ -414,6 +414,23 @@ Code Roart::split(const Where& w, ArrayHeader* a, std::vector<Item>& items) {
   return Code::ok;
 }
 
+// A3e's guard (R6 relies on it): an array still holding a split intent whose separator is
+// w.hi (a split cut between A6 and A7 by a crash, not yet touched in this run) must see w.hi
+// in the trie at its R6, or it would read "A6 not done" and name w.hi's array, freed by A3e,
+// again (and R5 would mark it). So the next array, if it holds an intent, is touched first:
+// R6 finishes its split (a live split in progress there is waited for). False: it is damaged
+// (the empty array stays). Only rightward waits, so no lock cycle: nothing holding the next
+// array's lock waits for this one's.
+bool Roart::next_split_settled(const Where& w) const {
+  Where next;
+  if (locate_after(w.hi, &next) != Code::ok) return false;
+  ArrayHeader* n = array(next.array);
+  if (!check_array(next.array).empty() || load_word(n->intent) == 0) return true;
+  Touch t;
+  (void)read_lock(n, next, &t);
+  return t != Touch::damaged;
+}
+
 // A3s: after a remove leaves an array at a quarter of its class (above the smallest), a copy
 // in the class below takes its place (one 8-byte store, as a grow). A3e: an array left empty
 // (not the tail) leaves the trie: its separator's record is removed (the core's P9), so the
@@ -423,7 +440,7 @@ Code Roart::split(const Where& w, ArrayHeader* a, std::vector<Item>& items) {
 void Roart::maybe_shrink(const Where& w, ArrayHeader* a) {
   const unsigned slots = slots_of(a);
   const unsigned live = static_cast<unsigned>(std::popcount(load_word(a->bitmap)));
-  if (live == 0 && !w.tail) {
+  if (live == 0 && !w.tail && next_split_settled(w)) {
     std::uint64_t named = 0;
     const Code c = tree_->remove(w.hi, &named);  // A3e
     if (c == Code::ok && named == pool_->offset_of(a)) {

@@ -206,6 +206,7 @@ class Roart final : public Index {
   Code grow_or_split(const Where& w, ArrayHeader* a, std::uint64_t rec_slot);
   Code split(const Where& w, ArrayHeader* a, std::vector<Item>& items);
   void maybe_shrink(const Where& w, ArrayHeader* a);
+  bool next_split_settled(const Where& w) const;
   unsigned live_items(ArrayHeader* a, Item* out) const;
   template <class Op>
   Code with_array(std::string_view key, Op&& op);

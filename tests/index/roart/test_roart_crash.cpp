@@ -237,6 +237,79 @@ TEST(CrashRoart, FirstTouchOnAFullPoolKeepsRealDamage) {
   for (const auto& [off, bytes] : held) pool->allocator().deallocate(off, bytes);
 }
 
+// Keeps the pool as it was at the last fence before the watched tail word changed, once the
+// watched intent word is set: a split of the tail cut after A6 (separator in the trie), before
+// A7 (tail moved to the right array).
+class SnapshotBeforeA7 final : public pm::TraceSink {
+ public:
+  SnapshotBeforeA7(const pm::Pool& pool, std::uint64_t tail_word, std::uint64_t intent_word,
+                   char* out)
+      : pool_(pool), tail_word_(tail_word), intent_word_(intent_word), out_(out),
+        tail_(art::load_word(*pool.at<const std::uint64_t>(tail_word))) {}
+  void on_store(const void*, std::size_t) override {}
+  void on_flush(const void*, std::size_t) override {}
+  void on_fence() override {
+    if (art::load_word(*pool_.at<const std::uint64_t>(tail_word_)) != tail_) return;
+    if (art::load_word(*pool_.at<const std::uint64_t>(intent_word_)) == 0) return;
+    std::memcpy(out_, pool_.base(), pool_.size());
+    ++taken;
+  }
+  void on_yield_point(std::string_view) override {}
+  int taken = 0;
+
+ private:
+  const pm::Pool& pool_;
+  const std::uint64_t tail_word_, intent_word_;
+  char* const out_;
+  const std::uint64_t tail_;
+};
+
+// A split of the tail cut between A6 and A7; the next run empties the left half before the
+// tail is touched. A3e must let R6 finish the split first (it needs the separator in the
+// trie): before that guard, A3e removed the separator, and R6 then named the freed left
+// array again (operations on its range restarted forever; the next walk would mark it).
+TEST(CrashRoart, EmptiedLeftHalfBeforeR6) {
+  const Options o = r6_options();
+  AlignedImage image(o.pool_size);
+  {
+    auto r = Index::open(o);
+    ASSERT_TRUE(r.ok());
+    std::unique_ptr<Index> idx = std::move(r).value();
+    for (std::uint64_t k = 0; k < kR6Full; ++k)
+      ASSERT_EQ(idx->insert(encode_u64(k * 10), encode_u64(k)), Code::ok);
+    const pm::Pool& pool = idx->pool();
+    const std::uint64_t root = pool.root();
+    const std::uint64_t tail = pool.at<const roart::Root>(root)->tail;
+    SnapshotBeforeA7 sink(pool, root + offsetof(roart::Root, tail),
+                          tail + offsetof(roart::ArrayHeader, intent), image.data);
+    pm::Runtime::set_trace_sink(&sink);
+    ASSERT_EQ(idx->insert(encode_u64(kR6Full * 10), encode_u64(kR6Full)), Code::ok);
+    pm::Runtime::set_trace_sink(nullptr);
+    ASSERT_GT(sink.taken, 1);
+  }
+  std::unique_ptr<Index> idx = recover_image(o, image, nullptr);
+  ASSERT_NE(idx, nullptr);
+  auto& ro = static_cast<roart::Roart&>(*idx);
+  ASSERT_EQ(ro.array_count_for_testing(), 2u);  // left (named by 310) and the old tail
+  const std::uint64_t finished = roart::Roart::finished_splits_total();
+  for (std::uint64_t k = 0; k < 32; ++k)  // the left half: 0 ... 310
+    ASSERT_EQ(idx->remove(encode_u64(k * 10)), Code::ok) << "key " << k * 10;
+  // The last remove emptied the left array; A3e touched the old tail first (R6 finished).
+  ASSERT_EQ(roart::Roart::finished_splits_total(), finished + 1);
+  ASSERT_EQ(ro.array_count_for_testing(), 1u);  // only the right array, now the tail
+  for (std::uint64_t k = 32; k <= kR6Full; ++k)
+    EXPECT_EQ(idx->find(encode_u64(k * 10), nullptr), Code::ok) << "key " << k * 10;
+  ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
+  EXPECT_EQ(idx->insert(encode_u64(5), encode_u64(5)), Code::ok);
+  EXPECT_EQ(idx->size(), kR6Full - 32 + 2);
+  ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
+  ASSERT_TRUE(idx->close().ok());
+  idx = recover_image(o, image, nullptr);  // the walk after a clean close: counts agree
+  ASSERT_NE(idx, nullptr);
+  EXPECT_EQ(idx->find(encode_u64(5), nullptr), Code::ok);
+  ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
+}
+
 // The driver's oracle must be able to fail on roart too: a forged "root never published"
 // state makes recovery build an empty index, which loses acknowledged records.
 TEST(CrashRoart, DriverCatchesLostRecords) {
