@@ -424,8 +424,8 @@ Code Roart::split(const Where& w, ArrayHeader* a, std::vector<Item>& items) {
 bool Roart::next_split_settled(const Where& w) const {
   Where next;
   if (locate_after(w.hi, &next) != Code::ok) return false;
-  ArrayHeader* n = array(next.array);
-  if (!check_array(next.array).empty() || load_word(n->intent) == 0) return true;
+  ArrayHeader* n = array(next.array);  // its header is in bounds (locate checked)
+  if (load_word(n->intent) == 0) return true;  // the live case: nothing to wait for
   Touch t;
   (void)read_lock(n, next, &t);
   return t != Touch::damaged;
