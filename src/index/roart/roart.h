@@ -17,6 +17,8 @@
 //     split); readers read the array optimistically and validate its version. A replaced
 //     array is unlocked obsolete; whoever meets it starts again from the trie.
 //   * The trie entry (or tail word) naming an array is changed only by the array's lock holder.
+//     A writer holds one array lock at a time, except A3e, which may wait for the next array
+//     (to the right) to finish a crash-interrupted split (PROTOCOL.md A3e): no cycle.
 //   * Records, out-of-line values, replaced arrays and split intents leave through the trie's
 //     epoch manager; every operation pins it while it holds an offset read without a lock.
 //   * verify(), close() and the *_for_testing functions expect no concurrent operations.
