@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <iterator>
 
 #include "index/common/close_counts.h"
 #include "index/roart/roart.h"
@@ -15,10 +16,14 @@ using art::NodeLock;
 namespace {
 // relaxed: a statistic, read by tests after the operations that count it have returned.
 std::atomic<std::uint64_t> g_finished_splits{0};
+std::atomic<std::uint64_t> g_undone_splits{0};
 }  // namespace
 
 std::uint64_t Roart::finished_splits_total() {
   return g_finished_splits.load(std::memory_order_relaxed);
+}
+std::uint64_t Roart::undone_splits_total() {
+  return g_undone_splits.load(std::memory_order_relaxed);
 }
 
 // R4 (read only, so a refused pool is unchanged): the root object, its top word and its tail
@@ -115,7 +120,8 @@ std::string Roart::walk_array(std::uint64_t off, bool tail, std::string_view hi,
 // R6: the interrupted split of p.array (locked by its first toucher, after the walk) finished
 // from its intent, each step idempotent: the separator enters the trie naming the left array
 // unless it is there (A6; if it is, it names the left array or a successor), the array's name
-// moves to the right array (A7), the array is unlocked obsolete and leaves (A8).
+// moves to the right array (A7), the array is unlocked obsolete and leaves (A8). An A6 that
+// cannot allocate answers pool_full with nothing changed (the caller undoes the split, R6u).
 Status Roart::finish_intent(const Pending& p) const {
   const Intent* in = pool_->at<const Intent>(p.intent);
   const std::string_view sep(in->key(), in->key_len);
@@ -134,6 +140,53 @@ Status Roart::finish_intent(const Pending& p) const {
   retire_intent(p.intent);
   g_finished_splits.fetch_add(1, std::memory_order_relaxed);
   return Status::Ok();
+}
+
+// R6u: A6 of R6 could not allocate (the pool is full after the restart). As the live split
+// does when its A6 fails, the split is undone and the array stays the live, unsplit one: a
+// full pool is not damage. The array's lock is held (its first touch); nothing names the
+// intent's arrays but the intent, and only this lock holder reads them now.
+// U1 (the one persistent step) the intent word is set to 0 and persisted. Before it nothing
+//    changed (A6 failed without a trace), so a crash then meets the same intent again (R5/R6);
+//    after it the intent, both new arrays and the record of the insert that split (never
+//    acknowledged) are unreachable, and a crash leaves them unmarked by the next walk: free.
+// U2 those blocks are retired through the epoch manager, and the recovered record count
+//    (the walk counted the new arrays' records, R5) loses the record of the undone insert.
+// Refuses (false, nothing changed) unless every slot word of the array is also a slot word of
+// one of the new arrays: the walk marked the new arrays' records, not the array's own (R5).
+bool Roart::undo_intent(const Pending& p) const {
+  ArrayHeader* a = array(p.array);
+  const Intent* in = pool_->at<const Intent>(p.intent);
+  std::vector<std::uint64_t> split_words;  // the new arrays' slot words
+  for (const std::uint64_t off : {in->left, in->right}) {
+    ArrayHeader* h = array(off);
+    for (unsigned i = 0; i < slots_of(h); ++i)
+      if (const std::uint64_t w = load_word(slot_words(h)[i]); w != 0) split_words.push_back(w);
+  }
+  std::sort(split_words.begin(), split_words.end());
+  std::vector<std::uint64_t> own;
+  for (unsigned i = 0; i < slots_of(a); ++i)
+    if (const std::uint64_t w = load_word(slot_words(a)[i]); w != 0) own.push_back(w);
+  std::sort(own.begin(), own.end());
+  if (!std::includes(split_words.begin(), split_words.end(), own.begin(), own.end())) return false;
+  std::vector<std::uint64_t> only_split;  // the undone insert's record
+  std::set_difference(split_words.begin(), split_words.end(), own.begin(), own.end(),
+                      std::back_inserter(only_split));
+  const std::uint64_t left = in->left, right = in->right;
+  pm::publish(&a->intent, 0);
+  pm::persist(&a->intent, sizeof a->intent);  // U1
+  for (const std::uint64_t w : only_split) {  // U2
+    retire_value(load_word(record(w)->value));
+    retire_record(w);
+    // The walk's count included it; the Index counter is bumped by non-const writers only,
+    // and this const first touch (a find may make it) is the one place that drops a record.
+    (void)const_cast<Roart*>(this)->count_remove(Code::ok);
+  }
+  retire_array(left);
+  retire_array(right);
+  retire_intent(p.intent);
+  g_undone_splits.fetch_add(1, std::memory_order_relaxed);
+  return true;
 }
 
 bool Roart::count_for_close(std::uint64_t* records, std::uint64_t* nodes) const {

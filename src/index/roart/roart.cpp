@@ -173,19 +173,25 @@ std::uint64_t Roart::read_lock(ArrayHeader* a, const Where& where, Touch* t) con
 // A9: first touch in this run. The first thread locks the array from the stale word. An array
 // with a committed intent is one whose split a crash interrupted after A5: it waits for the
 // recovery walk (which marked the intent's arrays, R5) and finishes the split (R6), leaving
-// the array obsolete. Otherwise it checks the array as recovery does, rebuilds the volatile
-// bitmap and prefix words and unlocks it retagged.
+// the array obsolete; if the pool is too full to finish it, the split is undone (R6u) and the
+// array goes on as one without an intent. Otherwise it checks the array as recovery does,
+// rebuilds the volatile bitmap and prefix words and unlocks it retagged.
 bool Roart::admit(ArrayHeader* a, const Where& where, std::uint64_t stale) const {
-  const std::string bad = check_array(pool_->offset_of(a));  // before any other word is read
+  std::string bad = check_array(pool_->offset_of(a));  // before any other word is read
   const std::uint64_t ioff = bad.empty() ? load_word(a->intent) : 0;
   if (ioff != 0 && !wait_recovery_walk().ok()) return false;
   std::uint64_t expected = stale;
   const std::uint64_t tag_word = std::uint64_t{tag_} << 32;
   if (!pm::cas(&a->lock, expected, tag_word | NodeLock::kLocked)) return true;
   if (ioff != 0) {
-    if (finish_intent(Pending{pool_->offset_of(a), ioff, where.tail, where.hi}).ok()) return true;
-    pm::publish(&a->lock, tag_word | NodeLock::kDamaged);
-    return false;
+    const Pending p{pool_->offset_of(a), ioff, where.tail, where.hi};
+    const Status s = finish_intent(p);
+    if (s.ok()) return true;
+    if (s.code() != Code::pool_full || !undo_intent(p)) {
+      pm::publish(&a->lock, tag_word | NodeLock::kDamaged);
+      return false;
+    }
+    bad = check_array(p.array);  // R6u left an ordinary array: first-touched as any other
   }
   if (!bad.empty()) {
     pm::publish(&a->lock, tag_word | NodeLock::kDamaged);
@@ -409,6 +415,23 @@ Code Roart::split(const Where& w, ArrayHeader* a, std::vector<Item>& items) {
   return Code::ok;
 }
 
+// A3e's guard (R6 relies on it): an array still holding a split intent whose separator is
+// w.hi (a split cut between A6 and A7 by a crash, not yet touched in this run) must see w.hi
+// in the trie at its R6, or it would read "A6 not done" and name w.hi's array, freed by A3e,
+// again (and R5 would mark it). So the next array, if it holds an intent, is touched first:
+// R6 finishes its split (a live split in progress there is waited for). False: it is damaged
+// (the empty array stays). Only rightward waits, so no lock cycle: nothing holding the next
+// array's lock waits for this one's.
+bool Roart::next_split_settled(const Where& w) const {
+  Where next;
+  if (locate_after(w.hi, &next) != Code::ok) return false;
+  ArrayHeader* n = array(next.array);  // its header is in bounds (locate checked)
+  if (load_word(n->intent) == 0) return true;  // the live case: nothing to wait for
+  Touch t;
+  (void)read_lock(n, next, &t);
+  return t != Touch::damaged;
+}
+
 // A3s: after a remove leaves an array at a quarter of its class (above the smallest), a copy
 // in the class below takes its place (one 8-byte store, as a grow). A3e: an array left empty
 // (not the tail) leaves the trie: its separator's record is removed (the core's P9), so the
@@ -418,7 +441,7 @@ Code Roart::split(const Where& w, ArrayHeader* a, std::vector<Item>& items) {
 void Roart::maybe_shrink(const Where& w, ArrayHeader* a) {
   const unsigned slots = slots_of(a);
   const unsigned live = static_cast<unsigned>(std::popcount(load_word(a->bitmap)));
-  if (live == 0 && !w.tail) {
+  if (live == 0 && !w.tail && next_split_settled(w)) {
     std::uint64_t named = 0;
     const Code c = tree_->remove(w.hi, &named);  // A3e
     if (c == Code::ok && named == pool_->offset_of(a)) {

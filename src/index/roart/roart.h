@@ -17,6 +17,8 @@
 //     split); readers read the array optimistically and validate its version. A replaced
 //     array is unlocked obsolete; whoever meets it starts again from the trie.
 //   * The trie entry (or tail word) naming an array is changed only by the array's lock holder.
+//     A writer holds one array lock at a time, except A3e, which may wait for the next array
+//     (to the right) to finish a crash-interrupted split (PROTOCOL.md A3e): no cycle.
 //   * Records, out-of-line values, replaced arrays and split intents leave through the trie's
 //     epoch manager; every operation pins it while it holds an offset read without a lock.
 //   * verify(), close() and the *_for_testing functions expect no concurrent operations.
@@ -145,6 +147,8 @@ class Roart final : public Index {
   // Interrupted splits finished at first touch (R6) by every roart index of this process
   // (crash tests: recovered images did meet splits cut between A5 and A8).
   static std::uint64_t finished_splits_total();
+  // Interrupted splits undone at first touch because the pool was full (R6u), likewise.
+  static std::uint64_t undone_splits_total();
   // Leaf arrays (quiescent; tests and the footprint table).
   std::uint64_t array_count_for_testing() const;
   // Bytes requested from the allocator by every reachable block (root, trie nodes and
@@ -204,6 +208,7 @@ class Roart final : public Index {
   Code grow_or_split(const Where& w, ArrayHeader* a, std::uint64_t rec_slot);
   Code split(const Where& w, ArrayHeader* a, std::vector<Item>& items);
   void maybe_shrink(const Where& w, ArrayHeader* a);
+  bool next_split_settled(const Where& w) const;
   unsigned live_items(ArrayHeader* a, Item* out) const;
   template <class Op>
   Code with_array(std::string_view key, Op&& op);
@@ -241,6 +246,9 @@ class Roart final : public Index {
                          std::vector<std::uint64_t>* seen, std::vector<Pending>* pending,
                          std::uint64_t* records);
   Status finish_intent(const Pending& p) const;
+  // R6u: p's split undone (intent word cleared, the split's blocks retired); false if the
+  // array holds a record the split's arrays do not (damage; nothing changed). Lock held.
+  bool undo_intent(const Pending& p) const;
   // The records and nodes (trie nodes and leaf arrays) the recovery walk will count, for a
   // clean close; false (no counts) if an array still holds a split intent (the walk counts
   // those differently) or the tree cannot be walked.

@@ -9,11 +9,15 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
 #include <iostream>
 
 #include "index/common/crash_kit.h"
 #include "index/roart/roart.h"
 #include "pmindex/crash/index_driver.h"
+#include "pmindex/pm/pool.h"
 
 namespace pmindex::crash {
 namespace {
@@ -60,6 +64,251 @@ TEST(CrashRoart, AdrOneArray) { run(pm::Mode::adr, 24, "roart_small", {"grows+"}
 TEST(CrashRoart, AdrSplits) { run(pm::Mode::adr, 400, "roart", {"splits+", "grows+"}); }
 TEST(CrashRoart, EadrSplits) { run(pm::Mode::eadr, 400, "roart", {"splits+", "grows+"}); }
 TEST(CrashRoart, AdrSparse) { run(pm::Mode::adr, 4000, "roart_sparse", {"splits+"}, 0.5); }
+
+// R6 on a full pool. A split is cut right after its commit (A5) and the image is reopened with
+// the pool then filled to the last block, so the first touch cannot insert the separator (A6).
+// The split must be undone as the live path undoes it (R6u): the array stays live and unsplit,
+// every key in it is found, removes work, an insert answers pool_full, and once space is freed
+// inserts succeed and the split completes. (Before R6u the array read as damaged for good.)
+
+// Copies the pool at the first fence that finds the watched intent word set: the state right
+// after A5's persist, with every store so far written back (an image the adr model allows).
+class SnapshotAtIntent final : public pm::TraceSink {
+ public:
+  SnapshotAtIntent(const pm::Pool& pool, std::uint64_t intent_word, char* out)
+      : pool_(pool), word_(intent_word), out_(out) {}
+  void on_store(const void*, std::size_t) override {}
+  void on_flush(const void*, std::size_t) override {}
+  void on_fence() override {
+    if (taken || art::load_word(*pool_.at<const std::uint64_t>(word_)) == 0) return;
+    taken = true;
+    std::memcpy(out_, pool_.base(), pool_.size());
+  }
+  void on_yield_point(std::string_view) override {}
+  bool taken = false;
+
+ private:
+  const pm::Pool& pool_;
+  const std::uint64_t word_;
+  char* const out_;  // pool_.size() bytes
+};
+
+struct AlignedImage {
+  explicit AlignedImage(std::size_t n)
+      : bytes(n), data(static_cast<char*>(std::aligned_alloc(4096, n))) {}
+  AlignedImage(const AlignedImage&) = delete;
+  AlignedImage& operator=(const AlignedImage&) = delete;
+  ~AlignedImage() { std::free(data); }
+  template <class T>
+  T* at(std::uint64_t off) const { return reinterpret_cast<T*>(data + off); }
+  std::size_t bytes;
+  char* data;
+};
+
+constexpr std::uint64_t kR6Full = 64;  // keys 0, 10, ..., 630 fill the tail; key 640 splits it
+
+Options r6_options() {
+  Options o;
+  o.kind = "roart";
+  o.key_type = KeyType::u64;
+  o.pool_size = 256 * 1024;
+  return o;
+}
+
+// The image of the split of a full 64-slot tail, cut right after A5; returns the tail's offset.
+std::uint64_t split_image_after_a5(const Options& o, AlignedImage* image) {
+  auto r = Index::open(o);
+  EXPECT_TRUE(r.ok()) << r.status().to_string();
+  if (!r.ok()) return 0;
+  std::unique_ptr<Index> idx = std::move(r).value();
+  for (std::uint64_t k = 0; k < kR6Full; ++k)
+    EXPECT_EQ(idx->insert(encode_u64(k * 10), encode_u64(k)), Code::ok);
+  const pm::Pool& pool = idx->pool();
+  EXPECT_EQ(pool.size(), image->bytes);
+  const std::uint64_t tail = pool.at<const roart::Root>(pool.root())->tail;
+  EXPECT_EQ(pool.at<const roart::ArrayHeader>(tail)->meta & 0xff, 64u);
+  SnapshotAtIntent sink(pool, tail + offsetof(roart::ArrayHeader, intent), image->data);
+  pm::Runtime::set_trace_sink(&sink);
+  const Code c = idx->insert(encode_u64(kR6Full * 10), encode_u64(kR6Full));  // A4-A8
+  pm::Runtime::set_trace_sink(nullptr);
+  EXPECT_EQ(c, Code::ok);
+  EXPECT_TRUE(sink.taken) << "the split never committed its intent (A5)";
+  return sink.taken ? tail : 0;
+}  // dropped without close: only the image matters
+
+std::unique_ptr<Index> recover_image(const Options& o, AlignedImage& image, pm::Pool** pool) {
+  auto p = pm::Pool::open_image(image.data, image.bytes, pm::Mode::adr,
+                                roart::Roart::layout_for(o), "r6 image");
+  EXPECT_TRUE(p.ok()) << p.status().to_string();
+  if (!p.ok()) return nullptr;
+  if (pool != nullptr) *pool = p.value().get();  // owned by the index
+  auto rec = roart::Roart::recover(std::move(p).value(), o);
+  EXPECT_TRUE(rec.ok()) << rec.status().to_string();
+  if (!rec.ok()) return nullptr;
+  EXPECT_TRUE(static_cast<roart::Roart&>(*rec.value()).wait_recovery_walk().ok());
+  return std::move(rec).value();
+}
+
+// Every class, largest first, until nothing is left: a real pool_full for any request.
+std::vector<std::pair<std::uint64_t, std::size_t>> fill_pool(pm::Allocator& al) {
+  std::vector<std::pair<std::uint64_t, std::size_t>> held;
+  for (int cls = pm::Allocator::num_classes() - 1; cls >= 0; --cls) {
+    const std::size_t bytes = pm::Allocator::class_size(cls);
+    Code code = Code::ok;
+    for (std::uint64_t off; (off = al.allocate(bytes, &code)) != 0;) held.emplace_back(off, bytes);
+    EXPECT_EQ(code, Code::pool_full);
+  }
+  return held;
+}
+
+TEST(CrashRoart, FirstTouchOnAFullPoolUndoesTheSplit) {
+  ASSERT_TRUE(pm::kTracing) << "needs the tracing flavour (a trace sink takes the image)";
+  const Options o = r6_options();
+  AlignedImage image(o.pool_size);
+  ASSERT_NE(split_image_after_a5(o, &image), 0u);
+  AlignedImage after_undo(o.pool_size);
+  {
+    pm::Pool* pool = nullptr;
+    std::unique_ptr<Index> idx = recover_image(o, image, &pool);
+    ASSERT_NE(idx, nullptr);
+    auto& ro = static_cast<roart::Roart&>(*idx);
+    auto held = fill_pool(pool->allocator());
+    const std::uint64_t finished = roart::Roart::finished_splits_total();
+    const std::uint64_t undone = roart::Roart::undone_splits_total();
+    for (std::uint64_t k = 0; k < kR6Full; ++k) {  // the first find touches the array: R6
+      std::string v;
+      ASSERT_EQ(idx->find(encode_u64(k * 10), &v), Code::ok) << "key " << k * 10;
+      EXPECT_EQ(decode_u64(v), k);
+    }
+    EXPECT_EQ(roart::Roart::undone_splits_total(), undone + 1);
+    EXPECT_EQ(roart::Roart::finished_splits_total(), finished);
+    std::memcpy(after_undo.data, image.data, image.bytes);  // a crash image after U1 (below)
+    // The insert that split never returned: undone with its split, it is not there.
+    EXPECT_EQ(idx->find(encode_u64(kR6Full * 10), nullptr), Code::not_found);
+    EXPECT_EQ(idx->size(), kR6Full);
+    EXPECT_EQ(idx->insert(encode_u64(7), encode_u64(7)), Code::pool_full);
+    EXPECT_EQ(idx->find(encode_u64(7), nullptr), Code::not_found);
+    ASSERT_EQ(idx->remove(encode_u64(30)), Code::ok);
+    EXPECT_EQ(idx->find(encode_u64(30), nullptr), Code::not_found);
+    ASSERT_EQ(idx->insert(encode_u64(30), encode_u64(3)), Code::ok);  // into the freed slot
+    ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
+    for (const auto& [off, bytes] : held) pool->allocator().deallocate(off, bytes);  // space
+    ASSERT_EQ(idx->insert(encode_u64(kR6Full * 10), encode_u64(kR6Full)), Code::ok);
+    EXPECT_EQ(ro.splits(), 1u);
+    for (std::uint64_t k = 0; k <= kR6Full; ++k)
+      EXPECT_EQ(idx->find(encode_u64(k * 10), nullptr), Code::ok) << "key " << k * 10;
+    EXPECT_EQ(idx->size(), kR6Full + 1);
+    ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
+    ASSERT_TRUE(idx->close().ok());
+  }
+  // A crash after U1: no intent is left; the walk leaves the split's blocks (and the test's
+  // filler) unmarked, so they are free, and the array splits normally.
+  std::unique_ptr<Index> idx = recover_image(o, after_undo, nullptr);
+  ASSERT_NE(idx, nullptr);
+  EXPECT_EQ(idx->size(), kR6Full);
+  for (std::uint64_t k = 0; k < kR6Full; ++k)
+    EXPECT_EQ(idx->find(encode_u64(k * 10), nullptr), Code::ok) << "key " << k * 10;
+  ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
+  ASSERT_EQ(idx->insert(encode_u64(kR6Full * 10), encode_u64(kR6Full)), Code::ok);
+  EXPECT_EQ(static_cast<roart::Roart&>(*idx).splits(), 1u);
+  ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
+}
+
+// R6u's check fed a known-bad case: the array names a record neither split array holds (one
+// of the left array's slots cleared in the image). That is damage, not a full pool: the array
+// stays damaged and its keys answer corrupted.
+TEST(CrashRoart, FirstTouchOnAFullPoolKeepsRealDamage) {
+  const Options o = r6_options();
+  AlignedImage image(o.pool_size);
+  const std::uint64_t tail = split_image_after_a5(o, &image);
+  ASSERT_NE(tail, 0u);
+  const std::uint64_t ioff = image.at<roart::ArrayHeader>(tail)->intent;
+  ASSERT_NE(ioff, 0u);
+  auto* left = image.at<roart::ArrayHeader>(image.at<roart::Intent>(ioff)->left);
+  reinterpret_cast<std::uint64_t*>(left + 1)[0] = 0;  // its first slot word
+  pm::Pool* pool = nullptr;
+  std::unique_ptr<Index> idx = recover_image(o, image, &pool);
+  ASSERT_NE(idx, nullptr);
+  const std::uint64_t undone = roart::Roart::undone_splits_total();
+  auto held = fill_pool(pool->allocator());
+  EXPECT_EQ(idx->find(encode_u64(10), nullptr), Code::corrupted);
+  EXPECT_EQ(roart::Roart::undone_splits_total(), undone);
+  EXPECT_FALSE(idx->verify().ok());
+  for (const auto& [off, bytes] : held) pool->allocator().deallocate(off, bytes);
+}
+
+// Keeps the pool as it was at the last fence before the watched tail word changed, once the
+// watched intent word is set: a split of the tail cut after A6 (separator in the trie), before
+// A7 (tail moved to the right array).
+class SnapshotBeforeA7 final : public pm::TraceSink {
+ public:
+  SnapshotBeforeA7(const pm::Pool& pool, std::uint64_t tail_word, std::uint64_t intent_word,
+                   char* out)
+      : pool_(pool), tail_word_(tail_word), intent_word_(intent_word), out_(out),
+        tail_(art::load_word(*pool.at<const std::uint64_t>(tail_word))) {}
+  void on_store(const void*, std::size_t) override {}
+  void on_flush(const void*, std::size_t) override {}
+  void on_fence() override {
+    if (art::load_word(*pool_.at<const std::uint64_t>(tail_word_)) != tail_) return;
+    if (art::load_word(*pool_.at<const std::uint64_t>(intent_word_)) == 0) return;
+    std::memcpy(out_, pool_.base(), pool_.size());
+    ++taken;
+  }
+  void on_yield_point(std::string_view) override {}
+  int taken = 0;
+
+ private:
+  const pm::Pool& pool_;
+  const std::uint64_t tail_word_, intent_word_;
+  char* const out_;
+  const std::uint64_t tail_;
+};
+
+// A split of the tail cut between A6 and A7; the next run empties the left half before the
+// tail is touched. A3e must let R6 finish the split first (it needs the separator in the
+// trie): before that guard, A3e removed the separator, and R6 then named the freed left
+// array again (operations on its range restarted forever; the next walk would mark it).
+TEST(CrashRoart, EmptiedLeftHalfBeforeR6) {
+  const Options o = r6_options();
+  AlignedImage image(o.pool_size);
+  {
+    auto r = Index::open(o);
+    ASSERT_TRUE(r.ok());
+    std::unique_ptr<Index> idx = std::move(r).value();
+    for (std::uint64_t k = 0; k < kR6Full; ++k)
+      ASSERT_EQ(idx->insert(encode_u64(k * 10), encode_u64(k)), Code::ok);
+    const pm::Pool& pool = idx->pool();
+    const std::uint64_t root = pool.root();
+    const std::uint64_t tail = pool.at<const roart::Root>(root)->tail;
+    SnapshotBeforeA7 sink(pool, root + offsetof(roart::Root, tail),
+                          tail + offsetof(roart::ArrayHeader, intent), image.data);
+    pm::Runtime::set_trace_sink(&sink);
+    ASSERT_EQ(idx->insert(encode_u64(kR6Full * 10), encode_u64(kR6Full)), Code::ok);
+    pm::Runtime::set_trace_sink(nullptr);
+    ASSERT_GT(sink.taken, 1);
+  }
+  std::unique_ptr<Index> idx = recover_image(o, image, nullptr);
+  ASSERT_NE(idx, nullptr);
+  auto& ro = static_cast<roart::Roart&>(*idx);
+  ASSERT_EQ(ro.array_count_for_testing(), 2u);  // left (named by 310) and the old tail
+  const std::uint64_t finished = roart::Roart::finished_splits_total();
+  for (std::uint64_t k = 0; k < 32; ++k)  // the left half: 0 ... 310
+    ASSERT_EQ(idx->remove(encode_u64(k * 10)), Code::ok) << "key " << k * 10;
+  // The last remove emptied the left array; A3e touched the old tail first (R6 finished).
+  ASSERT_EQ(roart::Roart::finished_splits_total(), finished + 1);
+  ASSERT_EQ(ro.array_count_for_testing(), 1u);  // only the right array, now the tail
+  for (std::uint64_t k = 32; k <= kR6Full; ++k)
+    EXPECT_EQ(idx->find(encode_u64(k * 10), nullptr), Code::ok) << "key " << k * 10;
+  ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
+  EXPECT_EQ(idx->insert(encode_u64(5), encode_u64(5)), Code::ok);
+  EXPECT_EQ(idx->size(), kR6Full - 32 + 2);
+  ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
+  ASSERT_TRUE(idx->close().ok());
+  idx = recover_image(o, image, nullptr);  // the walk after a clean close: counts agree
+  ASSERT_NE(idx, nullptr);
+  EXPECT_EQ(idx->find(encode_u64(5), nullptr), Code::ok);
+  ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
+}
 
 // The driver's oracle must be able to fail on roart too: a forged "root never published"
 // state makes recovery build an empty index, which loses acknowledged records.
