@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "index/common/key_group.h"
 #include "index/common/pm_record.h"
 #include "index/common/prefetch.h"
 #include "index/common/reclaim.h"
@@ -248,13 +249,9 @@ void LBTree<M>::find_batch_general(const std::string_view* keys, std::string* va
   const auto guard = pin();
   Probe p[kFindBatch];
   std::uint8_t at[kFindBatch];  // batch position of the j-th well-formed key
-  std::size_t live = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    codes[i] = keys_.check(keys[i]);
-    if (codes[i] != Code::ok) continue;
-    p[live] = keys_.probe(keys[i]);
-    at[live++] = static_cast<std::uint8_t>(i);
-  }
+  const std::size_t live = index_common::compact_checked(
+      keys, codes, n, [&](std::string_view k) { return keys_.check(k); },
+      [&](std::string_view k) { return keys_.probe(k); }, p, at);
   struct Below {  // the ProbeLess of probe j (one type for every probe of the batch)
     const index_common::KeyCodec* keys;
     const Probe* p;

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "index/common/key_group.h"
 #include "index/common/olc.h"
 #include "index/common/pm_record.h"
 #include "index/common/prefetch.h"
@@ -221,13 +222,9 @@ void PacTree::find_batch(const std::string_view* keys, std::string* values, Code
   static_assert(kFindBatch <= 64);  // masks of one word
   Probe p[kFindBatch];
   std::uint8_t at[kFindBatch];  // batch position of the j-th well-formed key
-  std::size_t live = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    codes[i] = keys_.check(keys[i]);
-    if (codes[i] != Code::ok) continue;
-    p[live] = keys_.probe(keys[i]);
-    at[live++] = static_cast<std::uint8_t>(i);
-  }
+  const std::size_t live = index_common::compact_checked(
+      keys, codes, n, [&](std::string_view k) { return keys_.check(k); },
+      [&](std::string_view k) { return keys_.probe(k); }, p, at);
   if (live == 0) return;
   std::uint64_t alone = 0;
   {

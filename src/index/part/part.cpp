@@ -5,6 +5,7 @@
 #include <cmath>
 #include <unordered_set>
 
+#include "index/common/key_group.h"
 #include "index/common/close_counts.h"
 #include "index/common/reclaim.h"
 #include "index/common/traits.h"
@@ -235,13 +236,9 @@ void Part::find_batch(const std::string_view* keys, std::string* values, Code* c
   static_assert(kFindBatch <= PmTree::kMaxBatch);
   std::string_view ok_keys[kFindBatch];
   std::uint8_t at[kFindBatch];  // batch position of the j-th well-formed key
-  std::size_t live = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    codes[i] = check_key(keys[i]);
-    if (codes[i] != Code::ok) continue;
-    ok_keys[live] = keys[i];
-    at[live++] = static_cast<std::uint8_t>(i);
-  }
+  const std::size_t live = index_common::compact_checked(
+      keys, codes, n, [&](std::string_view k) { return check_key(k); },
+      [&](std::string_view k) { return k; }, ok_keys, at);
   if (live == 0) return;
   auto guard = tree_->epochs().pin();  // out-of-line values stay until they are copied
   std::uint64_t words[kFindBatch];

@@ -8,6 +8,7 @@
 #include <bit>
 #include <cstring>
 
+#include "index/common/key_group.h"
 #include "index/common/hybrid_checks.h"
 #include "index/common/olc.h"
 #include "index/common/prefetch.h"
@@ -683,13 +684,9 @@ void UTree<P>::find_batch(const std::string_view* keys, std::string* values, Cod
   static_assert(kFindBatch <= index_common::InnerTree::kMaxBatch);
   Probe p[kFindBatch];
   std::uint8_t at[kFindBatch];  // batch position of the j-th well-formed key
-  std::size_t live = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    codes[i] = keys_.check(keys[i]);
-    if (codes[i] != Code::ok) continue;
-    p[live] = probe(keys[i]);
-    at[live++] = static_cast<std::uint8_t>(i);
-  }
+  const std::size_t live = index_common::compact_checked(
+      keys, codes, n, [&](std::string_view k) { return keys_.check(k); },
+      [&](std::string_view k) { return probe(k); }, p, at);
   std::pair<std::uint64_t, std::uint64_t> leaf[kFindBatch];
   std::uint64_t alone = inner_.descend_batch<kInnerKeys>(
       live, [&](std::size_t j) { return index_common::WordProbe{p[j].word}; },
