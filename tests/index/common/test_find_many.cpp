@@ -51,6 +51,20 @@ std::string check_batch(const Index& idx, const std::vector<std::string>& keys,
   return {};
 }
 
+// Every key of the oracle, in key order (neighbouring keys share leaves), in batches of 32;
+// the first failure, or "".
+std::string check_present_in_batches(const Index& idx, const Oracle& oracle) {
+  std::vector<std::string> all;
+  for (const auto& [k, v] : oracle) all.push_back(encode_u64(k));
+  for (std::size_t i = 0; i < all.size(); i += 32) {
+    const auto from = all.begin() + static_cast<std::ptrdiff_t>(i);
+    const std::vector<std::string> keys(from, from + static_cast<std::ptrdiff_t>(
+                                                         std::min<std::size_t>(32, all.size() - i)));
+    if (std::string err = check_batch(idx, keys, oracle, true); !err.empty()) return err;
+  }
+  return "";
+}
+
 // Random batches over [0, key_space): about half the keys present, some repeated, one
 // malformed key now and then.
 std::vector<std::string> random_batch(std::mt19937_64& rng, std::size_t n,
@@ -96,16 +110,7 @@ TEST_P(FindMany, MatchesFindAndOracle) {
       ASSERT_TRUE(err.empty()) << err;
     }
   }
-  // Every present key, in key order (neighbouring keys share leaves), in batches of 32.
-  std::vector<std::string> all;
-  for (const auto& [k, v] : oracle) all.push_back(encode_u64(k));
-  for (std::size_t i = 0; i < all.size(); i += 32) {
-    const std::vector<std::string> keys(all.begin() + static_cast<std::ptrdiff_t>(i),
-                                        all.begin() + static_cast<std::ptrdiff_t>(
-                                                          std::min(i + 32, all.size())));
-    const std::string err = check_batch(idx, keys, oracle, true);
-    ASSERT_TRUE(err.empty()) << err;
-  }
+  EXPECT_EQ(check_present_in_batches(idx, oracle), "");
 }
 
 // Byte-string keys (kinds that take them): batched answers against find and a std::map, with
@@ -174,15 +179,7 @@ TEST_P(FindMany, FirstLookupsAfterACrashReopen) {
   }  // no close: the next open recovers
   auto r = Index::open(o);
   ASSERT_TRUE(r.ok()) << r.status().to_string();
-  std::vector<std::string> all;
-  for (const auto& [k, v] : oracle) all.push_back(encode_u64(k));
-  for (std::size_t i = 0; i < all.size(); i += 32) {
-    const std::vector<std::string> keys(all.begin() + static_cast<std::ptrdiff_t>(i),
-                                        all.begin() + static_cast<std::ptrdiff_t>(
-                                                          std::min(i + 32, all.size())));
-    const std::string err = check_batch(**r, keys, oracle, true);
-    ASSERT_TRUE(err.empty()) << err;
-  }
+  EXPECT_EQ(check_present_in_batches(**r, oracle), "");
   for (int round = 0; round < 20; ++round) {
     const std::string err = check_batch(**r, random_batch(rng, 32, kSpace), oracle, true);
     ASSERT_TRUE(err.empty()) << err;
