@@ -1104,13 +1104,14 @@ bool plan_run(RunState& st, const WorkloadSpec& base, RunResult* r, std::string*
   return true;
 }
 
-// The measured run: one worker per thread, started together; this thread samples throughput
-// every --sampling_ms, enforces the time-mode deadline and draws the progress bar.
+// Page faults the process has taken so far (minor and major, every thread).
 std::uint64_t page_faults() {
   rusage u{};
   return ::getrusage(RUSAGE_SELF, &u) == 0 ? static_cast<std::uint64_t>(u.ru_minflt + u.ru_majflt) : 0;
 }
 
+// The measured run: one worker per thread, started together; this thread samples throughput
+// every --sampling_ms, enforces the time-mode deadline and draws the progress bar.
 void run_workers(RunState& st, RunResult* r, std::vector<ThreadOutcome>* outcomes) {
   const Config& c = st.c;
   std::vector<Counter> progress(c.threads);

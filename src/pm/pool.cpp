@@ -674,7 +674,7 @@ Result<std::unique_ptr<Pool>> Pool::open(const PoolOptions& o) {
   // grid: the high-water mark is on it, so nothing allocated lies in the cut-off tail.
   pool->extent_.store(actual / kXPLine * kXPLine, std::memory_order_relaxed);
   pool->owns_mapping_ = true;
-  pool->prefault_ = o.prefault && !o.private_mapping;  // a private copy would copy every page
+  pool->prefault_ = o.prefault && !pool->private_;  // a private copy would copy every page
   pool->populate(0, pool->mapped_);
   return finish_open(std::move(pool), o.layout);
 }

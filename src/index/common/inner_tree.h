@@ -24,7 +24,8 @@
 //       on_leaf callback *before* the parent is validated, so the leaf was the right one for the
 //       probe at a moment when its version was the one returned.
 //   (2) Structure modifications (insert_separator, remove_leaf, bulk_build, clear) are
-//       serialised by one mutex (SMOs are one per leaf split/removal, so this costs little);
+//       serialised by one lock, smo_lock (SMOs are one per leaf split/removal, so this costs
+//       little);
 //       within an SMO every node that changes is write-locked while it changes, and a node that
 //       splits stays locked until its parent holds the new separator.
 //   (3) Nodes are never returned to the arena while the tree lives: a removed node goes to a

@@ -93,8 +93,8 @@ class KeyCodec {
     return read_record(*pool_, key_word, max_key_, &stored) ? std::string(stored)
                                                            : std::string();
   }
-  // Key order of two key words (recovery's per-leaf summaries); in bytes mode both records
-  // must be readable (checked before), an unreadable one compares as not less.
+  // Key order of two stored key words (recovery's leaf summaries, a split's side for the new
+  // key); in bytes mode both records must be readable, an unreadable one compares as not less.
   bool key_word_less(std::uint64_t a, std::uint64_t b) const {
     if (!bytes_mode()) return a < b;
     std::string_view va, vb;
@@ -126,6 +126,10 @@ class KeyCodec {
   std::uint64_t separator_for(std::string_view key_bytes, std::uint64_t key_word,
                               SeparatorStore& store) const {
     return bytes_mode() ? store.make(key_bytes) : key_word;
+  }
+  // separator_for of a stored key word (its bytes read from the record only in bytes mode).
+  std::uint64_t separator_of_word(std::uint64_t key_word, SeparatorStore& store) const {
+    return bytes_mode() ? store.make(key_bytes(key_word)) : key_word;
   }
 
  private:

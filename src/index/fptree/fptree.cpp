@@ -263,8 +263,7 @@ Status FPTree<N>::rebuild(unsigned threads) {
       continue;
     }
     kept = leaves[i];
-    const std::uint64_t min = sums[i].min_word;
-    items.emplace_back(i == 0 ? 0 : keys_.separator_for(keys_.key_bytes(min), min, seps_), kept);
+    items.emplace_back(i == 0 ? 0 : keys_.separator_of_word(sums[i].min_word, seps_), kept);
   }
   // R5: rebuild the DRAM inner nodes (level 1 on `threads` threads).
   inner_.bulk_build(items, 0.9, recovery_.threads);

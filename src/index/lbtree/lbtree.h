@@ -149,7 +149,6 @@ class LBTree final : public Index {
   Probe probe(std::string_view key) const {
     return keys_.bytes_mode() ? keys_.probe(key) : index_common::KeyCodec::probe_word(key);
   }
-  bool key_word_less(std::uint64_t a, std::uint64_t b) const;
   std::uint64_t make_separator(std::uint64_t key_word);
   Code check_value(std::string_view value) const;
   bool read_value(std::uint64_t value_word, std::string* out) const;

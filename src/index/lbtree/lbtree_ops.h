@@ -50,15 +50,8 @@ Code LBTree<M>::check_value(std::string_view value) const {
 }
 
 template <unsigned M>
-bool LBTree<M>::key_word_less(std::uint64_t a, std::uint64_t b) const {
-  if (!keys_.bytes_mode()) return a < b;
-  return keys_.key_bytes(a) < keys_.key_bytes(b);
-}
-
-template <unsigned M>
 std::uint64_t LBTree<M>::make_separator(std::uint64_t key_word) {
-  if (!keys_.bytes_mode()) return key_word;
-  return keys_.separator_for(keys_.key_bytes(key_word), key_word, seps_);
+  return keys_.separator_of_word(key_word, seps_);
 }
 
 template <unsigned M>

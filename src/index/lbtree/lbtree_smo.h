@@ -100,7 +100,7 @@ Code LBTree<M>::split_insert(std::uint64_t off, std::uint64_t key_word,
     nd[b].set_valid(s);
     od[ob].clear_valid(it.s);
   }
-  const bool go_right = key_word_less(sep_key, key_word);
+  const bool go_right = keys_.key_word_less(sep_key, key_word);
   if (go_right) {
     // Alg. 3 lines 13-14: the new entry joins the new leaf before it is persisted.
     unsigned b = 0;
