@@ -102,7 +102,7 @@ void InnerTree::bulk_build(std::span<const std::pair<std::uint64_t, std::uint64_
         const std::size_t last = std::min(level_items.size(), first + per);
         for (std::size_t j = first; j < last; ++j) {
           locked_write(children(n)[j - first], level_items[j].second);
-          if (j > first) locked_write(keys(n)[j - first - 1], level_items[j].first);
+          if (j > first) locked_write(keys(n)[j - first - 1], level_items[j].first ^ kSignBias);
         }
         set_count(n, static_cast<std::uint32_t>(last - first - 1));
         n->lock.writeUnlock();
@@ -137,10 +137,10 @@ bool InnerTree::insert_separator(Path& path, std::uint64_t left, std::uint64_t s
   if (path.empty()) return false;
   const Step& last = path.back();
   if (optimistic_read(children(last.node)[last.index]) != left) return false;
-  return insert_at(path, path.size() - 1, sep, right);
+  return insert_at(path, path.size() - 1, sep ^ kSignBias, right);
 }
 
-bool InnerTree::insert_at(Path& path, std::size_t depth, std::uint64_t sep,
+bool InnerTree::insert_at(Path& path, std::size_t depth, std::uint64_t stored_sep,
                           std::uint64_t right) {
   Node* n = path[depth].node;
   const unsigned idx = path[depth].index;
@@ -151,7 +151,7 @@ bool InnerTree::insert_at(Path& path, std::size_t depth, std::uint64_t sep,
     lock_live(n);
     for (unsigned i = cnt; i > idx; --i) locked_write(k[i], k[i - 1]);
     for (unsigned i = cnt + 1; i > idx + 1; --i) locked_write(c[i], c[i - 1]);
-    locked_write(k[idx], sep);
+    locked_write(k[idx], stored_sep);
     locked_write(c[idx + 1], right);
     set_count(n, cnt + 1);
     n->lock.writeUnlock();
@@ -172,7 +172,7 @@ bool InnerTree::insert_at(Path& path, std::size_t depth, std::uint64_t sep,
     tk = heap_k.data();
     tc = heap_c.data();
   }
-  for (unsigned i = 0; i <= cnt; ++i) tk[i] = i < idx ? k[i] : i == idx ? sep : k[i - 1];
+  for (unsigned i = 0; i <= cnt; ++i) tk[i] = i < idx ? k[i] : i == idx ? stored_sep : k[i - 1];
   for (unsigned i = 0; i <= cnt + 1; ++i) tc[i] = i <= idx ? c[i] : i == idx + 1 ? right : c[i - 1];
   const unsigned total = cnt + 1;
   const unsigned mid = total / 2;
@@ -222,7 +222,7 @@ bool InnerTree::remove_at(Path& path, std::size_t depth, std::uint64_t* dropped)
     // Drop the child and one adjacent separator: with idx > 0 the child's range joins its
     // left neighbour (keys[idx-1] goes), with idx == 0 its right neighbour (keys[0] goes).
     const unsigned kdrop = idx > 0 ? idx - 1 : 0;
-    *dropped = k[kdrop];
+    *dropped = k[kdrop] ^ kSignBias;
     lock_live(n);
     for (unsigned i = kdrop; i + 1 < cnt; ++i) locked_write(k[i], k[i + 1]);
     for (unsigned i = idx; i < cnt; ++i) locked_write(c[i], c[i + 1]);
@@ -272,7 +272,8 @@ Status InnerTree::verify_node(
     return Status(Code::corrupted, "inner node at the wrong level");
   if (cnt > max_keys_) return Status(Code::corrupted, "inner node count exceeds the fanout");
   if (OptimisticLock::isLocked(n->lock.peek())) return Status(Code::corrupted, "inner node left locked");
-  const std::uint64_t* k = keys(n);
+  std::vector<std::uint64_t> k(cnt);  // unbiased copies; the children's fences point into it
+  for (unsigned i = 0; i < cnt; ++i) k[i] = keys(n)[i] ^ kSignBias;
   for (unsigned i = 0; i < cnt; ++i) {
     if (i > 0 && !word_less(k[i - 1], k[i]))
       return Status(Code::corrupted, "inner node keys are not strictly increasing");
@@ -299,7 +300,7 @@ void InnerTree::for_each_separator(const std::function<void(std::uint64_t)>& fn)
   while (!stack.empty()) {
     const Node* n = stack.back();
     stack.pop_back();
-    for (unsigned i = 0; i < count(n); ++i) fn(keys(n)[i]);
+    for (unsigned i = 0; i < count(n); ++i) fn(keys(n)[i] ^ kSignBias);
     if (level(n) > 1)
       for (unsigned i = 0; i <= count(n); ++i)
         stack.push_back(reinterpret_cast<const Node*>(children(n)[i]));

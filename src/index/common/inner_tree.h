@@ -11,7 +11,9 @@
 // Node (DRAM, 64 B aligned, from pm::DramArena; node_bytes() = 16 + 8 max_keys + 8 (max_keys+1)
 // rounded up to 64; 256 B for max_keys = 14):
 //   [ 0, 8) OptimisticLock       [ 8,12) count (keys in use)   [12,16) level (1 = children are leaves)
-//   [16, 16 + 8 max_keys)      keys[max_keys]
+//   [16, 16 + 8 max_keys)      keys[max_keys], each stored biased: word ^ kSignBias
+//                              (node_search.h), so the integer search compares them signed
+//                              without a vector xor per four keys (5 instructions per level)
 //   [.., + 8 (max_keys+1))     children[max_keys+1]: leaf words (level 1) or Node* (level > 1)
 // Child i holds the keys k with keys[i-1] <= k < keys[i] (missing bounds are the node's fences).
 //
@@ -182,6 +184,11 @@ class InnerTree {
   }
   // Integer-key searches count the last this many slots (node_search.h).
   static constexpr unsigned kLinearKeys = 16;
+  // Whether child_index<kKeys> with this probe returns at most kKeys for any count read
+  // (count_u64_window clamps a torn count), so descend needs no separate bound test.
+  template <unsigned kKeys, class ProbeLess>
+  static constexpr bool kClampsCount =
+      kKeys != 0 && kKeys <= kLinearKeys && std::is_same_v<ProbeLess, WordProbe>;
   template <unsigned kKeys, class ProbeLess>
   unsigned child_index(const Node* n, unsigned cnt, ProbeLess probe_less) const;
   // All lines of a node at once: the binary search would otherwise miss on them one by one.
@@ -190,7 +197,8 @@ class InnerTree {
   // Allocates a node, locked (invariant 3: a recycled node keeps its counter).
   Node* new_node(std::uint32_t lvl);
   void retire_node(Node* n);  // with n locked: unlock obsolete, onto the free list
-  bool insert_at(Path& path, std::size_t depth, std::uint64_t sep, std::uint64_t right);
+  // `stored_sep` is biased (keys' stored form): a split passes its middle key up unchanged.
+  bool insert_at(Path& path, std::size_t depth, std::uint64_t stored_sep, std::uint64_t right);
   bool remove_at(Path& path, std::size_t depth, std::uint64_t* dropped);
   Status verify_node(const Node* n, const std::uint64_t* lo, const std::uint64_t* hi,
                      std::uint32_t want_level,
@@ -216,12 +224,12 @@ template <unsigned kKeys, class ProbeLess>
   // 10M-key bulk load x1.16, FPTree's x1.05 (medians of four interleaved pairs,
   // docs/performance-history.md).
   const std::uint64_t* k = keys(n);
-  const auto sep = [k](unsigned i) { return optimistic_read(k[i]); };
+  const auto sep = [k](unsigned i) { return optimistic_read(k[i]) ^ kSignBias; };
   constexpr bool kWords = std::is_same_v<ProbeLess, WordProbe>;
   if constexpr (kWords && kKeys != 0) {
     // Capacity known: node_search.h's vector window. It reads up to 16 words past the count;
     // they stay inside the node, whose children follow its keys.
-    return count_u64_not_above<kKeys>(k, cnt, probe_less.word);
+    return count_u64_not_above<kKeys, /*kBiased=*/true>(k, cnt, probe_less.word);
   } else {
     constexpr unsigned kWindow = kWords ? kLinearKeys : 0;
     return count_not_above<kWindow>(cnt, kKeys != 0 ? kKeys : max_keys_, sep, probe_less);
@@ -245,9 +253,12 @@ std::pair<std::uint64_t, std::uint64_t> InnerTree::descend(ProbeLess probe_less,
     if (!restart && root_.load(std::memory_order_acquire) != n) restart = true;
     while (!restart) {
       const unsigned cnt = count(n);
-      if (cnt > max_keys) break;  // torn read of a changing node: validation fails anyway
+      // A torn count of a changing node (validation fails anyway) must not send the search
+      // out of the node; the whole-node vector count clamps it by itself (node_search.h).
+      if (!kClampsCount<kKeys, ProbeLess> && cnt > max_keys) break;
       const unsigned idx = child_index<kKeys>(n, cnt, probe_less);
-      const std::uint64_t child = optimistic_read(keys(n)[max_keys + idx]);  // children(n)[idx]
+      const std::uint64_t* const ch = keys(n) + max_keys;  // children(n), max_keys constant
+      const std::uint64_t child = optimistic_read(ch[std::size_t{idx}]);
       const std::uint32_t lvl = level(n);
       n->lock.checkOrRestart(v, restart);  // child and level are consistent
       if (restart) break;
@@ -326,7 +337,7 @@ std::uint64_t InnerTree::descend_batch(std::size_t n, ProbeAt probe_at, Touch to
       const unsigned cnt = restart ? 0 : count(nd);
       if (!restart && cnt <= max_keys) {
         const unsigned idx = child_index<kKeys>(nd, cnt, probe_at(i));
-        const std::uint64_t child = optimistic_read(keys(nd)[max_keys + idx]);
+        const std::uint64_t child = optimistic_read(keys(nd)[std::size_t{max_keys} + idx]);
         const std::uint32_t lvl = level(nd);
         nd->lock.checkOrRestart(v, restart);  // child and level are consistent
         if (!restart) {

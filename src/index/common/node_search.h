@@ -92,44 +92,56 @@ constexpr unsigned packed_bit(unsigned i) {
   const unsigned g = i / 4, r = i % 4, half = r / 2, j = r % 2;
   return 16 * half + 8 * (g / 2) + 4 * (g % 2) + 2 * j;
 }
-// kInUse[c]: the packed bits of slots 0 .. c-1.
+// kInUse<kSlots>.mask[c & 31]: the packed bits of slots 0 .. min(c & 31, kSlots)-1. Indexed
+// by a masked count and clamped at the capacity, so a torn count (a reader racing a writer;
+// its validation fails later) selects at most kSlots slots without a compare and branch.
+template <unsigned kSlots>
 constexpr auto make_in_use() {
-  struct Table { std::uint32_t mask[17]; } t{};
-  for (unsigned c = 0; c <= 16; ++c)
-    for (unsigned i = 0; i < c; ++i) t.mask[c] |= std::uint32_t{1} << packed_bit(i);
+  struct Table { std::uint32_t mask[32]; } t{};
+  for (unsigned c = 0; c < 32; ++c)
+    for (unsigned i = 0; i < std::min(c, kSlots); ++i) t.mask[c] |= std::uint32_t{1} << packed_bit(i);
   return t;
 }
-inline constexpr auto kInUse = make_in_use();
+template <unsigned kSlots>
+inline constexpr auto kInUse = make_in_use<kSlots>();
 static_assert(packed_bit(0) == 0 && packed_bit(2) == 16 && packed_bit(4) == 4 &&
               packed_bit(8) == 8 && packed_bit(15) == 30);
 }  // namespace detail
 #endif
 
-// The number of the first `cnt` (<= kSlots <= 16) words of k[0 .. kSlots) that are <= probe.
-// k[cnt .. round_up(kSlots, 4)) must be readable memory (any contents): the vector path reads
-// whole groups of four and masks the slots at or past cnt.
-template <unsigned kSlots>
+// Sign-bit bias of integer words: w ^ kSignBias orders as a signed integer the way w orders
+// as an unsigned one, so AVX2's signed 64-bit compare can count unsigned keys.
+inline constexpr std::uint64_t kSignBias = std::uint64_t{1} << 63;
+
+// The number of the first `cnt` (kSlots <= 16) words of k[0 .. kSlots) that are <= probe; a
+// cnt above kSlots (a torn read, whose validation fails) gives some count <= kSlots. k[cnt .. round_up(kSlots, 4)) must be
+// readable memory (any contents): the vector path reads whole groups of four and masks the
+// slots at or past cnt. kBiased: k holds its words already
+// biased (w ^ kSignBias; InnerTree stores its separators so), which saves a vector xor per
+// group of four; `probe` is unbiased either way.
+template <unsigned kSlots, bool kBiased = false>
 [[gnu::always_inline]] inline unsigned count_u64_window(const std::uint64_t* k, unsigned cnt,
                                                        std::uint64_t probe) {
   static_assert(kSlots >= 1 && kSlots <= 16);
 #if defined(PMINDEX_NODE_SEARCH_AVX2)
   // Unsigned order through the signed compare: flip the sign bit of both sides.
   const __m256i flip = _mm256_set1_epi64x(INT64_MIN);
-  const __m256i p = _mm256_xor_si256(_mm256_set1_epi64x(static_cast<long long>(probe)), flip);
+  const __m256i p = _mm256_set1_epi64x(static_cast<long long>(probe ^ kSignBias));
   const auto above = [&](unsigned g) {  // lanes of slots 4g .. 4g+3: all ones if k > probe
     if (4 * g >= kSlots) return _mm256_setzero_si256();
     const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(k + 4 * g));
-    return _mm256_cmpgt_epi64(_mm256_xor_si256(x, flip), p);
+    return _mm256_cmpgt_epi64(kBiased ? x : _mm256_xor_si256(x, flip), p);
   };
   const __m256i packed = _mm256_packs_epi16(_mm256_packs_epi32(above(0), above(1)),
                                             _mm256_packs_epi32(above(2), above(3)));
   const auto mask = static_cast<std::uint32_t>(_mm256_movemask_epi8(packed));
-  return static_cast<unsigned>(std::popcount(~mask & detail::kInUse.mask[cnt]));
+  return static_cast<unsigned>(__builtin_popcount(~mask & detail::kInUse<kSlots>.mask[cnt & 31]));
 #else
+  const std::uint64_t unbias = kBiased ? kSignBias : 0;
   unsigned below = 0;
   for (unsigned i = 0; i < kSlots; ++i)
-    below += static_cast<unsigned>(i < cnt) &
-             static_cast<unsigned>(sync::optimistic_read(k[i]) <= probe);
+    below += static_cast<unsigned>(i < std::min(cnt, kSlots)) &
+             static_cast<unsigned>((sync::optimistic_read(k[i]) ^ unbias) <= probe);
   return below;
 #endif
 }
@@ -138,21 +150,22 @@ template <unsigned kSlots>
 // time: binary steps down to 16 slots (as count_not_above), then count_u64_window. Reads
 // k[0 .. cnt + 16) at most (the vector window may reach past the keys: the caller's node must
 // hold that many words from k on, any contents).
-template <unsigned kCapacity>
+template <unsigned kCapacity, bool kBiased = false>
 [[gnu::always_inline]] inline unsigned count_u64_not_above(const std::uint64_t* k, unsigned cnt,
                                                           std::uint64_t probe) {
   if constexpr (kCapacity <= 16) {
-    return count_u64_window<kCapacity>(k, cnt, probe);
+    return count_u64_window<kCapacity, kBiased>(k, cnt, probe);
   } else {
+    const std::uint64_t unbias = kBiased ? kSignBias : 0;
     unsigned lo = 0, len = cnt;
     while (len > 16) {
       const unsigned half = len / 2;
       const unsigned right =
-          0u - static_cast<unsigned>(!(probe < sync::optimistic_read(k[lo + half])));
+          0u - static_cast<unsigned>(!(probe < (sync::optimistic_read(k[lo + half]) ^ unbias)));
       lo += (half + 1) & right;
       len = half + ((len - 2 * half - 1) & right);
     }
-    return lo + count_u64_window<16>(k + lo, len, probe);
+    return lo + count_u64_window<16, kBiased>(k + lo, len, probe);
   }
 }
 

@@ -15,7 +15,7 @@ namespace pmindex::lbtree {
 
 template <unsigned M>
 LBTree<M>::LBTree(std::unique_ptr<pm::Pool> pool)
-    : pool_(std::move(pool)), inner_(kInnerKeys, arena_) {}
+    : pool_(std::move(pool)), inner_(kInnerKeys, arena_), versions_(pool_->size()) {}
 
 template <unsigned M>
 LBTree<M>::~LBTree() = default;
@@ -32,7 +32,6 @@ void LBTree<M>::init_dram() {
   keys_.configure(pool_.get(), static_cast<KeyType>(root_->key_mode), root_->max_key_size);
   max_value_ = root_->max_value_size;
   inline_values_ = max_value_ == 8;
-  versions_ = std::make_unique<index_common::LeafVersions>(pool_->size());
   inner_.init_single(head_);
 }
 
@@ -251,7 +250,7 @@ Status LBTree<M>::verify() const {
     const std::uint64_t off = chain.leaves[i];
     LeafT* l = leaf_at(off);
     const std::uint64_t w0 = optimistic_read(l->block[0].front[0]);
-    if ((w0 & kLockBit) != 0 || versions_->is_locked(off)) return leaf_error(p, off, "left locked");
+    if ((w0 & kLockBit) != 0 || versions_.is_locked(off)) return leaf_error(p, off, "left locked");
     const bool alt = (w0 & kAltBit) != 0;
     for (unsigned b = 0; b < M; ++b) {
       const DWord d = load_header(active_header(l, b, alt));
@@ -293,7 +292,7 @@ Status LBTree<M>::verify() const {
 
 template <unsigned M>
 Footprint LBTree<M>::footprint() const {
-  return index_common::hybrid_footprint(*pool_, inner_, *versions_, seps_);
+  return index_common::hybrid_footprint(*pool_, inner_, versions_, seps_);
 }
 
 template <unsigned M>

@@ -214,7 +214,9 @@ class LBTree final : public Index {
   std::uint32_t max_value_ = 8;
   pm::DramArena arena_;
   index_common::InnerTree inner_;
-  std::unique_ptr<index_common::LeafVersions> versions_;
+  // By value (declared after pool_, whose size it needs): a lookup reaches a leaf's version
+  // in one load from `this`, not two.
+  index_common::LeafVersions versions_;
   index_common::SeparatorStore seps_;
   // The root-to-leaf path of the current split or unlink, used only under inner_.smo_lock():
   // kept between SMOs so that taking a path allocates nothing once it has grown.

@@ -132,7 +132,7 @@ std::optional<std::uint64_t> LBTree<M>::on_leaf(std::uint64_t leaf) const {
   // Alg. 1: prefetch the leaf's lines as soon as the parent names it, so the fetch overlaps
   // the version read and the parent's validation.
   index_common::prefetch_lines(leaf_at(leaf), LeafT::kBytes);
-  return versions_->read(leaf);
+  return versions_.read(leaf);
 }
 
 // Writers: lock the leaf covering p (DRAM version by CAS from the version seen under the
@@ -141,7 +141,7 @@ template <unsigned M>
 std::uint64_t LBTree<M>::lock_leaf_for(const Probe& p) {
   for (;;) {
     const auto [off, v] = descend_read(p);
-    if (versions_->upgrade(off, v)) {
+    if (versions_.upgrade(off, v)) {
       // The PM lock bit: a release store, not the paper's CAS. Only the holder of the DRAM
       // version lock writes word0 (as at unlock), and a second locked instruction per insert
       // would wait for the previous operation's write-backs (docs/persistence.md).
@@ -166,7 +166,7 @@ void LBTree<M>::unlock_leaf(std::uint64_t off, bool pm_bit_clear) {
     std::uint64_t* w0 = &leaf_at(off)->block[0].front[0];
     pm::publish(w0, optimistic_read(*w0) & ~kLockBit);
   }
-  versions_->at(off).writeUnlock();
+  versions_.at(off).writeUnlock();
 }
 
 // --- search (Alg. 1) ------------------------------------------------------------------------------
@@ -191,7 +191,7 @@ Code LBTree<M>::find_general(std::string_view key, std::string* value) const {
     bool ok = true;
     if (r.block >= 0 && value != nullptr)
       ok = read_value(optimistic_read(l->block[r.block].entry[r.slot][1]), &tmp);
-    if (!versions_->unchanged(off, v) || !ok) continue;
+    if (!versions_.unchanged(off, v) || !ok) continue;
     if (r.block < 0) return Code::not_found;
     if (value != nullptr) value->swap(tmp);
     return Code::ok;
@@ -212,7 +212,7 @@ Code LBTree<M>::find_word(std::string_view key, std::string* value) const {
         find_slot_if(l, p.fp, [w = p.word](std::uint64_t k) { return k == w; });
     const std::uint64_t word =
         r.block >= 0 ? optimistic_read(l->block[r.block].entry[r.slot][1]) : 0;
-    if (!versions_->unchanged(off, v)) continue;
+    if (!versions_.unchanged(off, v)) continue;
     if (r.block < 0) return Code::not_found;
     if (value != nullptr) {
       if (value->size() != 8) value->resize(8);  // no call once the caller's string holds 8 bytes
@@ -255,9 +255,9 @@ void LBTree<M>::find_batch_general(const std::string_view* keys, std::string* va
       live, [&](std::size_t j) { return Below{&keys_, &p[j]}; },
       [&](std::uint64_t off) {
         index_common::prefetch_lines(leaf_at(off), LeafT::kBytes);
-        __builtin_prefetch(&versions_->at(off));
+        __builtin_prefetch(&versions_.at(off));
       },
-      [&](std::uint64_t off) { return versions_->read(off); }, leaf);
+      [&](std::uint64_t off) { return versions_.read(off); }, leaf);
   std::string tmp;
   for (std::size_t j = 0; j < live; ++j) {
     if ((alone >> j & 1) != 0) continue;
@@ -268,7 +268,7 @@ void LBTree<M>::find_batch_general(const std::string_view* keys, std::string* va
     bool ok = true;
     if (r.block >= 0 && values != nullptr)
       ok = read_value(optimistic_read(l->block[r.block].entry[r.slot][1]), &tmp);
-    if (!versions_->unchanged(off, v) || !ok) {
+    if (!versions_.unchanged(off, v) || !ok) {
       alone |= std::uint64_t{1} << j;
       continue;
     }
@@ -298,9 +298,9 @@ void LBTree<M>::find_batch_word(const std::string_view* keys, std::string* value
       [&](std::uint64_t off) {
         // The leaf's lines and its DRAM version: both read in the next round.
         index_common::prefetch_lines(leaf_at(off), LeafT::kBytes);
-        __builtin_prefetch(&versions_->at(off));
+        __builtin_prefetch(&versions_.at(off));
       },
-      [&](std::uint64_t off) { return versions_->read(off); }, leaf);
+      [&](std::uint64_t off) { return versions_.read(off); }, leaf);
   for (std::size_t j = 0; j < live; ++j) {
     if ((alone >> j & 1) != 0) continue;
     const auto [off, v] = leaf[j];
@@ -308,7 +308,7 @@ void LBTree<M>::find_batch_word(const std::string_view* keys, std::string* value
     const SlotRef r = find_slot_if(l, fp[j], [w = word[j]](std::uint64_t k) { return k == w; });
     const std::uint64_t value =
         r.block >= 0 ? optimistic_read(l->block[r.block].entry[r.slot][1]) : 0;
-    if (!versions_->unchanged(off, v)) {
+    if (!versions_.unchanged(off, v)) {
       alone |= std::uint64_t{1} << j;
       continue;
     }
@@ -554,8 +554,8 @@ std::size_t LBTree<M>::scan(std::string_view start, std::size_t max, ScanBuffer&
       }
       const std::uint64_t next = optimistic_read(l->block[0].tail[alt ? 1 : 0]);
       std::optional<std::uint64_t> nv = 0;
-      if (next != 0 && !(nv = versions_->read(next))) restart = true;
-      if (!versions_->unchanged(off, v)) restart = true;
+      if (next != 0 && !(nv = versions_.read(next))) restart = true;
+      if (!versions_.unchanged(off, v)) restart = true;
       if (restart) break;
       sc.emit(out);
       if (sc.full(out) || next == 0) return out.size();

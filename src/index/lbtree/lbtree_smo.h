@@ -24,7 +24,7 @@ Code LBTree<M>::split_insert(std::uint64_t off, std::uint64_t key_word,
   if (new_off == 0) return code;
   // Fetched while the entries are sorted: the new leaf's DRAM version, which the split locks
   // first (a cache miss the paper's design does not have), and the lines it then writes.
-  __builtin_prefetch(&versions_->at(new_off), 1);
+  __builtin_prefetch(&versions_.at(new_off), 1);
   index_common::prefetch_lines_for_write(leaf_at(new_off), LeafT::kBytes);
   LeafT* l = leaf_at(off);
   const DWord d0 = load_header(l->block[0].front);
@@ -62,7 +62,7 @@ Code LBTree<M>::split_insert(std::uint64_t off, std::uint64_t key_word,
   const unsigned move = n / 2;
   const std::uint64_t sep_key = items[n - move].key;
 
-  index_common::recycle_locked(versions_->at(new_off));
+  index_common::recycle_locked(versions_.at(new_off));
   LeafT* nl = leaf_at(new_off);
 
   // DRAM first: the separator goes into the inner tree while both leaves are locked, so a
@@ -148,7 +148,7 @@ Code LBTree<M>::split_insert(std::uint64_t off, std::uint64_t key_word,
     leaf_insert(l, od[0], key_word, value_word, fp);
   }
 
-  versions_->at(new_off).writeUnlock();
+  versions_.at(new_off).writeUnlock();
   return Code::ok;
 }
 
@@ -183,7 +183,7 @@ void LBTree<M>::try_unlink(std::uint64_t off, const Probe& p) {
   index_common::InnerTree::Path& path = smo_path_;
   inner_.path_to([&](std::uint64_t s) { return keys_.below(p, s); }, &path);
   const std::uint64_t a_off = inner_.left_neighbour(path);
-  if (a_off == 0 || !index_common::try_write_lock(versions_->at(a_off))) {
+  if (a_off == 0 || !index_common::try_write_lock(versions_.at(a_off))) {
     smo.unlock();
     unlock_leaf(off);
     return;
@@ -201,8 +201,8 @@ void LBTree<M>::try_unlink(std::uint64_t off, const Probe& p) {
     index_common::fatal("lbtree", "unlink: leaf not in the inner tree");
   smo.unlock();
   if (keys_.bytes_mode()) seps_.retire(dropped, epochs_);  // freed once no pinned reader holds it
-  versions_->at(a_off).writeUnlock();
-  versions_->at(off).writeUnlockObsolete();
+  versions_.at(a_off).writeUnlock();
+  versions_.at(off).writeUnlockObsolete();
   pool_->allocator().deallocate(off, LeafT::kBytes);  // U4: unreachable in PM and DRAM
 }
 
@@ -273,7 +273,7 @@ Status LBTree<M>::bulk_load(std::span<const KeyValue> sorted, double fill) {
   };
   for (std::size_t j = 1; j < n_leaves; ++j) {  // B2: the new leaves, chained (unused space)
     LeafT* l = leaf_at(leaves[j]);
-    index_common::recycle_unlocked(versions_->at(leaves[j]));
+    index_common::recycle_unlocked(versions_.at(leaves[j]));
     DWord hd[M];
     fill_leaf(l, j, hd);
     for (unsigned b = 0; b < M; ++b) {

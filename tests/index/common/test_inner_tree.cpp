@@ -140,11 +140,24 @@ void expect_window_counts(std::mt19937_64& rng) {
       for (unsigned i = cnt; i < 16; ++i) k[i] = (round % 2) != 0 ? 0 : ~std::uint64_t{0};
       std::vector<std::uint64_t> ps = {0, ~std::uint64_t{0}, rng()};
       for (unsigned i = 0; i < cnt; ++i) ps.insert(ps.end(), {k[i] - 1, k[i], k[i] + 1});
+      alignas(64) std::uint64_t biased[16];  // InnerTree's stored form of the same words
+      for (unsigned i = 0; i < 16; ++i) biased[i] = k[i] ^ pmindex::index_common::kSignBias;
       for (std::uint64_t p : ps) {
         const auto want = static_cast<unsigned>(std::count_if(
             k, k + cnt, [p](std::uint64_t w) { return w <= p; }));
         ASSERT_EQ(pmindex::index_common::count_u64_window<kSlots>(k, cnt, p), want)
             << "window " << kSlots << ", cnt " << cnt << ", probe " << p;
+        ASSERT_EQ((pmindex::index_common::count_u64_window<kSlots, true>(biased, cnt, p)), want)
+            << "biased window " << kSlots << ", cnt " << cnt << ", probe " << p;
+      }
+    }
+    // A torn count above the capacity (a reader racing a writer) still answers at most
+    // kSlots: descend relies on it to stay inside the node without a bound test.
+    for (unsigned cnt : {kSlots + 1, 17u, 31u, 32u, 33u, 47u, 1000u, ~0u}) {
+      if (cnt <= kSlots) continue;
+      for (std::uint64_t p : {std::uint64_t{0}, ~std::uint64_t{0}, rng()}) {
+        ASSERT_LE(pmindex::index_common::count_u64_window<kSlots>(k, cnt, p), kSlots)
+            << "window " << kSlots << ", torn cnt " << cnt << ", probe " << p;
       }
     }
   }
