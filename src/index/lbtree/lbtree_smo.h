@@ -29,80 +29,20 @@ Code LBTree<M>::split_insert(std::uint64_t off, std::uint64_t key_word,
   LeafT* l = leaf_at(off);
   const DWord d0 = load_header(l->block[0].front);
   const bool alt = d0.alt();
-  // The entries on the stack (a full leaf holds kSlots): a split allocates no DRAM, which
-  // was a third of its instructions (issue 16).
-  struct Item { unsigned b, s; std::uint64_t key; };
-  std::array<Item, LeafT::kSlots> items;
-  // The block of an item or of a slot number g: a constant 0 for one-block (256 B) leaves, so
-  // their header words stay in registers instead of runtime-indexed arrays (issue 16).
-  auto block_of = [](const Item& it) { return M == 1 ? 0u : it.b; };
-  auto split_slot = [](unsigned g) {
-    return std::pair<unsigned, unsigned>{M == 1 ? 0u : g / kSlotsPerBlock,
-                                         M == 1 ? g : g % kSlotsPerBlock};
-  };
-  unsigned n = 0;
   DWord od[M];
-  for (unsigned b = 0; b < M; ++b) {
-    od[b] = b == 0 ? d0 : load_header(active_header(l, b, alt));
-    for (std::uint64_t m = od[b].bitmap(); m != 0; m &= m - 1) {
-      const auto s = static_cast<unsigned>(std::countr_zero(m));
-      items[n++] = {b, s, optimistic_read(l->block[b].entry[s][0])};
-    }
-  }
-  if (keys_.bytes_mode()) {
-    std::vector<std::pair<std::string, unsigned>> keyed;
-    for (unsigned i = 0; i < n; ++i) keyed.emplace_back(keys_.key_bytes(items[i].key), i);
-    std::sort(keyed.begin(), keyed.end());
-    const std::array<Item, LeafT::kSlots> unsorted = items;
-    for (unsigned i = 0; i < n; ++i) items[i] = unsorted[keyed[i].second];
-  } else {
-    std::sort(items.begin(), items.begin() + n,
-              [](const Item& a, const Item& b) { return a.key < b.key; });
-  }
-  const unsigned move = n / 2;
-  const std::uint64_t sep_key = items[n - move].key;
-
+  SplitItems items;
+  const unsigned n = gather_sorted(l, d0, od, items);
+  const std::uint64_t sep_key = items[n - n / 2].key;
   index_common::recycle_locked(versions_.at(new_off));
+  link_separator(off, sep_key, new_off);
+
+  // S1: the upper half into the new leaf, and the new entry with it if it belongs there
+  // (Alg. 3 lines 13-14: it joins the new leaf before the leaf is persisted).
   LeafT* nl = leaf_at(new_off);
-
-  // DRAM first: the separator goes into the inner tree while both leaves are locked, so a
-  // reader routed to either leaf waits until the split below is complete. It comes before the
-  // PM steps because its mutex and CASes are locked instructions, which wait for every earlier
-  // write-back to finish: after S7 they would wait out S7's (and S8's) write-backs, which
-  // otherwise overlap the next operation's descent.
-  const std::uint64_t sep = make_separator(sep_key);
-  {
-    auto smo = inner_.smo_lock();
-    index_common::InnerTree::Path& path = smo_path_;
-    if (keys_.bytes_mode()) {
-      const std::string sep_bytes = keys_.key_bytes(sep_key);
-      const Probe sp = keys_.probe(sep_bytes);
-      inner_.path_to([&](std::uint64_t s) { return keys_.below(sp, s); }, &path);
-    } else {
-      inner_.path_to<kInnerKeys>(index_common::WordProbe{sep_key}, &path);  // no key bytes, no mode test
-    }
-    if (!inner_.insert_separator(path, off, sep, new_off))
-      index_common::fatal("lbtree",
-                          "split: the separator's path does not end at the split leaf");
-  }
-
-  // S1: build the new leaf (unused space): the top half goes into its LAST slots so that
-  // later inserts find free slots in block 0, line 0; all headers front, alt = 0.
   DWord nd[M];
-  for (auto& d : nd) d = DWord{{0, 0}};
-  for (unsigned i = 0; i < move; ++i) {
-    const Item& it = items[n - move + i];
-    const auto [b, s] = split_slot(traditional_ ? i : LeafT::kSlots - move + i);
-    const unsigned ob = block_of(it);
-    detail::put(&nl->block[b].entry[s][0], it.key);
-    detail::put(&nl->block[b].entry[s][1], optimistic_read(l->block[ob].entry[it.s][1]));
-    nd[b].set_fp(s, od[ob].fp(it.s));
-    nd[b].set_valid(s);
-    od[ob].clear_valid(it.s);
-  }
+  build_upper_half(l, od, items, n, nl, nd);
   const bool go_right = keys_.key_word_less(sep_key, key_word);
   if (go_right) {
-    // Alg. 3 lines 13-14: the new entry joins the new leaf before it is persisted.
     unsigned b = 0;
     while (nd[b].full()) ++b;
     const std::uint64_t free = ~nd[b].bitmap() & kBitmapMask;
@@ -150,6 +90,80 @@ Code LBTree<M>::split_insert(std::uint64_t off, std::uint64_t key_word,
 
   versions_.at(new_off).writeUnlock();
   return Code::ok;
+}
+
+// split_insert: the full leaf's active headers into od (block 0's is d0) and its entries into
+// items, sorted by key; returns their number. The entries sit on the stack (a full leaf holds
+// kSlots): a split allocates no DRAM, which was a third of its instructions (issue 16).
+template <unsigned M>
+unsigned LBTree<M>::gather_sorted(LeafT* l, DWord d0, DWord (&od)[M], SplitItems& items) const {
+  unsigned n = 0;
+  for (unsigned b = 0; b < M; ++b) {
+    od[b] = b == 0 ? d0 : load_header(active_header(l, b, d0.alt()));
+    for (std::uint64_t m = od[b].bitmap(); m != 0; m &= m - 1) {
+      const auto s = static_cast<unsigned>(std::countr_zero(m));
+      items[n++] = {b, s, optimistic_read(l->block[b].entry[s][0])};
+    }
+  }
+  if (keys_.bytes_mode()) {
+    std::vector<std::pair<std::string, unsigned>> keyed;
+    for (unsigned i = 0; i < n; ++i) keyed.emplace_back(keys_.key_bytes(items[i].key), i);
+    std::sort(keyed.begin(), keyed.end());
+    const SplitItems unsorted = items;
+    for (unsigned i = 0; i < n; ++i) items[i] = unsorted[keyed[i].second];
+  } else {
+    std::sort(items.begin(), items.begin() + n,
+              [](const SplitItem& a, const SplitItem& b) { return a.key < b.key; });
+  }
+  return n;
+}
+
+// split_insert, DRAM first: the separator goes into the inner tree while both leaves are
+// locked, so a reader routed to either leaf waits until the split is complete. It comes before
+// the PM steps because its lock and CASes are locked instructions, which wait for every earlier
+// write-back to finish: after S7 they would wait out S7's (and S8's) write-backs, which
+// otherwise overlap the next operation's descent.
+template <unsigned M>
+void LBTree<M>::link_separator(std::uint64_t off, std::uint64_t sep_key, std::uint64_t new_off) {
+  const std::uint64_t sep = make_separator(sep_key);
+  auto smo = inner_.smo_lock();
+  index_common::InnerTree::Path& path = smo_path_;
+  if (keys_.bytes_mode()) {
+    const std::string sep_bytes = keys_.key_bytes(sep_key);
+    const Probe sp = keys_.probe(sep_bytes);
+    inner_.path_to([&](std::uint64_t s) { return keys_.below(sp, s); }, &path);
+  } else {
+    inner_.path_to<kInnerKeys>(index_common::WordProbe{sep_key}, &path);  // no key bytes, no mode test
+  }
+  if (!inner_.insert_separator(path, off, sep, new_off))
+    index_common::fatal("lbtree", "split: the separator's path does not end at the split leaf");
+}
+
+// split_insert's S1 (unused space): the upper half of the sorted entries goes into the new
+// leaf's LAST slots, so that later inserts find free slots in block 0, line 0 (all headers
+// front, alt = 0); their bits are cleared in the old leaf's headers od, which S3 and S6 write.
+template <unsigned M>
+void LBTree<M>::build_upper_half(LeafT* l, DWord (&od)[M], const SplitItems& items, unsigned n,
+                                 LeafT* nl, DWord (&nd)[M]) const {
+  // The block of an item or of a slot number g: a constant 0 for one-block (256 B) leaves, so
+  // their header words stay in registers instead of runtime-indexed arrays (issue 16).
+  auto block_of = [](const SplitItem& it) { return M == 1 ? 0u : it.b; };
+  auto split_slot = [](unsigned g) {
+    return std::pair<unsigned, unsigned>{M == 1 ? 0u : g / kSlotsPerBlock,
+                                         M == 1 ? g : g % kSlotsPerBlock};
+  };
+  const unsigned move = n / 2;
+  for (auto& d : nd) d = DWord{{0, 0}};
+  for (unsigned i = 0; i < move; ++i) {
+    const SplitItem& it = items[n - move + i];
+    const auto [b, s] = split_slot(traditional_ ? i : LeafT::kSlots - move + i);
+    const unsigned ob = block_of(it);
+    detail::put(&nl->block[b].entry[s][0], it.key);
+    detail::put(&nl->block[b].entry[s][1], optimistic_read(l->block[ob].entry[it.s][1]));
+    nd[b].set_fp(s, od[ob].fp(it.s));
+    nd[b].set_valid(s);
+    od[ob].clear_valid(it.s);
+  }
 }
 
 // U1..U3 on leaf `a` (locked, or recovery): make `next` its successor with one NAW.
