@@ -522,139 +522,164 @@ struct ThreadOutcome {
   bool pool_full = false;  // an operation failed with Code::pool_full: the run is void
 };
 
-void run_thread(const Config& c, const WorkloadSpec& spec, const Schedule& sc, unsigned t,
-                Target& target, std::atomic<int>& ready, std::atomic<bool>& go,
-                std::atomic<bool>& stop, Counter& progress, double overhead_ns,
-                ThreadOutcome* out) {
-  auto s = target.session();
-  std::unique_ptr<Model> model;
-  if (c.verify) model = std::make_unique<Model>(spec, t);
-  ScanResult scan;
-  ScanResult* scan_out = c.verify ? &scan : nullptr;
-  std::string_view value;
-  std::string rmw_read;  // conformance: what an rmw's find returned
-  std::string key_buf = sc.key_buffer(), value_buf;
-  const bool time_mode = c.mode == RunMode::time;
-  const auto overhead = static_cast<std::int64_t>(overhead_ns);
-  // --batch: consecutive reads go to the session as one find_many of up to c.batch keys.
-  const std::size_t batch = std::max(1u, c.batch);
-  std::vector<std::string> batch_bufs(batch > 1 ? batch : 0, key_buf);
-  std::vector<std::string_view> batch_keys(batch > 1 ? batch : 0);
-  std::vector<std::string_view> batch_values(batch_keys.size());
-  std::unique_ptr<bool[]> batch_found(new bool[batch]);
+// One worker thread's measured run over its schedule: the loop (run), a run of consecutive
+// reads as one find_many (read_batch), one operation (one_op), and the conformance check of
+// an answer (checked).
+class ThreadRun {
+ public:
+  ThreadRun(const Config& c, const WorkloadSpec& spec, const Schedule& sc, unsigned t,
+            Target& target, std::atomic<bool>& stop, Counter& progress, double overhead_ns,
+            ThreadOutcome* out)
+      : c_(c), sc_(sc), t_(t), session_(target.session()), stop_(stop), progress_(progress),
+        overhead_(static_cast<std::int64_t>(overhead_ns)), out_(out),
+        batch_(std::max(1u, c.batch)), key_buf_(sc.key_buffer()),
+        batch_bufs_(batch_ > 1 ? batch_ : 0, key_buf_), batch_keys_(batch_bufs_.size()),
+        batch_values_(batch_bufs_.size()), batch_found_(new bool[batch_]) {
+    if (c.verify) model_ = std::make_unique<Model>(spec, t);
+  }
 
-  ready.fetch_add(1, std::memory_order_acq_rel);
-  while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
-
-  TimedSection::enter();
-  const PmTotals pm_start = read_pm_counters();
-  std::size_t i = 0;
-  const std::size_t n = sc.size();
-  for (; i < n; ++i) {
-    if (stop.load(std::memory_order_relaxed)) break;
-    const OpType type = sc.types[i];
-    if (batch > 1 && type == OpType::read) {
-      std::size_t m = 1;
-      while (m < batch && i + m < n && sc.types[i + m] == OpType::read) ++m;
-      for (std::size_t k = 0; k < m; ++k) batch_keys[k] = sc.key(i + k, batch_bufs[k]);
-      PmTotals before;
-      if constexpr (pmindex::pm::kCounting) before = read_pm_counters();
-      const Clock::time_point t0 = Clock::now();
-      s->find_many({batch_keys.data(), m}, {batch_values.data(), m}, batch_found.get());
-      // Every key of the batch has its answer when the batch returns: that is its latency.
-      const auto ns = std::max<std::int64_t>(
-          0, std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count() -
-                 overhead);
-      OpResult& r = out->ops[static_cast<int>(OpType::read)];
-      if constexpr (pmindex::pm::kCounting) {
-        pmindex::pm::Runtime::end_operation();
-        r.pm += read_pm_counters() - before;
-      }
-      bool failed = false;
-      for (std::size_t k = 0; k < m && !failed; ++k) {
-        if (sc.timed[i + k] != 0) r.latency.record(static_cast<std::uint64_t>(ns));
-        ++r.completed;
-        r.succeeded += batch_found[k] ? 1 : 0;
-        if (model) {
-          TimedSection::leave();
-          std::string e = model->check(sc, i + k, batch_keys[k], batch_found[k],
-                                       batch_values[k], scan);
-          TimedSection::enter();
-          ++out->checked;
-          if (!e.empty()) {
-            out->verify_error = "thread " + std::to_string(t) + ", operation " +
-                                std::to_string(i + k) + " (batched read): " + e;
-            stop.store(true, std::memory_order_relaxed);
-            failed = true;
-            m = k + 1;
-          }
-        }
-      }
-      i += m - 1;
-      progress.done.store(i + 1, std::memory_order_relaxed);
-      if (failed) {
-        ++i;
-        break;
-      }
-      continue;
+  void run(std::atomic<int>& ready, std::atomic<bool>& go) {
+    ready.fetch_add(1, std::memory_order_acq_rel);
+    while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
+    TimedSection::enter();
+    const PmTotals pm_start = read_pm_counters();
+    std::size_t i = 0;
+    const std::size_t n = sc_.size();
+    while (i < n && !stop_.load(std::memory_order_relaxed)) {
+      // --batch: consecutive reads go to the session as one find_many of up to c.batch keys.
+      const bool ok = batch_ > 1 && sc_.types[i] == OpType::read ? read_batch(&i) : one_op(&i);
+      progress_.done.store(i, std::memory_order_relaxed);
+      if (!ok) break;
     }
-    const std::string_view key = sc.key(i, key_buf);
+    out_->pm_total = read_pm_counters() - pm_start;
+    TimedSection::leave();
+    out_->executed = i;
+    out_->exhausted = c_.mode == RunMode::time && i == n && !stop_.load();
+  }
+
+ private:
+  std::int64_t since(Clock::time_point t0) const {
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0);
+    return std::max<std::int64_t>(0, ns.count() - overhead_);
+  }
+
+  // Reads from *i on, as one find_many; advances *i past them. False: stop (a check failed).
+  bool read_batch(std::size_t* i) {
+    const std::size_t n = sc_.size();
+    std::size_t m = 1;
+    while (m < batch_ && *i + m < n && sc_.types[*i + m] == OpType::read) ++m;
+    for (std::size_t k = 0; k < m; ++k) batch_keys_[k] = sc_.key(*i + k, batch_bufs_[k]);
     PmTotals before;
     if constexpr (pmindex::pm::kCounting) before = read_pm_counters();
-    const bool timed = sc.timed[i] != 0;
+    const Clock::time_point t0 = Clock::now();
+    session_->find_many({batch_keys_.data(), m}, {batch_values_.data(), m}, batch_found_.get());
+    // Every key of the batch has its answer when the batch returns: that is its latency.
+    const std::int64_t ns = since(t0);
+    OpResult& r = out_->ops[static_cast<int>(OpType::read)];
+    if constexpr (pmindex::pm::kCounting) {
+      pmindex::pm::Runtime::end_operation();
+      r.pm += read_pm_counters() - before;
+    }
+    for (std::size_t k = 0; k < m; ++k) {
+      if (sc_.timed[*i + k] != 0) r.latency.record(static_cast<std::uint64_t>(ns));
+      ++r.completed;
+      r.succeeded += batch_found_[k] ? 1 : 0;
+      if (!checked(*i + k, batch_keys_[k], batch_found_[k], batch_values_[k], " (batched read)")) {
+        *i += k + 1;
+        return false;
+      }
+    }
+    *i += m;
+    return true;
+  }
+
+  // Operation *i; advances *i. False: stop (a check failed).
+  bool one_op(std::size_t* i) {
+    const OpType type = sc_.types[*i];
+    const std::string_view key = sc_.key(*i, key_buf_);
+    PmTotals before;
+    if constexpr (pmindex::pm::kCounting) before = read_pm_counters();
+    const bool timed = sc_.timed[*i] != 0;
     Clock::time_point t0;
     if (timed) t0 = Clock::now();
-    bool ok = false;
-    switch (type) {
-      case OpType::read: ok = s->find(key, &value); break;
-      case OpType::insert: ok = s->insert(key, sc.value(i, value_buf)); break;
-      case OpType::update: ok = s->update(key, sc.value(i, value_buf)); break;
-      case OpType::remove: ok = s->remove(key); break;
-      case OpType::scan: ok = s->scan(key, c.scan_size, scan_out) > 0; break;
-      case OpType::rmw:
-        // YCSB-F: read the record, then write a new value back (one operation, one latency).
-        ok = s->find(key, &value);
-        if (ok && model) {
-          rmw_read.assign(value);
-          value = rmw_read;
-        }
-        ok = ok && s->update(key, sc.value(i, value_buf));
-        break;
-    }
-    if (!ok && s->last_code() == pmindex::Code::pool_full) {
+    const bool ok = execute(type, *i, key);
+    if (!ok && session_->last_code() == pmindex::Code::pool_full) {
       // Everything after this measures a full pool, not the index: stop every thread.
-      out->pool_full = true;
-      stop.store(true, std::memory_order_relaxed);
+      out_->pool_full = true;
+      stop_.store(true, std::memory_order_relaxed);
     }
-    OpResult& r = out->ops[static_cast<int>(type)];
-    if (timed) {
-      const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
-      r.latency.record(static_cast<std::uint64_t>(std::max<std::int64_t>(0, ns - overhead)));
-    }
+    OpResult& r = out_->ops[static_cast<int>(type)];
+    if (timed) r.latency.record(static_cast<std::uint64_t>(since(t0)));
     if constexpr (pmindex::pm::kCounting) {
       pmindex::pm::Runtime::end_operation();
       r.pm += read_pm_counters() - before;
     }
     ++r.completed;
     r.succeeded += ok ? 1 : 0;
-    progress.done.store(i + 1, std::memory_order_relaxed);
-    if (model) {
-      TimedSection::leave();  // checking is not generation, but keep the books honest
-      std::string e = model->check(sc, i, key, ok, value, scan);
-      TimedSection::enter();
-      ++out->checked;
-      if (!e.empty()) {
-        out->verify_error = "thread " + std::to_string(t) + ", operation " + std::to_string(i) + ": " + e;
-        stop.store(true, std::memory_order_relaxed);
-        ++i;
-        break;
+    return checked((*i)++, key, ok, value_, "");
+  }
+
+  bool execute(OpType type, std::size_t i, std::string_view key) {
+    switch (type) {
+      case OpType::read: return session_->find(key, &value_);
+      case OpType::insert: return session_->insert(key, sc_.value(i, value_buf_));
+      case OpType::update: return session_->update(key, sc_.value(i, value_buf_));
+      case OpType::remove: return session_->remove(key);
+      case OpType::scan: return session_->scan(key, c_.scan_size, model_ ? &scan_ : nullptr) > 0;
+      case OpType::rmw: {
+        // YCSB-F: read the record, then write a new value back (one operation, one latency).
+        bool ok = session_->find(key, &value_);
+        if (ok && model_) {
+          rmw_read_.assign(value_);
+          value_ = rmw_read_;
+        }
+        return ok && session_->update(key, sc_.value(i, value_buf_));
       }
     }
+    return false;
   }
-  out->pm_total = read_pm_counters() - pm_start;
-  TimedSection::leave();
-  out->executed = i;
-  out->exhausted = time_mode && i == n && !stop.load();
+
+  // With --verify: the model's check of operation i's answer, outside the timed section.
+  // False (and every thread told to stop) if it disagrees.
+  bool checked(std::size_t i, std::string_view key, bool ok, std::string_view value,
+               const char* what) {
+    if (!model_) return true;
+    TimedSection::leave();  // checking is not generation, but keep the books honest
+    const std::string e = model_->check(sc_, i, key, ok, value, scan_);
+    TimedSection::enter();
+    ++out_->checked;
+    if (e.empty()) return true;
+    out_->verify_error = "thread " + std::to_string(t_) + ", operation " + std::to_string(i) +
+                         what + ": " + e;
+    stop_.store(true, std::memory_order_relaxed);
+    return false;
+  }
+
+  const Config& c_;
+  const Schedule& sc_;
+  const unsigned t_;
+  std::unique_ptr<Session> session_;
+  std::atomic<bool>& stop_;
+  Counter& progress_;
+  const std::int64_t overhead_;
+  ThreadOutcome* const out_;
+  std::unique_ptr<Model> model_;
+  ScanResult scan_;
+  std::string_view value_;
+  std::string rmw_read_;  // conformance: what an rmw's find returned
+  const std::size_t batch_;
+  std::string key_buf_, value_buf_;
+  std::vector<std::string> batch_bufs_;
+  std::vector<std::string_view> batch_keys_;
+  std::vector<std::string_view> batch_values_;
+  std::unique_ptr<bool[]> batch_found_;
+};
+
+void run_thread(const Config& c, const WorkloadSpec& spec, const Schedule& sc, unsigned t,
+                Target& target, std::atomic<int>& ready, std::atomic<bool>& go,
+                std::atomic<bool>& stop, Counter& progress, double overhead_ns,
+                ThreadOutcome* out) {
+  ThreadRun(c, spec, sc, t, target, stop, progress, overhead_ns, out).run(ready, go);
 }
 
 // Time mode: a short calibration run of reads on loaded keys sizes the pre-generated buffer.
