@@ -208,17 +208,15 @@ void validate(Config& c) {
   }
 }
 
-}  // namespace
+// Options given as words that are resolved after parsing (parse_command_line).
+struct SpelledOptions {
+  std::string distribution = "UNIFORM";
+  std::string mode = "operation";
+  std::string pool_size = "0";
+};
 
-int parse_command_line(int argc, const char* const* argv, Config* out, std::ostream& out_stream,
-                       std::ostream& err) {
-  Config& c = *out;
-  CLI::App app{"pmbench: a PiBench-compatible benchmark for persistent-memory range indexes"};
-  app.add_option("index", c.target, "built-in index name (see --list) or path to a tree_api library");
-  app.set_version_flag("--version", std::string("pmbench ") + PMINDEX_VERSION_STRING);
-  app.add_option("--plugin", c.plugins,
-                 "load a library that registers index kinds (repeatable; docs/pmbench.md)")
-      ->allow_extra_args(false);  // one library per --plugin, not every word after it
+// What runs: sizes, the operation mix, keys and their distribution, the run's length.
+void add_workload_options(CLI::App& app, Config& c, SpelledOptions* raw) {
   app.add_option("-n,--records", c.records, "records to load")
       ->check(whole_number(0, kMaxCount))->capture_default_str();
   app.add_option("-p,--operations", c.operations, "operations to run (operation mode)")
@@ -243,44 +241,16 @@ int parse_command_line(int argc, const char* const* argv, Config* out, std::ostr
                  "reads issued in batches of up to N consecutive reads (Index::find_many; "
                  "a batched read's latency is its batch's)")
       ->check(whole_number(1, 1024))->capture_default_str();
-  app.add_option("--sampling_ms", c.sampling_ms, "throughput sampling period (ms)")
-      ->check(whole_number(1, 3'600'000))->capture_default_str();
-  std::string distribution = "UNIFORM";
-  app.add_option("--distribution", distribution, "UNIFORM|SELFSIMILAR|ZIPFIAN|LATEST (any case)")
+  app.add_option("--distribution", raw->distribution, "UNIFORM|SELFSIMILAR|ZIPFIAN|LATEST (any case)")
       ->capture_default_str();
   app.add_option("--skew", c.skew, "selfsimilar (0,0.5]; zipfian [0,1)")->capture_default_str();
   app.add_option("--seed", c.seed, "random seed")
       ->check(whole_number(0, std::numeric_limits<std::uint64_t>::max()))->capture_default_str();
-  app.add_option("--pool_path", c.pool_path, "pool file (default: a temporary file under /dev/shm/pmindex)");
-  std::string pool_size = "0";
-  app.add_option("--pool_size", pool_size,
-                 "pool bytes, suffixes K M G T (powers of 1024; 0: the index's default)")
-      ->capture_default_str();
-  app.add_flag("--skip_load", c.skip_load, "open the existing pool at --pool_path instead of loading");
-  app.add_flag("--prefault", c.prefault,
-               "built-in indexes: map every page of the pool file at open and at each growth, so "
-               "operations take no first-touch page faults (as the originals' drivers touch their pools)");
-  app.add_option("--expect_records", c.expect_records,
-                 "size the pool for at least N records (a pool later runs reopen and insert into)")
-      ->check(whole_number(0, 10'000'000'000));
   app.add_option("--latency_sampling", c.latency_sampling, "fraction of operations timed")
       ->check(CLI::Range(0.0, 1.0))->capture_default_str();
-  std::string mode = "operation";
-  app.add_option("-m,--mode", mode, "operation|time")->capture_default_str();
+  app.add_option("-m,--mode", raw->mode, "operation|time")->capture_default_str();
   app.add_option("--seconds", c.seconds, "run length in time mode")
       ->check(CLI::Range(0.0, 604800.0))->capture_default_str();
-  app.add_option("--persistence", c.persistence, "adr|eadr|dram")
-      ->check(CLI::IsMember({"adr", "eadr", "dram"}))->capture_default_str();
-  app.add_option("--json", c.json_path, "write results as JSON to FILE");
-  app.add_option("--csv", c.csv_path, "write results as CSV to FILE");
-  app.add_flag("--list", c.list, "print the built-in index names and exit");
-  app.add_flag("--probe_memory", c.probe_memory,
-               "measure the machine's random-access memory latency (4 KiB and huge pages) and exit");
-  app.add_option("--probe_mib", c.probe_mib, "--probe_memory's working set (MiB)")
-      ->check(whole_number(2, 65536))->capture_default_str();
-  app.add_flag("--verify", c.verify, "conformance mode: check every result, stop at the first mismatch");
-  app.add_flag("--full_validation", c.full_validation,
-               "after the load, check every record (default: a sample; --verify implies it)");
   app.add_option("--dataset", c.dataset,
                  "keys from a file (SOSD binary, or text with one key per line) or a generator "
                  "(gen:lognormal, gen:longlat)");
@@ -297,6 +267,39 @@ int parse_command_line(int argc, const char* const* argv, Config* out, std::ostr
                  "memcmp|pibench: key bytes ordered by memcmp, or as PiBench wrappers order them "
                  "(little-endian integer key words; tree_api libraries only)")
       ->check(CLI::IsMember({"memcmp", "pibench"}))->capture_default_str();
+  app.add_option("--value_bits", c.value_bits, "value bits used (48 like a pointer, 64 all)")
+      ->check(whole_number(1, 64))->capture_default_str();
+}
+
+// Where the records live: the pool, the persistence mode, the load, recovery.
+void add_pool_options(CLI::App& app, Config& c, SpelledOptions* raw) {
+  app.add_option("--pool_path", c.pool_path, "pool file (default: a temporary file under /dev/shm/pmindex)");
+  app.add_option("--pool_size", raw->pool_size,
+                 "pool bytes, suffixes K M G T (powers of 1024; 0: the index's default)")
+      ->capture_default_str();
+  app.add_flag("--skip_load", c.skip_load, "open the existing pool at --pool_path instead of loading");
+  app.add_flag("--prefault", c.prefault,
+               "built-in indexes: map every page of the pool file at open and at each growth, so "
+               "operations take no first-touch page faults (as the originals' drivers touch their pools)");
+  app.add_option("--expect_records", c.expect_records,
+                 "size the pool for at least N records (a pool later runs reopen and insert into)")
+      ->check(whole_number(0, 10'000'000'000));
+  app.add_option("--persistence", c.persistence, "adr|eadr|dram")
+      ->check(CLI::IsMember({"adr", "eadr", "dram"}))->capture_default_str();
+  app.add_flag("--bulk_load", c.bulk_load, "load sorted records through the native bulk loader");
+  app.add_option("--fill", c.fill, "bulk-load fill factor (0,1]")
+      ->check(CLI::Range(0.000001, 1.0))->capture_default_str();
+  app.add_option("--recovery", c.recovery, "measure recovery after the run: clean|crash")
+      ->check(CLI::IsMember({"clean", "crash"}));
+}
+
+// Which index, and options of particular indexes.
+void add_index_options(CLI::App& app, Config& c) {
+  app.add_option("index", c.target, "built-in index name (see --list) or path to a tree_api library");
+  app.set_version_flag("--version", std::string("pmbench ") + PMINDEX_VERSION_STRING);
+  app.add_option("--plugin", c.plugins,
+                 "load a library that registers index kinds (repeatable; docs/pmbench.md)")
+      ->allow_extra_args(false);  // one library per --plugin, not every word after it
   app.add_option("--node_size", c.node_size, "node bytes (built-in indexes; 0: default)")
       ->check(whole_number(0, 1 << 20));
   app.add_option("--pactree_updater", c.pactree_updater,
@@ -304,24 +307,47 @@ int parse_command_line(int argc, const char* const* argv, Config* out, std::ostr
       ->check(CLI::IsMember({"auto", "background", "sync"}))->capture_default_str();
   app.add_flag("--pactree_stats", c.pactree_stats,
                "pactree: print the updater's lag and SMO counts on stderr at close");
-  app.add_flag("--bulk_load", c.bulk_load, "load sorted records through the native bulk loader");
-  app.add_option("--fill", c.fill, "bulk-load fill factor (0,1]")
-      ->check(CLI::Range(0.000001, 1.0))->capture_default_str();
-  app.add_option("--value_bits", c.value_bits, "value bits used (48 like a pointer, 64 all)")
-      ->check(whole_number(1, 64))->capture_default_str();
+}
+
+// What is reported, and the modes that only report (--list, --probe_memory, --verify).
+void add_output_options(CLI::App& app, Config& c) {
+  app.add_option("--sampling_ms", c.sampling_ms, "throughput sampling period (ms)")
+      ->check(whole_number(1, 3'600'000))->capture_default_str();
+  app.add_option("--json", c.json_path, "write results as JSON to FILE");
+  app.add_option("--csv", c.csv_path, "write results as CSV to FILE");
+  app.add_flag("--list", c.list, "print the built-in index names and exit");
+  app.add_flag("--probe_memory", c.probe_memory,
+               "measure the machine's random-access memory latency (4 KiB and huge pages) and exit");
+  app.add_option("--probe_mib", c.probe_mib, "--probe_memory's working set (MiB)")
+      ->check(whole_number(2, 65536))->capture_default_str();
+  app.add_flag("--verify", c.verify, "conformance mode: check every result, stop at the first mismatch");
+  app.add_flag("--full_validation", c.full_validation,
+               "after the load, check every record (default: a sample; --verify implies it)");
   app.add_flag("!--no_progress", c.progress, "no progress bar");
   app.add_flag("-q,--quiet", c.quiet, "no human summary on stdout");
-  app.add_option("--recovery", c.recovery, "measure recovery after the run: clean|crash")
-      ->check(CLI::IsMember({"clean", "crash"}));
+}
+
+}  // namespace
+
+int parse_command_line(int argc, const char* const* argv, Config* out, std::ostream& out_stream,
+                       std::ostream& err) {
+  Config& c = *out;
+  CLI::App app{"pmbench: a PiBench-compatible benchmark for persistent-memory range indexes"};
+  SpelledOptions spelled;
+  add_index_options(app, c);
+  add_workload_options(app, c, &spelled);
+  add_pool_options(app, c, &spelled);
+  add_output_options(app, c);
   try {
     app.parse(argc, argv);
     c.skew_given = app.count("--skew") > 0;
-    apply_pool_size(pool_size, c);
+    apply_pool_size(spelled.pool_size, c);
     // Conformance runs use all 64 value bits unless told otherwise, so an index that steals
     // value bits is caught.
     if (c.verify && app.count("--value_bits") == 0) c.value_bits = 64;
-    if (!parse_distribution(distribution, &c.distribution))
-      throw Invalid{"--distribution must be UNIFORM, SELFSIMILAR, ZIPFIAN or LATEST, got '" + distribution + "'"};
+    if (!parse_distribution(spelled.distribution, &c.distribution))
+      throw Invalid{"--distribution must be UNIFORM, SELFSIMILAR, ZIPFIAN or LATEST, got '" +
+                    spelled.distribution + "'"};
     // A dataset's keys decide the key type unless --key_type says otherwise (a contradiction
     // is refused in validate()).
     if (app.count("--key_type") == 0 && !c.dataset.empty()) {
@@ -330,9 +356,9 @@ int parse_command_line(int argc, const char* const* argv, Config* out, std::ostr
         c.key_type = "bytes";
       if (c.dataset == "gen:longlat") c.key_type = "double";
     }
-    if (mode == "operation") c.mode = RunMode::operation;
-    else if (mode == "time") c.mode = RunMode::time;
-    else throw Invalid{"--mode must be operation or time, got '" + mode + "'"};
+    if (spelled.mode == "operation") c.mode = RunMode::operation;
+    else if (spelled.mode == "time") c.mode = RunMode::time;
+    else throw Invalid{"--mode must be operation or time, got '" + spelled.mode + "'"};
     validate(c);
   } catch (const CLI::CallForHelp&) {
     out_stream << app.help();
