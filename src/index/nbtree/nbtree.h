@@ -437,6 +437,13 @@ class NBTree final : public Index {
   // recovery
   Status init_root();
   Status rebuild();
+  // rebuild's steps (recovery.cpp): one block's live entries, and the checks of a value record.
+  struct BlockKeys;
+  using Repairs = std::vector<std::pair<std::uint64_t*, std::uint64_t>>;
+  std::string load_block_entries(std::uint64_t off, const Entry* e, Leaf* leaf, BlockKeys* keys,
+                                 Repairs* repairs);
+  Status mark_value_record(std::uint64_t word, std::uint64_t where);
+  Status finish_rebuild(std::vector<Leaf*>& leaves, const Repairs& repairs, std::size_t walked);
   // Records (keys set, key 0's side record included) and blocks on the PM chain, read-only
   // (close, quiescent); kNoCount if the chain fails its bounded walk.
   void count_chain(std::uint64_t* records, std::uint64_t* blocks) const;

@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "index/common/close_counts.h"
+#include "index/common/prefetch.h"
 #include "index/nbtree/nbtree.h"
 
 namespace pmindex::nbtree {
@@ -123,37 +124,132 @@ Result<std::unique_ptr<Index>> NBTree::recover(std::unique_ptr<pm::Pool> pool, c
   return std::unique_ptr<Index>(std::move(idx));
 }
 
+// A value word's out-of-line record (if any), checked and marked reachable (X1, X3).
+Status NBTree::mark_value_record(std::uint64_t word, std::uint64_t where) {
+  pm::Pool& p = *pool_;
+  const std::uint64_t pl = payload_of(word);
+  if ((pl & kOutOfLine) == 0) return Status::Ok();
+  const std::uint64_t off = pl & ~kOutOfLine;
+  // 16 B: a record of up to 24 value bytes is a 16 or 32 B block, not a whole line.
+  const auto* rec = p.checked<ValueRecord>(off, sizeof(ValueRecord), pm::Allocator::kMinBlock);
+  if (rec == nullptr || rec->length > max_value_ ||
+      !p.in_heap(off, sizeof(ValueRecord) + rec->length)) {
+    return p.error(Code::corrupted, "nbtree value record at " + std::to_string(off) +
+                                        " (from " + std::to_string(where) + ") is invalid");
+  }
+  if (p.allocator().mark_reachable(off, sizeof(ValueRecord) + rec->length) != Code::ok)
+    return p.error(Code::corrupted, "nbtree value record marked twice or misplaced");
+  return Status::Ok();
+}
+
+// One block's live entries as rebuild decoded them: their key range and slots.
+struct NBTree::BlockKeys {
+  std::uint64_t mn = kMaxKey, mx = 0;
+  std::string_view mn_bytes, mx_bytes;  // bytes mode (views into PM records)
+  int live = 0, last = -1;
+  std::uint64_t bitmap = 0;
+};
+
+// X3: block `off`'s entries e[0 .. cap) into the fresh DRAM leaf, each key checked (bytes
+// mode: its record's bounds and length), live only once in the block (a repeat is queued in
+// *repairs to be cleared), its value and key records marked. Returns what is wrong, or "".
+std::string NBTree::load_block_entries(std::uint64_t off, const Entry* e, Leaf* leaf,
+                                       BlockKeys* keys, Repairs* repairs) {
+  pm::Pool& p = *pool_;
+  BlockKeys& k = *keys;
+  for (int i = 0; i < cap_; ++i) {
+    const std::uint64_t word = e[i].key;
+    if (word == 0) continue;
+    Probe kp;
+    if (bytes_) {
+      if (!index_common::read_record(p, word, keys_.max_key(), &kp.bytes))
+        return "nbtree key record at " + std::to_string(word) + " (from " + std::to_string(off) +
+               ") is invalid";
+      kp.fp = index_common::fingerprint_bytes(kp.bytes);
+    } else {
+      kp.word = word;
+      kp.fp = fingerprint(word);
+    }
+    // A key may be live only once in a block; I2 guarantees it, a damaged pool may not.
+    // find_slot looks among the slots accepted so far (fingerprints first, like a lookup).
+    if (find_slot(leaf, kp, k.bitmap) >= 0) {
+      repairs->push_back({const_cast<std::uint64_t*>(&e[i].key), 0});
+      continue;
+    }
+    if (Status s = mark_value_record(e[i].value, off); !s.ok()) return s.message();
+    if (bytes_ && index_common::mark_record(p, word, keys_.max_key()) != Code::ok)
+      return "nbtree key record marked twice or misplaced";
+    k.bitmap |= std::uint64_t{1} << i;
+    leaf->keys[i].store(word, std::memory_order_relaxed);
+    // The leaf is private until X6 publishes it: a plain read-modify-write, not set_fp's
+    // fetch_or (one locked instruction per record is a measurable share of recovery).
+    auto& fw = leaf->fpw[i >> 3];
+    fw.store(fw.load(std::memory_order_relaxed) | (std::uint64_t{kp.fp} << ((i & 7) * 8)),
+             std::memory_order_relaxed);
+    if (bytes_) {
+      if (k.live == 0 || kp.bytes < k.mn_bytes) k.mn_bytes = kp.bytes;
+      if (k.live == 0 || kp.bytes > k.mx_bytes) k.mx_bytes = kp.bytes;
+    } else {
+      k.mn = std::min(k.mn, word);
+      k.mx = std::max(k.mx, word);
+    }
+    ++k.live;
+    k.last = i;
+  }
+  return "";
+}
+
+// rebuild after a complete walk: the close counts compared (every block walked, empty ones
+// too, as close counts them) before any repair, so a chain cut short after a clean close is
+// refused with the pool unchanged; then the queued repairs, a fresh first leaf if X4 left none,
+// and the inner nodes (X6).
+Status NBTree::finish_rebuild(std::vector<Leaf*>& leaves, const Repairs& repairs,
+                              std::size_t walked) {
+  pm::Pool& p = *pool_;
+  if (Status s = index_common::check_close_counts(p, "nbtree", recovery_.records, walked);
+      !s.ok()) {
+    for (Leaf* l : leaves) drop_dram(l);
+    return s;
+  }
+  for (const auto& [word, value] : repairs) {
+    pm::publish(word, value);
+    pm::persist(word, sizeof(std::uint64_t));
+  }
+  recovery_.repaired += repairs.size();
+  if (leaves.empty()) {
+    // X4 left nothing (or the chain was empty): start with one fresh leaf.
+    Code code = Code::ok;
+    Leaf* first = new_leaf(first_low_, kMaxKey, &code);
+    if (first == nullptr) return p.error(code, "no space for the first nbtree leaf");
+    pm::persist(block(first), node_size_);
+    pm::publish(&root_->head, first->data_off);
+    pm::persist(&root_->head, sizeof(std::uint64_t));
+    if (p.allocator().mark_reachable(first->data_off, node_size_) != Code::ok)
+      return p.error(Code::corrupted, "nbtree: fresh first block overlaps a marked block");
+    leaves.push_back(first);
+  }
+  leaves.back()->high = kMaxKey;
+  head_.store(leaves.front(), std::memory_order_release);
+  build_inner_from_leaves(leaves);  // X6
+  return Status::Ok();
+}
+
 // X1-X6: walk the key-value layer without trusting it (every offset bounds- and alignment-
 // checked, a visited set against cycles, keys strictly increasing from block to block), mark
 // every reachable block and record, and rebuild the metadata layer and the inner nodes.
 Status NBTree::rebuild() {
   pm::Pool& p = *pool_;
   auto& alloc = p.allocator();
-  auto mark_value = [&](std::uint64_t word, std::uint64_t where) -> Status {
-    const std::uint64_t pl = payload_of(word);
-    if ((pl & kOutOfLine) == 0) return Status::Ok();
-    const std::uint64_t off = pl & ~kOutOfLine;
-    // 16 B: a record of up to 24 value bytes is a 16 or 32 B block, not a whole line.
-    const auto* rec = p.checked<ValueRecord>(off, sizeof(ValueRecord), pm::Allocator::kMinBlock);
-    if (rec == nullptr || rec->length > max_value_ ||
-        !p.in_heap(off, sizeof(ValueRecord) + rec->length)) {
-      return p.error(Code::corrupted, "nbtree value record at " + std::to_string(off) +
-                                          " (from " + std::to_string(where) + ") is invalid");
-    }
-    if (alloc.mark_reachable(off, sizeof(ValueRecord) + rec->length) != Code::ok)
-      return p.error(Code::corrupted, "nbtree value record marked twice or misplaced");
-    return Status::Ok();
-  };
   // Key 0's side record (X1).
   if (root_->zero_present > 1) return p.error(Code::corrupted, "nbtree root zero_present is not 0/1");
   if (root_->zero_present == 1) {
-    if (Status s = mark_value(root_->zero_value, 0); !s.ok()) return s;
+    if (Status s = mark_value_record(root_->zero_value, 0); !s.ok()) return s;
     ++recovery_.records;
   }
   std::vector<Leaf*> leaves;
   // X3/X4 repairs are applied only once the whole walk has succeeded, so a pool refused at
   // recovery is left byte-for-byte unchanged.
-  std::vector<std::pair<std::uint64_t*, std::uint64_t>> repairs;
+  Repairs repairs;
   const std::size_t align = block_align(node_size_);
   // X2's cycle check: one bit per possible block position (pool size / alignment).
   std::vector<std::uint64_t> visited(p.size() / align / 64 + 1, 0);
@@ -176,127 +272,52 @@ Status NBTree::rebuild() {
     ++walked;
     // The chain is in split order, not address order: start loading the next block's lines
     // while this one is decoded (recovery time is this walk's cache misses).
-    if (const auto* nx = p.checked<BlockHeader>(hdr->next, node_size_, align); nx != nullptr) {
-      for (std::uint32_t b = 0; b < node_size_; b += 64)
-        __builtin_prefetch(reinterpret_cast<const char*>(nx) + b);
-    }
-    const Entry* e = reinterpret_cast<const Entry*>(hdr + 1);
+    if (const auto* nx = p.checked<BlockHeader>(hdr->next, node_size_, align); nx != nullptr)
+      index_common::prefetch_lines(nx, node_size_);
     auto* leaf = make_dram<Leaf>();
     leaf->data_off = off;
-    std::uint64_t mn = kMaxKey, mx = 0;
-    std::string_view mn_bytes, mx_bytes;
-    int live = 0, last = -1;
-    std::uint64_t bitmap = 0;
-    for (int i = 0; i < cap_; ++i) {
-      const std::uint64_t k = e[i].key;
-      if (k == 0) continue;
-      Probe kp;
-      if (bytes_) {  // X3: the key record is checked (bounds, length)
-        if (!index_common::read_record(p, k, keys_.max_key(), &kp.bytes)) {
-          drop_dram(leaf);
-          return fail("nbtree key record at " + std::to_string(k) + " (from " +
-                      std::to_string(off) + ") is invalid");
-        }
-        kp.fp = index_common::fingerprint_bytes(kp.bytes);
-      } else {
-        kp.word = k;
-        kp.fp = fingerprint(k);
-      }
-      // X3: a key may be live only once in a block; I2 guarantees it, a damaged pool may not.
-      // find_slot looks among the slots accepted so far (fingerprints first, like a lookup).
-      if (find_slot(leaf, kp, bitmap) >= 0) {
-        repairs.push_back({const_cast<std::uint64_t*>(&e[i].key), 0});
-        continue;
-      }
-      if (Status s = mark_value(e[i].value, off); !s.ok()) {
-        drop_dram(leaf);
-        return fail(s.message());
-      }
-      if (bytes_ && index_common::mark_record(p, k, keys_.max_key()) != Code::ok) {
-        drop_dram(leaf);
-        return fail("nbtree key record marked twice or misplaced");
-      }
-      bitmap |= std::uint64_t{1} << i;
-      leaf->keys[i].store(k, std::memory_order_relaxed);
-      // The leaf is private until X6 publishes it: a plain read-modify-write, not set_fp's
-      // fetch_or (one locked instruction per record is a measurable share of recovery).
-      auto& fw = leaf->fpw[i >> 3];
-      fw.store(fw.load(std::memory_order_relaxed) | (std::uint64_t{kp.fp} << ((i & 7) * 8)),
-               std::memory_order_relaxed);
-      if (bytes_) {
-        if (live == 0 || kp.bytes < mn_bytes) mn_bytes = kp.bytes;
-        if (live == 0 || kp.bytes > mx_bytes) mx_bytes = kp.bytes;
-      } else {
-        mn = std::min(mn, k);
-        mx = std::max(mx, k);
-      }
-      ++live;
-      last = i;
-    }
+    BlockKeys k;
+    const std::string bad =
+        load_block_entries(off, reinterpret_cast<const Entry*>(hdr + 1), leaf, &k, &repairs);
     const std::uint64_t next_off = hdr->next;
-    if (live == 0 && !(leaves.empty() && next_off == 0)) {
+    if (bad.empty() && k.live == 0 && !(leaves.empty() && next_off == 0)) {
       // X4: an empty block carries no range; unlink it (it is not marked, so it is freed).
       repairs.push_back({link, next_off});
       drop_dram(leaf);
       off = next_off;
       continue;
     }
-    if (live > 0 && !leaves.empty() && (bytes_ ? mn_bytes <= prev_max_bytes : mn <= prev_max)) {
+    std::string why = bad;
+    if (why.empty() && k.live > 0 && !leaves.empty() &&
+        (bytes_ ? k.mn_bytes <= prev_max_bytes : k.mn <= prev_max))
+      why = "nbtree blocks are out of key order at offset " + std::to_string(off);
+    if (why.empty() && alloc.mark_reachable(off, node_size_) != Code::ok)
+      why = "nbtree block marked twice or misplaced";
+    if (!why.empty()) {
       drop_dram(leaf);  // not in `leaves` yet
-      return fail("nbtree blocks are out of key order at offset " + std::to_string(off));
+      return fail(why);
     }
-    if (alloc.mark_reachable(off, node_size_) != Code::ok) {
-      drop_dram(leaf);
-      return fail("nbtree block marked twice or misplaced");
-    }
-    for (int i = 0; i <= last; ++i) leaf->state[i].store(Leaf::kDone, std::memory_order_relaxed);
-    leaf->num.store(static_cast<std::uint32_t>(last + 1), std::memory_order_relaxed);
-    leaf->bitmap.store(bitmap, std::memory_order_relaxed);
+    for (int i = 0; i <= k.last; ++i) leaf->state[i].store(Leaf::kDone, std::memory_order_relaxed);
+    leaf->num.store(static_cast<std::uint32_t>(k.last + 1), std::memory_order_relaxed);
+    leaf->bitmap.store(k.bitmap, std::memory_order_relaxed);
     // X5: ranges from the blocks' smallest keys (bytes mode: new DRAM bounds)
-    leaf->low = leaves.empty() ? first_low_ : make_bound(mn_bytes, mn);
+    leaf->low = leaves.empty() ? first_low_ : make_bound(k.mn_bytes, k.mn);
     if (!leaves.empty()) {
       leaves.back()->high = high_before(leaf->low);
       leaves.back()->next.store(leaf, std::memory_order_relaxed);
     }
-    if (live > 0) {
-      prev_max = mx;
-      prev_max_bytes = mx_bytes;
+    if (k.live > 0) {
+      prev_max = k.mx;
+      prev_max_bytes = k.mx_bytes;
     }
-    recovery_.records += static_cast<std::uint64_t>(live);
+    recovery_.records += static_cast<std::uint64_t>(k.live);
     ++recovery_.nodes;
     leaves.push_back(leaf);
     link = &hdr->next;
     off = next_off;
     if (walked > p.size() / node_size_) return fail("nbtree block chain is too long");
   }
-  // Every block walked (empty ones too, as close counts them), before any repair: a chain
-  // cut short after a clean close is refused with the pool unchanged.
-  if (Status s = index_common::check_close_counts(p, "nbtree", recovery_.records, walked);
-      !s.ok()) {
-    for (Leaf* l : leaves) drop_dram(l);
-    return s;
-  }
-  for (const auto& [word, value] : repairs) {
-    pm::publish(word, value);
-    pm::persist(word, sizeof(std::uint64_t));
-  }
-  recovery_.repaired += repairs.size();
-  if (leaves.empty()) {
-    // X4 left nothing (or the chain was empty): start with one fresh leaf.
-    Code code = Code::ok;
-    Leaf* first = new_leaf(first_low_, kMaxKey, &code);
-    if (first == nullptr) return p.error(code, "no space for the first nbtree leaf");
-    pm::persist(block(first), node_size_);
-    pm::publish(&root_->head, first->data_off);
-    pm::persist(&root_->head, sizeof(std::uint64_t));
-    if (alloc.mark_reachable(first->data_off, node_size_) != Code::ok)
-      return p.error(Code::corrupted, "nbtree: fresh first block overlaps a marked block");
-    leaves.push_back(first);
-  }
-  leaves.back()->high = kMaxKey;
-  head_.store(leaves.front(), std::memory_order_release);
-  build_inner_from_leaves(leaves);  // X6
-  return Status::Ok();
+  return finish_rebuild(leaves, repairs, walked);
 }
 
 // B1-B4: sorted input becomes full blocks written and persisted back to front (each block's
