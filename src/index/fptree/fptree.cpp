@@ -148,35 +148,13 @@ template <unsigned N>
 Status FPTree<N>::rebuild(unsigned threads) {
   const auto began = std::chrono::steady_clock::now();
   pm::Pool& p = *pool_;
-  auto fail = [&](const std::string& what) {
+  auto refuse = [&](Status s) {
     (void)p.allocator().finish_recovery();
-    return p.error(Code::corrupted, "fptree recovery: " + what);
+    return s;
   };
-  auto leaf_ok = [&](std::uint64_t off) { return p.checked<char>(off, sizeof(LeafT), 256) != nullptr; };
-  // R1: micro-logs. A split whose leaf is still full is rolled back (the new leaf is not
-  // marked, so it is free again); otherwise S6 happened and the link S7 is (re)done. A delete
-  // whose predecessor still points at the leaf is finished (D4 redone).
-  std::map<std::uint64_t, std::uint64_t> relink;  // leaf -> the successor recovery installs
+  Relink relink;
   std::vector<unsigned> dirty_logs;
-  for (unsigned i = 0; i < kLogCount; ++i) {
-    const MicroLog& g = logs_[i];
-    if ((g.split_leaf | g.split_new | g.delete_leaf | g.delete_prev) != 0) dirty_logs.push_back(i);
-    if (g.split_leaf != 0 && g.split_new != 0) {
-      if (!leaf_ok(g.split_leaf) || !leaf_ok(g.split_new)) return fail("bad split log offsets");
-      if ((leaf_at(g.split_leaf)->bitmap & LeafT::kFullMask) != LeafT::kFullMask) {
-        relink[g.split_leaf] = make_link(g.split_new, leaf_at(g.split_new)->tag);  // S7 redone
-        ++recovery_.repaired;
-      }
-    }
-    if (g.delete_leaf != 0 && g.delete_prev != 0) {
-      if (!leaf_ok(g.delete_leaf) || !leaf_ok(g.delete_prev)) return fail("bad delete log offsets");
-      if (link_off(leaf_at(g.delete_prev)->next) == g.delete_leaf &&
-          (leaf_at(g.delete_leaf)->bitmap & LeafT::kFullMask) == 0) {
-        relink[g.delete_prev] = leaf_at(g.delete_leaf)->next;
-        ++recovery_.repaired;
-      }
-    }
-  }
+  if (Status s = replay_logs(&relink, &dirty_logs); !s.ok()) return refuse(s);
   auto next_of = [&](std::uint64_t off) {  // the link word, tagged
     const auto it = relink.find(off);
     return it != relink.end() ? it->second : leaf_at(off)->next;
@@ -188,52 +166,94 @@ Status FPTree<N>::rebuild(unsigned threads) {
       p, head_, sizeof(LeafT), 256, [&](std::uint64_t off) { return link_off(next_of(off)); },
       &leaves);
   if (walk.ok()) walk = check_links(leaves, next_of);
-  if (!walk.ok()) {
-    (void)p.allocator().finish_recovery();
-    return walk;
-  }
+  if (!walk.ok()) return refuse(walk);
   // ... then, on `threads` threads over those positions, check and mark every leaf and record
   // and summarise each leaf's keys; key order across leaves is checked serially after.
   std::vector<index_common::LeafSummary> sums(leaves.size());
-  recovery_.threads = index_common::for_each_leaf_parallel(leaves.size(), threads, [&](std::size_t i) {
-    const LeafT* l = leaf_at(leaves[i]);
-    index_common::LeafSummary& sum = sums[i];
-    if (p.allocator().mark_reachable(leaves[i], kBlock) != Code::ok) {
-      sum.error = "leaf block overlaps another block";
-      return;
-    }
-    sum.locked = l->lock != 0;
-    if ((l->bitmap & ~LeafT::kFullMask) != 0) {
-      sum.error = "bitmap bits beyond the slots";
-      return;
-    }
-    for (std::uint64_t m = l->bitmap; m != 0; m &= m - 1) {
-      const auto s = static_cast<unsigned>(std::countr_zero(m));
-      const std::uint64_t kw = l->kv[s][0];
-      if (keys_.bytes_mode() && index_common::mark_record(p, kw, keys_.max_key()) != Code::ok) {
-        sum.error = "bad key record in slot " + std::to_string(s);
-        return;
-      }
-      if (values_.mark(l->kv[s][1]) != Code::ok) {
-        sum.error = "bad value record in slot " + std::to_string(s);
-        return;
-      }
-      sum.add(kw, keys_);
-    }
-  });
+  recovery_.threads = index_common::for_each_leaf_parallel(
+      leaves.size(), threads, [&](std::size_t i) { summarise_leaf(leaves[i], &sums[i]); });
   if (Status s =
           index_common::check_leaf_summaries(p, "fptree", keys_, leaves, sums, &recovery_.records);
-      !s.ok()) {
-    (void)p.allocator().finish_recovery();
-    return s;
-  }
+      !s.ok())
+    return refuse(s);
   if (Status s = index_common::check_close_counts(p, "fptree", recovery_.records, leaves.size());
-      !s.ok()) {
-    (void)p.allocator().finish_recovery();
-    return s;
-  }
+      !s.ok())
+    return refuse(s);
   if (Status fs = p.allocator().finish_recovery(); !fs.ok()) return fs;
   p.commit_open();
+  apply_recovery(leaves, sums, relink, dirty_logs);
+  rebuild_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+  return Status::Ok();
+}
+
+// R1: micro-logs. A split whose leaf is still full is rolled back (the new leaf is not marked,
+// so it is free again); otherwise S6 happened and the link S7 is (re)done. A delete whose
+// predecessor still points at the leaf is finished (D4 redone). Decides only: *relink gets
+// the links to install, *dirty_logs the logs to clear (R3).
+template <unsigned N>
+Status FPTree<N>::replay_logs(Relink* relink, std::vector<unsigned>* dirty_logs) {
+  pm::Pool& p = *pool_;
+  auto leaf_ok = [&](std::uint64_t off) { return p.checked<char>(off, sizeof(LeafT), 256) != nullptr; };
+  auto bad = [&](const char* what) {
+    return p.error(Code::corrupted, std::string("fptree recovery: ") + what);
+  };
+  for (unsigned i = 0; i < kLogCount; ++i) {
+    const MicroLog& g = logs_[i];
+    if ((g.split_leaf | g.split_new | g.delete_leaf | g.delete_prev) != 0) dirty_logs->push_back(i);
+    if (g.split_leaf != 0 && g.split_new != 0) {
+      if (!leaf_ok(g.split_leaf) || !leaf_ok(g.split_new)) return bad("bad split log offsets");
+      if ((leaf_at(g.split_leaf)->bitmap & LeafT::kFullMask) != LeafT::kFullMask) {
+        (*relink)[g.split_leaf] = make_link(g.split_new, leaf_at(g.split_new)->tag);  // S7 redone
+        ++recovery_.repaired;
+      }
+    }
+    if (g.delete_leaf != 0 && g.delete_prev != 0) {
+      if (!leaf_ok(g.delete_leaf) || !leaf_ok(g.delete_prev)) return bad("bad delete log offsets");
+      if (link_off(leaf_at(g.delete_prev)->next) == g.delete_leaf &&
+          (leaf_at(g.delete_leaf)->bitmap & LeafT::kFullMask) == 0) {
+        (*relink)[g.delete_prev] = leaf_at(g.delete_leaf)->next;
+        ++recovery_.repaired;
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+// R2's per-leaf pass (any thread, one leaf each): the leaf's block and its key and value
+// records marked, its bitmap checked, its keys summarised for the order check.
+template <unsigned N>
+void FPTree<N>::summarise_leaf(std::uint64_t off, index_common::LeafSummary* sum) {
+  pm::Pool& p = *pool_;
+  const LeafT* l = leaf_at(off);
+  if (p.allocator().mark_reachable(off, kBlock) != Code::ok) {
+    sum->error = "leaf block overlaps another block";
+    return;
+  }
+  sum->locked = l->lock != 0;
+  if ((l->bitmap & ~LeafT::kFullMask) != 0) {
+    sum->error = "bitmap bits beyond the slots";
+    return;
+  }
+  for (std::uint64_t m = l->bitmap; m != 0; m &= m - 1) {
+    const auto s = static_cast<unsigned>(std::countr_zero(m));
+    const std::uint64_t kw = l->kv[s][0];
+    if (keys_.bytes_mode() && index_common::mark_record(p, kw, keys_.max_key()) != Code::ok) {
+      sum->error = "bad key record in slot " + std::to_string(s);
+      return;
+    }
+    if (values_.mark(l->kv[s][1]) != Code::ok) {
+      sum->error = "bad value record in slot " + std::to_string(s);
+      return;
+    }
+    sum->add(kw, keys_);
+  }
+}
+
+// R3..R5, after commit_open: the repairs the passes decided, then the DRAM inner nodes.
+template <unsigned N>
+void FPTree<N>::apply_recovery(const std::vector<std::uint64_t>& leaves,
+                               const std::vector<index_common::LeafSummary>& sums,
+                               const Relink& relink, const std::vector<unsigned>& dirty_logs) {
   // R3: install the log decisions (S7 / D4 redone), then clear the logs.
   for (const auto& [leaf, next] : relink) {
     detail::put(&leaf_at(leaf)->next, next);
@@ -258,18 +278,16 @@ Status FPTree<N>::rebuild(unsigned threads) {
     if (i > 0 && sums[i].empty) {
       detail::put(&leaf_at(kept)->next, l->next);
       pm::persist(&leaf_at(kept)->next, 8);
-      p.allocator().deallocate(leaves[i], kBlock);
+      pool_->allocator().deallocate(leaves[i], kBlock);
       ++recovery_.repaired;
       continue;
     }
     kept = leaves[i];
     items.emplace_back(i == 0 ? 0 : keys_.separator_of_word(sums[i].min_word, seps_), kept);
   }
-  // R5: rebuild the DRAM inner nodes (level 1 on `threads` threads).
+  // R5: rebuild the DRAM inner nodes (level 1 on the recovery's threads).
   inner_.bulk_build(items, 0.9, recovery_.threads);
   recovery_.nodes = items.size();
-  rebuild_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
-  return Status::Ok();
 }
 
 template <unsigned N>

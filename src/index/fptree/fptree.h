@@ -29,6 +29,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <random>
@@ -41,6 +42,7 @@
 #include "index/common/key_codec.h"
 #include "index/common/close_counts.h"
 #include "index/common/root_stamp.h"
+#include "index/common/leaf_recovery.h"
 #include "index/common/leaf_versions.h"
 #include "index/common/separator_store.h"
 #include "index/common/value_codec.h"
@@ -189,6 +191,13 @@ class FPTree final : public Index {
 
   // recovery
   Status rebuild(unsigned threads);
+  // rebuild's steps (fptree.cpp): R1's decisions, R2's per-leaf check, R3..R5's repairs.
+  using Relink = std::map<std::uint64_t, std::uint64_t>;  // leaf -> the successor to install
+  Status replay_logs(Relink* relink, std::vector<unsigned>* dirty_logs);
+  void summarise_leaf(std::uint64_t off, index_common::LeafSummary* sum);
+  void apply_recovery(const std::vector<std::uint64_t>& leaves,
+                      const std::vector<index_common::LeafSummary>& sums, const Relink& relink,
+                      const std::vector<unsigned>& dirty_logs);
   // R2's tag check: each link of the chain (as the logs complete it) names its leaf's tag, the
   // last link is kChainEnd.
   template <class NextOf>
