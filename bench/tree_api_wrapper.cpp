@@ -123,27 +123,25 @@ class PmindexTree final : public tree_api {
     }
   }
   bool find(const char* key, size_t sz, char* value_out) override {
-    attach();
-    std::string& v = tls().value;
+    std::string& v = attached().value;
     if (index_->find({key, sz}, &v) != pmindex::Code::ok) return false;
     std::memcpy(value_out, v.data(), std::min(v.size(), value_size_));
     return true;
   }
   bool insert(const char* key, size_t key_sz, const char* value, size_t value_sz) override {
-    attach();
+    attached();
     return index_->insert({key, key_sz}, {value, value_sz}) == pmindex::Code::ok;
   }
   bool update(const char* key, size_t key_sz, const char* value, size_t value_sz) override {
-    attach();
+    attached();
     return index_->update({key, key_sz}, {value, value_sz}) == pmindex::Code::ok;
   }
   bool remove(const char* key, size_t key_sz) override {
-    attach();
+    attached();
     return index_->remove({key, key_sz}) == pmindex::Code::ok;
   }
   int scan(const char* key, size_t key_sz, int scan_sz, char*& values_out) override {
-    attach();
-    Tls& t = tls();
+    Tls& t = attached();
     const std::size_t n = index_->scan({key, key_sz}, scan_sz < 0 ? 0 : scan_sz, t.scan);
     t.out.clear();
     for (std::size_t i = 0; i < n; ++i) {
@@ -171,13 +169,18 @@ class PmindexTree final : public tree_api {
     thread_local Tls t;
     return t;
   }
-  void attach() {
+  // The calling thread's state, attached to this tree. One thread_local access per operation:
+  // in a shared library each is a __tls_get_addr call plus the initialisation guard, and
+  // PiBench's loop pays for every instruction between two operations (issue 16).
+  Tls& attached() {
     Tls& t = tls();
-    if (t.tree != this) {
-      t.scope = pmindex::Index::ThreadScope();  // detach from a previous tree first
-      t.scope = index_->attach_thread();
-      t.tree = this;
-    }
+    if (t.tree != this) [[unlikely]] attach(t);
+    return t;
+  }
+  [[gnu::noinline]] void attach(Tls& t) {
+    t.scope = pmindex::Index::ThreadScope();  // detach from a previous tree first
+    t.scope = index_->attach_thread();
+    t.tree = this;
   }
   std::unique_ptr<pmindex::Index> index_;
   std::string temp_pool_;
