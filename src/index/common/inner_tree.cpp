@@ -140,6 +140,37 @@ bool InnerTree::insert_separator(Path& path, std::uint64_t left, std::uint64_t s
   return insert_at(path, path.size() - 1, sep ^ kSignBias, right);
 }
 
+bool InnerTree::insert_separator_hinted(const ParentHint& hint, std::uint64_t left,
+                                        std::uint64_t sep, std::uint64_t right) {
+  if (hint.node == nullptr) return false;
+  // smo_lock serialises every writer of inner nodes, so the version read here stays until we
+  // write; the acquire load (checkOrRestart) sees the last SMO's writes, which the lock's
+  // acquire already ordered before us. A recycled node restarts above every old version
+  // (invariant 3), so an equal version is the same node with the same children.
+  bool changed = false;
+  hint.node->lock.checkOrRestart(hint.version, changed);
+  if (changed) return false;
+  Node* n = const_cast<Node*>(hint.node);  // ours to write: smo_lock held, version unchanged
+  const unsigned cnt = count(n);
+  if (cnt >= max_keys_ || hint.index > cnt) return false;
+  if (optimistic_read(children(n)[hint.index]) != left) return false;
+  insert_into(n, hint.index, cnt, sep ^ kSignBias, right);
+  return true;
+}
+
+void InnerTree::insert_into(Node* n, unsigned idx, unsigned cnt, std::uint64_t stored_sep,
+                            std::uint64_t right) {
+  std::uint64_t* k = keys(n);
+  std::uint64_t* c = children(n);
+  lock_live(n);
+  for (unsigned i = cnt; i > idx; --i) locked_write(k[i], k[i - 1]);
+  for (unsigned i = cnt + 1; i > idx + 1; --i) locked_write(c[i], c[i - 1]);
+  locked_write(k[idx], stored_sep);
+  locked_write(c[idx + 1], right);
+  set_count(n, cnt + 1);
+  n->lock.writeUnlock();
+}
+
 bool InnerTree::insert_at(Path& path, std::size_t depth, std::uint64_t stored_sep,
                           std::uint64_t right) {
   Node* n = path[depth].node;
@@ -148,13 +179,7 @@ bool InnerTree::insert_at(Path& path, std::size_t depth, std::uint64_t stored_se
   std::uint64_t* k = keys(n);
   std::uint64_t* c = children(n);
   if (cnt < max_keys_) {
-    lock_live(n);
-    for (unsigned i = cnt; i > idx; --i) locked_write(k[i], k[i - 1]);
-    for (unsigned i = cnt + 1; i > idx + 1; --i) locked_write(c[i], c[i - 1]);
-    locked_write(k[idx], stored_sep);
-    locked_write(c[idx + 1], right);
-    set_count(n, cnt + 1);
-    n->lock.writeUnlock();
+    insert_into(n, idx, cnt, stored_sep, right);
     return true;
   }
   // Split: the node plus the new separator hold cnt + 1 keys; the middle one moves up. The

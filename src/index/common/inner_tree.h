@@ -112,7 +112,23 @@ class InnerTree {
   // caller knows it at compile time (the node search and prefetch then have constant trip
   // counts, and integer keys compare four at a time); 0 otherwise.
   template <unsigned kKeys = 0, class ProbeLess, class OnLeaf>
-  std::pair<std::uint64_t, std::uint64_t> descend(ProbeLess probe_less, OnLeaf on_leaf) const;
+  std::pair<std::uint64_t, std::uint64_t> descend(ProbeLess probe_less, OnLeaf on_leaf) const {
+    return descend_impl<kKeys, false>(probe_less, on_leaf, nullptr);
+  }
+  // The level-1 node a descent ended in, the child index it took and the node's version that
+  // validated it: a split that follows the descent inserts its separator there without a
+  // second descent if the node is unchanged since (insert_separator_hinted).
+  struct ParentHint {
+    const Node* node = nullptr;
+    std::uint64_t version = 0;
+    unsigned index = 0;
+  };
+  // descend, also filling *hint (not null).
+  template <unsigned kKeys = 0, class ProbeLess, class OnLeaf>
+  std::pair<std::uint64_t, std::uint64_t> descend(ProbeLess probe_less, OnLeaf on_leaf,
+                                                  ParentHint* hint) const {
+    return descend_impl<kKeys, true>(probe_less, on_leaf, hint);
+  }
 
   // Interleaved optimistic descents of n <= kMaxBatch independent probes (batched lookups).
   // Each probe is a small state machine advanced one node per round, round-robin over the
@@ -144,6 +160,11 @@ class InnerTree {
   // `sep` and child `right` just after the child `left`. Returns false if `left` is not the
   // child the path ends in (the caller's probe was wrong) or DRAM is exhausted.
   bool insert_separator(Path& path, std::uint64_t left, std::uint64_t sep, std::uint64_t right);
+  // With smo_lock held: insert_separator into the hint's node if it is still the node the
+  // descent validated (same version, so `left` is still its child at the hint's index) and has
+  // room. Returns false, changing nothing, otherwise: the caller then takes path_to's path.
+  bool insert_separator_hinted(const ParentHint& hint, std::uint64_t left, std::uint64_t sep,
+                               std::uint64_t right);
   // With smo_lock held: removes the leaf child the path ends in (its range joins a neighbour).
   // Returns false (and changes nothing) if it is the only leaf of the tree. On success, if
   // `dropped` is given, *dropped is the separator word that left the tree (exactly one does);
@@ -199,6 +220,13 @@ class InnerTree {
   void retire_node(Node* n);  // with n locked: unlock obsolete, onto the free list
   // `stored_sep` is biased (keys' stored form): a split passes its middle key up unchanged.
   bool insert_at(Path& path, std::size_t depth, std::uint64_t stored_sep, std::uint64_t right);
+  // insert_at's case of a node with room: the separator and child go in after child idx.
+  void insert_into(Node* n, unsigned idx, unsigned cnt, std::uint64_t stored_sep,
+                   std::uint64_t right);
+  // kHint: fill *hint (a separate instantiation, so lookups carry no hint code).
+  template <unsigned kKeys, bool kHint, class ProbeLess, class OnLeaf>
+  std::pair<std::uint64_t, std::uint64_t> descend_impl(ProbeLess probe_less, OnLeaf on_leaf,
+                                                       ParentHint* hint) const;
   bool remove_at(Path& path, std::size_t depth, std::uint64_t* dropped);
   Status verify_node(const Node* n, const std::uint64_t* lo, const std::uint64_t* hi,
                      std::uint32_t want_level,
@@ -236,9 +264,10 @@ template <unsigned kKeys, class ProbeLess>
   }
 }
 
-template <unsigned kKeys, class ProbeLess, class OnLeaf>
-std::pair<std::uint64_t, std::uint64_t> InnerTree::descend(ProbeLess probe_less,
-                                                          OnLeaf on_leaf) const {
+template <unsigned kKeys, bool kHint, class ProbeLess, class OnLeaf>
+std::pair<std::uint64_t, std::uint64_t> InnerTree::descend_impl(ProbeLess probe_less,
+                                                               OnLeaf on_leaf,
+                                                               ParentHint* hint) const {
   constexpr bool kFixed = kKeys != 0;
   const unsigned max_keys = kFixed ? kKeys : max_keys_;
   assert(!kFixed || kKeys == max_keys_);
@@ -267,6 +296,7 @@ std::pair<std::uint64_t, std::uint64_t> InnerTree::descend(ProbeLess probe_less,
         if (!token) break;
         n->lock.checkOrRestart(v, restart);
         if (restart) break;
+        if constexpr (kHint) *hint = ParentHint{n, v, idx};
         return {child, *token};
       }
       const Node* c = reinterpret_cast<const Node*>(child);

@@ -182,12 +182,15 @@ class LBTree final : public Index {
   std::pair<std::uint64_t, std::uint64_t> descend_read(const Probe& p) const;
   std::pair<std::uint64_t, std::uint64_t> descend_word(std::uint64_t word) const;  // integer keys
   std::optional<std::uint64_t> on_leaf(std::uint64_t leaf) const;  // descend's leaf step
-  std::uint64_t lock_leaf_for(const Probe& p);
+  // Locks the leaf covering p for writing; *hint (if given) gets the descent's level-1 node
+  // for a split that follows (InnerTree::insert_separator_hinted).
+  std::uint64_t lock_leaf_for(const Probe& p,
+                              index_common::InnerTree::ParentHint* hint = nullptr);
   void unlock_leaf(std::uint64_t off, bool pm_bit_clear = false);
   bool leaf_insert(LeafT* l, DWord d0, std::uint64_t key_word, std::uint64_t value_word,
                    std::uint8_t fp);
   Code split_insert(std::uint64_t off, std::uint64_t key_word, std::uint64_t value_word,
-                    std::uint8_t fp);
+                    std::uint8_t fp, const index_common::InnerTree::ParentHint& hint);
   // split_insert's steps (lbtree_smo.h). A full leaf's entries, gathered on the stack.
   struct SplitItem {
     unsigned b, s;  // block and slot in the old leaf
@@ -198,8 +201,9 @@ class LBTree final : public Index {
   // steps share split_insert's frame (out of line: +43 instructions per insert, callgrind).
   [[gnu::always_inline]] inline unsigned gather_sorted(LeafT* l, DWord d0, DWord (&od)[M],
                                                        SplitItems& items) const;
-  [[gnu::always_inline]] inline void link_separator(std::uint64_t off, std::uint64_t sep_key,
-                                                    std::uint64_t new_off);
+  [[gnu::always_inline]] inline void link_separator(
+      std::uint64_t off, std::uint64_t sep_key, std::uint64_t new_off,
+      const index_common::InnerTree::ParentHint& hint);
   [[gnu::always_inline]] inline void build_upper_half(LeafT* l, DWord (&od)[M],
                                                       const SplitItems& items, unsigned n,
                                                       LeafT* nl, DWord (&nd)[M]) const;

@@ -138,9 +138,16 @@ std::optional<std::uint64_t> LBTree<M>::on_leaf(std::uint64_t leaf) const {
 // Writers: lock the leaf covering p (DRAM version by CAS from the version seen under the
 // valid parent, then the PM lock bit by pm::cas).
 template <unsigned M>
-std::uint64_t LBTree<M>::lock_leaf_for(const Probe& p) {
+std::uint64_t LBTree<M>::lock_leaf_for(const Probe& p,
+                                       index_common::InnerTree::ParentHint* hint) {
+  index_common::InnerTree::ParentHint unused;
+  if (hint == nullptr) hint = &unused;
+  const auto leaf = [&](std::uint64_t l) { return on_leaf(l); };
   for (;;) {
-    const auto [off, v] = descend_read(p);
+    const auto [off, v] =
+        !keys_.bytes_mode()
+            ? inner_.descend<kInnerKeys>(index_common::WordProbe{p.word}, leaf, hint)
+            : inner_.descend([&](std::uint64_t sep) { return keys_.below(p, sep); }, leaf, hint);
     if (versions_.upgrade(off, v)) {
       // The PM lock bit: a release store, not the paper's CAS. Only the holder of the DRAM
       // version lock writes word0 (as at unlock), and a second locked instruction per insert
@@ -401,7 +408,8 @@ Code LBTree<M>::insert_once(std::string_view key, std::string_view value) {
   if (Code c = keys_.check(key); c != Code::ok) return c;
   if (Code c = check_value(value); c != Code::ok) return c;
   const Probe p = probe(key);
-  const std::uint64_t off = lock_leaf_for(p);
+  index_common::InnerTree::ParentHint hint;
+  const std::uint64_t off = lock_leaf_for(p, &hint);
   LeafT* l = leaf_at(off);
   if (find_slot(l, p).block >= 0) {
     unlock_leaf(off);
@@ -430,7 +438,7 @@ Code LBTree<M>::insert_once(std::string_view key, std::string_view value) {
     pm_bit_clear = leaf_insert(l, d0, key_word, value_word, p.fp);
     code = Code::ok;
   } else {
-    code = split_insert(off, key_word, value_word, p.fp);
+    code = split_insert(off, key_word, value_word, p.fp, hint);
     pm_bit_clear = code == Code::ok;  // S6 clears it
     if (code != Code::ok) release(Pending{keys_.bytes_mode() ? key_word : 0,
                                           inline_values_ ? 0 : value_word});

@@ -128,6 +128,63 @@ TEST_P(InnerTreeRouting, TreeGrownBySplitsRoutesLikeTheOracle) {
   }
 }
 
+// insert_separator_hinted: a hint from the descent inserts where path_to's path would (the
+// tree still routes like the oracle), and a hint whose node changed since is refused with
+// nothing changed (a split that trusted it would insert at a stale child index).
+TEST(InnerTreeHint, FreshHintInsertsAndStaleHintIsRefused) {
+  pmindex::pm::DramArena arena;
+  InnerTree t(14, arena);
+  t.init_single(leaf_id(0));
+  std::vector<std::uint64_t> seps = {0};
+  std::vector<std::uint64_t> ids = {leaf_id(0)};
+  const auto leaf = [](std::uint64_t) { return std::optional<std::uint64_t>(0); };
+  std::mt19937_64 rng(7);
+  int hinted = 0;
+  for (int n = 1; n < 2000; ++n) {
+    const std::uint64_t key = rng();
+    const std::size_t i = oracle(seps, key);
+    if (key == seps[i]) continue;
+    InnerTree::ParentHint hint;
+    ASSERT_EQ(t.descend<14>(WordProbe{key}, leaf, &hint).first, ids[i]);
+    auto smo = t.smo_lock();
+    if (t.insert_separator_hinted(hint, ids[i], key, leaf_id(n))) {
+      ++hinted;
+    } else {
+      InnerTree::Path path;
+      t.path_to(WordProbe{key}, &path);
+      ASSERT_TRUE(t.insert_separator(path, ids[i], key, leaf_id(n)));
+    }
+    seps.insert(seps.begin() + static_cast<std::ptrdiff_t>(i) + 1, key);
+    ids.insert(ids.begin() + static_cast<std::ptrdiff_t>(i) + 1, leaf_id(n));
+  }
+  EXPECT_GT(hinted, 1000) << "most splits find room in the level-1 node";
+  for (std::uint64_t key : probes(seps, rng))
+    ASSERT_EQ(route_fixed(t, key), ids[oracle(seps, key)]) << "key " << key;
+
+  // Stale: a hint taken, then another separator enters the same node; the hint is refused and
+  // the tree is unchanged.
+  const std::uint64_t key = rng();
+  const std::size_t i = oracle(seps, key);
+  InnerTree::ParentHint hint;
+  t.descend<14>(WordProbe{key}, leaf, &hint);
+  {
+    auto smo = t.smo_lock();
+    InnerTree::Path path;
+    t.path_to(WordProbe{key}, &path);
+    // Another split in the same leaf's range: the node's version moves on.
+    const std::uint64_t other = key - 1;
+    ASSERT_NE(other, seps[i]);
+    ASSERT_TRUE(t.insert_separator(path, ids[i], other, leaf_id(9999)));
+    seps.insert(seps.begin() + static_cast<std::ptrdiff_t>(i) + 1, other);
+    ids.insert(ids.begin() + static_cast<std::ptrdiff_t>(i) + 1, leaf_id(9999));
+    EXPECT_FALSE(t.insert_separator_hinted(hint, ids[i], key, leaf_id(10000)));
+  }
+  for (std::uint64_t k : probes(seps, rng)) ASSERT_EQ(route_fixed(t, k), ids[oracle(seps, k)]);
+  // A hint without a node (no descent filled it) is refused too.
+  auto smo = t.smo_lock();
+  EXPECT_FALSE(t.insert_separator_hinted(InnerTree::ParentHint{}, ids[0], 1, leaf_id(10001)));
+}
+
 // count_u64_window against a plain count, for every count and window size the descents use;
 // the words past cnt are garbage (small and huge) that must not be counted.
 template <unsigned kSlots>
