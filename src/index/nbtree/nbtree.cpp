@@ -37,11 +37,6 @@ std::string_view to_string(HookPoint p) {
 namespace {
 // The full fence of the Dekker-style handshakes between a writer of an old leaf and the SMO
 // that publishes copy_ptr / sets the smo bit (W1, S3): each side stores, fences, then loads.
-// The little-endian integer of 8 bytes read with memcpy (a no-op on x86).
-inline std::uint64_t le_to_native(std::uint64_t v) {
-  if constexpr (std::endian::native == std::endian::little) return v;
-  return __builtin_bswap64(v);
-}
 inline void full_fence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 inline void spin_pause(const char* tag) {
   pm::yield_point(tag);
@@ -170,22 +165,10 @@ Code NBTree::encode_value(std::string_view value, std::uint64_t* word) {
   return Code::ok;
 }
 
-void NBTree::read_value(std::uint64_t word, std::string* out) const {
-  const std::uint64_t p = payload_of(word);
-  if ((p & kOutOfLine) == 0) {
-    // The 8 bytes straight into the caller's string (issue 16: no temporary, and no
-    // reallocation once it holds 8 bytes).
-    const std::uint64_t bytes = (p & kLittleEndian) == 0 ? le_to_native(__builtin_bswap64(p))
-                                                         : le_to_native(p & ~kLittleEndian);
-    if (out->size() != 8) out->resize(8);
-    std::memcpy(out->data(), &bytes, 8);
-    return;
-  }
-  const auto* rec = pool_->at<ValueRecord>(p & ~kOutOfLine);
-  if (rec->length == 8 && out->size() == 8) {  // the common 8-byte value: no call
-    std::memcpy(out->data(), rec + 1, 8);
-    return;
-  }
+// read_value's uncommon case (a record value other than 8 bytes, or a caller's string that
+// does not hold 8 bytes yet).
+void NBTree::read_record_value(std::uint64_t word, std::string* out) const {
+  const auto* rec = pool_->at<ValueRecord>(payload_of(word) & ~kOutOfLine);
   out->assign(reinterpret_cast<const char*>(rec + 1), rec->length);
 }
 
@@ -201,10 +184,6 @@ void NBTree::retire_value(std::uint64_t word) {
   const std::uint64_t p = payload_of(word);
   if ((p & kOutOfLine) == 0) return;
   epochs_.retire([this, word] { free_value(word); });
-}
-
-Entry* NBTree::entries(const Leaf* leaf) const {
-  return reinterpret_cast<Entry*>(pool_->at<char>(leaf->data_off) + sizeof(BlockHeader));
 }
 
 std::uint8_t NBTree::fingerprint(std::uint64_t key) {
@@ -271,8 +250,9 @@ Leaf* NBTree::find_leaf_before(std::uint64_t low) const {
   return descend(U64Order{low - 1});
 }
 
+// Inlined into each caller (issue 16): a lookup's descent has no call per level.
 template <class Order>
-Leaf* NBTree::descend(const Order& order) const {
+[[gnu::always_inline]] inline Leaf* NBTree::descend(const Order& order) const {
   Inner* node = root_node_.load(std::memory_order_acquire);
   for (;;) {
     Inner* right = nullptr;
@@ -294,7 +274,8 @@ Leaf* NBTree::descend(const Order& order) const {
 // N2: one validated snapshot of the node: the child covering the key, or (N3, *right set) the
 // right sibling to move to when the key lies above the node's high.
 template <class Order>
-void* NBTree::snapshot(const Inner* node, const Order& order, Inner** right) {
+[[gnu::always_inline]] inline void* NBTree::snapshot(const Inner* node, const Order& order,
+                                                     Inner** right) {
   for (;;) {
     const std::uint64_t v1 = node->version.load(std::memory_order_acquire);
     if ((v1 & 1) != 0) {
@@ -310,18 +291,21 @@ void* NBTree::snapshot(const Inner* node, const Order& order, Inner** right) {
       // keys[1..n) <= key, by node_search.h (integer keys count the last 16 slots). A torn
       // snapshot may be unsorted; the search still ends, and the version check below throws
       // its result away.
-      const int n = std::clamp(node->count.load(std::memory_order_relaxed), 1,
-                               Inner::kMaxFanout);
+      const int count = node->count.load(std::memory_order_relaxed);
       unsigned lo = 1;
       if constexpr (std::is_same_v<Order, U64Order>) {
-        // Integer keys: the vector window (issue 16); it may read up to 16 words past
-        // keys[n], which are still inside the node (children follow keys).
+        // Integer keys: fixed binary steps over the 63 separators, then the vector window
+        // (issue 16). It reads keys[1 .. 64] (keys[64] is children[0]: still inside the node)
+        // and counts at most 63 whatever count a torn snapshot read, so no clamp is needed.
         static_assert(sizeof(Inner::keys[0]) == 8 &&
                       std::atomic<std::uint64_t>::is_always_lock_free);
+        static_assert(((Inner::kMaxFanout - 1) & Inner::kMaxFanout) == 0,
+                      "count_u64_not_above's fixed steps (capacity 2^m - 1)");
         lo += index_common::count_u64_not_above<Inner::kMaxFanout - 1>(
             reinterpret_cast<const std::uint64_t*>(&node->keys[1]),
-            static_cast<unsigned>(n - 1), order.key);
+            static_cast<unsigned>(count) - 1u, order.key);
       } else {
+        const int n = std::clamp(count, 1, Inner::kMaxFanout);
         const auto sep = [node](unsigned i) { return node->keys[1 + i].load(Order::kLoad); };
         const auto below = [&order](std::uint64_t s) { return !order.ge(s); };
         lo += index_common::count_not_above<Order::kSearchWindow>(
@@ -347,8 +331,9 @@ int NBTree::find_slot(const Leaf* leaf, const Probe& p, std::uint64_t bitmap,
 }
 
 template <bool kBytes>
-int NBTree::find_slot_in(const Leaf* leaf, const Probe& p, std::uint64_t bitmap,
-                         std::uint64_t* key_word) const {
+[[gnu::always_inline]] inline int NBTree::find_slot_in(const Leaf* leaf, const Probe& p,
+                                                       std::uint64_t bitmap,
+                                                       std::uint64_t* key_word) const {
   const std::uint64_t committed = bitmap & ~Leaf::kSmoBit;
   if (committed == 0) return -1;
   std::uint64_t cand = 0;
@@ -396,24 +381,6 @@ int NBTree::find_slot_in(const Leaf* leaf, const Probe& p, std::uint64_t bitmap,
     }
   }
   return -1;
-}
-
-// Reads one committed slot: key, value, key again (a delete clears the key before it clears
-// an out-of-line value, so a changed key means the value may be stale). R1: in ADR mode a
-// reader that finds a writer in flight on the slot writes the line back itself, so it never
-// returns a value a crash could still take away.
-std::uint64_t NBTree::read_word(const Leaf* leaf, int slot, std::uint64_t* key_out) const {
-  Entry* e = &entries(leaf)[slot];
-  const std::uint64_t k1 = pm::load_acquire(&e->key);
-  const std::uint64_t w = pm::load_acquire(&e->value);
-  const std::uint64_t k2 = pm::load_acquire(&e->key);
-  if (adr() && leaf->pending[slot].load(std::memory_order_seq_cst) != 0 &&
-      fault_ != Fault::skip_reader_persist) {
-    pm::persist(e, sizeof(Entry));  // R1
-    reader_persists_.fetch_add(1, std::memory_order_relaxed);
-  }
-  *key_out = (k1 == k2) ? k1 : 0;
-  return w;
 }
 
 // Every write of a committed slot (update, delete, and the sync CASes) counts itself in
@@ -627,8 +594,14 @@ Code NBTree::find_word(const Probe& p, std::uint64_t* word) const {
 }
 
 Code NBTree::find_in_leaf(Leaf* leaf, const Probe& p, std::uint64_t* word) const {
+  return bytes_ ? find_in_leaf_t<true>(leaf, p, word) : find_in_leaf_t<false>(leaf, p, word);
+}
+
+template <bool kBytes>
+[[gnu::always_inline]] inline Code NBTree::find_in_leaf_t(Leaf* leaf, const Probe& p,
+                                                          std::uint64_t* word) const {
   std::uint64_t key = 0;
-  int slot = find_slot(leaf, p, leaf->bitmap.load(std::memory_order_acquire), &key);
+  int slot = find_slot_in<kBytes>(leaf, p, leaf->bitmap.load(std::memory_order_acquire), &key);
   if (slot < 0) return Code::not_found;
   for (;;) {
     std::uint64_t k = 0;
@@ -743,7 +716,26 @@ Code NBTree::update_once(std::string_view key, std::string_view value) {
   return c;
 }
 
+// Integer keys (issue 16's short path): the key decoded here, the descent, leaf search and
+// slot read inlined, the value written straight into the caller's string. Key 0, f64 keys
+// (their NaN check), byte-string keys and malformed keys take find_general.
 Code NBTree::find(std::string_view key, std::string* value) const {
+  if (key_mode_ != KeyType::u64 || key.size() != 8) [[unlikely]] return find_general(key, value);
+  std::uint64_t be;
+  std::memcpy(&be, key.data(), 8);
+  Probe p;
+  p.word = le_to_native(__builtin_bswap64(be));  // as make_probe
+  if (p.word == 0) [[unlikely]] return find_general(key, value);
+  p.bytes = key;
+  p.fp = fingerprint(p.word);
+  auto guard = epochs_.pin();
+  std::uint64_t word = 0;
+  const Code c = find_in_leaf_t<false>(descend(U64Order{p.word}), p, &word);
+  if (c == Code::ok && value != nullptr) read_value(word, value);
+  return c;
+}
+
+Code NBTree::find_general(std::string_view key, std::string* value) const {
   Probe p;
   if (Code c = make_probe(key, &p); c != Code::ok) return c;
   auto guard = epochs_.pin();
@@ -792,7 +784,7 @@ void NBTree::find_batch(const std::string_view* keys, std::string* values, Code*
         Leaf* leaf = resolve(static_cast<Leaf*>(cur[j]), order);
         std::uint64_t word = 0;
         const std::size_t i = at[j];
-        codes[i] = find_in_leaf(leaf, p[j], &word);
+        codes[i] = find_in_leaf_t<false>(leaf, p[j], &word);
         if (codes[i] == Code::ok && values != nullptr) read_value(word, &values[i]);
         pending &= ~bit;
         continue;

@@ -27,9 +27,11 @@
 #pragma once
 
 #include <atomic>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -131,6 +133,12 @@ inline constexpr std::uint32_t kMaxValueSize = 4096;
 inline constexpr std::uint32_t kMaxKeyBytes = 8192;
 // The "no upper bound" value of a leaf's or inner node's `high` (both key modes).
 inline constexpr std::uint64_t kNoHigh = ~std::uint64_t{0};
+
+// The little-endian integer of 8 bytes read with memcpy (a no-op on x86).
+inline std::uint64_t le_to_native(std::uint64_t v) {
+  if constexpr (std::endian::native == std::endian::little) return v;
+  return __builtin_bswap64(v);
+}
 
 // --- DRAM metadata layer ----------------------------------------------------------------------
 
@@ -326,12 +334,33 @@ class NBTree final : public Index {
   std::uint64_t new_key_record(std::string_view key, Code* code);  // K1 (bytes mode)
   void retire_key(std::uint64_t key_word);  // K3 after an epoch (bytes mode; no-op otherwise)
   Code encode_value(std::string_view value, std::uint64_t* word);
-  void read_value(std::uint64_t word, std::string* out) const;
+  // Inline: on every lookup's path (issue 16); records other than 8 bytes: read_record_value.
+  void read_value(std::uint64_t word, std::string* out) const {
+    const std::uint64_t p = payload_of(word);
+    if ((p & kOutOfLine) == 0) {
+      // The 8 bytes straight into the caller's string (no temporary, and no reallocation
+      // once it holds 8 bytes).
+      const std::uint64_t bytes = (p & kLittleEndian) == 0 ? le_to_native(__builtin_bswap64(p))
+                                                           : le_to_native(p & ~kLittleEndian);
+      if (out->size() != 8) out->resize(8);
+      std::memcpy(out->data(), &bytes, 8);
+      return;
+    }
+    const auto* rec = pool_->at<ValueRecord>(p & ~kOutOfLine);
+    if (rec->length == 8 && out->size() == 8) {  // the common 8-byte value: no call
+      std::memcpy(out->data(), rec + 1, 8);
+      return;
+    }
+    read_record_value(word, out);
+  }
+  void read_record_value(std::uint64_t word, std::string* out) const;
   void free_value(std::uint64_t word);           // immediately (never published)
   void retire_value(std::uint64_t word);         // after an epoch
 
   // PM access
-  Entry* entries(const Leaf* leaf) const;
+  Entry* entries(const Leaf* leaf) const {
+    return reinterpret_cast<Entry*>(pool_->at<char>(leaf->data_off) + sizeof(BlockHeader));
+  }
   BlockHeader* block(const Leaf* leaf) const { return pool_->at<BlockHeader>(leaf->data_off); }
   static std::uint8_t fingerprint(std::uint64_t key);
   bool adr() const { return mode_ == pm::Mode::adr; }
@@ -373,7 +402,23 @@ class NBTree final : public Index {
   template <bool kBytes>
   int find_slot_in(const Leaf* leaf, const Probe& p, std::uint64_t bitmap,
                    std::uint64_t* key_word) const;
-  std::uint64_t read_word(const Leaf* leaf, int slot, std::uint64_t* key_out) const;
+  // Reads one committed slot: key, value, key again (a delete clears the key before it clears
+  // an out-of-line value, so a changed key means the value may be stale). R1: in ADR mode a
+  // reader that finds a writer in flight on the slot writes the line back itself, so it never
+  // returns a value a crash could still take away. Inline: on every lookup's path.
+  std::uint64_t read_word(const Leaf* leaf, int slot, std::uint64_t* key_out) const {
+    Entry* e = &entries(leaf)[slot];
+    const std::uint64_t k1 = pm::load_acquire(&e->key);
+    const std::uint64_t w = pm::load_acquire(&e->value);
+    const std::uint64_t k2 = pm::load_acquire(&e->key);
+    if (adr() && leaf->pending[slot].load(std::memory_order_seq_cst) != 0 &&
+        fault_ != Fault::skip_reader_persist) [[unlikely]] {
+      pm::persist(e, sizeof(Entry));  // R1
+      reader_persists_.fetch_add(1, std::memory_order_relaxed);
+    }
+    *key_out = (k1 == k2) ? k1 : 0;
+    return w;
+  }
   bool wait_for_lower_inserts(const Leaf* leaf, int slot, const Probe& p) const;
   // insert/update without the pool_full retry (index_common::retry_after_reclaim)
   Code insert_once(std::string_view key, std::string_view value);
@@ -383,6 +428,9 @@ class NBTree final : public Index {
   Code remove_key(const Probe& p);
   Code find_word(const Probe& p, std::uint64_t* word) const;
   Code find_in_leaf(Leaf* leaf, const Probe& p, std::uint64_t* word) const;  // find_word's leaf part
+  template <bool kBytes>
+  Code find_in_leaf_t(Leaf* leaf, const Probe& p, std::uint64_t* word) const;
+  Code find_general(std::string_view key, std::string* value) const;  // find's uncommon keys
   void begin_write(Leaf* leaf, int slot) const;
   void end_write(Leaf* leaf, int slot, const void* line) const;
   bool enter_write(Leaf* leaf, int slot) const;  // W2: false if the leaf is sealed

@@ -4,6 +4,7 @@
 // flush count per operation in ADR mode; pool bytes after deleting every key.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -13,8 +14,10 @@
 #include <limits>
 #include <map>
 #include <random>
+#include <vector>
 
 #include "index/nbtree/nbtree.h"
+#include "index/common/node_search.h"
 #include "index/common/map_checker.h"
 #include "pmindex/index.h"
 #include "support/temp_dir.h"
@@ -623,6 +626,34 @@ TEST(NBTree, RecoveryTimeReport) {
   std::string got;
   ASSERT_EQ(idx->find(encode_u64(n * 0x9E3779B97F4A7C15ull), &got), Code::ok);
   EXPECT_EQ(got, encode_u64(n));
+}
+
+// The inner-node search of the u64 descent (snapshot): count_u64_not_above over the 63
+// separators by fixed binary steps, against a linear count, for every count 0..63, probes
+// below, between, on and above the keys; and a torn count (any 32-bit value, as a reader
+// racing a writer may read) answers at most 63, so children[lo] stays inside the node.
+TEST(NBTreeSearch, FixedStepCountMatchesLinearCount) {
+  constexpr unsigned kCap = nbtree::Inner::kMaxFanout - 1;
+  std::mt19937_64 rng(16);
+  alignas(32) std::uint64_t k[kCap + 1 + 4];  // + the word after the keys (children[0])
+  for (int round = 0; round < 20000; ++round) {
+    for (auto& w : k) w = rng();  // slots past the count hold garbage
+    const unsigned cnt = static_cast<unsigned>(round % (kCap + 1));
+    std::vector<std::uint64_t> v(cnt);
+    for (auto& w : v) w = rng() % 4096 + (round % 3 == 0 ? ~std::uint64_t{0} - 8192 : 0);
+    std::sort(v.begin(), v.end());
+    std::copy(v.begin(), v.end(), k);
+    // Half the probes on a key or just above one, the others anywhere near the keys (wrapping).
+    std::uint64_t probe = cnt == 0 ? rng() : v[0] - 64 + rng() % 8192;
+    if (cnt != 0 && round % 2 == 0) probe = v[rng() % cnt] + rng() % 2;
+    const auto want = static_cast<unsigned>(std::count_if(
+        v.begin(), v.end(), [probe](std::uint64_t w) { return w <= probe; }));
+    ASSERT_EQ((index_common::count_u64_not_above<kCap>(k, cnt, probe)), want)
+        << "count " << cnt << ", probe " << probe;
+    const auto torn = static_cast<unsigned>(rng());
+    EXPECT_LE((index_common::count_u64_not_above<kCap>(k, torn, probe)), kCap);
+    EXPECT_LE((index_common::count_u64_not_above<kCap>(k, ~0u, probe)), kCap);
+  }
 }
 
 }  // namespace
