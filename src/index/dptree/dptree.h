@@ -16,7 +16,8 @@
 //   (2) the inner layer's leaves are the chain's, each key inside its fences;
 //   (3) the log from root.log_head holds consecutive valid records up to the DRAM tail, and
 //       every record above `covered` is reflected in the buffer;
-//   (4) the PM bytes reachable from the root equal the allocator's bytes in use.
+//   (4) the PM bytes reachable from the root, plus the log reserve's pages (held in DRAM so a
+//       full pool's partial merge can re-log what it carries), equal the allocator's in use.
 #pragma once
 
 #include <cstdint>

@@ -210,7 +210,7 @@ TEST_P(PoolFullSparse, EveryOtherRemovedMakesRoom) {
   std::size_t removed = 0, refused = 0;
   for (std::size_t j = 0; j < acked.size(); j += 2) {
     const Code rc = idx->remove(key_of(c, acked[j]));
-    if (rc == Code::pool_full && excused) {  // dptree: a refused remove loses nothing
+    if (rc == Code::pool_full && excused) {  // a refused remove loses nothing
       ++refused;
       continue;
     }
