@@ -59,13 +59,15 @@ class BufferTree {
   }
 
   // Inserts or replaces the entry for k.
-  void put(std::uint64_t k, std::uint64_t v, bool tomb) {
+  // Returns whether the key held a live (non-tombstone) entry before (DPTree's put count).
+  bool put(std::uint64_t k, std::uint64_t v, bool tomb) {
     Leaf* l = const_cast<Leaf*>(leaf_for(k));
     unsigned i = lower(l, k);
     if (i < l->count && l->keys[i] == k) {
+      const bool was_live = l->tomb[i] == 0;
       l->values[i] = v;
       l->tomb[i] = tomb ? 1 : 0;
-      return;
+      return was_live;
     }
     if (l->count == kLeafCap) {
       Leaf* r = split(l);
@@ -82,6 +84,7 @@ class BufferTree {
     l->tomb[i] = tomb ? 1 : 0;
     ++l->count;
     ++size_;
+    return false;
   }
 
   // Calls fn(entry) for entries with key >= k in order until fn returns false.

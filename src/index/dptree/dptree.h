@@ -16,7 +16,8 @@
 //   (2) the inner layer's leaves are the chain's, each key inside its fences;
 //   (3) the log from root.log_head holds consecutive valid records up to the DRAM tail, and
 //       every record above `covered` is reflected in the buffer;
-//   (4) the PM bytes reachable from the root equal the allocator's bytes in use.
+//   (4) the PM bytes reachable from the root, plus the log reserve's pages (held in DRAM so a
+//       full pool's partial merge can re-log what it carries), equal the allocator's in use.
 #pragma once
 
 #include <cstdint>
@@ -46,6 +47,9 @@ struct Protocol {
   // The original's scan: a key in both buffer and base is emitted twice (the second time with
   // the base's stale value) and tombstones are returned as records.
   static constexpr bool kOriginalScan = false;
+  // The full pool's partial merge flips without re-logging the records it carries (P2): a
+  // crash after the flip loses them.
+  static constexpr bool kSkipRelog = false;
 };
 
 // Tuning (the paper's defaults). The registry uses these; tests pass their own to create().
@@ -69,6 +73,8 @@ struct MergeStats {
   std::uint64_t leaves_dropped = 0;  // emptied and unlinked
   std::uint64_t log_pages_freed = 0;
   std::uint64_t failed_merges = 0;   // pool full while splitting (retried later)
+  std::uint64_t partial_merges = 0;  // pool full: merged in place, the rest re-logged (P1-P5)
+  std::uint64_t relogged = 0;        // records those partial merges carried
 };
 
 template <class Policy = Protocol>
@@ -98,6 +104,8 @@ class DPTree final : public Index {
   std::size_t base_leaves() const;
   // Merges the buffer now (tests).
   Code merge_for_testing();
+  // Runs the full pool's partial merge now (tests: crash images through P1-P5).
+  Code merge_partial_for_testing();
   // Deliberate damage so a test can see verify() notice it: 0 swaps the keys of two live
   // slots of the first non-empty leaf, 1 clears a bit of a leaf's DRAM bitmap, 2 breaks the
   // validity word of the first log record.
@@ -137,19 +145,31 @@ class DPTree final : public Index {
   void find_batch(const std::string_view* keys, std::string* values, Code* codes,
                   std::size_t n) const override;
   Code log_append(std::uint64_t k, std::uint64_t v, std::uint64_t op);
-  Code new_log_page();
+  void append_record(std::uint64_t k, std::uint64_t v, std::uint64_t op);
+  Code new_log_page(std::size_t keep);  // reserve pages above `keep` may be used
   void buffer_put(std::uint64_t k, std::uint64_t v, bool tomb);
+  // The log reserve (PROTOCOL.md, "Full pool"): pages held back so a partial merge can always
+  // re-log the buffered records it carries. need = pages for `puts` records.
+  static std::size_t reserve_need(std::size_t puts) {
+    return (puts + kRecordsPerPage - 1) / kRecordsPerPage;
+  }
+  bool top_up_reserve(std::size_t puts);
+  void release_reserve();
+  Code room_for_put();
   void maybe_merge();
   void reset_buffer();
 
   // merge
   Code merge();
+  Code merge_partial();
+  void drop_emptied(std::vector<LeafPtr>& next, std::vector<std::uint64_t>* replaced);
   Code merge_leaf(const LeafPtr& l, const BufEntry* from, const BufEntry* to,
                   std::vector<LeafPtr>* next, std::vector<std::uint64_t>* replaced,
                   std::vector<std::uint64_t>* fresh, std::int64_t* delta);
   void write_meta(std::vector<LeafPtr>& next, unsigned nv);
   void commit(std::vector<LeafPtr> next, const std::vector<std::uint64_t>& replaced,
-              std::int64_t delta);
+              std::int64_t delta, std::uint64_t covered);
+  void trim_log(std::uint64_t covered);
 
   // recovery
   Status rebuild();
@@ -175,6 +195,9 @@ class DPTree final : public Index {
   std::vector<std::uint64_t> log_pages_;  // in log order; empty = empty log
   std::uint32_t tail_slot_ = 0;           // next record slot in the last page
   std::uint64_t next_lsn_ = 1;
+  std::size_t puts_ = 0;                   // live (non-tombstone) buffer entries
+  std::vector<std::uint64_t> reserve_;     // log pages held back (DRAM only; free after a crash)
+  std::uint64_t partial_lsn_ = 0;          // next_lsn_ after the last partial merge
   MergeStats stats_;
   RecoveryStats recovery_;
   mutable std::shared_mutex mu_;

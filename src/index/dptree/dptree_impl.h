@@ -211,6 +211,7 @@ void DPTree<P>::reset_buffer() {
   capacity_ = std::max<std::size_t>(
       min, static_cast<std::size_t>(config_.merge_fraction * static_cast<double>(base_records_)));
   bloom_.reset(capacity_, config_.bloom_fp);
+  puts_ = 0;
 }
 
 template <class P>
@@ -220,16 +221,50 @@ bool DPTree<P>::buffered_entry(std::uint64_t k, BufEntry* e) const {
 
 template <class P>
 void DPTree<P>::buffer_put(std::uint64_t k, std::uint64_t v, bool tomb) {
-  buffer_->put(k, v, tomb);
+  const bool was_live = buffer_->put(k, v, tomb);
+  puts_ = puts_ + (tomb ? 0 : 1) - (was_live ? 1 : 0);
   bloom_.add(k);
+}
+
+// Holds back log pages until the reserve covers `puts` buffered records (false: pool full).
+// The pages are DRAM-held only: after a crash they are unreachable, hence free again.
+template <class P>
+bool DPTree<P>::top_up_reserve(std::size_t puts) {
+  while (reserve_.size() < reserve_need(puts)) {
+    Code code = Code::ok;
+    const std::uint64_t off = pool_->allocator().allocate(kLogPageBytes, &code);
+    if (off == 0) return false;
+    reserve_.push_back(off);
+  }
+  return true;
+}
+
+template <class P>
+void DPTree<P>::release_reserve() {
+  for (std::uint64_t off : reserve_) pool_->allocator().deallocate(off, kLogPageBytes);
+  reserve_.clear();
+}
+
+// A write that adds a buffered record first makes sure a partial merge could re-log it: the
+// reserve covers every live buffered record plus this one, else a full merge (which empties
+// the buffer) is tried, else the write is refused before it is logged.
+template <class P>
+Code DPTree<P>::room_for_put() {
+  if (top_up_reserve(puts_ + 1)) return Code::ok;
+  if (buffer_->size() != 0 && merge() == Code::ok && top_up_reserve(puts_ + 1)) return Code::ok;
+  return Code::pool_full;
 }
 
 // L4-L5: a new last page: header persisted, then linked (root.log_head for the first page, the
 // previous page's next otherwise) with one persisted 8-byte store.
 template <class P>
-Code DPTree<P>::new_log_page() {
+Code DPTree<P>::new_log_page(std::size_t keep) {
   Code code = Code::ok;
-  const std::uint64_t off = pool_->allocator().allocate(kLogPageBytes, &code);
+  std::uint64_t off = pool_->allocator().allocate(kLogPageBytes, &code);
+  if (off == 0 && reserve_.size() > keep) {  // P2's re-log (keep = 0), or a spare page
+    off = reserve_.back();
+    reserve_.pop_back();
+  }
   if (off == 0) return code;
   LogPageHeader* h = pool_->at<LogPageHeader>(off);
   pm::store(&h->next, std::uint64_t{0});
@@ -246,15 +281,35 @@ Code DPTree<P>::new_log_page() {
 
 // L1-L3: the record's words, then its validity word, then one persist of its line. The
 // operation is durable when this returns ok. A full pool first tries a merge (which frees the
-// log pages it covers).
+// log pages it covers), and if that cannot split, a partial merge (P1-P5: it frees them too).
 template <class P>
 Code DPTree<P>::log_append(std::uint64_t k, std::uint64_t v, std::uint64_t op) {
-  if (next_lsn_ > kMaxLsn) index_common::fatal("dptree", "log sequence numbers exhausted");
   if (log_pages_.empty() || tail_slot_ == kRecordsPerPage) {
-    Code c = new_log_page();
-    if (c == Code::pool_full && buffer_->size() != 0 && merge() == Code::ok) c = new_log_page();
+    // Reserve pages above what the buffer's live records (this one included) need are free
+    // to take: a tombstone is never re-logged.
+    auto keep = [&] { return reserve_need(puts_ + (op == kOpPut ? 1 : 0)); };
+    Code c = new_log_page(keep());
+    if (c == Code::pool_full && buffer_->size() != 0) {
+      // A partial merge is retried only after a record was logged since the last one: with
+      // nothing new to apply it would free nothing, only re-log the buffer again.
+      if (merge() != Code::ok && next_lsn_ != partial_lsn_) {
+        (void)merge_partial();
+        partial_lsn_ = next_lsn_;
+      }
+      // A partial merge leaves the re-logged records' tail page, maybe with room: the next
+      // record goes there (R2 wants every page but the last full).
+      c = log_pages_.empty() || tail_slot_ == kRecordsPerPage ? new_log_page(keep()) : Code::ok;
+    }
     if (c != Code::ok) return c;
   }
+  append_record(k, v, op);
+  return Code::ok;
+}
+
+// L1-L3 into the tail page, which has a free slot.
+template <class P>
+void DPTree<P>::append_record(std::uint64_t k, std::uint64_t v, std::uint64_t op) {
+  if (next_lsn_ > kMaxLsn) index_common::fatal("dptree", "log sequence numbers exhausted");
   LogRecord* r = pool_->at<LogRecord>(log_pages_.back() + 64 * (1 + std::uint64_t{tail_slot_}));
   pm::store(&r->key, k);  // L1
   pm::store(&r->value, v);
@@ -263,7 +318,6 @@ Code DPTree<P>::log_append(std::uint64_t k, std::uint64_t v, std::uint64_t op) {
   pm::persist(r, sizeof(LogRecord));                               // L3
   ++tail_slot_;
   ++next_lsn_;
-  return Code::ok;
 }
 
 // The buffer reached its capacity, or the log (every write since the last merge, rewrites of
@@ -368,6 +422,7 @@ Code DPTree<P>::insert(std::string_view key, std::string_view value) {
   BufEntry e;
   const bool in_buffer = buffered_entry(k, &e);
   if (in_buffer ? !e.tombstone : slot_of(*leaf_for(k), k) >= 0) return Code::already_present;
+  if (Code c = room_for_put(); c != Code::ok) return c;
   if (Code c = log_append(k, v, kOpPut); c != Code::ok) return c;
   buffer_put(k, v, false);
   maybe_merge();
@@ -384,6 +439,7 @@ Code DPTree<P>::update(std::string_view key, std::string_view value) {
   BufEntry e;
   if (buffered_entry(k, &e)) {
     if (e.tombstone) return Code::not_found;
+    if (Code c = room_for_put(); c != Code::ok) return c;
     if (Code c = log_append(k, v, kOpPut); c != Code::ok) return c;
     buffer_put(k, v, false);
     maybe_merge();
@@ -415,6 +471,7 @@ Code DPTree<P>::upsert(std::string_view key, std::string_view value) {
     }
   }
   const bool fresh = !in_buffer || e.tombstone;  // the key was absent: a new record
+  if (Code c = room_for_put(); c != Code::ok) return c;
   if (Code c = log_append(k, v, kOpPut); c != Code::ok) return c;
   buffer_put(k, v, false);
   maybe_merge();
@@ -614,9 +671,8 @@ void DPTree<P>::write_meta(std::vector<LeafPtr>& next, unsigned nv) {
 // M4-M7 and the DRAM side of a merge or bulk load whose leaves are written (M1/M2).
 template <class P>
 void DPTree<P>::commit(std::vector<LeafPtr> next, const std::vector<std::uint64_t>& replaced,
-                       std::int64_t delta) {
+                       std::int64_t delta, std::uint64_t covered) {
   const unsigned nv = 1 - gv_;
-  const std::uint64_t covered = next_lsn_ - 1;
   auto flip = [&] {
     pm::publish(&root_->head[nv], next[0]->off);  // M4
     pm::flush(&root_->head[nv], 8);
@@ -638,17 +694,32 @@ void DPTree<P>::commit(std::vector<LeafPtr> next, const std::vector<std::uint64_
   chain_ = std::move(next);
   rebuild_inner();
   for (std::uint64_t off : replaced) pool_->allocator().deallocate(off, leaf_bytes_);  // M6
-  // M7: the log is covered up to `covered`: emptied with one persisted store, pages freed.
-  if (!log_pages_.empty()) {
-    pm::publish(&root_->log_head, std::uint64_t{0});
-    pm::persist(&root_->log_head, 8);
-    for (std::uint64_t off : log_pages_) pool_->allocator().deallocate(off, kLogPageBytes);
-    stats_.log_pages_freed += log_pages_.size();
-    log_pages_.clear();
-    tail_slot_ = 0;
-  }
+  trim_log(covered);  // M7 (P5)
   reset_buffer();
   ++stats_.merges;
+}
+
+// M7: the log is covered up to `covered`: emptied with one persisted store and its pages
+// freed. P5 (records above `covered` re-logged by a partial merge): log_head moves to the page
+// holding covered + 1 (one persisted store; that page's first_lsn <= covered + 1, as R2 wants),
+// and only the pages before it are freed.
+template <class P>
+void DPTree<P>::trim_log(std::uint64_t covered) {
+  std::size_t keep = log_pages_.size();
+  if (covered + 1 < next_lsn_) {
+    keep = 0;
+    while (pool_->at<LogPageHeader>(log_pages_[keep])->first_lsn + kRecordsPerPage <= covered + 1)
+      ++keep;
+  }
+  if (keep == 0) return;
+  const std::uint64_t head = keep < log_pages_.size() ? log_pages_[keep] : 0;
+  pm::publish(&root_->log_head, head);
+  pm::persist(&root_->log_head, 8);
+  for (std::size_t i = 0; i < keep; ++i)
+    pool_->allocator().deallocate(log_pages_[i], kLogPageBytes);
+  stats_.log_pages_freed += keep;
+  log_pages_.erase(log_pages_.begin(), log_pages_.begin() + static_cast<std::ptrdiff_t>(keep));
+  if (log_pages_.empty()) tail_slot_ = 0;
 }
 
 // The synchronous merge (run by the writer whose write filled the buffer): per leaf M1/M2,
@@ -678,12 +749,20 @@ Code DPTree<P>::merge() {
       return c;
     }
   }
-  // Emptied leaves leave the chain; their range joins the next leaf (the last one's, the
-  // previous leaf, which then takes bound ~0).
+  drop_emptied(next, &replaced);
+  commit(std::move(next), replaced, delta, next_lsn_ - 1);
+  release_reserve();  // an empty buffer needs no re-log space
+  return Code::ok;
+}
+
+// Emptied leaves leave the chain; their range joins the next leaf (the last one's, the
+// previous leaf, which then takes bound ~0).
+template <class P>
+void DPTree<P>::drop_emptied(std::vector<LeafPtr>& next, std::vector<std::uint64_t>* replaced) {
   std::vector<LeafPtr> kept;
   for (std::size_t i = 0; i < next.size(); ++i) {
     if (next[i]->order.empty() && next.size() - (i + 1) + kept.size() > 0) {
-      replaced.push_back(next[i]->off);
+      replaced->push_back(next[i]->off);
       ++stats_.leaves_dropped;
       continue;
     }
@@ -694,7 +773,109 @@ Code DPTree<P>::merge() {
     last->bound = ~std::uint64_t{0};
     kept.back() = last;
   }
-  commit(std::move(kept), replaced, delta);
+  next = std::move(kept);
+}
+
+template <class P>
+Code DPTree<P>::merge_partial_for_testing() {
+  std::unique_lock lock(mu_);
+  return merge_partial();
+}
+
+// The full pool's merge (PROTOCOL.md P1-P5), when a merge cannot allocate its splits' leaves:
+// P1 plans every leaf in place (tombstones clear bits, puts take slots free in meta[gv]) and
+// carries the puts that find no slot; P2 re-logs the carried records at the log's tail (pages
+// from the reserve if the pool has none); P3 writes the planned slots (M1); then M3-M5 with
+// covered = the last LSN before the re-log, P5 frees the log pages below it. Needs no leaf.
+template <class P>
+Code DPTree<P>::merge_partial() {
+  const std::vector<BufEntry> entries = buffer_->sorted();
+  const std::uint64_t covered = next_lsn_ - 1;
+  std::vector<LeafPtr> next;
+  std::vector<BufEntry> carried;
+  std::vector<std::pair<std::uint64_t, Slot>> writes;  // (leaf offset, slot index in key)
+  std::vector<std::uint32_t> at;
+  std::int64_t delta = 0;
+  std::size_t e = 0;
+  const std::uint32_t mask = slots_ - 1, w = window(slots_);
+  for (std::size_t i = 0; i < chain_.size(); ++i) {  // P1: DRAM only
+    const LeafPtr& l = chain_[i];
+    const bool last = i + 1 == chain_.size();
+    const std::size_t lo = e;
+    while (e < entries.size() && (last || entries[e].key <= l->bound)) ++e;
+    if (lo == e) {
+      next.push_back(l);
+      continue;
+    }
+    auto n = std::make_shared<LeafInfo>(*l);
+    std::uint64_t used[4];
+    std::memcpy(used, l->bitmap, sizeof(used));
+    for (std::size_t j = lo; j < e; ++j) {
+      const BufEntry& b = entries[j];
+      const int old = slot_of(*l, b.key);
+      if (b.tombstone) {
+        if (old >= 0) detail::clear_bit(n->bitmap, static_cast<std::uint32_t>(old)), --delta;
+        continue;
+      }
+      const std::uint64_t h = key_hash(b.key);
+      std::uint32_t s = slots_;
+      for (std::uint32_t k = 0; k < w && s == slots_; ++k) {
+        const std::uint32_t c = (static_cast<std::uint32_t>(h) + k) & mask;
+        if (!detail::test_bit(used, c)) s = c;
+      }
+      if (s == slots_) {  // no free slot: carried (an old slot of the key stays: the buffer wins)
+        carried.push_back(b);
+        continue;
+      }
+      detail::set_bit(used, s);
+      detail::set_bit(n->bitmap, s);
+      if (old >= 0) {
+        detail::clear_bit(n->bitmap, static_cast<std::uint32_t>(old));
+      } else {
+        ++delta;
+      }
+      writes.emplace_back(l->off, Slot{b.key, b.value});
+      at.push_back(s);
+    }
+    next.push_back(std::move(n));
+  }
+  // The re-log's pages must all be at hand before any is used: a re-log cut short would spend
+  // the reserve on pages that a failed merge cannot give back.
+  const std::size_t room = log_pages_.empty() ? 0 : kRecordsPerPage - tail_slot_;
+  if (carried.size() > room && !top_up_reserve(carried.size() - room)) {
+    ++stats_.failed_merges;
+    return Code::pool_full;
+  }
+  for (const BufEntry& b : carried) {  // P2: duplicates of acknowledged records, harmless
+    if constexpr (P::kSkipRelog) break;  // known-bad (tests only)
+    if (log_pages_.empty() || tail_slot_ == kRecordsPerPage) {
+      if (Code c = new_log_page(/*keep=*/0); c != Code::ok) {
+        ++stats_.failed_merges;  // nothing of version gv changed; the buffer stays
+        return c;
+      }
+    }
+    append_record(b.key, b.value, kOpPut);
+  }
+  std::vector<const char*> lines;
+  for (std::size_t j = 0; j < writes.size(); ++j) {  // P3 = M1
+    const LeafView v = view(writes[j].first);
+    const std::uint32_t s = at[j];
+    pm::store(&v.fp()[s], key_fp(key_hash(writes[j].second.key)));
+    pm::store(v.slot(s), writes[j].second);
+    lines.push_back(detail::line_of(&v.fp()[s]));
+    lines.push_back(detail::line_of(v.slot(s)));
+  }
+  detail::flush_lines(lines);
+  for (auto& n : next) sort_order(*n);
+  std::vector<std::uint64_t> replaced;
+  drop_emptied(next, &replaced);
+  commit(std::move(next), replaced, delta, covered);  // M3-M6, P5
+  for (const BufEntry& b : carried) buffer_put(b.key, b.value, false);
+  ++stats_.partial_merges;
+  stats_.relogged += carried.size();
+  // From the pages P5 freed, first for the reserve: the buffer's records and the write that
+  // ran this merge (if the write then finds no page, it is refused and nothing is lost).
+  (void)top_up_reserve(puts_ + 1);
   return Code::ok;
 }
 

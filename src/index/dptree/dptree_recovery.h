@@ -202,6 +202,7 @@ Status DPTree<P>::rebuild() {
   rebuild_inner();  // R4
   reset_buffer();
   for (const LogRecord& r : log.replay) buffer_put(r.key, r.value, r.op == kOpDelete);  // R5
+  (void)top_up_reserve(puts_);  // the log reserve, lost with the crash: best effort
   // Live records: the base's, corrected by the buffer (new keys, tombstones of base keys).
   std::int64_t live = static_cast<std::int64_t>(records);
   buffer_->for_each_from(0, [&](const BufEntry& e) {
@@ -245,7 +246,7 @@ Status DPTree<P>::bulk_load(std::span<const KeyValue> sorted, double fill) {
   }
   std::vector<std::uint64_t> replaced;
   for (const LeafPtr& l : chain_) replaced.push_back(l->off);
-  commit(std::move(next), replaced, static_cast<std::int64_t>(recs.size()));
+  commit(std::move(next), replaced, static_cast<std::int64_t>(recs.size()), next_lsn_ - 1);
   count_loaded(recs.size());  // size()
   return Status::Ok();
 }
@@ -325,6 +326,7 @@ Status DPTree<P>::verify() const {
     pg = h->next;
   }
   if (pg != 0) return bad("the PM log is longer than the DRAM log");
+  reachable += reserve_.size() * index_common::block_bytes(kLogPageBytes);  // held back, DRAM
   if (Status s = buffer_->verify(p); !s.ok()) return s;
   return index_common::check_reachable(p, reachable);
 }
@@ -347,6 +349,7 @@ template <class P>
 Status DPTree<P>::close() {
   std::unique_lock lock(mu_);
   if (!closed_) {
+    release_reserve();  // free either way (DRAM-held), but a clean close leaves no block held
     // The base tree's counts, from the counters merges keep (verify checks them against PM).
     pool_->close_clean(base_records_, chain_.size());
     closed_ = true;

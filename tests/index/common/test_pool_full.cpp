@@ -90,12 +90,6 @@ const char* known_failure(const Case& c) {
     return "apex: 46-75 of 36,178-39,404 ascending re-inserts succeed after removing every "
            "key (src/index/apex is being changed elsewhere; see the issue 19 report)";
   }
-  if (c.kind == "dptree") {
-    return "dptree (first landing): after pool_full, removes answer pool_full too: each remove "
-           "needs a log record, log pages are freed only by a merge, and the merge cannot "
-           "allocate the leaves its buffered inserts' splits need (fix planned: merge space "
-           "reserved ahead, or a partial merge that re-logs what it carries)";
-  }
   return nullptr;
 }
 
@@ -182,7 +176,7 @@ TEST_P(PoolFull, StaysUsableAndReusesSpace) {
 // PMINDEX_POOL_FULL_KNOWN=1 holds them to it too.
 const char* known_sparse_failure(const Case& c) {
   if (c.kind == "nbtree") return "nbtree: 0 of 12,239: leaves are never merged (PROTOCOL 10)";
-  if (c.kind == "dptree") return "dptree: the removes themselves answer pool_full (see above)";
+  if (c.kind == "dptree") return "dptree: 351 of 4,971: half-full leaves are not merged";
   if (c.kind == "apex") return "apex: 23 of 8,206";
   if (c.kind == "lbtree") return "lbtree: 7 of 14,280: half-full leaves are not merged";
   if (c.kind == "fptree") return "fptree: 4 of 8,032: half-full leaves are not merged";
@@ -216,7 +210,7 @@ TEST_P(PoolFullSparse, EveryOtherRemovedMakesRoom) {
   std::size_t removed = 0, refused = 0;
   for (std::size_t j = 0; j < acked.size(); j += 2) {
     const Code rc = idx->remove(key_of(c, acked[j]));
-    if (rc == Code::pool_full && excused) {  // dptree: a refused remove loses nothing
+    if (rc == Code::pool_full && excused) {  // a refused remove loses nothing
       ++refused;
       continue;
     }

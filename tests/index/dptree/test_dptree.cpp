@@ -34,6 +34,16 @@ Options dp_options(std::uint32_t slots, KeyType kt = KeyType::u64) {
 
 dptree::DPTree<>* as_dp(Index& idx) { return dynamic_cast<dptree::DPTree<>*>(&idx); }
 
+bool g_ascending = false;  // FullPoolRemovesMakeRoom's key order
+
+std::uint64_t mix_key(std::uint64_t x) {  // splitmix64: distinct and spread over the leaves
+  if (g_ascending) return x;
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
 std::string key_of(KeyType kt, std::mt19937_64& rng) {
   const std::uint64_t r = std::uniform_int_distribution<std::uint64_t>(0, 600)(rng);
   if (kt == KeyType::f64) return encode_f64((static_cast<double>(r) - 300.0) * 1.5e-3);
@@ -318,6 +328,63 @@ TEST(DPTree, RefusesOptions) {
   o = dp_options(8);
   o.max_value_size = 16;
   EXPECT_FALSE(Index::open(o).ok());
+}
+
+// Issue 19 item 2: a 1 MiB pool filled to pool_full (the last merges cannot split: the buffer
+// stays full of inserts), then every key removed: each remove needs a log record, so the
+// partial merge (PROTOCOL.md P1-P5) must free the log from the reserve's pages. Then as many
+// new keys go in again. Before the partial merge the removes answered pool_full.
+void fill_remove_refill(bool reopen, bool ascending) {
+  {
+    TempDir dir;
+    Options o = dp_options(8);
+    o.pool_size = 1 << 20;
+    o.path = dir.file("dp");
+    auto idx = open_or_die(o);
+    std::vector<std::uint64_t> acked;
+    std::uint64_t next = 0, refused = 0;
+    for (; refused < 100; ++next) {
+      const Code code = idx->insert(encode_u64(mix_key(next)), encode_u64(next));
+      if (code == Code::ok) {
+        acked.push_back(next);
+      } else {
+        ASSERT_EQ(code, Code::pool_full) << next;
+        ++refused;
+      }
+    }
+    ASSERT_GT(acked.size(), 5000u);
+    ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
+    std::string got;
+    for (std::uint64_t i : acked) ASSERT_EQ(idx->find(encode_u64(mix_key(i)), &got), Code::ok) << i;
+    if (reopen) {  // the reserve is DRAM-held: after a restart it is rebuilt from free space
+      ASSERT_TRUE(idx->close().ok());
+      idx.reset();
+      idx = open_or_die(o);
+    }
+    const dptree::MergeStats before = as_dp(*idx)->merge_stats();
+    for (std::uint64_t i : acked) ASSERT_EQ(idx->remove(encode_u64(mix_key(i))), Code::ok) << i;
+    ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
+    EXPECT_GT(as_dp(*idx)->merge_stats().partial_merges, before.partial_merges);
+    std::size_t ok = 0;
+    for (std::size_t n = 0; n < acked.size(); ++n, ++next)
+      ok += idx->insert(encode_u64(mix_key(next)), encode_u64(next)) == Code::ok ? 1 : 0;
+    EXPECT_GE(ok, acked.size() * 9 / 10) << ok << " of " << acked.size();
+    ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
+    for (std::uint64_t i = next - acked.size(); i < next && ok == acked.size(); ++i)
+      ASSERT_EQ(idx->find(encode_u64(mix_key(i)), &got), Code::ok) << i;
+    std::cout << (reopen ? "reopened: " : "live: ") << acked.size() << " acknowledged, " << ok
+              << " re-inserted, " << as_dp(*idx)->merge_stats().partial_merges
+              << " partial merges\n";
+  }
+}
+
+TEST(DPTree, FullPoolRemovesMakeRoom) {
+  for (bool ascending : {false, true}) {
+    g_ascending = ascending;
+    fill_remove_refill(false, ascending);
+    fill_remove_refill(true, ascending);
+  }
+  g_ascending = false;
 }
 
 }  // namespace
