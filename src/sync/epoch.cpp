@@ -33,6 +33,7 @@ constinit thread_local bool tls_exited = false;
 }  // namespace
 
 constinit thread_local EpochManager::CacheSlot EpochManager::tls_cache_[kCacheSlots] = {};
+constinit thread_local EpochManager::CacheSlot EpochManager::tls_last_ = {};
 
 // One thread's registrations, one per manager it has pinned, searched on a cache miss; its
 // destructor (thread exit) hands each one over to its manager if that is still alive.
@@ -64,6 +65,7 @@ struct EpochManager::ThreadRegistrations {
   ~ThreadRegistrations() {
     tls_exited = true;
     for (CacheSlot& slot : tls_cache_) slot = CacheSlot{0, nullptr};
+    tls_last_ = CacheSlot{0, nullptr};
     LiveManagers& live = live_managers();
     // Held across the hand-overs: a manager found live stays alive until they are done.
     std::lock_guard<std::mutex> lock(live.mu);
@@ -186,6 +188,11 @@ EpochManager::Record* EpochManager::claim_record() {
 }
 
 EpochManager::Record* EpochManager::attach_slow() {
+  // Another manager was pinned last: its cache entry, if any, becomes the last one.
+  if (const CacheSlot& slot = tls_cache_[id_ % kCacheSlots]; slot.id == id_) {
+    tls_last_ = slot;
+    return slot.record;
+  }
   Record* r = tls_exited ? nullptr : tls_registrations_.find(id_);
   if (r == nullptr) {
     r = claim_record();
@@ -195,6 +202,7 @@ EpochManager::Record* EpochManager::attach_slow() {
     if (!tls_exited) tls_registrations_.add(this, r);
   }
   tls_cache_[id_ % kCacheSlots] = CacheSlot{id_, r};
+  tls_last_ = CacheSlot{id_, r};
   return r;
 }
 

@@ -58,8 +58,8 @@
 /// or attach(), and stays registered until it exits or the manager is destroyed; nobody pays
 /// a register + unregister per operation. An attached thread finds its record through a
 /// thread-local direct-mapped cache keyed by the manager's instance id (unique in the
-/// process, so a new manager at a reused address never hits a stale entry): pin() + unpin()
-/// is a cache probe, a depth count, one epoch load, two stores of the state word and a check
+/// process, so a new manager at a reused address never hits a stale entry), in front of
+/// which sits a copy of the entry used last (tls_last_): pin() + unpin() is one id compare, a depth count, one epoch load, two stores of the state word and a check
 /// for pending items, with no atomic RMW and no thread-id call. On a miss (first use, or two
 /// managers sharing a slot) the thread's list of registrations is searched.
 ///
@@ -269,6 +269,8 @@ class EpochManager {
   /// initialisation, so other translation units access it directly, without a TLS wrapper
   /// call. Cleared at thread exit.
   static constinit thread_local CacheSlot tls_cache_[kCacheSlots];
+  /// The entry of tls_cache_ used last (a copy), probed first by pin(): no index arithmetic.
+  static constinit thread_local CacheSlot tls_last_;
   /// The calling thread's registrations (epoch.cpp), used on cache misses and at thread exit.
   static thread_local ThreadRegistrations tls_registrations_;
 };
@@ -387,8 +389,9 @@ class EpochManager::Participant {
 // --- hot paths ---------------------------------------------------------------------------------
 
 inline EpochManager::Record* EpochManager::attach_local() {
-  const CacheSlot& slot = tls_cache_[id_ % kCacheSlots];
-  if (slot.id == id_) [[likely]] return slot.record;
+  // The manager this thread pinned last: one compare at a fixed TLS address (issue 16; an
+  // index's operations pin one manager). Ids are never reused, so a stale entry never hits.
+  if (tls_last_.id == id_) [[likely]] return tls_last_.record;
   return attach_slow();
 }
 

@@ -274,13 +274,17 @@ Code Apex::update(std::string_view key, std::string_view value) {
 // fingerprints (§4.2) — and the overflow buckets only when PA misses. The PA records are the
 // only PM it reads. Everything else (other key types, a locked or replaced node) goes to
 // find_pinned, out of line, so the common path keeps few live values (issue 16: ~220 -> <=150
-// instructions per lookup).
+// instructions per lookup). The answers before the first one is noted (recovery_stats's
+// time to first answer) also go to find_any, which notes it: no destructor on this path.
 Code Apex::find(std::string_view key, std::string* value) const {
-  if (key.size() != 8 || kt_ != KeyType::u64) [[unlikely]] return find_any(key, value);
+  // relaxed: as note_answer; a stale false only sends this lookup the noting way.
+  if (key.size() != 8 || kt_ != KeyType::u64 || !first_answer_.load(std::memory_order_relaxed))
+      [[unlikely]] {
+    return find_any(key, value);
+  }
   std::uint64_t be;
   std::memcpy(&be, key.data(), 8);
   const std::uint64_t k = __builtin_bswap64(be);  // the big-endian encoding (encode_u64)
-  const AnswerNote answered{this};  // records the time when this answer is complete
   const auto guard = epochs_.pin();
   const DataMeta* mp = leaf_fast<true>(k, nullptr);
   if (mp == nullptr) [[unlikely]] return Code::corrupted;
@@ -317,7 +321,8 @@ Code Apex::find(std::string_view key, std::string* value) const {
   return Code::ok;
 }
 
-// find for any key (an f64 key, a key of the wrong size): check_key, then the general loop.
+// find for any key (an f64 key, a key of the wrong size, any key before the first answer):
+// check_key, then the general loop.
 Code Apex::find_any(std::string_view key, std::string* value) const {
   std::uint64_t k = 0;
   if (Code c = check_key(key, &k); c != Code::ok) return c;
