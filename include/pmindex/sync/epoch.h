@@ -59,9 +59,10 @@
 /// a register + unregister per operation. An attached thread finds its record through a
 /// thread-local direct-mapped cache keyed by the manager's instance id (unique in the
 /// process, so a new manager at a reused address never hits a stale entry), in front of
-/// which sits a copy of the entry used last (tls_last_): pin() + unpin() is one id compare, a depth count, one epoch load, two stores of the state word and a check
-/// for pending items, with no atomic RMW and no thread-id call. On a miss (first use, or two
-/// managers sharing a slot) the thread's list of registrations is searched.
+/// which sits a copy of the entry used last (tls_last_): pin() + unpin() is one id compare, a
+/// depth count, one epoch load, two stores of the state word and a check for pending items,
+/// with no atomic RMW and no thread-id call. On a miss (first use, or two managers sharing a
+/// slot) the thread's list of registrations is searched.
 ///
 /// Lifetime (issue 17: PiBench deletes a tree while its OpenMP pool threads live on).
 ///  - Thread exit: a thread_local destructor hands each registration's pending items to its
