@@ -129,8 +129,13 @@ Status apply_checked(Index& index, const WorkOp& op, Oracle& oracle, std::size_t
     }
   }
   if (got != want) {
+    // An index that answers corrupted has recorded why; verify() reports it (the run has
+    // failed already, so a verify beside another writer costs nothing that matters).
+    const std::string why =
+        got == Code::corrupted ? " (verify: " + index.verify().to_string() + ")" : "";
     return Status(Code::corrupted, describe(op) + " returned " + std::string(to_string(got)) +
-                                       ", the oracle expects " + std::string(to_string(want)));
+                                       ", the oracle expects " + std::string(to_string(want)) +
+                                       why);
   }
   apply_to_oracle(op, oracle);
   return Status::Ok();

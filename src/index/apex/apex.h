@@ -546,6 +546,8 @@ class Apex final : public Index {
   // True while the recovery walk runs: verify() waits for it (its record count is the base
   // the close-count comparison subtracts; pmpool check verifies right after the open).
   std::atomic<bool> walk_running_{false};
+  // Set by the walker once it holds smo_mu_; the open returns only then (start_recovery_walk).
+  std::atomic<bool> walk_holds_smo_{false};
   bool walk_pending_ = false;  // written by the walker under smo_mu_ exclusive; read under it
   std::vector<std::pair<std::uint64_t, std::size_t>> deferred_frees_;
   std::thread walker_;
