@@ -162,6 +162,8 @@ class DPTree final : public Index {
   // merge
   Code merge();
   Code merge_partial();
+  std::uint32_t place_in_window(std::uint64_t key, int old, std::uint64_t* used, LeafInfo& n,
+                                std::int64_t* delta) const;
   void drop_emptied(std::vector<LeafPtr>& next, std::vector<std::uint64_t>* replaced);
   Code merge_leaf(const LeafPtr& l, const BufEntry* from, const BufEntry* to,
                   std::vector<LeafPtr>* next, std::vector<std::uint64_t>* replaced,

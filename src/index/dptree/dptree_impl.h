@@ -560,6 +560,31 @@ Code DPTree<P>::merge_for_testing() {
   return merge();
 }
 
+// A merge's in-place step for one put (merge_leaf, merge_partial): the first slot of the key's
+// hash window that is free in `used`, marked there and in n's bitmap, the key's old slot
+// (`old` >= 0) cleared from n's bitmap, *delta counting a new key. slots_ (nothing changed) if
+// the window has no free slot.
+template <class P>
+std::uint32_t DPTree<P>::place_in_window(std::uint64_t key, int old, std::uint64_t* used,
+                                         LeafInfo& n, std::int64_t* delta) const {
+  const std::uint32_t mask = slots_ - 1, w = window(slots_);
+  const std::uint64_t h = key_hash(key);
+  std::uint32_t s = slots_;
+  for (std::uint32_t j = 0; j < w && s == slots_; ++j) {
+    const std::uint32_t c = (static_cast<std::uint32_t>(h) + j) & mask;
+    if (!detail::test_bit(used, c)) s = c;
+  }
+  if (s == slots_) return s;
+  detail::set_bit(used, s);
+  detail::set_bit(n.bitmap, s);
+  if (old >= 0) {
+    detail::clear_bit(n.bitmap, static_cast<std::uint32_t>(old));
+  } else {
+    ++*delta;
+  }
+  return s;
+}
+
 // One leaf and the buffer entries in its range. In place if every new record finds a slot in
 // its window that is free in meta[gv] (M1: free slots only, so the current version's records
 // stay intact until the flip); otherwise the leaf's records and the entries are laid out in
@@ -572,7 +597,6 @@ Code DPTree<P>::merge_leaf(const LeafPtr& l, const BufEntry* from, const BufEntr
   auto n = std::make_shared<LeafInfo>(*l);
   std::uint64_t used[4];
   std::memcpy(used, l->bitmap, sizeof(used));
-  const std::uint32_t mask = slots_ - 1, w = window(slots_);
   std::vector<std::pair<std::uint32_t, Slot>> writes;
   std::int64_t d = 0;
   bool fits = true;
@@ -582,22 +606,10 @@ Code DPTree<P>::merge_leaf(const LeafPtr& l, const BufEntry* from, const BufEntr
       if (old >= 0) detail::clear_bit(n->bitmap, static_cast<std::uint32_t>(old)), --d;
       continue;
     }
-    const std::uint64_t h = key_hash(e->key);
-    std::uint32_t s = slots_;
-    for (std::uint32_t j = 0; j < w && s == slots_; ++j) {
-      const std::uint32_t c = (static_cast<std::uint32_t>(h) + j) & mask;
-      if (!detail::test_bit(used, c)) s = c;
-    }
+    const std::uint32_t s = place_in_window(e->key, old, used, *n, &d);
     if (s == slots_) {
       fits = false;
       break;
-    }
-    detail::set_bit(used, s);
-    detail::set_bit(n->bitmap, s);
-    if (old >= 0) {
-      detail::clear_bit(n->bitmap, static_cast<std::uint32_t>(old));
-    } else {
-      ++d;
     }
     writes.emplace_back(s, Slot{e->key, e->value});
   }
@@ -797,7 +809,6 @@ Code DPTree<P>::merge_partial() {
   std::vector<std::uint32_t> at;
   std::int64_t delta = 0;
   std::size_t e = 0;
-  const std::uint32_t mask = slots_ - 1, w = window(slots_);
   for (std::size_t i = 0; i < chain_.size(); ++i) {  // P1: DRAM only
     const LeafPtr& l = chain_[i];
     const bool last = i + 1 == chain_.size();
@@ -817,22 +828,10 @@ Code DPTree<P>::merge_partial() {
         if (old >= 0) detail::clear_bit(n->bitmap, static_cast<std::uint32_t>(old)), --delta;
         continue;
       }
-      const std::uint64_t h = key_hash(b.key);
-      std::uint32_t s = slots_;
-      for (std::uint32_t k = 0; k < w && s == slots_; ++k) {
-        const std::uint32_t c = (static_cast<std::uint32_t>(h) + k) & mask;
-        if (!detail::test_bit(used, c)) s = c;
-      }
+      const std::uint32_t s = place_in_window(b.key, old, used, *n, &delta);
       if (s == slots_) {  // no free slot: carried (an old slot of the key stays: the buffer wins)
         carried.push_back(b);
         continue;
-      }
-      detail::set_bit(used, s);
-      detail::set_bit(n->bitmap, s);
-      if (old >= 0) {
-        detail::clear_bit(n->bitmap, static_cast<std::uint32_t>(old));
-      } else {
-        ++delta;
       }
       writes.emplace_back(l->off, Slot{b.key, b.value});
       at.push_back(s);
