@@ -34,10 +34,7 @@ Options dp_options(std::uint32_t slots, KeyType kt = KeyType::u64) {
 
 dptree::DPTree<>* as_dp(Index& idx) { return dynamic_cast<dptree::DPTree<>*>(&idx); }
 
-bool g_ascending = false;  // FullPoolRemovesMakeRoom's key order
-
 std::uint64_t mix_key(std::uint64_t x) {  // splitmix64: distinct and spread over the leaves
-  if (g_ascending) return x;
   x += 0x9e3779b97f4a7c15ULL;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
@@ -335,6 +332,10 @@ TEST(DPTree, RefusesOptions) {
 // partial merge (PROTOCOL.md P1-P5) must free the log from the reserve's pages. Then as many
 // new keys go in again. Before the partial merge the removes answered pool_full.
 void fill_remove_refill(bool reopen, bool ascending) {
+  // Key number x: ascending, or spread over the leaves.
+  const auto key = [ascending](std::uint64_t x) {
+    return encode_u64(ascending ? x : mix_key(x));
+  };
   {
     TempDir dir;
     Options o = dp_options(8);
@@ -344,7 +345,7 @@ void fill_remove_refill(bool reopen, bool ascending) {
     std::vector<std::uint64_t> acked;
     std::uint64_t next = 0, refused = 0;
     for (; refused < 100; ++next) {
-      const Code code = idx->insert(encode_u64(mix_key(next)), encode_u64(next));
+      const Code code = idx->insert(key(next), encode_u64(next));
       if (code == Code::ok) {
         acked.push_back(next);
       } else {
@@ -355,23 +356,23 @@ void fill_remove_refill(bool reopen, bool ascending) {
     ASSERT_GT(acked.size(), 5000u);
     ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
     std::string got;
-    for (std::uint64_t i : acked) ASSERT_EQ(idx->find(encode_u64(mix_key(i)), &got), Code::ok) << i;
+    for (std::uint64_t i : acked) ASSERT_EQ(idx->find(key(i), &got), Code::ok) << i;
     if (reopen) {  // the reserve is DRAM-held: after a restart it is rebuilt from free space
       ASSERT_TRUE(idx->close().ok());
       idx.reset();
       idx = open_or_die(o);
     }
     const dptree::MergeStats before = as_dp(*idx)->merge_stats();
-    for (std::uint64_t i : acked) ASSERT_EQ(idx->remove(encode_u64(mix_key(i))), Code::ok) << i;
+    for (std::uint64_t i : acked) ASSERT_EQ(idx->remove(key(i)), Code::ok) << i;
     ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
     EXPECT_GT(as_dp(*idx)->merge_stats().partial_merges, before.partial_merges);
     std::size_t ok = 0;
     for (std::size_t n = 0; n < acked.size(); ++n, ++next)
-      ok += idx->insert(encode_u64(mix_key(next)), encode_u64(next)) == Code::ok ? 1 : 0;
+      ok += idx->insert(key(next), encode_u64(next)) == Code::ok ? 1 : 0;
     EXPECT_GE(ok, acked.size() * 9 / 10) << ok << " of " << acked.size();
     ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
     for (std::uint64_t i = next - acked.size(); i < next && ok == acked.size(); ++i)
-      ASSERT_EQ(idx->find(encode_u64(mix_key(i)), &got), Code::ok) << i;
+      ASSERT_EQ(idx->find(key(i), &got), Code::ok) << i;
     std::cout << (reopen ? "reopened: " : "live: ") << acked.size() << " acknowledged, " << ok
               << " re-inserted, " << as_dp(*idx)->merge_stats().partial_merges
               << " partial merges\n";
@@ -380,11 +381,9 @@ void fill_remove_refill(bool reopen, bool ascending) {
 
 TEST(DPTree, FullPoolRemovesMakeRoom) {
   for (bool ascending : {false, true}) {
-    g_ascending = ascending;
     fill_remove_refill(false, ascending);
     fill_remove_refill(true, ascending);
   }
-  g_ascending = false;
 }
 
 }  // namespace
