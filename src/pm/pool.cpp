@@ -508,61 +508,23 @@ void Pool::close_clean(std::uint64_t records, std::uint64_t nodes) {
   if (fd_ >= 0 && !private_) futimens(fd_, nullptr);
 }
 
-Result<std::unique_ptr<Pool>> Pool::create(const PoolOptions& o) {
-  const std::string& name = o.path;
+namespace {
+
+// Creation's refusals of the options, before anything is made: a bad kind, a pool below the
+// minimum.
+Status check_create(const PoolOptions& o) {
   if (!valid_kind(o.layout.kind))
-    return make_error(name, Code::invalid_argument, "layout kind must be 1..15 bytes");
+    return make_error(o.path, Code::invalid_argument, "layout kind must be 1..15 bytes");
   if (o.size < kMinPoolSize) {
-    return make_error(name, Code::invalid_argument,
+    return make_error(o.path, Code::invalid_argument,
                       "pool size " + std::to_string(o.size) + " is below the minimum of " +
                           std::to_string(kMinPoolSize) + " bytes");
   }
-  struct stat st{};
-  if (!o.path.empty() && !o.overwrite && ::stat(o.path.c_str(), &st) == 0)
-    return file_exists(o);
-  const std::size_t size = o.size / kXPLine * kXPLine;
-  const std::size_t asked = o.initial_size != 0 ? o.initial_size : kDefaultInitialPoolSize;
-  const std::size_t initial = std::min(size, std::max(kMinPoolSize, asked / kXPLine * kXPLine));
-  std::unique_ptr<Pool> pool(new Pool());
-  pool->path_ = o.path;
-  pool->size_ = size;
-  pool->reserved_ = round_to_page(size);
-  pool->mode_ = o.mode;
-  pool->created_ = true;
+  return Status::Ok();
+}
 
-  auto file = std::make_unique<UnpublishedFile>();
-  if (o.path.empty()) {
-    void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED)
-      return make_error(name, Code::io_error, "cannot map anonymous memory: " + errno_text(errno));
-    madvise(p, size, MADV_HUGEPAGE);
-    pool->base_ = static_cast<char*>(p);
-    pool->owns_mapping_ = true;
-    pool->backing_ = Backing::anonymous;
-    pool->extent_.store(size, std::memory_order_relaxed);  // untouched pages cost nothing
-  } else {
-    const Status made = make_unpublished_file(o, initial, file.get());
-    pool->fd_ = file->fd;  // the pool closes it (releasing the flock) on every path
-    if (!made.ok()) return made;
-    void* p = map_pool_file(o.path, file->fd, size, initial, &pool->backing_, &pool->map_flags_);
-    if (p == MAP_FAILED) return make_error(name, Code::io_error, "cannot map: " + errno_text(errno));
-    pool->base_ = static_cast<char*>(p);
-    pool->owns_mapping_ = true;
-    pool->mapped_ = round_to_page(initial);
-    pool->extent_.store(initial, std::memory_order_relaxed);
-    pool->prefault_ = o.prefault;
-    pool->populate(0, pool->mapped_);
-  }
-  if (!Runtime::acquire_mode(o.mode)) {
-    return make_error(name, Code::invalid_argument,
-                      "persistence mode " + std::string(to_string(o.mode)) +
-                          " conflicts with pools already open in mode " +
-                          std::string(to_string(Runtime::mode())));
-  }
-  pool->mode_acquired_ = true;
-
-  // Write everything but the magic, persist, then the magic: a crash during creation leaves a
-  // file that is refused as "not a pmindex pool" rather than one with a half-written header.
+// A new pool's header, magic zeroed (written last) and both state copies sealed.
+PoolHeader initial_header(const PoolOptions& o, std::size_t size) {
   PoolHeader h{};
   h.format_version = kFormatVersion;
   h.header_size = kHeaderSize;
@@ -580,7 +542,7 @@ Result<std::unique_ptr<Pool>> Pool::create(const PoolOptions& o) {
   h.variant = o.layout.variant;
   h.heap_offset = kHeaderSize;
   std::memcpy(h.magic, kPoolMagic.data(), kPoolMagic.size());
-  h.checksum = header_checksum(h);
+  h.checksum = header_checksum(h);  // covers the magic a complete header will carry
   std::memset(h.magic, 0, sizeof h.magic);
   HeaderState first{};
   first.sequence = 1;
@@ -591,6 +553,66 @@ Result<std::unique_ptr<Pool>> Pool::create(const PoolOptions& o) {
   first.records_at_close = kNoCount;
   first.nodes_at_close = kNoCount;
   h.state[0] = h.state[1] = sealed_state(h, first);
+  return h;
+}
+
+}  // namespace
+
+// Maps the new pool: anonymous memory for an empty path, else a file made under a hidden name
+// (`file`, given its name by publish) and mapped at its initial extent.
+Status Pool::map_new(const PoolOptions& o, std::size_t initial, UnpublishedFile* file) {
+  if (o.path.empty()) {
+    void* p = mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+      return make_error(o.path, Code::io_error, "cannot map anonymous memory: " + errno_text(errno));
+    madvise(p, size_, MADV_HUGEPAGE);
+    base_ = static_cast<char*>(p);
+    owns_mapping_ = true;
+    backing_ = Backing::anonymous;
+    extent_.store(size_, std::memory_order_relaxed);  // untouched pages cost nothing
+    return Status::Ok();
+  }
+  const Status made = make_unpublished_file(o, initial, file);
+  fd_ = file->fd;  // the pool closes it (releasing the flock) on every path
+  if (!made.ok()) return made;
+  void* p = map_pool_file(o.path, file->fd, size_, initial, &backing_, &map_flags_);
+  if (p == MAP_FAILED) return make_error(o.path, Code::io_error, "cannot map: " + errno_text(errno));
+  base_ = static_cast<char*>(p);
+  owns_mapping_ = true;
+  mapped_ = round_to_page(initial);
+  extent_.store(initial, std::memory_order_relaxed);
+  prefault_ = o.prefault;
+  populate(0, mapped_);
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<Pool>> Pool::create(const PoolOptions& o) {
+  if (Status s = check_create(o); !s.ok()) return s;
+  struct stat st{};
+  if (!o.path.empty() && !o.overwrite && ::stat(o.path.c_str(), &st) == 0)
+    return file_exists(o);  // refused, or opened with open_existing
+  const std::size_t size = o.size / kXPLine * kXPLine;
+  const std::size_t asked = o.initial_size != 0 ? o.initial_size : kDefaultInitialPoolSize;
+  const std::size_t initial = std::min(size, std::max(kMinPoolSize, asked / kXPLine * kXPLine));
+  std::unique_ptr<Pool> pool(new Pool());
+  pool->path_ = o.path;
+  pool->size_ = size;
+  pool->reserved_ = round_to_page(size);
+  pool->mode_ = o.mode;
+  pool->created_ = true;
+  auto file = std::make_unique<UnpublishedFile>();
+  if (Status s = pool->map_new(o, initial, file.get()); !s.ok()) return s;
+  if (!Runtime::acquire_mode(o.mode)) {
+    return make_error(o.path, Code::invalid_argument,
+                      "persistence mode " + std::string(to_string(o.mode)) +
+                          " conflicts with pools already open in mode " +
+                          std::string(to_string(Runtime::mode())));
+  }
+  pool->mode_acquired_ = true;
+
+  // Write everything but the magic, persist, then the magic: a crash during creation leaves a
+  // file that is refused as "not a pmindex pool" rather than one with a half-written header.
+  const PoolHeader h = initial_header(o, size);
   auto* dst = pool->at<PoolHeader>(0);
   copy(dst, &h, sizeof h);
   persist(dst, sizeof h);

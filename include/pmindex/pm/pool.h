@@ -204,6 +204,8 @@ class Pool {
   static Result<std::unique_ptr<Pool>> finish_open(std::unique_ptr<Pool> pool, const Layout& want);
   bool extend_to(std::size_t bytes);  ///< under grow_mu_
   void populate(std::size_t from, std::size_t to);  ///< prefault [from, to) of the mapping
+  /// create's mapping step: anonymous memory, or a file under a hidden name until published.
+  Status map_new(const PoolOptions& options, std::size_t initial, UnpublishedFile* file);
   /// Writes `next` (sequence + 1, sealed) to state copy 0, persists, then copy 1. Caller holds
   /// state_mu_.
   void write_state(HeaderState next);
