@@ -207,6 +207,19 @@ class LBTree final : public Index {
   [[gnu::always_inline]] inline void build_upper_half(LeafT* l, DWord (&od)[M],
                                                       const SplitItems& items, unsigned n,
                                                       LeafT* nl, DWord (&nd)[M]) const;
+  // bulk_load's steps (lbtree_smo.h): the records' words and the leaves, planned then written.
+  struct BulkPlan {
+    std::size_t per = 0;                    // records per leaf
+    std::vector<std::uint64_t> leaves;      // [0] is the head
+    std::vector<std::uint64_t> key_words;   // per record
+    std::vector<std::uint64_t> value_words;
+  };
+  Status check_bulk(std::span<const KeyValue> sorted, double fill) const;
+  Status bulk_allocate(std::span<const KeyValue> sorted, BulkPlan* plan);
+  void bulk_fill_leaf(std::span<const KeyValue> sorted, const BulkPlan& plan, LeafT* l,
+                      std::size_t j, DWord (&hd)[M]) const;
+  void bulk_write_chain(std::span<const KeyValue> sorted, const BulkPlan& plan);
+  void bulk_commit_head(std::span<const KeyValue> sorted, const BulkPlan& plan);
   void try_unlink(std::uint64_t off, const Probe& p);
   void switch_sibling(LeafT* a, std::uint64_t next);  // U1..U3 / recovery repair
   void release(const Pending& pending);

@@ -230,11 +230,31 @@ void LBTree<M>::try_unlink(std::uint64_t off, const Probe& p) {
 // unused sibling pointer (B3); one NAW of the head's word0 commits the whole load (B4).
 template <unsigned M>
 Status LBTree<M>::bulk_load(std::span<const KeyValue> sorted, double fill) {
+  if (Status s = check_bulk(sorted, fill); !s.ok() || sorted.empty()) return s;
+  BulkPlan plan;
+  plan.per = std::max<std::size_t>(1, static_cast<std::size_t>(LeafT::kSlots * fill));
+  plan.leaves.assign((sorted.size() + plan.per - 1) / plan.per, 0);
+  plan.leaves[0] = head_;
+  if (Status s = bulk_allocate(sorted, &plan); !s.ok()) return s;
+  bulk_write_chain(sorted, plan);       // B2
+  bulk_commit_head(sorted, plan);       // B3, B4
+  // DRAM: rebuild the inner tree over the loaded leaves.
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> seps(plan.leaves.size());
+  for (std::size_t j = 0; j < plan.leaves.size(); ++j)
+    seps[j] = {j == 0 ? 0 : make_separator(plan.key_words[j * plan.per]), plan.leaves[j]};
+  inner_.bulk_build(seps, fill, 1);
+  count_loaded(sorted.size());
+  return Status::Ok();
+}
+
+// bulk_load's refusals: a fill outside (0, 1], a non-empty tree, a bad key or value, keys not
+// sorted and distinct. Nothing is written before these pass.
+template <unsigned M>
+Status LBTree<M>::check_bulk(std::span<const KeyValue> sorted, double fill) const {
   if (!(fill > 0.0 && fill <= 1.0))
     return Status(Code::invalid_argument, "fill factor must be in (0, 1]");
   if (sorted.empty()) return Status::Ok();
-  LeafT* head = leaf_at(head_);
-  if (!leaf_empty(head) || leaf_count() != 1)
+  if (!leaf_empty(leaf_at(head_)) || leaf_count() != 1)
     return Status(Code::invalid_argument, "bulk_load needs an empty index");
   for (std::size_t i = 0; i < sorted.size(); ++i) {
     if (Code c = keys_.check(sorted[i].key); c != Code::ok)
@@ -244,92 +264,105 @@ Status LBTree<M>::bulk_load(std::span<const KeyValue> sorted, double fill) {
     if (i > 0 && !(sorted[i - 1].key < sorted[i].key))
       return Status(Code::invalid_argument, "bulk_load: keys not sorted and distinct");
   }
-  const std::size_t per =
-      std::max<std::size_t>(1, static_cast<std::size_t>(LeafT::kSlots * fill));
-  const std::size_t n_leaves = (sorted.size() + per - 1) / per;
-  std::vector<std::uint64_t> leaves(n_leaves, 0);
-  leaves[0] = head_;
-  std::vector<std::uint64_t> key_words(sorted.size()), value_words(sorted.size());
+  return Status::Ok();
+}
+
+// B1 (K1 for byte keys and out-of-line values): the records, then the new leaves (plan.leaves
+// from index 1). On pool_full everything allocated so far is freed: nothing is reachable yet.
+template <unsigned M>
+Status LBTree<M>::bulk_allocate(std::span<const KeyValue> sorted, BulkPlan* plan) {
+  plan->key_words.assign(sorted.size(), 0);
+  plan->value_words.assign(sorted.size(), 0);
   auto undo = [&](std::size_t upto_leaf, std::size_t upto_rec, Code c) {
     for (std::size_t i = 1; i < upto_leaf; ++i)
-      pool_->allocator().deallocate(leaves[i], LeafT::kBytes);
+      pool_->allocator().deallocate(plan->leaves[i], LeafT::kBytes);
     for (std::size_t i = 0; i < upto_rec; ++i) {
-      if (keys_.bytes_mode()) index_common::free_record(*pool_, key_words[i]);
-      if (!inline_values_) index_common::free_record(*pool_, value_words[i]);
+      if (keys_.bytes_mode()) index_common::free_record(*pool_, plan->key_words[i]);
+      if (!inline_values_) index_common::free_record(*pool_, plan->value_words[i]);
     }
     return Status(c, "bulk_load: pool full");
   };
-  for (std::size_t i = 0; i < sorted.size(); ++i) {  // B1: records (K1)
+  for (std::size_t i = 0; i < sorted.size(); ++i) {
     Code c = Code::ok;
-    key_words[i] = keys_.probe(sorted[i].key).word;
-    if (keys_.bytes_mode() && (key_words[i] = index_common::write_record(*pool_, sorted[i].key, &c)) == 0)
+    std::uint64_t& kw = plan->key_words[i];
+    std::uint64_t& vw = plan->value_words[i];
+    kw = keys_.probe(sorted[i].key).word;
+    if (keys_.bytes_mode() && (kw = index_common::write_record(*pool_, sorted[i].key, &c)) == 0)
       return undo(0, i, c);
     if (inline_values_) {
-      std::memcpy(&value_words[i], sorted[i].value.data(), 8);
-    } else if ((value_words[i] = index_common::write_record(*pool_, sorted[i].value, &c)) == 0) {
-      if (keys_.bytes_mode()) index_common::free_record(*pool_, key_words[i]);
+      std::memcpy(&vw, sorted[i].value.data(), 8);
+    } else if ((vw = index_common::write_record(*pool_, sorted[i].value, &c)) == 0) {
+      if (keys_.bytes_mode()) index_common::free_record(*pool_, kw);
       return undo(0, i, c);
     }
   }
-  for (std::size_t j = 1; j < n_leaves; ++j) {
+  for (std::size_t j = 1; j < plan->leaves.size(); ++j) {
     Code c = Code::ok;
-    if ((leaves[j] = pool_->allocator().allocate(LeafT::kBytes, &c)) == 0)
+    if ((plan->leaves[j] = pool_->allocator().allocate(LeafT::kBytes, &c)) == 0)
       return undo(j, sorted.size(), c);
   }
-  // Fills leaf j's slots (the last ones, as a split does) into headers `hd`.
-  auto fill_leaf = [&](LeafT* l, std::size_t j, DWord* hd) {
-    for (unsigned b = 0; b < M; ++b) hd[b] = DWord{{0, 0}};
-    const std::size_t first = j * per, last = std::min(sorted.size(), first + per);
-    const auto cnt = static_cast<unsigned>(last - first);
-    for (unsigned i = 0; i < cnt; ++i) {
-      const unsigned g = LeafT::kSlots - cnt + i;
-      const unsigned b = g / kSlotsPerBlock, s = g % kSlotsPerBlock;
-      detail::put(&l->block[b].entry[s][0], key_words[first + i]);
-      detail::put(&l->block[b].entry[s][1], value_words[first + i]);
-      hd[b].set_fp(s, keys_.probe(sorted[first + i].key).fp);
-      hd[b].set_valid(s);
-    }
-  };
-  for (std::size_t j = 1; j < n_leaves; ++j) {  // B2: the new leaves, chained (unused space)
-    LeafT* l = leaf_at(leaves[j]);
-    index_common::recycle_unlocked(versions_.at(leaves[j]));
+  return Status::Ok();
+}
+
+// Fills leaf j's slots (the last ones, as a split does) into headers `hd`.
+template <unsigned M>
+void LBTree<M>::bulk_fill_leaf(std::span<const KeyValue> sorted, const BulkPlan& plan,
+                               LeafT* l, std::size_t j, DWord (&hd)[M]) const {
+  for (unsigned b = 0; b < M; ++b) hd[b] = DWord{{0, 0}};
+  const std::size_t first = j * plan.per, last = std::min(sorted.size(), first + plan.per);
+  const auto cnt = static_cast<unsigned>(last - first);
+  for (unsigned i = 0; i < cnt; ++i) {
+    const unsigned g = LeafT::kSlots - cnt + i;
+    const unsigned b = g / kSlotsPerBlock, s = g % kSlotsPerBlock;
+    detail::put(&l->block[b].entry[s][0], plan.key_words[first + i]);
+    detail::put(&l->block[b].entry[s][1], plan.value_words[first + i]);
+    hd[b].set_fp(s, keys_.probe(sorted[first + i].key).fp);
+    hd[b].set_valid(s);
+  }
+}
+
+// B2: the new leaves written and chained, all in unused space, then one fence.
+template <unsigned M>
+void LBTree<M>::bulk_write_chain(std::span<const KeyValue> sorted, const BulkPlan& plan) {
+  const std::size_t n_leaves = plan.leaves.size();
+  for (std::size_t j = 1; j < n_leaves; ++j) {
+    LeafT* l = leaf_at(plan.leaves[j]);
+    index_common::recycle_unlocked(versions_.at(plan.leaves[j]));
     DWord hd[M];
-    fill_leaf(l, j, hd);
+    bulk_fill_leaf(sorted, plan, l, j, hd);
     for (unsigned b = 0; b < M; ++b) {
       detail::put(&l->block[b].front[0], hd[b].w[0]);
       detail::put(&l->block[b].front[1], hd[b].w[1]);
       detail::put(&l->block[b].tail[0], 0);
       detail::put(&l->block[b].tail[1], 0);
     }
-    detail::put(&l->block[0].tail[0], j + 1 < n_leaves ? leaves[j + 1] : 0);
+    detail::put(&l->block[0].tail[0], j + 1 < n_leaves ? plan.leaves[j + 1] : 0);
     pm::flush(l, LeafT::kBytes);
   }
   pm::fence();
-  // B3: the head's share into its unused slots and headers, the chain into its unused sibling.
+}
+
+// B3: the head's share into its unused slots and headers, the chain into its unused sibling;
+// B4: the NAW of the head's word0 (its bitmap, fingerprints 0..5, alt flipped) commits the load.
+template <unsigned M>
+void LBTree<M>::bulk_commit_head(std::span<const KeyValue> sorted, const BulkPlan& plan) {
+  LeafT* head = leaf_at(head_);
   const DWord h0 = load_header(head->block[0].front);
   const bool alt = h0.alt();
   DWord hd[M];
-  fill_leaf(head, 0, hd);
+  bulk_fill_leaf(sorted, plan, head, 0, hd);
   for (unsigned b = 1; b < M; ++b) {
     std::uint64_t* h = inactive_header(head, b, alt);
     detail::put(h, hd[b].w[0]);
     detail::put(h + 1, hd[b].w[1]);
   }
-  detail::put(&head->block[0].tail[alt ? 0 : 1], n_leaves > 1 ? leaves[1] : 0);
+  detail::put(&head->block[0].tail[alt ? 0 : 1], plan.leaves.size() > 1 ? plan.leaves[1] : 0);
   detail::put(&head->block[0].front[1], hd[0].w[1]);  // fingerprints of unused slots only
   pm::flush(head, LeafT::kBytes);
   pm::fence();
-  // B4: NAW - the head's word0 (its bitmap, fingerprints 0..5, alt flipped) commits the load.
   detail::put(&head->block[0].front[0], (hd[0].w[0] & ~(kAltBit | kLockBit)) |
                                             (alt ? 0 : kAltBit));
   pm::persist(head->block[0].front, 16);
-  // DRAM: rebuild the inner tree over the loaded leaves.
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> seps(n_leaves);
-  for (std::size_t j = 0; j < n_leaves; ++j)
-    seps[j] = {j == 0 ? 0 : make_separator(key_words[j * per]), leaves[j]};
-  inner_.bulk_build(seps, fill, 1);
-  count_loaded(sorted.size());
-  return Status::Ok();
 }
 
 }  // namespace pmindex::lbtree
