@@ -402,7 +402,7 @@ def remove_pool(path):
             pass
 
 
-def main():
+def parse_args():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("experiment")
     ap.add_argument("--pmbench", required=True, help="path to the pmbench binary")
@@ -417,8 +417,82 @@ def main():
                     "(default: $PMBENCH_SYSFS_ROOT or /); for \"@llc<K>x\" record counts")
     ap.add_argument("--dry-run", action="store_true",
                     help="print the resolved records and the planned runs (JSON) and exit")
-    args = ap.parse_args()
+    return ap.parse_args()
 
+
+POOL_DIR = "/dev/shm/pmindex"
+
+
+def group_pool(group):
+    return os.path.join(POOL_DIR, f"experiment-{os.getpid()}-{group}.pool")
+
+
+def run_command(run, exp, pmbench, out, run_id, loaded):
+    """The pmbench command line of one planned run, and how its records are loaded."""
+    w, group = run["w"], run["group"]
+    mode = w.get("mode", exp.get("mode", "time"))
+    cmd = [run["binary"] or pmbench, run["index"], "-n", str(run["records"]), "-t", str(run["threads"]),
+           "-m", mode, "--sampling_ms", str(exp.get("sampling_ms", 1000)),
+           "--seed", str(int(exp.get("seed", 1729)) + run["rep"]),
+           "--json", os.path.join(out, "runs", run_id + ".json"),
+           "--csv", os.path.join(out, "runs", run_id + ".csv"), "--no_progress"]
+    if mode == "time":
+        cmd += ["--seconds", str(w.get("seconds", exp.get("seconds", 1.0)))]
+    load = "own"
+    if group is not None:
+        pool = group_pool(group)
+        if loaded.get(group):
+            cmd += ["--pool_path", pool, "--skip_load"]
+            load = "shared (reopened)"
+        else:
+            os.makedirs(POOL_DIR, exist_ok=True)
+            remove_pool(pool)
+            cmd += ["--pool_path", pool, "--expect_records", str(run["expect_records"])]
+            load = "shared (loaded here)"
+    return cmd + run["extra"] + [str(a) for a in w.get("args", [])], load
+
+
+def run_status(proc, out, entry):
+    """One line for the progress output: the throughput, or why there is none."""
+    if proc.returncode != 0:
+        return f"FAILED (exit {proc.returncode}; see runs/{entry['id']}.log)"
+    try:
+        with open(os.path.join(out, entry["json"])) as f:
+            tp = json.load(f)["run"]["throughput"]
+        return f"{tp / 1e6:.3f} Mops/s"
+    except (OSError, KeyError, ValueError):
+        return "ok (no JSON)"
+
+
+def execute(run, n, plan, exp, pmbench, out, kinds, loaded):
+    """Runs one planned run, writes its log, and returns its manifest entry."""
+    w, index, threads, rep, group = run["w"], run["index"], run["threads"], run["rep"], run["group"]
+    mode = w.get("mode", exp.get("mode", "time"))
+    # A tree_api library given by path is named by its file name (no '/' in run ids).
+    label = os.path.basename(index).removesuffix(".so") if "/" in index else index
+    run_id = f"{label}__{w['name']}__t{threads}__{mode}__r{rep}"
+    cmd, load = run_command(run, exp, pmbench, out, run_id, loaded)
+    t0 = time.time()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    elapsed = time.time() - t0
+    if group is not None:
+        loaded[group] = proc.returncode == 0
+        if all(r["group"] != group for r in plan[n:]):  # the group's last run
+            remove_pool(group_pool(group))
+    with open(os.path.join(out, "runs", run_id + ".log"), "w") as f:
+        f.write("$ " + " ".join(cmd) + "\n" + proc.stdout + proc.stderr)
+    entry = {"id": run_id, "index": index, "index_kind": kinds.get(index, "tree_api"),
+             "workload": w["name"], "figure": w.get("figure", ""), "threads": threads,
+             "records": run["records"], "dataset": run["dataset"], "load": load,
+             "pool": group_pool(group) if group is not None else None,
+             "mode": mode, "repeat": rep, "binary": w.get("binary", "production"),
+             "exit_code": proc.returncode, "json": f"runs/{run_id}.json",
+             "csv": f"runs/{run_id}.csv", "wall_seconds": round(elapsed, 3)}
+    return entry, proc, elapsed
+
+
+def main():
+    args = parse_args()
     with open(args.experiment, "rb") as f:
         exp = tomllib.load(f)
     pmbench = os.path.abspath(args.pmbench)
@@ -458,72 +532,21 @@ def main():
                 "memory_latency": {"before": probe_memory(pmbench, out, "before", probe_mib)}}
     failures = 0
     t_start = time.time()
-    pool_dir = "/dev/shm/pmindex"
     loaded = {}  # group -> whether its pool holds a good load
     try:
         for n, run in enumerate(plan, 1):
-            w, index, threads, rep, group = run["w"], run["index"], run["threads"], run["rep"], run["group"]
-            mode = w.get("mode", exp.get("mode", "time"))
-            # A tree_api library given by path is named by its file name (no '/' in run ids).
-            label = os.path.basename(index).removesuffix(".so") if "/" in index else index
-            run_id = f"{label}__{w['name']}__t{threads}__{mode}__r{rep}"
-            binary = run["binary"] or pmbench
-            cmd = [binary, index, "-n", str(run["records"]), "-t", str(threads),
-                   "-m", mode, "--sampling_ms", str(exp.get("sampling_ms", 1000)),
-                   "--seed", str(int(exp.get("seed", 1729)) + rep),
-                   "--json", os.path.join(out, "runs", run_id + ".json"),
-                   "--csv", os.path.join(out, "runs", run_id + ".csv"), "--no_progress"]
-            if mode == "time":
-                cmd += ["--seconds", str(w.get("seconds", exp.get("seconds", 1.0)))]
-            load = "own"
-            if group is not None:
-                pool = os.path.join(pool_dir, f"experiment-{os.getpid()}-{group}.pool")
-                if loaded.get(group):
-                    cmd += ["--pool_path", pool, "--skip_load"]
-                    load = "shared (reopened)"
-                else:
-                    os.makedirs(pool_dir, exist_ok=True)
-                    remove_pool(pool)
-                    cmd += ["--pool_path", pool, "--expect_records", str(run["expect_records"])]
-                    load = "shared (loaded here)"
-            cmd += run["extra"] + [str(a) for a in w.get("args", [])]
-            t0 = time.time()
-            proc = subprocess.run(cmd, capture_output=True, text=True)
-            elapsed = time.time() - t0
-            if group is not None:
-                loaded[group] = proc.returncode == 0
-                last_of_group = all(r["group"] != group for r in plan[n:])
-                if last_of_group:
-                    remove_pool(pool)
-            with open(os.path.join(out, "runs", run_id + ".log"), "w") as f:
-                f.write("$ " + " ".join(cmd) + "\n" + proc.stdout + proc.stderr)
-            entry = {"id": run_id, "index": index, "index_kind": kinds.get(index, "tree_api"),
-                     "workload": w["name"], "figure": w.get("figure", ""), "threads": threads,
-                     "records": run["records"], "dataset": run["dataset"], "load": load,
-                     "pool": pool if group is not None else None,
-                     "mode": mode, "repeat": rep, "binary": w.get("binary", "production"),
-                     "exit_code": proc.returncode, "json": f"runs/{run_id}.json",
-                     "csv": f"runs/{run_id}.csv", "wall_seconds": round(elapsed, 3)}
+            entry, proc, elapsed = execute(run, n, plan, exp, pmbench, out, kinds, loaded)
             manifest["runs"].append(entry)
-            status = "ok"
-            if proc.returncode != 0:
-                failures += 1
-                status = f"FAILED (exit {proc.returncode}; see runs/{run_id}.log)"
-            else:
-                try:
-                    with open(os.path.join(out, entry["json"])) as f:
-                        tp = json.load(f)["run"]["throughput"]
-                    status = f"{tp / 1e6:.3f} Mops/s"
-                except (OSError, KeyError, ValueError):
-                    status = "ok (no JSON)"
+            failures += proc.returncode != 0
             eta = (time.time() - t_start) / n * (len(plan) - n)
-            print(f"[{n}/{len(plan)}] {index} {w['name']} t={threads} {mode} r{rep} ({load}): {status} "
+            print(f"[{n}/{len(plan)}] {run['index']} {run['w']['name']} t={run['threads']} {entry['mode']} "
+                  f"r{run['rep']} ({entry['load']}): {run_status(proc, out, entry)} "
                   f"({elapsed:.1f}s, ~{eta:.0f}s left)", file=sys.stderr, flush=True)
             with open(os.path.join(out, "manifest.json"), "w") as f:
                 json.dump(manifest, f, indent=2)
     finally:
         for group in loaded:
-            remove_pool(os.path.join(pool_dir, f"experiment-{os.getpid()}-{group}.pool"))
+            remove_pool(group_pool(group))
     manifest["wall_seconds"] = round(time.time() - t_start, 1)
     # CPU seconds of every run (user + system): on a shared machine the wall time depends on
     # the neighbours, this much less.
