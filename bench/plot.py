@@ -433,12 +433,9 @@ def latency_rows(runs):
     return lines
 
 
-def main():
-    if len(sys.argv) != 2:
-        print(__doc__, file=sys.stderr)
-        return 2
-    results = os.path.abspath(sys.argv[1])
-    manifest, runs = load(results)
+def draw_figures(results, runs):
+    """Every figure the runs allow, as (title, path relative to results), plus the PM-work and
+    recovery tables that come with their figures."""
     figdir = os.path.join(results, "figures")
     os.makedirs(figdir, exist_ok=True)
     figs = []
@@ -467,7 +464,11 @@ def main():
     add("PM work per operation (survey Fig. 9)", pm_path)
     rec_path, rec_table = recovery(runs, os.path.join(figdir, "recovery.png"))
     add("Recovery time", rec_path)
+    return figs, pm_table, rec_table
 
+
+def header_lines(results, manifest, runs, figs):
+    """The report's head: title, emulation warning, data sizes, winners, environment, figures."""
     builtin = [r for r in runs if r["index_kind"] == "builtin"] or runs
     env = builtin[0]["data"]["environment"] if builtin else {}
     emulated = any(r["data"].get("target", {}).get("emulated_pm") for r in runs)
@@ -487,11 +488,14 @@ def main():
     lines += ["## Figures", ""]
     for title, rel in figs:
         lines += [f"### {title}", "", f"![{title}]({rel})", ""]
+    return lines
 
-    lines += ["## Throughput (Mops/s, mean over repeats, their range in parentheses)", "",
-              "| workload | threads | " + " | ".join(short(i) for i in sorted({r['index'] for r in runs})) + " |",
-              "|---|---|" + "---|" * len({r['index'] for r in runs})]
+
+def throughput_lines(runs):
     indexes = sorted({r["index"] for r in runs})
+    lines = ["## Throughput (Mops/s, mean over repeats, their range in parentheses)", "",
+             "| workload | threads | " + " | ".join(short(i) for i in indexes) + " |",
+             "|---|---|" + "---|" * len(indexes)]
     for (w, t), g in sorted(group([r for r in runs if r["figure"] not in ("recovery", "pm-per-op")],
                                   "workload", "threads").items()):
         cells = []
@@ -499,22 +503,39 @@ def main():
             sel = [r for r in g if r["index"] == index]
             cells.append(throughput_cell(sel) if sel else "")
         lines.append(f"| {w} | {t} | " + " | ".join(cells) + " |")
+    return lines
 
+
+def footprint_lines(manifest, runs):
     footprints = footprint_rows(runs, manifest["experiment"].get("records"))
-    if footprints:  # only throughput figures load a comparable tree
-        lines += ["", "## Footprint after load (survey Table 3)", "",
-                  "`dram_bytes`/`pm_bytes` come from `Index::footprint()` (built-in indexes): PM at the "
-                  "allocator's class sizes, and at the sizes the index requested (the survey's Table 3 "
-                  "counted requested sizes); `malloc delta` is glibc's in-use heap growth over the load, "
-                  "for every target. Per record: divided by the records loaded.", "",
-                  "| index | kind | records | DRAM bytes | PM bytes (classes) | PM bytes (requested) | "
-                  "DRAM B/record | PM B/record (classes) | PM B/record (requested) | malloc delta bytes |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
+    if not footprints:  # only throughput figures load a comparable tree
+        return []
+    lines = ["", "## Footprint after load (survey Table 3)", "",
+             "`dram_bytes`/`pm_bytes` come from `Index::footprint()` (built-in indexes): PM at the "
+             "allocator's class sizes, and at the sizes the index requested (the survey's Table 3 "
+             "counted requested sizes); `malloc delta` is glibc's in-use heap growth over the load, "
+             "for every target. Per record: divided by the records loaded.", "",
+             "| index | kind | records | DRAM bytes | PM bytes (classes) | PM bytes (requested) | "
+             "DRAM B/record | PM B/record (classes) | PM B/record (requested) | malloc delta bytes |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for index, (kind, dram, pm, req, mal, recs) in sorted(footprints.items()):
         per = lambda b: fmt(b / recs, 1) if isinstance(b, (int, float)) and recs else "not measured"
         nm = lambda b: fmt(b) if b is not None else "not measured"
         lines.append(f"| {short(index)} | {kind} | {recs} | {nm(dram)} | {nm(pm)} | {nm(req)} | "
                      f"{per(dram)} | {per(pm)} | {per(req)} | {fmt(mal)} |")
+    return lines
+
+
+def main():
+    if len(sys.argv) != 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    results = os.path.abspath(sys.argv[1])
+    manifest, runs = load(results)
+    figs, pm_table, rec_table = draw_figures(results, runs)
+    lines = header_lines(results, manifest, runs, figs)
+    lines += throughput_lines(runs)
+    lines += footprint_lines(manifest, runs)
     if pm_table:
         lines += ["", "## PM work per operation (pmbench-counting)", "",
                   "The counting build traces stores, not loads: `media RMW reads` are the XPBuffer's "
