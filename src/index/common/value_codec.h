@@ -56,8 +56,9 @@ class ValueCodec {
   }
   // The value bytes of a value word; false if an out-of-line record is unreadable.
   bool read(std::uint64_t word, std::string* out) const {
-    if (inline_) {
-      out->assign(reinterpret_cast<const char*>(&word), 8);
+    if (inline_) {  // no call once the caller's string holds 8 bytes (assign is one)
+      if (out->size() != 8) out->resize(8);
+      std::memcpy(out->data(), &word, 8);
       return true;
     }
     std::string_view stored;

@@ -216,9 +216,9 @@ Code Part::update(std::string_view key, std::string_view value) {
 
 Code Part::find(std::string_view key, std::string* value) const {
   if (Code c = check_key(key); c != Code::ok) return c;
-  auto guard = tree_->epochs().pin();  // an out-of-line value stays until we have copied it
+  const auto guard = tree_->epochs().pin();  // an out-of-line value stays until it is copied
   std::uint64_t word = 0;
-  const Code c = tree_->find(key, &word);
+  const Code c = tree_->find(key, &word, guard);
   if (c == Code::ok && value != nullptr && !values_.read(word, value)) return Code::corrupted;
   if (first_answer_.load(std::memory_order_relaxed) == 0) [[unlikely]] {
     const double s =

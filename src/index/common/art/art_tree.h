@@ -75,6 +75,11 @@ class Tree {
   // find: not_found, corrupted. Pin epochs() around the call and the use of *value if the
   // value word names memory that an update may release.
   Code find(std::string_view key, std::uint64_t* value) const;
+  // The same for a caller that already holds a pin of epochs() (the guard proves it): no
+  // second, nested pin per lookup.
+  Code find(std::string_view key, std::uint64_t* value, const sync::EpochManager::Guard&) const {
+    return restart_loop([&](Olc& o) { return find_once(key, value, o); });
+  }
   // Batched find (Index::find_many) of n <= kMaxBatch keys: find's descent per key as a small
   // state machine, advanced one node per round, round-robin over the batch; each step ends
   // by prefetching the node or record its key visits next, so the batch's misses overlap.
@@ -232,6 +237,8 @@ class Tree {
   // neither restarts nor meets a damaged node (then: corrupted).
   template <class Once>
   Code with_restarts(Once&& once) const;
+  template <class Once>
+  Code restart_loop(Once&& once) const;  // with_restarts without the pin: the caller holds one
   Code insert_once(std::string_view key, std::uint64_t value, Olc& o);
   Code leaf_split(Parent pa, std::uint64_t w, std::uint32_t depth, std::string_view key,
                   std::uint64_t value, Olc& o);

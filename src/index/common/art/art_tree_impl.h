@@ -25,6 +25,12 @@ template <class P>
 template <class Once>
 Code Tree<P>::with_restarts(Once&& once) const {
   auto guard = epochs_.pin();
+  return restart_loop(once);
+}
+
+template <class P>
+template <class Once>
+Code Tree<P>::restart_loop(Once&& once) const {
   for (;;) {
     Olc o;
     const Code c = once(o);
