@@ -248,9 +248,11 @@ enum class HookPoint : int {
 };
 std::string_view to_string(HookPoint p);
 
-// Called at each point when installed. Zero cost when unset (one acquire load and a branch).
-// inner_node_written runs with inner_mu_ held; the link hooks run without locks (every helper
-// of a link phase passes them).
+// Called at each point when installed. Hooks exist only in the tracing flavour (the test
+// flavour, issue 16): in production and counting builds the hook points compile to nothing
+// (no pointer load on the insert, update, delete or SMO paths) and set_hooks() with a
+// non-null object aborts. inner_node_written runs with inner_mu_ held; the link hooks run
+// without locks (every helper of a link phase passes them).
 class Hooks {
  public:
   virtual ~Hooks() = default;
@@ -289,7 +291,11 @@ class NBTree final : public Index {
   ThreadScope attach_thread() override;
 
   // --- for tests ---
-  void set_hooks(Hooks* hooks) { hooks_.store(hooks, std::memory_order_release); }
+  static constexpr bool kHooks = pm::kTracing;  // hook points compiled in (tracing flavour)
+  void set_hooks(Hooks* hooks) {
+    if (hooks != nullptr && !kHooks) std::abort();  // tracing flavour only
+    hooks_.store(hooks, std::memory_order_release);
+  }
   // Frees every retired leaf and record now (quiescent index only).
   void collect_garbage() { epochs_.drain(); }
   int leaf_capacity() const { return cap_; }
@@ -365,7 +371,10 @@ class NBTree final : public Index {
   static std::uint8_t fingerprint(std::uint64_t key);
   bool adr() const { return mode_ == pm::Mode::adr; }
   void hook(HookPoint p, const Leaf* leaf) const {
-    if (Hooks* h = hooks_.load(std::memory_order_acquire)) [[unlikely]] h->at(p, leaf);
+    if constexpr (kHooks) {
+      // acquire: pairs with set_hooks' release, so the hook object is seen fully built.
+      if (Hooks* h = hooks_.load(std::memory_order_acquire)) [[unlikely]] h->at(p, leaf);
+    }
   }
 
   // Order of the DRAM layer (leaf ranges, inner separators, splits) over bound words; see
@@ -511,7 +520,12 @@ class NBTree final : public Index {
   std::uint32_t max_value_;
   std::atomic<Inner*> root_node_{nullptr};
   std::atomic<Leaf*> head_{nullptr};
-  std::atomic<Hooks*> hooks_{nullptr};
+  // The installed Hooks in the tracing flavour; elsewhere an empty stand-in that holds none.
+  struct NoHooks {
+    Hooks* load(std::memory_order) const { return nullptr; }
+    void store(Hooks*, std::memory_order) {}
+  };
+  [[no_unique_address]] std::conditional_t<kHooks, std::atomic<Hooks*>, NoHooks> hooks_{};
   // Spin locks (pm::yield_point in the spin loop), not std::mutex: a holder may be parked by
   // the crash simulator's deterministic scheduler at a traced store inside the section.
   mutable sync::SpinLock inner_mu_;      // inner-node writers (S13, N1, bulk build)

@@ -302,6 +302,19 @@ TEST(NBTreeDeathTest, FaultsAreTracingFlavourOnly) {
                "");
 }
 
+// Issue 16: no test-hook pointer on the production write paths. The hook points are compiled
+// out of this (production) build, so it refuses a Hooks object rather than ignore it.
+static_assert(!nbtree::NBTree::kHooks, "hooks compiled into the production flavour");
+TEST(NBTreeDeathTest, HooksAreTracingFlavourOnly) {
+  struct Noop final : nbtree::Hooks {
+    void at(nbtree::HookPoint, const nbtree::Leaf*) override {}
+  } noop;
+  auto idx = open_or_die(nb_options(128, pm::Mode::adr));
+  ASSERT_NE(idx, nullptr);
+  as_nb(idx.get())->set_hooks(nullptr);  // allowed
+  EXPECT_DEATH(as_nb(idx.get())->set_hooks(&noop), "");
+}
+
 TEST(NBTree, OneFlushPerWriteInAdrOnTheCommonPath) {
   auto idx = open_or_die(nb_options(1024, pm::Mode::adr));
   ASSERT_NE(idx, nullptr);

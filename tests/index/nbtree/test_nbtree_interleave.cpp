@@ -18,6 +18,8 @@ namespace pmindex {
 namespace {
 
 using nbtree::HookPoint;
+// Hooks exist only in the tracing flavour (issue 16); this binary must link it.
+static_assert(nbtree::NBTree::kHooks, "test_nbtree_interleave needs the tracing flavour");
 
 thread_local bool tl_target = false;
 

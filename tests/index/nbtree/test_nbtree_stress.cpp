@@ -6,7 +6,10 @@
 //     for a key never decreases (a stale read after a newer one is a linearizability bug);
 //   * a few shared keys take upserts and removes from both threads (contention on one slot);
 //   * at the end the index equals the union of the owners' final maps, scan agrees, verify().
-// Duration: PMINDEX_STRESS_SECONDS (default 2) per persistence mode. Label: stress (TSan).
+// Duration: PMINDEX_STRESS_SECONDS (default 2) per persistence mode. Two binaries (issue 16:
+// hooks exist only in the tracing flavour): test_nbtree_stress (production flavour, label
+// stress, TSan) runs without the delays; test_nbtree_stress_delays (tracing flavour, label
+// unit, ASan, 1 s per case) runs the same tests with them.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -44,6 +47,11 @@ class RandomDelays final : public nbtree::Hooks {
   }
 };
 
+// Installs `delays` (nullptr: removes them) where the library has hook points.
+void set_delays(nbtree::NBTree& nb, RandomDelays* delays) {
+  if constexpr (nbtree::NBTree::kHooks) nb.set_hooks(delays);
+}
+
 std::string make_value(std::uint64_t key, std::uint64_t seq, bool out_of_line) {
   if (!out_of_line) return encode_u64((key << 24) | seq);
   return encode_u64((key << 24) | seq) + "oolv";  // 12 bytes: a record
@@ -79,7 +87,7 @@ void run(pm::Mode mode, KeyType kt = KeyType::u64) {
   std::unique_ptr<Index> idx = std::move(r).value();
   auto* nb = dynamic_cast<nbtree::NBTree*>(idx.get());
   RandomDelays delays;
-  nb->set_hooks(&delays);
+  set_delays(*nb, &delays);
 
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::duration<double>(stress_seconds());
@@ -164,7 +172,7 @@ void run(pm::Mode mode, KeyType kt = KeyType::u64) {
   std::thread a(worker, 0), b(worker, 1);
   a.join();
   b.join();
-  nb->set_hooks(nullptr);
+  set_delays(*nb, nullptr);
   ASSERT_FALSE(failed.load());
   Status s = idx->verify();
   ASSERT_TRUE(s.ok()) << s.to_string();
@@ -222,7 +230,7 @@ void run_hot(pm::Mode mode) {
     ASSERT_EQ(idx->insert(encode_u64(hot_key(i)), value(0, 0, false)), Code::ok);
   }
   RandomDelays delays;
-  nb->set_hooks(&delays);
+  set_delays(*nb, &delays);
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::duration<double>(stress_seconds());
   std::atomic<bool> failed{false};
@@ -267,7 +275,7 @@ void run_hot(pm::Mode mode) {
   std::thread a(worker, 0), b(worker, 1);
   a.join();
   b.join();
-  nb->set_hooks(nullptr);
+  set_delays(*nb, nullptr);
   ASSERT_FALSE(failed.load());
   Status s = idx->verify();
   ASSERT_TRUE(s.ok()) << s.to_string();
@@ -301,9 +309,9 @@ void run_shared(pm::Mode mode) {
   cfg.options.pool_size = 64 << 20;
   RandomDelays delays;
   cfg.before_run = [&delays](Index& idx) {
-    dynamic_cast<nbtree::NBTree&>(idx).set_hooks(&delays);
+    set_delays(dynamic_cast<nbtree::NBTree&>(idx), &delays);
   };
-  cfg.after_run = [](Index& idx) { dynamic_cast<nbtree::NBTree&>(idx).set_hooks(nullptr); };
+  cfg.after_run = [](Index& idx) { set_delays(dynamic_cast<nbtree::NBTree&>(idx), nullptr); };
   std::uint64_t ops = 0;
   const auto failures = index_test::run_shared_key_test(cfg, &ops);
   std::string all;
