@@ -177,7 +177,7 @@ Result<std::unique_ptr<Index>> Apex::recover(std::unique_ptr<pm::Pool> pool, con
                         (k != SmoKind::split_sideways ||
                          (p.checked<DataNode>(l.new_b, 64, 64) != nullptr &&
                           l.slot_mid > l.slot_begin && l.slot_mid <= l.slot_end));
-    if (k == SmoKind::none || static_cast<int>(k) > static_cast<int>(SmoKind::merge) ||
+    if (k == SmoKind::none || static_cast<int>(k) > static_cast<int>(SmoKind::collapse) ||
         !parent_ok || !new_ok)
       return p.error(Code::corrupted, "apex SMO log line " + std::to_string(i) + " is invalid");
   }
