@@ -204,6 +204,17 @@ inline std::uint8_t fingerprint(std::uint64_t key) {
   return static_cast<std::uint8_t>(h >> 56);
 }
 
+// Test hooks of the recovery walk's start, process-wide, read by the open (issue 18's walk-race
+// test, tests/index/apex/test_apex_crash.cpp). Tracing flavour only: the production and counting
+// libraries never read them. `before_lock` runs on the walker thread before it takes smo_mu_
+// (a test holds the walker there); `skip_open_wait` makes the open return without waiting for
+// the walker to hold smo_mu_: the race 4153ec7 fixed, so the test can show that it fails.
+struct WalkTestHooks {
+  std::function<void()> before_lock;
+  bool skip_open_wait = false;
+};
+WalkTestHooks& walk_test_hooks();
+
 class Apex final : public Index {
  public:
   static pm::Layout layout_for(const Options& options);
