@@ -207,7 +207,7 @@ Code Apex::smo_locked(std::uint64_t k, bool contract) {
     bool parent_replaced = false;
     Code c = Code::ok;
     if (contract) {
-      c = contract_locked(off, m, parent, path.back().slot, k);
+      c = contract_locked(off, m, path, parent_exclusive, k);
     } else {
       c = smo(off, path, k, parent_exclusive, &parent_replaced);
     }
@@ -218,17 +218,22 @@ Code Apex::smo_locked(std::uint64_t k, bool contract) {
       for (std::uint32_t i = 0; i < m.num_locks; ++i) m.locks[i].writeUnlockObsolete();
       node_smo.unlock();
       retire_node(off);  // A18
-      return Code::ok;
+      if (!contract) return Code::ok;
+      // The new node may still be sparse (an emptied pair merges into an empty node): go on
+      // merging it, so the empty nodes of a parent end as one node, which then collapses the
+      // parent, and so on upwards (each round removes a node; too_sparse ends it).
+      parent_exclusive = false;
+      continue;
     }
     unlock_window(m, {0, m.num_locks - 1});
+    if (c == Code::busy) {  // wants to replace the parent: retry holding it exclusively
+      parent_exclusive = true;
+      continue;
+    }
     if (contract) return Code::ok;  // nothing to merge or shrink (or no space): fine
     if (c == Code::ok) {  // inner expansion: the parent was replaced
       pmeta.obsolete = true;
       return Code::ok;
-    }
-    if (c == Code::busy) {  // wants to replace the parent: retry holding it exclusively
-      parent_exclusive = true;
-      continue;
     }
     if (c == Code::unsupported) {
       // No SMO possible (keys the models cannot separate): stash records for a while.

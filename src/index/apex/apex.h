@@ -204,6 +204,17 @@ inline std::uint8_t fingerprint(std::uint64_t key) {
   return static_cast<std::uint8_t>(h >> 56);
 }
 
+// Test hooks of the recovery walk's start, process-wide, read by the open (issue 18's walk-race
+// test, tests/index/apex/test_apex_crash.cpp). Tracing flavour only: the production and counting
+// libraries never read them. `before_lock` runs on the walker thread before it takes smo_mu_
+// (a test holds the walker there); `skip_open_wait` makes the open return without waiting for
+// the walker to hold smo_mu_: the race 4153ec7 fixed, so the test can show that it fails.
+struct WalkTestHooks {
+  std::function<void()> before_lock;
+  bool skip_open_wait = false;
+};
+WalkTestHooks& walk_test_hooks();
+
 class Apex final : public Index {
  public:
   static pm::Layout layout_for(const Options& options);
@@ -245,7 +256,7 @@ class Apex final : public Index {
     std::uint64_t depth_sum = 0;
     double stash_ratio_sum = 0;
     std::uint64_t expansions = 0, sideways_splits = 0, downward_splits = 0, inner_expansions = 0,
-                  contractions = 0, merges = 0;
+                  contractions = 0, merges = 0, collapses = 0;
   };
   Stats stats() const;
   // Test hook: a raw pointer to the PM record of `key` (nullptr if absent), so a test can
@@ -273,7 +284,7 @@ class Apex final : public Index {
   };
   struct Counters {  // relaxed: statistics
     std::atomic<std::uint64_t> expansions{0}, sideways{0}, downward{0}, inner_expansions{0},
-        contractions{0}, merges{0};
+        contractions{0}, merges{0}, collapses{0};
   };
 
   explicit Apex(std::unique_ptr<pm::Pool> pool);
@@ -460,13 +471,21 @@ class Apex final : public Index {
                       std::uint32_t m, std::uint64_t key);
   Code split_downward(std::uint64_t off, std::uint64_t parent, std::uint32_t s, std::uint32_t e,
                       std::uint64_t key);
-  // Merges the data node `off` (parent slots [s, e]) with its neighbour `other` (slots
-  // [os, oe], adjacent) into one node over both ranges; both old nodes stay for the caller.
-  Code merge_data(std::uint64_t off, std::uint64_t other, std::uint64_t parent, std::uint32_t s,
-                  std::uint32_t e, std::uint32_t os, std::uint32_t oe, std::uint64_t key);
-  // Under the locks smo_locked took on `off`: merge it with a sparse neighbour, or contract it.
-  Code contract_locked(std::uint64_t off, DataMeta& m, std::uint64_t parent, std::uint32_t slot,
-                       std::uint64_t key);
+  // Where a merged node goes: the parent's slot run of the two nodes, or (a collapse) the
+  // grandparent's slot run of the parent, which the merged node then replaces.
+  struct MergeTarget {
+    std::uint64_t node;  // inner node whose slots are switched
+    std::uint32_t s, e;
+    bool collapse;
+  };
+  // Merges the data node `off` with its neighbour `other` (adjacent slot runs of one parent)
+  // into one node over both ranges, linked at `to`; the old nodes stay for the caller.
+  Code merge_data(std::uint64_t off, std::uint64_t other, std::uint64_t parent,
+                  const MergeTarget& to, std::uint64_t key);
+  // Under the locks smo_locked took on `off`: merge it with a sparse neighbour (collapsing the
+  // parent when the two fill it: busy unless the parent is held exclusively), or contract it.
+  Code contract_locked(std::uint64_t off, DataMeta& m, const std::vector<PathStep>& path,
+                       bool parent_exclusive, std::uint64_t key);
   enum class InnerExpansion : std::uint8_t { doubling, extend_right, extend_left };
   Code expand_inner(std::uint64_t off, std::uint64_t parent, std::uint32_t s, std::uint32_t e,
                     std::uint64_t key, InnerExpansion how);
@@ -565,7 +584,8 @@ class Apex final : public Index {
   std::atomic<SmoKind> current_kind_{SmoKind::none};  // relaxed: for the test hook only
   void step(std::string_view name) {
     static constexpr std::string_view kNames[] = {"none", "expand_data", "split_sideways",
-                                                  "split_downward", "expand_inner", "merge"};
+                                                  "split_downward", "expand_inner", "merge",
+                                                  "collapse"};
     if (smo_hook_) {
       smo_hook_(std::string(kNames[static_cast<int>(current_kind_.load(std::memory_order_relaxed))]) +
                 ":" + std::string(name));

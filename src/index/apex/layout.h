@@ -85,7 +85,10 @@ static_assert(stash_ratio_ok(16, 1) && stash_ratio_ok(16, 6) && !stash_ratio_ok(
 enum class SmoStage : std::uint8_t { none = 0, undo = 1, redo = 2 };
 enum class SmoKind : std::uint8_t {
   none = 0, expand_data = 1, split_sideways = 2, split_downward = 3, expand_inner = 4,
-  merge = 5  // two sparse neighbouring data nodes -> one over slots [slot_begin, slot_end]
+  merge = 5,  // two sparse neighbouring data nodes -> one over slots [slot_begin, slot_end]
+  // a merge whose two nodes fill a non-root inner node: the merged node replaces that inner
+  // node (old_node) in its parent (parent), slots [slot_begin, slot_end] (PROTOCOL.md A16c)
+  collapse = 6
 };
 struct SmoLog {
   std::uint64_t stage_kind;

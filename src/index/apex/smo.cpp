@@ -127,6 +127,18 @@ Code Apex::smo(std::uint64_t off, const std::vector<PathStep>& path, std::uint64
     slot_range(grand, parent, path[path.size() - 2].slot, &gs, &ge);
   }
   const bool last_child = e + 1 == p->fanout;
+  // An inner expansion needs one block of twice the parent's size; when the pool has no such
+  // block free (pool_full: the free space is in smaller pieces), the downward split needs only
+  // small ones (a fanout-2 inner node and two data nodes), so it is the fallback.
+  auto expand_parent = [&](InnerExpansion how) {
+    Code c = expand_inner(parent, grand, gs, ge, key, how);
+    *parent_replaced = c == Code::ok;
+    if (c == Code::pool_full) {
+      c = split_downward(off, parent, s, e, key);
+      if (c == Code::unsupported) c = Code::pool_full;
+    }
+    return c;
+  };
   for (std::uint32_t k = 1; k <= 4; ++k) {
     const std::uint64_t f = std::uint64_t{p->fanout} << k;
     if (f > 0xffffffffu || inner_bytes(static_cast<std::uint32_t>(f)) > inner_max_) break;
@@ -140,23 +152,18 @@ Code Apex::smo(std::uint64_t off, const std::vector<PathStep>& path, std::uint64
     // Replacing the parent needs its lock exclusively: ask the caller to retry so.
     if (std::isfinite(scaled.slope) && std::isfinite(scaled.intercept) && separates(scaled)) {
       if (!parent_exclusive) return Code::busy;
-      *parent_replaced = true;
-      return expand_inner(parent, grand, gs, ge, key, InnerExpansion::doubling);
+      return expand_parent(InnerExpansion::doubling);
     }
     if (last_child && separates(pm_model)) {
       if (!parent_exclusive) return Code::busy;
-      *parent_replaced = true;
-      return expand_inner(parent, grand, gs, ge, key, InnerExpansion::extend_right);
+      return expand_parent(InnerExpansion::extend_right);
     }
     const LinearModel shifted{pm_model.slope,
                               pm_model.intercept + static_cast<double>(f - p->fanout)};
     if (s == 0 && std::isfinite(shifted.intercept) && separates(shifted)) {
       if (!parent_exclusive) return Code::busy;
-      const Code c = expand_inner(parent, grand, gs, ge, key, InnerExpansion::extend_left);
-      if (c != Code::unsupported) {
-        *parent_replaced = c == Code::ok;
-        return c;
-      }
+      const Code c = expand_parent(InnerExpansion::extend_left);
+      if (c != Code::unsupported) return c;
     }
   }
   if (Code c = split_downward(off, parent, s, e, key); c != Code::unsupported) return c;
@@ -200,11 +207,14 @@ Code Apex::expand_data(std::uint64_t off, std::uint64_t parent, std::uint32_t s,
   return Code::ok;
 }
 
-Code Apex::contract_locked(std::uint64_t off, DataMeta& m, std::uint64_t parent,
-                           std::uint32_t slot, std::uint64_t key) {
-  // Held: the parent's lock (shared), m.smo_mu and every record lock of `off`. Returns ok when
-  // `off` was replaced (the caller releases its locks obsolete and retires it), unsupported
-  // when nothing was done.
+Code Apex::contract_locked(std::uint64_t off, DataMeta& m, const std::vector<PathStep>& path,
+                           bool parent_exclusive, std::uint64_t key) {
+  // Held: the grandparent's lock (shared), the parent's (shared, or exclusive when
+  // parent_exclusive), m.smo_mu and every record lock of `off`. Returns ok when `off` was
+  // replaced (the caller releases its locks obsolete and retires it), busy when a collapse
+  // needs the parent exclusively, unsupported when nothing was done.
+  const std::uint64_t parent = path.back().inner;
+  const std::uint32_t slot = path.back().slot;
   const DataNode* dn = data(off);
   const InnerNode* p = inner(parent);
   std::uint32_t s = 0, e = 0;
@@ -236,7 +246,20 @@ Code Apex::contract_locked(std::uint64_t off, DataMeta& m, std::uint64_t parent,
     }
     std::uint32_t os = 0, oe = 0;
     slot_range(parent, other, right ? e + 1 : s - 1, &os, &oe);
-    const Code c = merge_data(off, other, parent, s, e, os, oe, key);
+    MergeTarget to{parent, std::min(s, os), std::max(e, oe), false};
+    // Collapse: the two nodes fill a non-root parent, so the merged node (whose range is then
+    // the parent's: children partition their parent's range) replaces the parent itself.
+    if (to.s == 0 && to.e + 1 == p->fanout && path.size() >= 2 &&
+        std::min(dn->lo, on->lo) == p->lo && std::max(dn->hi, on->hi) == p->hi) {
+      if (!parent_exclusive) {  // the parent is replaced: redo the SMO holding it exclusively
+        unlock_window(om, {0, om.num_locks - 1});
+        return Code::busy;
+      }
+      const PathStep& g = path[path.size() - 2];
+      to = {g.inner, 0, 0, true};
+      slot_range(g.inner, parent, g.slot, &to.s, &to.e);
+    }
+    const Code c = merge_data(off, other, parent, to, key);
     if (c != Code::ok) {
       unlock_window(om, {0, om.num_locks - 1});
       return c;
@@ -245,6 +268,11 @@ Code Apex::contract_locked(std::uint64_t off, DataMeta& m, std::uint64_t parent,
     for (std::uint32_t i = 0; i < om.num_locks; ++i) om.locks[i].writeUnlockObsolete();
     other_smo.unlock();
     retire_node(other);  // A18
+    if (to.collapse) {
+      // Under its exclusive lock: SMOs that then take it see the parent replaced and retry.
+      inner_meta_for(parent)->obsolete = true;
+      retire_node(parent);  // A18
+    }
     return Code::ok;
   }
   // 2. Contract: rebuild at density 0.6 if that at least halves the node.
@@ -257,18 +285,19 @@ Code Apex::contract_locked(std::uint64_t off, DataMeta& m, std::uint64_t parent,
 }
 
 Code Apex::merge_data(std::uint64_t off, std::uint64_t other, std::uint64_t parent,
-                      std::uint32_t s, std::uint32_t e, std::uint32_t os, std::uint32_t oe,
-                      std::uint64_t key) {
+                      const MergeTarget& to, std::uint64_t key) {
   const DataNode* a = data(off);
   const DataNode* b = data(other);
   const std::uint64_t lo = std::min(a->lo, b->lo), hi = std::max(a->hi, b->hi);
-  const std::uint32_t first = std::min(s, os), last = std::max(e, oe);
   std::vector<Record> recs;
   collect(off, recs);
   collect(other, recs);
   std::sort(recs.begin(), recs.end(), by_key);
   SmoLog* log = my_log();
-  log_begin(log, SmoKind::merge, off, parent, key, first, last, 0);      // A12
+  // A collapse logs the replaced parent as the old node and the grandparent as the parent:
+  // recovery redoes it as a merge, one publish of new_a into the logged slot run (R3).
+  const SmoKind kind = to.collapse ? SmoKind::collapse : SmoKind::merge;
+  log_begin(log, kind, to.collapse ? parent : off, to.node, key, to.s, to.e, 0);  // A12
   step("undo");
   Code code = Code::ok;
   const std::uint64_t fresh = build_data(recs, lo, hi, kStashMin, slots_for(recs.size()), &code);
@@ -279,14 +308,15 @@ Code Apex::merge_data(std::uint64_t off, std::uint64_t other, std::uint64_t pare
   pm::publish(&log->new_a, fresh);                                       // A14
   pm::persist(&log->new_a, 8);
   step("built");
-  log_stage(log, SmoStage::redo, SmoKind::merge);                        // A15
+  log_stage(log, SmoStage::redo, kind);                                   // A15
   step("redo");
-  switch_children(parent, first, last, fresh);                           // A16
+  switch_children(to.node, to.s, to.e, fresh);                           // A16
   step("switched");
   log_stage(log, SmoStage::none, SmoKind::none);                         // A17
   step("done");
   counters_.merges.fetch_add(1, std::memory_order_relaxed);
-  return Code::ok;  // A18: the caller retires both old nodes
+  if (to.collapse) counters_.collapses.fetch_add(1, std::memory_order_relaxed);
+  return Code::ok;  // A18: the caller retires both old nodes (and a collapsed parent)
 }
 
 Code Apex::split_sideways(std::uint64_t off, std::uint64_t parent, std::uint32_t s,

@@ -244,6 +244,7 @@ Apex::Stats Apex::stats() const {
   s.inner_expansions = counters_.inner_expansions.load(std::memory_order_relaxed);
   s.contractions = counters_.contractions.load(std::memory_order_relaxed);
   s.merges = counters_.merges.load(std::memory_order_relaxed);
+  s.collapses = counters_.collapses.load(std::memory_order_relaxed);
   return s;
 }
 

@@ -6,13 +6,17 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <iostream>
+#include <mutex>
 
 #include "pmindex/crash/index_driver.h"
 #include "index/apex/apex.h"
 #include "index/common/crash_kit.h"
 #include "index/common/hybrid_test_support.h"
+#include "support/temp_dir.h"
 
 namespace pmindex::crash {
 namespace {
@@ -23,7 +27,9 @@ crash_kit::SmoTally::Levels smo_levels(const Index& idx) {
   return {{"expansions", st.expansions},
           {"sideways_splits", st.sideways_splits},
           {"downward_splits", st.downward_splits},
-          {"inner_expansions", st.inner_expansions}};
+          {"inner_expansions", st.inner_expansions},
+          {"merges", st.merges},
+          {"collapses", st.collapses}};
 }
 
 void run(pm::Mode mode, std::uint64_t key_space, const std::string& name,
@@ -72,6 +78,84 @@ TEST(CrashApex, DriverAndKillHarnessCatchLostRecords) {
     st.flags = pm::kStateBuilding;
     pm::set_image_state(image.data(), st);
   }, "apex");
+}
+
+
+// Issue 18, the walk race fixed in 4153ec7: after a clean close the recovery walk compares its
+// node count with the close's, which is sound only if no SMO of the new session precedes the
+// walk, so the open returns only once the walker thread holds smo_mu_. Here the walker is held
+// before it takes the lock (walk_test_hooks().before_lock) until the test's SMO-triggering
+// inserts are done, or 2 s have passed. With the open's wait the open itself waits out those
+// 2 s (the inserts then wait for the walk): every write ok, verify() clean. With the wait
+// skipped (skip_open_wait, the old code's behaviour), the inserts split nodes before the walk
+// and it refuses the sound pool; that variant must fail.
+struct WalkRaceResult {
+  bool writes_ok = true;
+  std::uint64_t smos = 0;  // SMOs the inserts after the open ran
+  Status verified;
+};
+
+WalkRaceResult walk_race(bool skip_open_wait) {
+  pmindex::testing::TempDir dir;
+  Options o;
+  o.kind = "apex";
+  o.node_size = 1024;
+  o.pool_size = 8 << 20;
+  o.path = dir.file("race.pool");
+  {
+    auto idx = Index::open(o);
+    EXPECT_TRUE(idx.ok()) << idx.status().to_string();
+    for (std::uint64_t k = 1; k <= 2000; ++k)
+      EXPECT_EQ((*idx)->insert(encode_u64(k * 1000), encode_u64(k)), Code::ok);
+    EXPECT_TRUE((*idx)->close().ok());
+  }
+  std::mutex mu;
+  std::condition_variable cv;
+  bool go = false;
+  apex::walk_test_hooks().skip_open_wait = skip_open_wait;
+  apex::walk_test_hooks().before_lock = [&] {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait_for(lock, std::chrono::seconds(2), [&] { return go; });
+  };
+  WalkRaceResult r;
+  {
+    auto opened = Index::open(o);
+    apex::walk_test_hooks() = {};
+    EXPECT_TRUE(opened.ok()) << opened.status().to_string();
+    if (!opened.ok()) return r;
+    Index& idx = **opened;
+    // 600 keys between two old ones: the node holding that range expands and splits.
+    for (std::uint64_t k = 1; k <= 600; ++k)
+      r.writes_ok &= idx.insert(encode_u64(500'000 + k), encode_u64(k)) == Code::ok;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      go = true;
+    }
+    cv.notify_all();
+    auto& a = dynamic_cast<apex::Apex&>(idx);
+    a.wait_recovery_walk();
+    const apex::Apex::Stats st = a.stats();
+    r.smos = st.expansions + st.sideways_splits + st.downward_splits + st.inner_expansions;
+    r.verified = idx.verify();
+  }
+  return r;
+}
+
+TEST(ApexWalkRace, SmoInsertsRightAfterOpenWaitForTheWalk) {
+  const WalkRaceResult r = walk_race(/*skip_open_wait=*/false);
+  EXPECT_TRUE(r.writes_ok);
+  EXPECT_GT(r.smos, 0u) << "the inserts ran no SMO: the test would not see the race";
+  EXPECT_TRUE(r.verified.ok()) << r.verified.to_string();
+}
+
+// Known bad: without the open's wait the same inserts precede the walk, which then refuses
+// the pool (before 4153ec7: "recovery found 53 nodes, but the last clean close counted 50").
+TEST(ApexWalkRace, WithoutTheOpenWaitTheWalkRefusesTheSoundPool) {
+  const WalkRaceResult r = walk_race(/*skip_open_wait=*/true);
+  EXPECT_GT(r.smos, 0u);
+  EXPECT_FALSE(r.verified.ok()) << "the race did not show: the test cannot fail";
+  EXPECT_EQ(r.verified.code(), Code::corrupted) << r.verified.to_string();
+  std::cout << "without the wait: " << r.verified.to_string() << "\n";
 }
 
 }  // namespace

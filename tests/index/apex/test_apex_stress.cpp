@@ -9,6 +9,7 @@
 #include <map>
 #include <random>
 #include <thread>
+#include <vector>
 
 #include "index/apex/apex.h"
 #include "pmindex/index.h"
@@ -97,8 +98,8 @@ TEST_P(ApexStress, TwoThreadsAgainstOracles) {
       ASSERT_EQ(got, v);
     }
   }
-  // Phase 2: both threads delete all their keys (merges and contractions race with each
-  // other and with the other thread's lookups and scans).
+  // Phase 2: both threads delete all their keys (merges, collapses of emptied inner nodes and
+  // contractions race with each other and with the other thread's lookups and scans).
   auto drain = [&](int t) {
     auto scope = idx->attach_thread();
     std::string v;
@@ -125,13 +126,63 @@ TEST_P(ApexStress, TwoThreadsAgainstOracles) {
   const apex::Apex::Stats st = dynamic_cast<apex::Apex&>(*idx).stats();
   std::cout << "[ info     ] SMOs: " << st.expansions << " expansions, " << st.sideways_splits
             << " sideways, " << st.downward_splits << " downward, " << st.inner_expansions
-            << " inner expansions, " << st.merges << " merges, " << st.contractions
-            << " contractions\n";
+            << " inner expansions, " << st.merges << " merges (" << st.collapses
+            << " collapses), " << st.contractions << " contractions\n";
   EXPECT_GT(st.expansions + st.sideways_splits + st.downward_splits, 0u);
   EXPECT_GT(st.merges + st.contractions, 0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(NodeSizes, ApexStress, ::testing::Values(2048u, 16384u));
+
+// Issue 19's collapse under concurrency: keys in dense clusters far apart (each cluster makes
+// the root's model route it to one slot, so its node splits downward: inner nodes of their
+// own), then two threads remove interleaved keys while a third finds and scans. Emptied inner
+// nodes collapse while the other remover merges their neighbours and readers descend
+// through them; every remove ok, verify() clean, and collapses ran.
+TEST(ApexStressCollapse, TwoThreadsEmptyInnerNodes) {
+  Options o;
+  o.kind = "apex";
+  o.pool_size = 64 << 20;
+  o.node_size = 1024;
+  auto r = Index::open(o);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  std::unique_ptr<Index> idx = std::move(r).value();
+  std::vector<std::uint64_t> keys;
+  for (std::uint64_t c = 1; c <= 8; ++c)
+    for (std::uint64_t i = 0; i < 600; ++i) keys.push_back((c << 58) + i * 7);
+  for (std::uint64_t k : keys) ASSERT_EQ(idx->insert(encode_u64(k), val(k)), Code::ok);
+  std::atomic<bool> failed{false}, done{false};
+  auto drain = [&](std::size_t t) {
+    auto scope = idx->attach_thread();
+    for (std::size_t i = t; i < keys.size(); i += 2)
+      if (idx->remove(encode_u64(keys[i])) != Code::ok) failed.store(true, std::memory_order_relaxed);
+  };
+  auto read = [&] {
+    auto scope = idx->attach_thread();
+    std::string v;
+    ScanBuffer buf;
+    for (std::size_t i = 0; !done.load(std::memory_order_relaxed); i = (i + 97) % keys.size()) {
+      const Code c = idx->find(encode_u64(keys[i]), &v);
+      if (c != Code::ok && c != Code::not_found) failed.store(true, std::memory_order_relaxed);
+      if (c == Code::ok && v != val(keys[i])) failed.store(true, std::memory_order_relaxed);
+      const std::size_t n = idx->scan(encode_u64(keys[i]), 10, buf);
+      for (std::size_t j = 1; j < n; ++j)
+        if (!(buf.key(j - 1) < buf.key(j))) failed.store(true, std::memory_order_relaxed);
+    }
+  };
+  std::thread reader(read), a(drain, 0), b(drain, 1);
+  a.join();
+  b.join();
+  done.store(true, std::memory_order_relaxed);
+  reader.join();
+  ASSERT_FALSE(failed.load());
+  const Status s = idx->verify();
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  const apex::Apex::Stats st = dynamic_cast<apex::Apex&>(*idx).stats();
+  std::cout << "[ info     ] " << st.merges << " merges (" << st.collapses << " collapses), "
+            << st.inner_nodes << " inner nodes left\n";
+  EXPECT_GT(st.collapses, 0u);
+}
 
 }  // namespace
 }  // namespace pmindex

@@ -86,10 +86,6 @@ const char* known_failure(const Case& c) {
            "dropped (PROTOCOL.md, 'Where this differs' 10), so the emptied leaves left of the "
            "new keys keep their blocks until a restart (recovery drops empty blocks, X4)";
   }
-  if (c.kind == "apex" && c.ascending) {
-    return "apex: 46-75 of 36,178-39,404 ascending re-inserts succeed after removing every "
-           "key (src/index/apex is being changed elsewhere; see the issue 19 report)";
-  }
   return nullptr;
 }
 
@@ -177,7 +173,7 @@ TEST_P(PoolFull, StaysUsableAndReusesSpace) {
 const char* known_sparse_failure(const Case& c) {
   if (c.kind == "nbtree") return "nbtree: 0 of 12,239: leaves are never merged (PROTOCOL 10)";
   if (c.kind == "dptree") return "dptree: 351 of 4,971: half-full leaves are not merged";
-  if (c.kind == "apex") return "apex: 23 of 8,206";
+  if (c.kind == "apex") return "apex: 2,190 of 8,409: half-full nodes merge only below density 0.5";
   if (c.kind == "lbtree") return "lbtree: 7 of 14,280: half-full leaves are not merged";
   if (c.kind == "fptree") return "fptree: 4 of 8,032: half-full leaves are not merged";
   if (c.kind == "part") return "part: 520 of 12,312: half-full leaf nodes stay";
