@@ -23,27 +23,39 @@ crash_kit::SmoTally::Levels split_levels(const Index& idx) {
   return {{"nodes", dynamic_cast<const pactree::PacTree&>(idx).node_count_for_testing()}};
 }
 
-void run(unsigned slots, KeyType kt, pm::Mode mode, std::size_t ops) {
+using Search = PacTreeOptions::SearchLayer;
+
+void run(unsigned slots, KeyType kt, pm::Mode mode, std::size_t ops, Search search = Search::dram) {
   hybrid_test::RegistryCrashRun r;
   r.options.kind = "pactree";
+  r.options.pactree.search_layer = search;
   r.options.node_size = pactree::kHeaderBytes + slots * pactree::kSlotBytes;
   r.options.key_type = kt;
   r.options.max_key_size = 8;
   r.key_space = 24;  // small enough that removes empty nodes (merges) in every seed
   r.mode = mode;
   r.min_ops = ops;
-  r.recovery_crash_images = 40;  // crashes during recovery's repairs (R1, R3)
+  r.recovery_crash_images = 40;  // crashes during recovery's repairs (R1, R3; PM search: R5, R6)
   r.probe = split_levels;
   r.smos = {"nodes+", "nodes-"};
   r.label = "pactree" + std::to_string(slots) + (kt == KeyType::bytes ? ".bytes." : ".") +
-            std::string(pm::to_string(mode));
+            (search == Search::pm ? "pmsearch." : "") + std::string(pm::to_string(mode));
   hybrid_test::run_registry_crash(r);
 }
 
-TEST(CrashPacTree, Slots4Adr) { run(4, KeyType::u64, pm::Mode::adr, 500); }
-TEST(CrashPacTree, Slots4Eadr) { run(4, KeyType::u64, pm::Mode::eadr, 500); }
-TEST(CrashPacTree, Slots4BytesAdr) { run(4, KeyType::bytes, pm::Mode::adr, 500); }
-TEST(CrashPacTree, Slots4BytesEadr) { run(4, KeyType::bytes, pm::Mode::eadr, 500); }
+// Each suite with the search layer in DRAM and in PM (suffix /dram, /pm). The PM search layer
+// runs ADR with u64 keys and eADR with bytes keys only: CI time (each suite is ~15 s under
+// ASan), and the search layer's steps do not depend on the key type beyond its encoding.
+class CrashPacTree : public ::testing::TestWithParam<Search> {};
+std::string search_name(const ::testing::TestParamInfo<Search>& i) {
+  return i.param == Search::pm ? "pm" : "dram";
+}
+TEST_P(CrashPacTree, Slots4Adr) { run(4, KeyType::u64, pm::Mode::adr, 500, GetParam()); }
+TEST_P(CrashPacTree, Slots4BytesEadr) { run(4, KeyType::bytes, pm::Mode::eadr, 500, GetParam()); }
+INSTANTIATE_TEST_SUITE_P(Search, CrashPacTree, ::testing::Values(Search::dram, Search::pm),
+                         search_name);
+TEST(CrashPacTreeDram, Slots4Eadr) { run(4, KeyType::u64, pm::Mode::eadr, 500); }
+TEST(CrashPacTreeDram, Slots4BytesAdr) { run(4, KeyType::bytes, pm::Mode::adr, 500); }
 
 // The driver must catch a pactree-specific loss: cutting the list after the head in every
 // image drops records that completed operations wrote.
