@@ -119,7 +119,7 @@ class PacTree final : public Index {
   // first node with two or more records, 1 drops a search-layer entry, 2 breaks a fingerprint,
   // 3 breaks the second node's prev hint, 4 leaves a log entry in use (never applied), 5 makes
   // a search-layer entry name the wrong node, 6 (PM search layer only) breaks the trie's top
-  // node's type byte.
+  // node's type byte, 7 adds an entry for a key that is no node's anchor.
   void corrupt_for_testing(int what);
   // Where the search layer lives (Root::search_layer, fixed at creation).
   bool search_in_pm() const { return search_.in_pm(); }

@@ -575,6 +575,19 @@ void PacTree::corrupt_for_testing(int what) {
       });
     return;
   }
+  if (what == 7) {  // an entry for a key that is no node's anchor (just above the last one)
+    std::uint64_t last = root_->head;
+    while (node(last)->h.next != 0) last = node(last)->h.next;
+    if (last == root_->head) return;
+    std::string k = key_of(node(last)->h.anchor);
+    if (bytes_) {
+      k.push_back('\0');
+    } else {
+      k = encode_u64(decode_u64(k) + 1);  // tests keep the last anchor below 2^64-1
+    }
+    (void)search_.visit([&](auto& t) { return t.insert(search_key(k), last); });
+    return;
+  }
   if (what == 6) {  // the PM search layer's top node gets an invalid type byte
     const std::uint64_t top = root_->search_top;
     if (search_.in_pm() && top != 0 && !art::is_record(top))

@@ -177,9 +177,9 @@ INSTANTIATE_TEST_SUITE_P(
 // verify() must be able to fail: a key moved into another node's range, a search-layer entry
 // dropped, a fingerprint that no longer matches its key, a wrong prev hint, a log entry left
 // unapplied on an idle index, a search-layer entry naming the wrong node, and (PM search
-// layer) a trie node with a broken type byte.
+// layer) a trie node with a broken type byte, an entry for a key that is no anchor.
 TEST_P(PacTree, VerifyFindsDamage) {
-  for (int what : {0, 1, 2, 3, 4, 5, 6}) {
+  for (int what : {0, 1, 2, 3, 4, 5, 6, 7}) {
     if (what == 6 && GetParam() != Search::pm) continue;
     auto idx = testing::open_or_die(pac_options(4, KeyType::u64));
     ASSERT_NE(idx, nullptr);
@@ -332,11 +332,12 @@ TEST_P(PacTree, SearchLayerIsChosenAtCreation) {
   }
 }
 
-// Recovery never trusts the PM search layer: a missing entry, an entry naming the wrong node
-// and a trie node with a broken type byte, left by a crashed session, are all repaired (the
+// Recovery never trusts the PM search layer: a missing entry, an entry naming the wrong node,
+// a trie node with a broken type byte and an entry for a key that is no anchor, left by a
+// crashed session, are all repaired (the
 // DRAM search layer is rebuilt anyway), and every key is found.
 TEST_P(PacTree, RecoveryRepairsTheSearchLayer) {
-  for (int what : {1, 5, 6}) {
+  for (int what : {1, 5, 6, 7}) {
     TempDir dir;
     Options o = pac_options(4, KeyType::u64);
     o.path = dir.file("repair.pool");
