@@ -112,6 +112,9 @@ std::unique_ptr<Target> make_native_target(const Config& c, const std::string& p
                       : c.pactree_updater == "background" ? pmindex::PacTreeOptions::Updater::background
                                                           : pmindex::PacTreeOptions::Updater::automatic;
   o.pactree.stats = c.pactree_stats;
+  o.pactree.search_layer = c.pactree_search == "pm"     ? pmindex::PacTreeOptions::SearchLayer::pm
+                           : c.pactree_search == "dram" ? pmindex::PacTreeOptions::SearchLayer::dram
+                                                        : pmindex::PacTreeOptions::SearchLayer::automatic;
   o.key_type = c.key_kind() == KeyKind::f64   ? pmindex::KeyType::f64
                : c.key_kind() == KeyKind::bytes ? pmindex::KeyType::bytes
                                                 : pmindex::KeyType::u64;

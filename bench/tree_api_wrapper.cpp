@@ -212,6 +212,15 @@ extern "C" __attribute__((visibility("default"))) tree_api* create_tree(const tr
     o.pactree.updater = v == "sync" ? pmindex::PacTreeOptions::Updater::synchronous
                                     : pmindex::PacTreeOptions::Updater::background;
   }
+  if (const char* u = std::getenv("PMINDEX_PACTREE_SEARCH"); u != nullptr) {
+    const std::string_view v(u);
+    if (v != "dram" && v != "pm") {
+      std::fprintf(stderr, "pmindex tree_api: PMINDEX_PACTREE_SEARCH must be dram or pm, got '%s'\n", u);
+      return nullptr;
+    }
+    o.pactree.search_layer = v == "pm" ? pmindex::PacTreeOptions::SearchLayer::pm
+                                       : pmindex::PacTreeOptions::SearchLayer::dram;
+  }
   const char* stats = std::getenv("PMINDEX_PACTREE_STATS");
   o.pactree.stats = stats != nullptr && std::strcmp(stats, "1") == 0;
   const char* variable = std::getenv("PMINDEX_TREE_VARIABLE_KEYS");

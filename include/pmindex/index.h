@@ -69,8 +69,9 @@ enum class OpenMode : std::uint8_t {
   open,            ///< open; fail if missing
 };
 
-/// PACTree's run-time switches (Options::pactree; not stored in the pool, so each open may pick
-/// its own; src/index/pactree/README.md "Updater").
+/// PACTree's switches (Options::pactree; src/index/pactree/README.md "Updater"). updater and
+/// stats are not stored in the pool, so each open may pick its own; search_layer is fixed at
+/// creation.
 struct PacTreeOptions {
   /// Who applies logged structure changes to the search layer. automatic: the background
   /// thread, except in the tracing flavour, where the writers apply them synchronously (the
@@ -80,6 +81,13 @@ struct PacTreeOptions {
   /// Print one line on stderr at close: updater mode, SMOs applied, pending entries (and their
   /// maximum), last-mile hops, log slots overwritten.
   bool stats = false;
+  /// Where the search layer (the trie of the data nodes' anchors) lives. Chosen when the pool
+  /// is created and recorded in it: dram (rebuilt from the anchors at every open) or pm (the
+  /// trie in the pool: no rebuild). automatic: dram for a new pool, the pool's own at open; an
+  /// explicit choice that differs from an existing pool's is refused (invalid_argument, the
+  /// pool unchanged).
+  enum class SearchLayer : std::uint8_t { automatic, dram, pm };
+  SearchLayer search_layer = SearchLayer::automatic;
 };
 
 /// Everything Index::open needs: which index, where its pool lives, and the limits a new pool

@@ -94,7 +94,12 @@ constexpr std::uint64_t lsn_of(std::uint64_t state) { return state >> 8; }
 //   [ 0, 8) magic "PACTREE1"   [ 8,16) head: the first data node (anchor -inf), never moves
 //   [16,20) node_size          [20,24) max_key_size     [24,28) max_value_size
 //   [28,32) log_ring           [32,48) stamp (the layout id at creation, checked at open)
-//   [48,64) reserved
+//   [48,56) search_top: the PM search layer's root child word (art core; 0 = empty trie, and
+//           always 0 with the DRAM search layer)
+//   [56,60) search_layer: kSearchDram (0) or kSearchPm (1), fixed at creation (pools made
+//           before the PM search layer existed hold 0 here: DRAM)
+//   [60,64) reserved
+// The PM trie's root lock word is volatile and kept in DRAM (PacTree::Search).
 //   [64, 64 + 8 * kMaxThreadSlots) logs: per thread slot, the offset of its SMO log block
 //                                        (kLogRing entries; 0 until the slot first splits)
 struct Root {
@@ -105,13 +110,18 @@ struct Root {
   std::uint32_t max_value_size;
   std::uint32_t log_ring;
   index_common::RootStamp stamp;  // layout id at creation, checked against the header at open
-  std::uint8_t reserved[16];
+  std::uint64_t search_top;
+  std::uint32_t search_layer;
+  std::uint8_t reserved[4];
   std::uint64_t logs[pm::kMaxThreadSlots];
 };
 static_assert(offsetof(Root, node_size) == 16 && offsetof(Root, stamp) == 32 &&
+              offsetof(Root, search_top) == 48 && offsetof(Root, search_layer) == 56 &&
               offsetof(Root, logs) == 64 &&
               sizeof(Root) == 64 + 8 * pm::kMaxThreadSlots);
 static_assert(std::is_standard_layout_v<Root> && std::is_trivially_copyable_v<Root>);
 inline constexpr std::uint64_t kRootMagic = 0x3145455254434150ull;  // "PACTREE1"
+inline constexpr std::uint32_t kSearchDram = 0;
+inline constexpr std::uint32_t kSearchPm = 1;
 
 }  // namespace pmindex::pactree

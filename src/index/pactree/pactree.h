@@ -1,6 +1,7 @@
 // PACTree (Kim et al., SOSP'21): a doubly linked list of 64-slot PM data nodes (the data
 // layer) under a trie of the nodes' anchor keys (the search layer: the shared ART core,
-// src/index/common/art/, in DRAM in this version, rebuilt from the anchors at open). Splits
+// src/index/common/art/, in DRAM (rebuilt from the anchors at open) or in the pool (checked
+// and repaired at open), chosen at creation: Options::pactree.search_layer). Splits
 // and merges are logged in a per-thread persistent SMO log before they change shared PM and reach the
 // search layer in global sequence (LSN) order through the updater; lookups tolerate a lagging
 // search layer by walking right along the list (the last mile). Layouts: layout.h; persistence
@@ -24,7 +25,8 @@
 //   (2) every valid slot's key k satisfies anchor <= k < next.anchor, keys are distinct, and
 //       the slot's fingerprint is fingerprint(k);
 //   (3) the search layer maps exactly the anchors of the non-head nodes to their nodes once
-//       the updater is idle (every SMO log entry free);
+//       the updater is idle (every SMO log entry free; an anchor a full pool kept out of the
+//       PM search layer may be missing); with it in PM, its blocks are in (4);
 //   (4) the PM bytes reachable from the root equal the allocator's bytes in use;
 //   (5) no log slot was reused before its entry was applied (PROTOCOL.md L3).
 // verify() first waits for the background updater to apply what is queued; a held updater
@@ -39,6 +41,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "index/common/art/art_tree.h"
@@ -114,12 +117,46 @@ class PacTree final : public Index {
   }
   // Deliberate damage so a test sees verify() notice it: 0 swaps the first two keys of the
   // first node with two or more records, 1 drops a search-layer entry, 2 breaks a fingerprint,
-  // 3 breaks the second node's prev hint, 4 leaves a log entry in use (never applied).
+  // 3 breaks the second node's prev hint, 4 leaves a log entry in use (never applied), 5 makes
+  // a search-layer entry name the wrong node, 6 (PM search layer only) breaks the trie's top
+  // node's type byte, 7 adds an entry for a key that is no node's anchor.
   void corrupt_for_testing(int what);
+  // Where the search layer lives (Root::search_layer, fixed at creation).
+  bool search_in_pm() const { return search_.in_pm(); }
 
  private:
   using Probe = index_common::KeyCodec::Probe;
-  using SearchTree = art::Tree<art::DramPlacement>;
+  // The search layer: the ART core in DRAM (rebuilt at every open) or in the pool (kept
+  // across restarts), chosen at creation (Root::search_layer; README "Search layer").
+  // visit(f) calls f with the tree in use; both instantiations share every call site.
+  class Search {
+   public:
+    void make_dram(pm::DramArena* arena, std::uint32_t max_key) {
+      pm_.reset();
+      words_[0] = words_[1] = 0;
+      dram_ = std::make_unique<art::Tree<art::DramPlacement>>(
+          art::DramPlacement{arena}, &words_[0], &words_[1], 1, max_key);
+    }
+    // top: Root::search_top. The root lock word is volatile and stays in DRAM (words_[1]):
+    // nothing of it needs to survive, and a lock from a crashed run can never be met.
+    void make_pm(pm::Pool* pool, std::uint64_t* top, std::uint32_t run_tag, std::uint32_t max_key) {
+      dram_.reset();
+      words_[0] = words_[1] = 0;
+      pm_ = std::make_unique<art::Tree<art::PmPlacement>>(art::PmPlacement{pool}, top,
+                                                          &words_[1], run_tag, max_key);
+    }
+    bool in_pm() const { return pm_ != nullptr; }
+    art::Tree<art::PmPlacement>* pm_tree() const { return pm_.get(); }
+    template <class F>
+    decltype(auto) visit(F&& f) const {
+      return pm_ != nullptr ? f(*pm_) : f(*dram_);
+    }
+
+   private:
+    std::uint64_t words_[2] = {0, 0};  // DRAM: the root child word and the root lock word
+    std::unique_ptr<art::Tree<art::DramPlacement>> dram_;
+    std::unique_ptr<art::Tree<art::PmPlacement>> pm_;
+  };
 
   // A search-layer change waiting for its turn (LSN order).
   struct Pending {
@@ -137,7 +174,7 @@ class PacTree final : public Index {
   class Updater {
    public:
     ~Updater() { stop(); }
-    void reset(PacTree* owner, SearchTree* tree, std::uint64_t next) {
+    void reset(PacTree* owner, Search* tree, std::uint64_t next) {
       owner_ = owner;
       tree_ = tree;
       next_apply_ = next;
@@ -156,13 +193,16 @@ class PacTree final : public Index {
     // Entries whose log slot held another LSN when they were applied: a slot reused before
     // its entry was applied (never, unless Faults::reuse_unapplied_log). verify() reports it.
     std::uint64_t overwritten() const { return overwritten_.load(std::memory_order_relaxed); }
+    // Anchors the search layer could not take (PM search layer, pool full): verify() then
+    // accepts them missing.
+    std::uint64_t search_failed() const { return search_failed_.load(std::memory_order_relaxed); }
     bool apply_on_arrival = false;  // Faults (tracing flavour only)
 
    private:
     void run();
     void apply(std::uint64_t lsn, Pending& q);
     PacTree* owner_ = nullptr;
-    SearchTree* tree_ = nullptr;
+    Search* tree_ = nullptr;
     // Spin locks with scheduling points, not std::mutex: the crash simulator's scheduler may
     // park a holder at a PM event inside the critical section, and a waiter must then yield
     // rather than block in the kernel.
@@ -179,11 +219,13 @@ class PacTree final : public Index {
     std::atomic<std::size_t> max_pending_{0};
     std::atomic<std::uint64_t> applied_{0};
     std::atomic<std::uint64_t> overwritten_{0};
+    std::atomic<std::uint64_t> search_failed_{0};
   };
 
   explicit PacTree(std::unique_ptr<pm::Pool> pool);
   Status init_root(const Options& o);
-  void configure(Root* r);
+  // run_tag: the PM search layer's lock-word tag for this run (art::run_tag).
+  void configure(Root* r, std::uint32_t run_tag);
   static UpdaterMode initial_updater_mode(const Options& o);
 
   // keys and nodes
@@ -235,15 +277,30 @@ class PacTree final : public Index {
   void print_stats() const;
 
   // recovery and verification (recovery.cpp)
-  Status repair_logs(Root* r, std::uint64_t* repaired);
-  Status rebuild(Root* r);
+  using Anchors = std::unordered_map<std::string, std::uint64_t>;  // search key -> live node
+  using Records = std::vector<std::pair<std::string, std::uint64_t>>;
+  // R1. With the PM search layer, entries whose SMO stands but whose search-layer step may
+  // not have happened stay in use and are listed in *owed (freed at R6); with the DRAM one
+  // (rebuilt) every entry is freed.
+  Status repair_logs(Root* r, std::uint64_t* repaired, std::vector<LogEntry*>* owed);
+  Status logged_anchor(const LogEntry& e, std::string* anchor) const;
+  // R2-R4; *anchors (PM search layer only) receives every live node's search key.
+  Status rebuild(Root* r, Anchors* anchors);
+  // R5 (before finish_recovery): the PM search layer is walked and checked, and every block
+  // of it marked; each record must name the live node of its anchor, others go to *stale.
+  // A damaged trie marks nothing and is cut off.
+  Status adopt_pm_search(const Anchors& live, Records* stale);
+  // R6 (after finish_recovery): stale records removed, missing anchors inserted (the logged
+  // SMOs' owed steps among them), then the owed log entries freed.
+  Status finish_pm_search(const Anchors& live, const Records& stale,
+                          const std::vector<LogEntry*>& owed);
   // Records and nodes on the PM list, read-only (close, quiescent); kNoCount if the list
   // fails its bounded walk.
   void count_list(std::uint64_t* records, std::uint64_t* nodes) const;
   Status check_node(std::uint64_t off, std::string_view lo, bool has_lo,
                     std::string* hi_out) const;
   Status verify_list(std::vector<std::uint64_t>* nodes, std::uint64_t* reachable) const;
-  Status verify_search(const std::vector<std::uint64_t>& nodes) const;
+  Status verify_search(const std::vector<std::uint64_t>& nodes, std::uint64_t* reachable) const;
 
   std::unique_ptr<pm::Pool> pool_;
   Root* root_ = nullptr;
@@ -255,10 +312,8 @@ class PacTree final : public Index {
   unsigned slots_ = kMaxSlots;
   std::uint64_t full_ = ~std::uint64_t{0};
   std::unique_ptr<index_common::LeafVersions> versions_;
-  // The DRAM search layer: its arena, root child word and root lock word.
-  pm::DramArena arena_;
-  std::uint64_t search_words_[2] = {0, 0};
-  std::unique_ptr<SearchTree> search_;
+  pm::DramArena arena_;  // the DRAM search layer's nodes and records
+  Search search_;
   Updater updater_;
   Faults faults_;
   std::atomic<std::uint64_t> next_lsn_{1};

@@ -29,6 +29,19 @@ std::uint32_t max_key_of(const Options& o) {
 std::size_t block_bytes(std::size_t request) {
   return pm::Allocator::class_size(pm::Allocator::class_of(request));
 }
+const char* search_name(std::uint32_t placement) { return placement == kSearchPm ? "pm" : "dram"; }
+// The search layer's placement is the pool's (Root::search_layer): an explicit request for
+// the other one is refused before anything is written.
+Status check_search_choice(const Options& o, std::uint32_t pool_placement) {
+  using S = PacTreeOptions::SearchLayer;
+  if (o.pactree.search_layer == S::automatic) return Status::Ok();
+  const std::uint32_t want = o.pactree.search_layer == S::pm ? kSearchPm : kSearchDram;
+  if (want == pool_placement) return Status::Ok();
+  return Status(Code::invalid_argument,
+                std::string("pactree: the pool's search layer is in ") +
+                    search_name(pool_placement) + " (chosen at creation); Options::pactree." +
+                    "search_layer asks for " + search_name(want));
+}
 }  // namespace
 
 pm::Layout PacTree::layout_for(const Options& o) {
@@ -56,7 +69,7 @@ std::size_t PacTree::default_pool_size(const Options& o) {
   return std::max<std::size_t>(std::size_t{16} << 20, o.expected_records * per_record * 2);
 }
 
-void PacTree::configure(Root* r) {
+void PacTree::configure(Root* r, std::uint32_t run_tag) {
   root_ = r;
   bytes_ = pool_->info().layout.key_mode == KeyType::bytes;
   keys_.configure(pool_.get(), pool_->info().layout.key_mode, r->max_key_size);
@@ -66,11 +79,13 @@ void PacTree::configure(Root* r) {
   slots_ = slots_of(node_size_);
   full_ = slots_ == 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << slots_) - 1;
   versions_ = std::make_unique<index_common::LeafVersions>(pool_->size());
-  search_words_[0] = search_words_[1] = 0;
-  search_ = std::make_unique<SearchTree>(art::DramPlacement{&arena_}, &search_words_[0],
-                                         &search_words_[1], 1,
-                                         bytes_ ? 2 * r->max_key_size + 1 : 8);
-  updater_.reset(this, search_.get(), next_lsn_.load(std::memory_order_relaxed));  // relaxed: no
+  const std::uint32_t search_max_key = bytes_ ? 2 * r->max_key_size + 1 : 8;
+  if (r->search_layer == kSearchPm) {
+    search_.make_pm(pool_.get(), &r->search_top, run_tag, search_max_key);
+  } else {
+    search_.make_dram(&arena_, search_max_key);
+  }
+  updater_.reset(this, &search_, next_lsn_.load(std::memory_order_relaxed));  // relaxed: no
   // operation runs yet
 }
 
@@ -105,9 +120,11 @@ Status PacTree::init_root(const Options& o) {
   pm::store(&r->max_value_size, o.max_value_size);
   pm::store(&r->log_ring, static_cast<std::uint32_t>(kLogRing));
   pm::store(&r->stamp, index_common::make_root_stamp(pool_->info().layout));
+  pm::store(&r->search_layer, o.pactree.search_layer == PacTreeOptions::SearchLayer::pm
+                                  ? kSearchPm : kSearchDram);  // search_top: 0, an empty trie
   pm::persist(r, sizeof(Root));  // C2
   pool_->set_root(root);         // C3: published in the pool header
-  configure(r);
+  configure(r, art::run_tag(pool_->generation()));
   return Status::Ok();
 }
 
@@ -144,20 +161,35 @@ Result<std::unique_ptr<Index>> PacTree::recover(std::unique_ptr<pm::Pool> pool,
   const bool fixed = p.info().layout.key_mode != KeyType::bytes;
   if (r->node_size != p.info().layout.node_size || !valid_node_size(r->node_size) ||
       r->max_key_size > kMaxKeyBytes || (fixed && r->max_key_size != 8) ||
-      !index_common::ValueCodec::valid_limit(r->max_value_size) || r->log_ring != kLogRing)
+      !index_common::ValueCodec::valid_limit(r->max_value_size) || r->log_ring != kLogRing ||
+      r->search_layer > kSearchPm || (r->search_layer == kSearchDram && r->search_top != 0))
     return p.error(Code::corrupted, "pactree root holds impossible sizes");
-  idx->configure(r);
+  if (Status s = check_search_choice(o, r->search_layer); !s.ok()) return s;  // pool unchanged
+  // The PM search layer's lock tag: this open's generation (the one commit_open records, one
+  // past the last open's) plus 16 random bits, so no lock word of an earlier run reads as
+  // this run's.
+  idx->configure(r, art::run_tag(p.generation()));
+  const bool pm_search = r->search_layer == kSearchPm;
   p.allocator().begin_recovery(/*start_now=*/false);
   if (p.allocator().mark_reachable(root_off, sizeof(Root)) != Code::ok)
     return p.error(Code::corrupted, "pactree root object cannot be marked");
-  if (Status s = idx->repair_logs(r, &idx->recovery_.repaired); !s.ok()) return s;
-  if (Status s = idx->rebuild(r); !s.ok()) return s;
+  std::vector<LogEntry*> owed;
+  if (Status s = idx->repair_logs(r, &idx->recovery_.repaired, &owed); !s.ok()) return s;
+  Anchors live;
+  if (Status s = idx->rebuild(r, &live); !s.ok()) return s;
+  Records stale;
+  if (pm_search) {
+    if (Status s = idx->adopt_pm_search(live, &stale); !s.ok()) return s;
+  }
   // A list cut short after a clean close is refused (before finish_recovery frees anything).
   if (Status s = index_common::check_close_counts(p, "pactree", idx->recovery_.records,
                                                   idx->recovery_.nodes);
       !s.ok())
     return s;
   if (Status s = p.allocator().finish_recovery(); !s.ok()) return s;
+  if (pm_search) {  // allocates trie nodes: only once the allocator knows what is free
+    if (Status s = idx->finish_pm_search(live, stale, owed); !s.ok()) return s;
+  }
   p.commit_open();
   idx->recovery_.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -167,10 +199,16 @@ Result<std::unique_ptr<Index>> PacTree::recover(std::unique_ptr<pm::Pool> pool,
 
 // R1: every logged split is finished (linked: the moved records leave the old node) or
 // forgotten (not linked: the new node and its anchor are unreachable and the allocator frees
-// them). Entries past S7 need nothing: the DRAM search layer is rebuilt from the list. Every
-// entry ends free, so no stale entry is ever read again.
-Status PacTree::repair_logs(Root* r, std::uint64_t* repaired) {
+// them); every logged merge is finished (unlinked) or undone. With the DRAM search layer
+// (rebuilt from the list) every entry is then freed, so no stale entry is ever read again.
+// With the PM search layer an SMO whose data-layer change stands owes its search-layer step
+// (it may or may not have happened): the entry stays in use and goes to *owed, freed at R6
+// once the trie matches the list. The step itself is not taken from the entry: a merged
+// node's anchor record is unreachable, so freed at finish_recovery (and, after a crash
+// during R6, perhaps reused); the list's anchors and the trie walk say what is owed.
+Status PacTree::repair_logs(Root* r, std::uint64_t* repaired, std::vector<LogEntry*>* owed) {
   pm::Pool& p = *pool_;
+  const bool pm_search = search_.in_pm();
   const std::size_t ring_bytes = kLogRing * sizeof(LogEntry);
   for (std::size_t t = 0; t < pm::kMaxThreadSlots; ++t) {
     const std::uint64_t block = r->logs[t];
@@ -182,44 +220,51 @@ Status PacTree::repair_logs(Root* r, std::uint64_t* repaired) {
       LogEntry& e = ring[j];
       const std::uint64_t stage = stage_of(e.state);
       if (e.state == 0) continue;
-      if (stage == kStageSplitLogged) {
-        DataNode* left = p.checked<DataNode>(e.left, node_size_, 256);
-        DataNode* right = p.checked<DataNode>(e.right, node_size_, 256);
-        if (left == nullptr || right == nullptr)
-          return p.error(Code::corrupted, "pactree SMO log names a node out of bounds");
-        if (left->h.next == e.right) {  // S4 reached: finish S5 from the node's own bits
-          const std::string anchor = key_of(e.anchor);
-          std::uint64_t bits = left->h.bitmap & full_;
-          for (std::uint64_t b = bits; b != 0; b &= b - 1) {
-            const int i = std::countr_zero(b);
-            if (key_of(left->slots[i].key) >= anchor) bits &= ~(std::uint64_t{1} << i);
-          }
-          pm::publish(&left->h.bitmap, bits);
-          pm::persist(&left->h.bitmap, 8);  // R1: S5 redone
-        }
-        ++*repaired;
-      } else if (stage == kStageMergeLogged) {
-        DataNode* left = p.checked<DataNode>(e.left, node_size_, 256);
-        if (left == nullptr)
-          return p.error(Code::corrupted, "pactree SMO log names a node out of bounds");
-        if (left->h.next == e.right) {  // M4 not reached: undo M3 (the copies leave again)
-          const std::string anchor = key_of(e.anchor);
-          std::uint64_t bits = left->h.bitmap & full_;
-          for (std::uint64_t b = bits; b != 0; b &= b - 1) {
-            const int i = std::countr_zero(b);
-            if (key_of(left->slots[i].key) >= anchor) bits &= ~(std::uint64_t{1} << i);
-          }
-          pm::publish(&left->h.bitmap, bits);
-          pm::persist(&left->h.bitmap, 8);  // R1: M3 undone
-        }
-        ++*repaired;
-      } else if (stage != kStageSplitDone && stage != kStageMergeDone) {
+      if (stage != kStageSplitLogged && stage != kStageSplitDone &&
+          stage != kStageMergeLogged && stage != kStageMergeDone)
         return p.error(Code::corrupted, "pactree SMO log entry in an unknown stage");
+      DataNode* left = p.checked<DataNode>(e.left, node_size_, 256);
+      DataNode* right = p.checked<DataNode>(e.right, node_size_, 256);
+      if (left == nullptr || right == nullptr)
+        return p.error(Code::corrupted, "pactree SMO log names a node out of bounds");
+      const bool split = stage == kStageSplitLogged || stage == kStageSplitDone;
+      // A split stands once S4 linked the new node; a merge once M4 unlinked the right one.
+      bool stands = stage == kStageSplitDone || stage == kStageMergeDone;
+      if (stage == kStageSplitLogged || stage == kStageMergeLogged) {
+        const bool linked = left->h.next == e.right;
+        stands = split ? linked : !linked;
+        if (linked) {  // S5 redone (split) or M3 undone (merge): the same bits leave X
+          std::string anchor;
+          if (Status s = logged_anchor(e, &anchor); !s.ok()) return s;
+          std::uint64_t bits = left->h.bitmap & full_;
+          for (std::uint64_t b = bits; b != 0; b &= b - 1) {
+            const int i = std::countr_zero(b);
+            if (key_of(left->slots[i].key) >= anchor) bits &= ~(std::uint64_t{1} << i);
+          }
+          pm::publish(&left->h.bitmap, bits);
+          pm::persist(&left->h.bitmap, 8);  // R1: S5 redone / M3 undone
+        }
+        ++*repaired;
+      }
+      if (pm_search && stands) {
+        owed->push_back(&e);
+        continue;  // freed at R6, after its search-layer step
       }
       pm::publish(&e.state, 0);
       pm::persist(&e.state, 8);  // R1: the entry is free
     }
   }
+  return Status::Ok();
+}
+
+// A log entry's anchor key, its record checked first (bytes keys: never trust PM).
+Status PacTree::logged_anchor(const LogEntry& e, std::string* out) const {
+  if (bytes_) {
+    std::string_view stored;
+    if (!index_common::read_record(*pool_, e.anchor, keys_.max_key(), &stored))
+      return pool_->error(Code::corrupted, "pactree SMO log anchor record unreadable");
+  }
+  *out = key_of(e.anchor);
   return Status::Ok();
 }
 
@@ -260,8 +305,9 @@ Status PacTree::check_node(std::uint64_t off, std::string_view lo, bool has_lo,
 }
 
 // R2-R4: walk the list (bounds, cycles, order), mark every reachable block, repair prev hints
-// and build the DRAM search layer from the anchors.
-Status PacTree::rebuild(Root* r) {
+// and build the DRAM search layer from the anchors (the PM one: collect them for R5-R6).
+Status PacTree::rebuild(Root* r, Anchors* anchors) {
+  const bool pm_search = search_.in_pm();
   pm::Pool& p = *pool_;
   pm::Allocator& al = p.allocator();
   std::unordered_set<std::uint64_t> seen;
@@ -290,8 +336,12 @@ Status PacTree::rebuild(Root* r) {
       pm::publish(&n->h.prev, prev);
       pm::persist(&n->h.prev, 8);  // R3: the prev hint repaired
     }
-    if (prev != 0 && search_->insert(search_key(lo), off) != Code::ok)
-      return p.error(Code::corrupted, "pactree search layer rebuild failed");
+    if (prev != 0 && pm_search) {
+      (*anchors)[search_key(lo)] = off;
+    } else if (prev != 0 &&
+               search_.visit([&](auto& t) { return t.insert(search_key(lo), off); }) != Code::ok) {
+      return p.error(Code::corrupted, "pactree search layer rebuild failed");  // R4
+    }
     prev = off;
     lo = std::move(hi);
     off = n->h.next;
@@ -299,6 +349,75 @@ Status PacTree::rebuild(Root* r) {
   recovery_.records = records;
   set_recovered_records(records);  // size()
   recovery_.nodes = seen.size();
+  return Status::Ok();
+}
+
+// R5: the PM search layer is checked as the part index's recovery walk does (bounds,
+// alignment, types, depth bounded by the key limit, no node reached twice) and as verify()
+// does (records carry their path, keys in order), and its blocks are marked, all or none. A
+// record must name the live node of its anchor; any other (a merged node's anchor whose
+// removal was owed, a damaged value) is listed in *stale. A damaged trie is cut off
+// (search_top = 0, persisted) and none of its blocks is marked, so finish_recovery frees them
+// and R6 builds the trie again from the anchors.
+Status PacTree::adopt_pm_search(const Anchors& live, Records* stale) {
+  pm::Pool& p = *pool_;
+  art::Tree<art::PmPlacement>& tree = *search_.pm_tree();
+  std::vector<std::pair<std::uint64_t, std::size_t>> blocks;
+  std::unordered_set<std::uint64_t> nodes;
+  std::string damage =
+      tree.walk([&](std::uint64_t ref, std::size_t bytes, bool is_record, std::uint64_t value) {
+        if (!is_record && !nodes.insert(ref).second) return false;  // reached twice
+        blocks.emplace_back(ref, bytes);
+        if (!is_record) return true;
+        const auto* rec = p.at<const art::Record>(ref);  // bounds checked by the walk
+        std::string key(rec->key(), rec->key_len);
+        const auto it = live.find(key);
+        if (it == live.end() || it->second != value) stale->emplace_back(std::move(key), value);
+        return true;
+      });
+  // The walk checks each node alone; the full check adds what a descent relies on (every
+  // record's key carries its path, child order), so a trie that would misroute is rebuilt.
+  if (damage.empty()) damage = tree.verify(nullptr, /*allow_stale=*/true, nullptr, nullptr);
+  if (!damage.empty()) {
+    stale->clear();
+    pm::publish(&root_->search_top, 0);
+    pm::persist(&root_->search_top, 8);  // R5: the damaged trie is cut off, rebuilt at R6
+    ++recovery_.repaired;
+    return Status::Ok();
+  }
+  for (const auto& [ref, bytes] : blocks)
+    if (p.allocator().mark_reachable(ref, bytes) != Code::ok)
+      return p.error(Code::corrupted, "pactree search layer overlaps another block");
+  return Status::Ok();
+}
+
+// R6 (the allocator recovered, so the trie may allocate): the stale records go (a removal
+// takes only a record that still names the stale node), every live anchor the trie lacks or
+// maps elsewhere is inserted or rewritten (P8), and only then are the owed entries freed.
+// Each step is idempotent: a crash anywhere here leaves the entries in use, and R1-R6 run
+// again to the same end, whether a step had happened once, twice or not at all.
+Status PacTree::finish_pm_search(const Anchors& live, const Records& stale,
+                                 const std::vector<LogEntry*>& owed) {
+  art::Tree<art::PmPlacement>& tree = *search_.pm_tree();
+  for (const auto& [key, node] : stale) {
+    std::uint64_t v = 0, old = 0;
+    if (tree.find(key, &v) == Code::ok && v == node) (void)tree.remove(key, &old);
+  }
+  for (const auto& [key, node] : live) {
+    std::uint64_t v = 0, old = 0;
+    const Code found = tree.find(key, &v);
+    if (found == Code::ok && v == node) continue;
+    const Code c = found == Code::ok ? tree.update(key, node, &old) : tree.insert(key, node);
+    if (c != Code::ok)
+      return pool_->error(c == Code::pool_full ? Code::pool_full : Code::corrupted,
+                          "pactree: the PM search layer could not be recovered (" +
+                              std::string(to_string(c)) + ")");
+  }
+  tree.epochs().drain();  // removed records and replaced nodes are freed before serving
+  for (LogEntry* e : owed) {
+    pm::publish(&e->state, 0);
+    pm::persist(&e->state, 8);  // R6: the entry's search-layer step is done
+  }
   return Status::Ok();
 }
 
@@ -363,22 +482,43 @@ Status PacTree::verify_list(std::vector<std::uint64_t>* nodes, std::uint64_t* re
   return Status::Ok();
 }
 
-Status PacTree::verify_search(const std::vector<std::uint64_t>& nodes) const {
-  if (std::string e = search_->verify(nullptr, false, nullptr, nullptr); !e.empty())
-    return pool_->error(Code::corrupted, "pactree search layer: " + e);
+// Invariant (3): the search layer maps the anchor of every non-head node to that node and
+// holds nothing else (an anchor the PM search layer could not take for lack of space may be
+// missing: a lag the last mile absorbs, counted by the updater). With the PM search layer its
+// blocks are added to *reachable.
+Status PacTree::verify_search(const std::vector<std::uint64_t>& nodes,
+                              std::uint64_t* reachable) const {
+  const bool pm_search = search_.in_pm();
+  // A crash between a prefix split's two steps leaves a stale prefix in the PM trie until a
+  // writer repairs it (part PROTOCOL.md P7): legal there.
+  const std::string e = search_.visit(
+      [&](auto& t) { return t.verify(nullptr, /*allow_stale=*/pm_search, nullptr, nullptr); });
+  if (!e.empty()) return pool_->error(Code::corrupted, "pactree search layer: " + e);
   std::vector<std::pair<std::string, std::uint64_t>> entries;
-  (void)search_->scan("", ~std::size_t{0}, [&](std::string_view k, std::uint64_t w) {
-    entries.emplace_back(std::string(k), w);
+  (void)search_.visit([&](auto& t) {
+    return t.scan("", ~std::size_t{0}, [&](std::string_view k, std::uint64_t w) {
+      entries.emplace_back(std::string(k), w);
+    });
   });
-  if (entries.size() + 1 != nodes.size())
+  const bool lag_allowed = updater_.search_failed() != 0;
+  if (entries.size() + 1 != nodes.size() && !(lag_allowed && entries.size() + 1 < nodes.size()))
     return pool_->error(Code::corrupted, "pactree search layer holds " +
                                              std::to_string(entries.size()) + " anchors for " +
                                              std::to_string(nodes.size()) + " nodes");
-  // Ascending encoded keys are descending anchors: the nodes from the last to the second.
-  for (std::size_t i = 0; i < entries.size(); ++i) {
-    const std::uint64_t off = nodes[nodes.size() - 1 - i];
-    if (entries[i].second != off || entries[i].first != search_key(key_of(node(off)->h.anchor)))
+  std::unordered_map<std::uint64_t, std::size_t> live;  // node -> its position in the list
+  for (std::size_t i = 1; i < nodes.size(); ++i) live[nodes[i]] = i;
+  for (const auto& [key, off] : entries) {
+    const auto it = live.find(off);
+    if (it == live.end() || key != search_key(key_of(node(off)->h.anchor)))
       return pool_->error(Code::corrupted, "pactree search layer entry does not match its node");
+  }
+  if (pm_search) {
+    const std::string w = search_.pm_tree()->walk(
+        [&](std::uint64_t, std::size_t bytes, bool, std::uint64_t) {
+          *reachable += block_bytes(bytes);
+          return true;
+        });
+    if (!w.empty()) return pool_->error(Code::corrupted, "pactree search layer: " + w);
   }
   return Status::Ok();
 }
@@ -392,10 +532,11 @@ Status PacTree::verify() const {
                                              std::to_string(updater_.overwritten()) +
                                              " SMO log entries overwritten before applied");
   epochs_.drain();  // retired records are freed, so the allocator's count is exact
+  search_.visit([](auto& t) { t.epochs().drain(); });  // and the trie's retired nodes
   std::vector<std::uint64_t> nodes;
   std::uint64_t reachable = 0;
   if (Status s = verify_list(&nodes, &reachable); !s.ok()) return s;
-  if (Status s = verify_search(nodes); !s.ok()) return s;
+  if (Status s = verify_search(nodes, &reachable); !s.ok()) return s;
   const std::uint64_t in_use = pool_->allocator().stats().bytes_in_use;
   if (in_use != reachable)
     return pool_->error(Code::corrupted, "pactree verify: " + std::to_string(in_use) +
@@ -418,7 +559,39 @@ void PacTree::corrupt_for_testing(int what) {
     std::uint64_t last = root_->head;
     while (node(last)->h.next != 0) last = node(last)->h.next;
     std::uint64_t old = 0;
-    if (last != root_->head) (void)search_->remove(search_key(key_of(node(last)->h.anchor)), &old);
+    if (last != root_->head)
+      (void)search_.visit([&](auto& t) {
+        return t.remove(search_key(key_of(node(last)->h.anchor)), &old);
+      });
+    return;
+  }
+  if (what == 5) {  // the last node's anchor names the head node in the search layer
+    std::uint64_t last = root_->head;
+    while (node(last)->h.next != 0) last = node(last)->h.next;
+    std::uint64_t old = 0;
+    if (last != root_->head)
+      (void)search_.visit([&](auto& t) {
+        return t.update(search_key(key_of(node(last)->h.anchor)), root_->head, &old);
+      });
+    return;
+  }
+  if (what == 7) {  // an entry for a key that is no node's anchor (just above the last one)
+    std::uint64_t last = root_->head;
+    while (node(last)->h.next != 0) last = node(last)->h.next;
+    if (last == root_->head) return;
+    std::string k = key_of(node(last)->h.anchor);
+    if (bytes_) {
+      k.push_back('\0');
+    } else {
+      k = encode_u64(decode_u64(k) + 1);  // tests keep the last anchor below 2^64-1
+    }
+    (void)search_.visit([&](auto& t) { return t.insert(search_key(k), last); });
+    return;
+  }
+  if (what == 6) {  // the PM search layer's top node gets an invalid type byte
+    const std::uint64_t top = root_->search_top;
+    if (search_.in_pm() && top != 0 && !art::is_record(top))
+      pool_->at<art::NodeHeader>(art::target_of(top))->type = 0x7f;
     return;
   }
   if (what == 3) {  // the second node's prev hint names itself
@@ -447,12 +620,12 @@ void PacTree::corrupt_for_testing(int what) {
 
 IndexRegistry::Entry PacTree::registry_entry() {
   return {"pactree",
-          "PACTree: trie search layer (ART core, DRAM) over a doubly linked list of 64-slot PM "
+          "PACTree: trie search layer (ART core, DRAM or PM) over a doubly linked list of 64-slot PM "
           "data nodes, logged splits and merges applied in LSN order by a background updater",
           &PacTree::layout_for, &PacTree::validate, &PacTree::default_pool_size,
           &PacTree::create, &PacTree::recover,
-          {.architecture = "trie over a linked list; DRAM (search layer: ART of anchors) + PM "
-                           "(data layer)",
+          {.architecture = "trie over a linked list; DRAM or PM, chosen at creation (search "
+                           "layer: ART of anchors) + PM (data layer)",
            .node_structure = "64-slot unsorted data nodes: bitmap, 1-byte fingerprints (SIMD), "
                              "8-byte key and value words inline; anchor key, next and prev",
            .concurrency = "optimistic node versions (DRAM) + node locks; search layer OLC; "
@@ -460,7 +633,8 @@ IndexRegistry::Entry PacTree::registry_entry() {
            .variable_keys = "pointer (PM key records)",
            .allocator = traits::kPmindexAllocator,
            .numa = "no (one pool and one updater per index object)",
-           .recovery = "SMO log repair, list walk; DRAM search layer rebuilt from anchors"}};
+           .recovery = "SMO log repair, list walk; DRAM search layer rebuilt from anchors, "
+                       "PM search layer walked and owed log entries re-applied"}};
 }
 
 }  // namespace pmindex::pactree

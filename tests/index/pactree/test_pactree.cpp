@@ -2,7 +2,8 @@
 // key not found; keys 0 and 2^64-1, the empty key and keys with NUL bytes), randomized runs
 // against std::map with small nodes (splits within a few inserts) and verify() after every
 // op, reopen after close and after a crash, a split interrupted at each step and finished or
-// forgotten by recovery, and damage verify() must find.
+// forgotten by recovery, and damage verify() must find. Every test runs with the search layer
+// in DRAM and in PM (Options::pactree.search_layer, the suffix /dram or /pm).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -23,8 +24,12 @@ using testing::MapChecker;
 using testing::RandomPlan;
 using testing::TempDir;
 
+using Search = PacTreeOptions::SearchLayer;
+Search g_search = Search::dram;  // the running test's placement (set by the fixtures)
+
 Options pac_options(std::uint32_t slots, KeyType kt, std::uint32_t max_value = 8) {
   Options o;
+  o.pactree.search_layer = g_search;
   o.kind = "pactree";
   o.node_size = pactree::kHeaderBytes + slots * pactree::kSlotBytes;
   o.pool_size = 32 << 20;
@@ -36,7 +41,17 @@ Options pac_options(std::uint32_t slots, KeyType kt, std::uint32_t max_value = 8
 
 pactree::PacTree& as_pac(Index& idx) { return dynamic_cast<pactree::PacTree&>(idx); }
 
-TEST(PacTree, AbsentKeysAreNotFound) {
+class PacTree : public ::testing::TestWithParam<Search> {
+ protected:
+  void SetUp() override { g_search = GetParam(); }
+  void TearDown() override { g_search = Search::dram; }
+};
+std::string search_name(const ::testing::TestParamInfo<Search>& i) {
+  return i.param == Search::pm ? "pm" : "dram";
+}
+INSTANTIATE_TEST_SUITE_P(Search, PacTree, ::testing::Values(Search::dram, Search::pm), search_name);
+
+TEST_P(PacTree, AbsentKeysAreNotFound) {
   auto idx = testing::open_or_die(pac_options(4, KeyType::u64));
   ASSERT_NE(idx, nullptr);
   std::string v = "untouched";
@@ -52,7 +67,7 @@ TEST(PacTree, AbsentKeysAreNotFound) {
   EXPECT_TRUE(idx->verify().ok());
 }
 
-TEST(PacTree, EdgeKeysInU64Mode) {
+TEST_P(PacTree, EdgeKeysInU64Mode) {
   auto idx = testing::open_or_die(pac_options(4, KeyType::u64));
   ASSERT_NE(idx, nullptr);
   const std::uint64_t keys[] = {0, ~std::uint64_t{0}, 1, std::uint64_t{1} << 63, 0xff00ff00ff00ff00ull, 256,
@@ -76,7 +91,7 @@ TEST(PacTree, EdgeKeysInU64Mode) {
   EXPECT_TRUE(idx->verify().ok());
 }
 
-TEST(PacTree, EmptyAndNulKeysInBytesMode) {
+TEST_P(PacTree, EmptyAndNulKeysInBytesMode) {
   auto idx = testing::open_or_die(pac_options(4, KeyType::bytes));
   ASSERT_NE(idx, nullptr);
   const std::string keys[] = {std::string(), std::string(1, '\0'), std::string(2, '\0'),
@@ -97,7 +112,12 @@ TEST(PacTree, EmptyAndNulKeysInBytesMode) {
   EXPECT_TRUE(idx->verify().ok());
 }
 
-class Randomized : public ::testing::TestWithParam<std::tuple<unsigned, KeyType, std::uint32_t>> {};
+using Shape = std::tuple<unsigned, KeyType, std::uint32_t>;  // slots, key type, max value
+class Randomized : public ::testing::TestWithParam<std::tuple<Shape, Search>> {
+ protected:
+  void SetUp() override { g_search = std::get<1>(GetParam()); }
+  void TearDown() override { g_search = Search::dram; }
+};
 
 std::string random_key(KeyType kt, std::mt19937_64& rng) {
   if (kt == KeyType::f64) return encode_f64(static_cast<double>(rng() % 3000) - 1500.5);
@@ -108,7 +128,7 @@ std::string random_key(KeyType kt, std::mt19937_64& rng) {
 }
 
 TEST_P(Randomized, AgainstStdMapWithVerifyAfterEveryOp) {
-  const auto [slots, kt, max_value] = GetParam();
+  const auto [slots, kt, max_value] = std::get<0>(GetParam());
   TempDir dir;
   Options o = pac_options(slots, kt, max_value);
   o.path = dir.file("p.pool");
@@ -137,17 +157,30 @@ TEST_P(Randomized, AgainstStdMapWithVerifyAfterEveryOp) {
 
 INSTANTIATE_TEST_SUITE_P(
     PacTree, Randomized,
-    ::testing::Values(std::make_tuple(2u, KeyType::u64, 8u), std::make_tuple(4u, KeyType::u64, 8u),
-                      std::make_tuple(64u, KeyType::u64, 8u), std::make_tuple(4u, KeyType::f64, 8u),
-                      std::make_tuple(4u, KeyType::bytes, 8u),
-                      std::make_tuple(8u, KeyType::bytes, 40u),
-                      std::make_tuple(4u, KeyType::u64, 24u)));
+    ::testing::Combine(
+        ::testing::Values(std::make_tuple(2u, KeyType::u64, 8u), std::make_tuple(4u, KeyType::u64, 8u),
+                          std::make_tuple(64u, KeyType::u64, 8u), std::make_tuple(4u, KeyType::f64, 8u),
+                          std::make_tuple(4u, KeyType::bytes, 8u),
+                          std::make_tuple(8u, KeyType::bytes, 40u),
+                          std::make_tuple(4u, KeyType::u64, 24u)),
+        ::testing::Values(Search::dram)));
+// The PM search layer on the shapes that stress it most (2-slot nodes: an SMO every other
+// insert; bytes keys: the longer encoding; 64 slots: the default), not all seven: each run is
+// 5-14 s under ASan and CI time is bounded.
+INSTANTIATE_TEST_SUITE_P(
+    PacTreePmSearch, Randomized,
+    ::testing::Combine(::testing::Values(std::make_tuple(2u, KeyType::u64, 8u),
+                                         std::make_tuple(64u, KeyType::u64, 8u),
+                                         std::make_tuple(4u, KeyType::bytes, 8u)),
+                       ::testing::Values(Search::pm)));
 
 // verify() must be able to fail: a key moved into another node's range, a search-layer entry
 // dropped, a fingerprint that no longer matches its key, a wrong prev hint, a log entry left
-// unapplied on an idle index.
-TEST(PacTree, VerifyFindsDamage) {
-  for (int what : {0, 1, 2, 3, 4}) {
+// unapplied on an idle index, a search-layer entry naming the wrong node, and (PM search
+// layer) a trie node with a broken type byte, an entry for a key that is no anchor.
+TEST_P(PacTree, VerifyFindsDamage) {
+  for (int what : {0, 1, 2, 3, 4, 5, 6, 7}) {
+    if (what == 6 && GetParam() != Search::pm) continue;
     auto idx = testing::open_or_die(pac_options(4, KeyType::u64));
     ASSERT_NE(idx, nullptr);
     for (std::uint64_t k = 0; k < 40; ++k) ASSERT_EQ(idx->insert(encode_u64(k * 3), encode_u64(k)), Code::ok);
@@ -159,7 +192,7 @@ TEST(PacTree, VerifyFindsDamage) {
 
 // The background updater (the default outside the tracing flavour) applies the log while
 // two writers split and merge; once they stop, every SMO is applied and verify() holds.
-TEST(PacTree, BackgroundUpdaterKeepsUpWithTwoWriters) {
+TEST_P(PacTree, BackgroundUpdaterKeepsUpWithTwoWriters) {
   auto idx = testing::open_or_die(pac_options(4, KeyType::u64));
   ASSERT_NE(idx, nullptr);
   auto& t = as_pac(*idx);
@@ -187,7 +220,7 @@ TEST(PacTree, BackgroundUpdaterKeepsUpWithTwoWriters) {
 
 // Options::pactree.updater picks the mode at open; a held updater (the search layer lagging by
 // a whole ring per writer) costs last-mile hops, never an answer.
-TEST(PacTree, UpdaterModeFromOptionsAndLag) {
+TEST_P(PacTree, UpdaterModeFromOptionsAndLag) {
   Options o = pac_options(4, KeyType::u64);
   o.pactree.updater = PacTreeOptions::Updater::synchronous;
   auto idx = testing::open_or_die(o);
@@ -208,7 +241,7 @@ TEST(PacTree, UpdaterModeFromOptionsAndLag) {
 
 // Each open (create and recover) takes the updater mode from its own Options: the switch is
 // not stored in the pool.
-TEST(PacTree, UpdaterModeIsChosenAtEveryOpen) {
+TEST_P(PacTree, UpdaterModeIsChosenAtEveryOpen) {
   using U = PacTreeOptions::Updater;
   pmindex::testing::TempDir dir;
   Options o = pac_options(4, KeyType::u64);
@@ -230,7 +263,7 @@ TEST(PacTree, UpdaterModeIsChosenAtEveryOpen) {
 }
 
 // Options::pactree.stats prints the updater's line at close, and only then.
-TEST(PacTree, StatsLineOnlyWhenAsked) {
+TEST_P(PacTree, StatsLineOnlyWhenAsked) {
   for (const bool stats : {false, true}) {
     Options o = pac_options(4, KeyType::u64);
     o.pactree.stats = stats;
@@ -250,7 +283,7 @@ TEST(PacTree, StatsLineOnlyWhenAsked) {
 
 // A lookup whose search-layer entry lags (the anchor is missing) still finds its key: the last
 // mile walks right along the list.
-TEST(PacTree, LastMileToleratesALaggingSearchLayer) {
+TEST_P(PacTree, LastMileToleratesALaggingSearchLayer) {
   auto idx = testing::open_or_die(pac_options(4, KeyType::u64));
   ASSERT_NE(idx, nullptr);
   for (std::uint64_t k = 0; k < 40; ++k) ASSERT_EQ(idx->insert(encode_u64(k), encode_u64(k)), Code::ok);
@@ -262,7 +295,76 @@ TEST(PacTree, LastMileToleratesALaggingSearchLayer) {
   EXPECT_GT(as_pac(*idx).last_mile_hops(), before);
 }
 
-TEST(PacTree, RefusesBadOptions) {
+// The search layer's placement is recorded in the pool at creation: an open that does not ask
+// gets the pool's, one that asks for the other is refused and leaves the pool as it was.
+TEST_P(PacTree, SearchLayerIsChosenAtCreation) {
+  const Search mine = GetParam(), other = mine == Search::pm ? Search::dram : Search::pm;
+  TempDir dir;
+  Options o = pac_options(4, KeyType::u64);
+  o.path = dir.file("placement.pool");
+  {
+    auto idx = testing::open_or_die(o);
+    ASSERT_NE(idx, nullptr);
+    EXPECT_EQ(as_pac(*idx).search_in_pm(), mine == Search::pm);
+    for (std::uint64_t k = 0; k < 200; ++k) ASSERT_EQ(idx->insert(encode_u64(k), encode_u64(k)), Code::ok);
+    ASSERT_TRUE(idx->close().ok());
+  }
+  std::ifstream in(o.path, std::ios::binary);
+  const std::string before((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  o.open_mode = OpenMode::open;
+  o.pactree.search_layer = other;
+  auto refused = Index::open(o);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), Code::invalid_argument);
+  EXPECT_NE(refused.status().message().find("search layer"), std::string::npos)
+      << refused.status().message();
+  std::ifstream again(o.path, std::ios::binary);
+  const std::string after((std::istreambuf_iterator<char>(again)), std::istreambuf_iterator<char>());
+  EXPECT_TRUE(before == after) << "a refused open changed the pool";
+  for (const Search ask : {Search::automatic, mine}) {
+    o.pactree.search_layer = ask;
+    auto idx = testing::open_or_die(o);
+    ASSERT_NE(idx, nullptr);
+    EXPECT_EQ(as_pac(*idx).search_in_pm(), mine == Search::pm);
+    for (std::uint64_t k = 0; k < 200; ++k) ASSERT_EQ(idx->find(encode_u64(k), nullptr), Code::ok);
+    ASSERT_TRUE(idx->verify().ok()) << idx->verify().message();
+    ASSERT_TRUE(idx->close().ok());
+  }
+}
+
+// Recovery never trusts the PM search layer: a missing entry, an entry naming the wrong node,
+// a trie node with a broken type byte and an entry for a key that is no anchor, left by a
+// crashed session, are all repaired (the
+// DRAM search layer is rebuilt anyway), and every key is found.
+TEST_P(PacTree, RecoveryRepairsTheSearchLayer) {
+  for (int what : {1, 5, 6, 7}) {
+    TempDir dir;
+    Options o = pac_options(4, KeyType::u64);
+    o.path = dir.file("repair.pool");
+    {
+      auto idx = testing::open_or_die(o);
+      ASSERT_NE(idx, nullptr);
+      for (std::uint64_t k = 0; k < 300; ++k) ASSERT_EQ(idx->insert(encode_u64(k * 5), encode_u64(k)), Code::ok);
+      ASSERT_TRUE(idx->verify().ok());
+      as_pac(*idx).corrupt_for_testing(what);
+      if (what != 6 || GetParam() == Search::pm) {
+        EXPECT_FALSE(idx->verify().ok()) << "damage " << what;
+      }
+    }  // no close: a crash
+    o.open_mode = OpenMode::open;
+    auto idx = testing::open_or_die(o);
+    ASSERT_NE(idx, nullptr) << "damage " << what;
+    ASSERT_TRUE(idx->verify().ok()) << "damage " << what << ": " << idx->verify().message();
+    for (std::uint64_t k = 0; k < 300; ++k) {
+      std::string v;
+      ASSERT_EQ(idx->find(encode_u64(k * 5), &v), Code::ok) << k;
+      EXPECT_EQ(decode_u64(v), k);
+    }
+    EXPECT_EQ(idx->find(encode_u64(7), nullptr), Code::not_found);
+  }
+}
+
+TEST_P(PacTree, RefusesBadOptions) {
   Options o = pac_options(4, KeyType::u64);
   o.node_size = 100;
   EXPECT_FALSE(Index::open(o).ok());
@@ -276,7 +378,7 @@ TEST(PacTree, RefusesBadOptions) {
 // Corrupted pools: random byte flips in the used heap, a zeroed 4 KiB page, a bad root object.
 // Each damaged copy opens with a clean error or answers (any code) without crashing or
 // hanging: lookups, a scan, verify, writes and close.
-TEST(PacTree, CorruptedPoolsFailCleanly) {
+TEST_P(PacTree, CorruptedPoolsFailCleanly) {
   TempDir dir;
   Options o = pac_options(4, KeyType::bytes, 32);
   o.path = dir.file("good.pool");

@@ -23,27 +23,39 @@ crash_kit::SmoTally::Levels split_levels(const Index& idx) {
   return {{"nodes", dynamic_cast<const pactree::PacTree&>(idx).node_count_for_testing()}};
 }
 
-void run(unsigned slots, KeyType kt, pm::Mode mode, std::size_t ops) {
+using Search = PacTreeOptions::SearchLayer;
+
+void run(unsigned slots, KeyType kt, pm::Mode mode, std::size_t ops, Search search = Search::dram) {
   hybrid_test::RegistryCrashRun r;
   r.options.kind = "pactree";
+  r.options.pactree.search_layer = search;
   r.options.node_size = pactree::kHeaderBytes + slots * pactree::kSlotBytes;
   r.options.key_type = kt;
   r.options.max_key_size = 8;
   r.key_space = 24;  // small enough that removes empty nodes (merges) in every seed
   r.mode = mode;
   r.min_ops = ops;
-  r.recovery_crash_images = 40;  // crashes during recovery's repairs (R1, R3)
+  r.recovery_crash_images = 40;  // crashes during recovery's repairs (R1, R3; PM search: R5, R6)
   r.probe = split_levels;
   r.smos = {"nodes+", "nodes-"};
   r.label = "pactree" + std::to_string(slots) + (kt == KeyType::bytes ? ".bytes." : ".") +
-            std::string(pm::to_string(mode));
+            (search == Search::pm ? "pmsearch." : "") + std::string(pm::to_string(mode));
   hybrid_test::run_registry_crash(r);
 }
 
-TEST(CrashPacTree, Slots4Adr) { run(4, KeyType::u64, pm::Mode::adr, 500); }
-TEST(CrashPacTree, Slots4Eadr) { run(4, KeyType::u64, pm::Mode::eadr, 500); }
-TEST(CrashPacTree, Slots4BytesAdr) { run(4, KeyType::bytes, pm::Mode::adr, 500); }
-TEST(CrashPacTree, Slots4BytesEadr) { run(4, KeyType::bytes, pm::Mode::eadr, 500); }
+// Each suite with the search layer in DRAM and in PM (suffix /dram, /pm). The PM search layer
+// runs ADR with u64 keys and eADR with bytes keys only: CI time (each suite is ~15 s under
+// ASan), and the search layer's steps do not depend on the key type beyond its encoding.
+class CrashPacTree : public ::testing::TestWithParam<Search> {};
+std::string search_name(const ::testing::TestParamInfo<Search>& i) {
+  return i.param == Search::pm ? "pm" : "dram";
+}
+TEST_P(CrashPacTree, Slots4Adr) { run(4, KeyType::u64, pm::Mode::adr, 500, GetParam()); }
+TEST_P(CrashPacTree, Slots4BytesEadr) { run(4, KeyType::bytes, pm::Mode::eadr, 500, GetParam()); }
+INSTANTIATE_TEST_SUITE_P(Search, CrashPacTree, ::testing::Values(Search::dram, Search::pm),
+                         search_name);
+TEST(CrashPacTreeDram, Slots4Eadr) { run(4, KeyType::u64, pm::Mode::eadr, 500); }
+TEST(CrashPacTreeDram, Slots4BytesAdr) { run(4, KeyType::bytes, pm::Mode::adr, 500); }
 
 // The driver must catch a pactree-specific loss: cutting the list after the head in every
 // image drops records that completed operations wrote.
@@ -97,9 +109,13 @@ class YieldSink final : public pm::TraceSink {
   unsigned restarts_[2] = {0, 0};
 };
 
+// The search layer's placement of the trees make_tree builds (the LSN-order tests run both).
+PacTreeOptions::SearchLayer g_search = PacTreeOptions::SearchLayer::dram;
+
 std::unique_ptr<Index> make_tree(PacTree::Faults faults) {
   Options o;
   o.kind = "pactree";
+  o.pactree.search_layer = g_search;
   o.node_size = kHeaderBytes + 4 * kSlotBytes;  // 4 slots: split at the 5th key, merge at 1
   pm::PoolOptions po;
   po.size = 4 << 20;
@@ -216,26 +232,38 @@ OrderOutcome insert_and_remove_of_one_anchor(std::uint64_t seed, PacTree::Faults
   return out;
 }
 
+// Both LSN-order tests run with the search layer in DRAM and in PM: the updater applies the
+// log to whichever is in use.
 TEST(PacTreeInterleave, LogEntriesApplyInLsnOrder) {
-  std::size_t merged = 0;
-  for (std::uint64_t seed = 1; seed <= kSeeds; ++seed) {
-    const OrderOutcome r = insert_and_remove_of_one_anchor(seed, {});
-    merged += r.merges;
-    ASSERT_TRUE(r.verified) << "seed " << seed << ": " << r.message;
+  for (const auto search : {PacTreeOptions::SearchLayer::dram, PacTreeOptions::SearchLayer::pm}) {
+    g_search = search;
+    std::size_t merged = 0;
+    for (std::uint64_t seed = 1; seed <= kSeeds; ++seed) {
+      const OrderOutcome r = insert_and_remove_of_one_anchor(seed, {});
+      merged += r.merges;
+      ASSERT_TRUE(r.verified) << "seed " << seed << ": " << r.message;
+    }
+    EXPECT_GT(merged, 0u);
   }
-  EXPECT_GT(merged, 0u);
+  g_search = PacTreeOptions::SearchLayer::dram;
 }
 
 TEST(PacTreeInterleave, ArrivalOrderLeavesAStaleAnchor) {
-  std::size_t caught = 0;
-  std::string first;
-  for (std::uint64_t seed = 1; seed <= kSeeds; ++seed) {
-    const OrderOutcome r = insert_and_remove_of_one_anchor(seed, {.apply_on_arrival = true});
-    if (!r.verified && caught++ == 0) first = r.message;
+  for (const auto search : {PacTreeOptions::SearchLayer::dram, PacTreeOptions::SearchLayer::pm}) {
+    g_search = search;
+    std::size_t caught = 0;
+    std::string first;
+    for (std::uint64_t seed = 1; seed <= kSeeds; ++seed) {
+      const OrderOutcome r = insert_and_remove_of_one_anchor(seed, {.apply_on_arrival = true});
+      if (!r.verified && caught++ == 0) first = r.message;
+    }
+    std::cout << "arrival order left a stale anchor in " << caught << " of " << kSeeds
+              << " schedules, search layer in "
+              << (search == PacTreeOptions::SearchLayer::pm ? "PM" : "DRAM") << " (" << first
+              << ")\n";
+    EXPECT_GT(caught, 0u);
   }
-  std::cout << "arrival order left a stale anchor in " << caught << " of " << kSeeds
-            << " schedules (" << first << ")\n";
-  EXPECT_GT(caught, 0u);
+  g_search = PacTreeOptions::SearchLayer::dram;
 }
 
 // A full log ring: with the updater held, one writer splits 4-slot nodes far more often than

@@ -10,20 +10,30 @@
 namespace pmindex::crash {
 namespace {
 
+using Search = PacTreeOptions::SearchLayer;
+
 void run(unsigned slots, pm::Mode mode, const std::string& suffix = "",
-         PacTreeOptions::Updater updater = PacTreeOptions::Updater::automatic) {
+         PacTreeOptions::Updater updater = PacTreeOptions::Updater::automatic,
+         Search search = Search::dram) {
   hybrid_test::run_kill("pactree", pactree::kHeaderBytes + slots * pactree::kSlotBytes, mode,
                         "pactree" + std::to_string(slots) + "." + std::string(pm::to_string(mode)) +
-                            suffix,
-                        200, PacTreeOptions{.updater = updater});
+                            suffix + (search == Search::pm ? ".pmsearch" : ""),
+                        200, PacTreeOptions{.updater = updater, .search_layer = search});
 }
 
-// The forked child opens with the harness's Options: background (the default) and sync.
-TEST(KillPacTree, Slots4Adr) { run(4, pm::Mode::adr); }
-TEST(KillPacTree, Slots64Adr) { run(64, pm::Mode::adr); }
-TEST(KillPacTree, Slots4AdrSynchronousUpdater) {
-  run(4, pm::Mode::adr, ".sync", PacTreeOptions::Updater::synchronous);
+// The forked child opens with the harness's Options: background (the default) and sync, with
+// the search layer in DRAM and in PM (suffix /dram, /pm).
+class KillPacTree : public ::testing::TestWithParam<Search> {};
+std::string search_name(const ::testing::TestParamInfo<Search>& i) {
+  return i.param == Search::pm ? "pm" : "dram";
 }
+TEST_P(KillPacTree, Slots4Adr) { run(4, pm::Mode::adr, "", PacTreeOptions::Updater::automatic, GetParam()); }
+TEST_P(KillPacTree, Slots4AdrSynchronousUpdater) {
+  run(4, pm::Mode::adr, ".sync", PacTreeOptions::Updater::synchronous, GetParam());
+}
+INSTANTIATE_TEST_SUITE_P(Search, KillPacTree, ::testing::Values(Search::dram, Search::pm),
+                         search_name);
+TEST(KillPacTreeDram, Slots64Adr) { run(64, pm::Mode::adr); }
 
 }  // namespace
 }  // namespace pmindex::crash

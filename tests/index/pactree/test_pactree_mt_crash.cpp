@@ -16,9 +16,12 @@
 namespace pmindex::crash {
 namespace {
 
-ConcurrentCrashConfig config(std::size_t threads, std::uint64_t key_space) {
+using Search = PacTreeOptions::SearchLayer;
+
+ConcurrentCrashConfig config(std::size_t threads, std::uint64_t key_space, Search search) {
   ConcurrentCrashConfig cfg;
   cfg.options.kind = "pactree";
+  cfg.options.pactree.search_layer = search;
   cfg.options.key_type = KeyType::u64;
   cfg.options.node_size = pactree::kHeaderBytes + 4 * pactree::kSlotBytes;  // splits and merges
   cfg.threads = threads;
@@ -28,13 +31,15 @@ ConcurrentCrashConfig config(std::size_t threads, std::uint64_t key_space) {
   return cfg;
 }
 
-void expect_clean(pm::Mode mode, std::size_t threads, std::uint64_t key_space) {
-  const std::string label = "pactree.mt." + std::string(pm::to_string(mode)) + "." +
-                            std::to_string(threads) + "t.k" + std::to_string(key_space);
+void expect_clean(pm::Mode mode, std::size_t threads, std::uint64_t key_space,
+                  Search search = Search::dram) {
+  const std::string label = "pactree.mt." + std::string(search == Search::pm ? "pmsearch." : "") +
+                            std::string(pm::to_string(mode)) + "." + std::to_string(threads) +
+                            "t.k" + std::to_string(key_space);
   ExploreOptions opt = ExploreOptions::from_env(label, mode, 20261126, 1000);
   if (opt.replay) {
     opt.seed = opt.replay->seed;
-    const ExploreReport r = run_index_crash_concurrent(config(threads, key_space), opt);
+    const ExploreReport r = run_index_crash_concurrent(config(threads, key_space, search), opt);
     EXPECT_TRUE(r.ok()) << r.to_string();
     return;
   }
@@ -47,7 +52,7 @@ void expect_clean(pm::Mode mode, std::size_t threads, std::uint64_t key_space) {
   std::string first_failure, first_short;
   for (std::size_t i = 0; i < seeds; ++i) {
     opt.seed = base + i * 7919;
-    const ExploreReport r = run_index_crash_concurrent(config(threads, key_space), opt);
+    const ExploreReport r = run_index_crash_concurrent(config(threads, key_space, search), opt);
     images += r.images_checked;
     if (!r.ok() && failed++ == 0) first_failure = r.to_string();
     if (r.ok() && r.coverage(opt) == ExploreReport::Coverage::short_of_budget && short_runs++ == 0)
@@ -59,10 +64,17 @@ void expect_clean(pm::Mode mode, std::size_t threads, std::uint64_t key_space) {
   EXPECT_EQ(short_runs, 0u) << first_short;
 }
 
-// 14 keys: a few nodes split and merge under two writers; 600 keys: mostly splits.
-TEST(MtCrashPacTree, Adr2Threads) { expect_clean(pm::Mode::adr, 2, 14); }
-TEST(MtCrashPacTree, Eadr2Threads) { expect_clean(pm::Mode::eadr, 2, 14); }
-TEST(MtCrashPacTree, Adr3Threads) { expect_clean(pm::Mode::adr, 3, 600); }
+// 14 keys: a few nodes split and merge under two writers; 600 keys: mostly splits. The two
+// writers' runs with the search layer in DRAM and in PM (suffix /dram, /pm).
+class MtCrashPacTree : public ::testing::TestWithParam<Search> {};
+std::string search_name(const ::testing::TestParamInfo<Search>& i) {
+  return i.param == Search::pm ? "pm" : "dram";
+}
+TEST_P(MtCrashPacTree, Adr2Threads) { expect_clean(pm::Mode::adr, 2, 14, GetParam()); }
+TEST_P(MtCrashPacTree, Eadr2Threads) { expect_clean(pm::Mode::eadr, 2, 14, GetParam()); }
+INSTANTIATE_TEST_SUITE_P(Search, MtCrashPacTree, ::testing::Values(Search::dram, Search::pm),
+                         search_name);
+TEST(MtCrashPacTreeDram, Adr3Threads) { expect_clean(pm::Mode::adr, 3, 600); }
 
 }  // namespace
 }  // namespace pmindex::crash
