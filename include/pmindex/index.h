@@ -81,12 +81,13 @@ struct PacTreeOptions {
   /// Print one line on stderr at close: updater mode, SMOs applied, pending entries (and their
   /// maximum), last-mile hops, log slots overwritten.
   bool stats = false;
+  /// Placements of the search layer (see search_layer).
+  enum class SearchLayer : std::uint8_t { automatic, dram, pm };
   /// Where the search layer (the trie of the data nodes' anchors) lives. Chosen when the pool
   /// is created and recorded in it: dram (rebuilt from the anchors at every open) or pm (the
   /// trie in the pool: no rebuild). automatic: dram for a new pool, the pool's own at open; an
   /// explicit choice that differs from an existing pool's is refused (invalid_argument, the
   /// pool unchanged).
-  enum class SearchLayer : std::uint8_t { automatic, dram, pm };
   SearchLayer search_layer = SearchLayer::automatic;
 };
 
