@@ -121,6 +121,7 @@ class ScriptedScenario final : public Scenario {
       auto idx = entry_->create(std::move(pool_), options_);
       if (!idx.ok()) return idx.status();
       index_ = std::move(idx).value();
+      if (observe_) observe_(*index_, 0);
       return index_->verify();
     }
     const std::uint64_t before = index_->footprint().pm_bytes;
@@ -144,7 +145,12 @@ class ScriptedScenario final : public Scenario {
     const std::uint64_t after = index_->footprint().pm_bytes;
     if (after > before && !is_bulk(i)) ++splits_;
     if (after < before) ++removals_;
+    if (observe_) observe_(*index_, i);
     return verified;
+  }
+  // Called with the live index after every op (crash_kit::SmoTally::observer()).
+  void set_observer(std::function<void(const Index&, std::size_t)> observe) {
+    observe_ = std::move(observe);
   }
 
   Status check_image(std::span<char> image, const CrashPoint& at, std::uint64_t salt) override {
@@ -204,17 +210,20 @@ class ScriptedScenario final : public Scenario {
   std::unique_ptr<Index> index_;
   Oracle oracle_;
   std::size_t splits_ = 0, removals_ = 0;
+  std::function<void(const Index&, std::size_t)> observe_;
 };
 
 struct ScriptedExpect {
   bool splits = true;
   bool removals = true;
   std::size_t min_crash_points = 0;
+  std::vector<std::string> smos = {};  // SMOs the script must run (with a SmoTally observing it)
 };
 
 // Explores `scenario`; images_budget 0 means every crash point and candidate image.
 inline void run_scripted(ScriptedScenario& scenario, const std::string& label, pm::Mode mode,
-                         ScriptedExpect expect, std::optional<std::size_t> images_budget = {}) {
+                         ScriptedExpect expect, std::optional<std::size_t> images_budget = {},
+                         const crash_kit::SmoTally* tally = nullptr) {
   ExploreOptions opt = ExploreOptions::from_env(label, mode);
   if (images_budget) opt.images_budget = *images_budget;
   const ExploreReport r = explore(scenario, opt);
@@ -222,7 +231,9 @@ inline void run_scripted(ScriptedScenario& scenario, const std::string& label, p
             << " leaf removals over the runs\n";
   if (r.replay_skipped) GTEST_SKIP() << "PMINDEX_CRASH_REPLAY names another configuration";
   crash_kit::expect_explored(
-      r, opt, {.min_crash_points = std::max<std::size_t>(1, expect.min_crash_points), .smos = {}});
+      r, opt,
+      {.min_crash_points = std::max<std::size_t>(1, expect.min_crash_points), .smos = expect.smos},
+      tally);
   if (!opt.replay) {
     if (expect.splits) { EXPECT_GT(scenario.splits(), 0u); }
     if (expect.removals) { EXPECT_GT(scenario.removals(), 0u); }
