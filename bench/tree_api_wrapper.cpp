@@ -188,6 +188,22 @@ class PmindexTree final : public tree_api {
   bool variable_keys_;
 };
 
+// An environment switch with two spellings: unset, one of them (*first says which), or bad
+// (a message on stderr: create_tree then fails).
+enum class EnvChoice { unset, set, bad };
+EnvChoice env_choice(const char* var, std::string_view a, std::string_view b, bool* first) {
+  const char* u = std::getenv(var);
+  if (u == nullptr) return EnvChoice::unset;
+  const std::string_view v(u);
+  if (v != a && v != b) {
+    std::fprintf(stderr, "pmindex tree_api: %s must be %s or %s, got '%s'\n", var,
+                 std::string(a).c_str(), std::string(b).c_str(), u);
+    return EnvChoice::bad;
+  }
+  *first = v == a;
+  return EnvChoice::set;
+}
+
 }  // namespace
 
 extern "C" __attribute__((visibility("default"))) tree_api* create_tree(const tree_options_t& opt) {
@@ -203,23 +219,21 @@ extern "C" __attribute__((visibility("default"))) tree_api* create_tree(const tr
   }
   // PiBench passes no per-index options: PACTree's switches (Options::pactree) come from the
   // environment here, and only here.
-  if (const char* u = std::getenv("PMINDEX_PACTREE_UPDATER"); u != nullptr) {
-    const std::string_view v(u);
-    if (v != "sync" && v != "background") {
-      std::fprintf(stderr, "pmindex tree_api: PMINDEX_PACTREE_UPDATER must be sync or background, got '%s'\n", u);
-      return nullptr;
-    }
-    o.pactree.updater = v == "sync" ? pmindex::PacTreeOptions::Updater::synchronous
-                                    : pmindex::PacTreeOptions::Updater::background;
+  using pmindex::PacTreeOptions;
+  bool first = false;
+  switch (env_choice("PMINDEX_PACTREE_UPDATER", "sync", "background", &first)) {
+    case EnvChoice::bad: return nullptr;
+    case EnvChoice::unset: break;
+    case EnvChoice::set:
+      o.pactree.updater =
+          first ? PacTreeOptions::Updater::synchronous : PacTreeOptions::Updater::background;
   }
-  if (const char* u = std::getenv("PMINDEX_PACTREE_SEARCH"); u != nullptr) {
-    const std::string_view v(u);
-    if (v != "dram" && v != "pm") {
-      std::fprintf(stderr, "pmindex tree_api: PMINDEX_PACTREE_SEARCH must be dram or pm, got '%s'\n", u);
-      return nullptr;
-    }
-    o.pactree.search_layer = v == "pm" ? pmindex::PacTreeOptions::SearchLayer::pm
-                                       : pmindex::PacTreeOptions::SearchLayer::dram;
+  switch (env_choice("PMINDEX_PACTREE_SEARCH", "dram", "pm", &first)) {
+    case EnvChoice::bad: return nullptr;
+    case EnvChoice::unset: break;
+    case EnvChoice::set:
+      o.pactree.search_layer =
+          first ? PacTreeOptions::SearchLayer::dram : PacTreeOptions::SearchLayer::pm;
   }
   const char* stats = std::getenv("PMINDEX_PACTREE_STATS");
   o.pactree.stats = stats != nullptr && std::strcmp(stats, "1") == 0;

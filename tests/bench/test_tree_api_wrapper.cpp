@@ -90,4 +90,24 @@ TEST(TreeApiWrapper, PersistenceModeFromEnvironment) {
   ::unsetenv("PMINDEX_PERSISTENCE");
 }
 
+// PACTree's switches come from the environment (PiBench passes no per-index options); a value
+// that is neither spelling is refused with create_tree's null, for any kind.
+TEST(TreeApiWrapper, PacTreeSwitchesFromEnvironment) {
+  Create create = load_create();
+  ASSERT_NE(create, nullptr);
+  tree_options_t o;
+  o.pool_size = 1 << 22;
+  for (const char* var : {"PMINDEX_PACTREE_UPDATER", "PMINDEX_PACTREE_SEARCH"}) {
+    ::setenv(var, "bogus", 1);
+    EXPECT_EQ(create(o), nullptr) << var;
+    ::unsetenv(var);
+  }
+  ::setenv("PMINDEX_PACTREE_UPDATER", "sync", 1);
+  ::setenv("PMINDEX_PACTREE_SEARCH", "dram", 1);
+  std::unique_ptr<tree_api> t(create(o));
+  EXPECT_NE(t, nullptr);
+  ::unsetenv("PMINDEX_PACTREE_UPDATER");
+  ::unsetenv("PMINDEX_PACTREE_SEARCH");
+}
+
 }  // namespace
