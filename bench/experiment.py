@@ -427,10 +427,14 @@ def group_pool(group):
     return os.path.join(POOL_DIR, f"experiment-{os.getpid()}-{group}.pool")
 
 
+def run_mode(run, exp):
+    return run["w"].get("mode", exp.get("mode", "time"))
+
+
 def run_command(run, exp, pmbench, out, run_id, loaded):
     """The pmbench command line of one planned run, and how its records are loaded."""
     w, group = run["w"], run["group"]
-    mode = w.get("mode", exp.get("mode", "time"))
+    mode = run_mode(run, exp)
     cmd = [run["binary"] or pmbench, run["index"], "-n", str(run["records"]), "-t", str(run["threads"]),
            "-m", mode, "--sampling_ms", str(exp.get("sampling_ms", 1000)),
            "--seed", str(int(exp.get("seed", 1729)) + run["rep"]),
@@ -467,7 +471,7 @@ def run_status(proc, out, entry):
 def execute(run, n, plan, exp, pmbench, out, kinds, loaded):
     """Runs one planned run, writes its log, and returns its manifest entry."""
     w, index, threads, rep, group = run["w"], run["index"], run["threads"], run["rep"], run["group"]
-    mode = w.get("mode", exp.get("mode", "time"))
+    mode = run_mode(run, exp)
     # A tree_api library given by path is named by its file name (no '/' in run ids).
     label = os.path.basename(index).removesuffix(".so") if "/" in index else index
     run_id = f"{label}__{w['name']}__t{threads}__{mode}__r{rep}"
