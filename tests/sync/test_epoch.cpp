@@ -4,6 +4,8 @@
 // checks that abort.
 #include "pmindex/sync/epoch.h"
 
+#include "pmindex/sync/asymmetric_fence.h"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -112,6 +114,56 @@ TEST(Epoch, NestedPinsAreCounted) {
   EXPECT_FALSE(epochs.pinned_here());
   epochs.drain();
   EXPECT_EQ(runs(freed), 1);
+}
+
+// try_pin_flat (a leaf function's pin, issue 16) pins like pin() in the common case: the
+// announcement holds reclamation back exactly as a Guard's does.
+TEST(Epoch, FlatPinHoldsReclamationBack) {
+  if (!AsymmetricFence::light_skips_fence()) GTEST_SKIP() << "flat pins need membarrier";
+  EpochManager epochs;
+  { auto first = epochs.pin(); }  // registers the thread and makes this manager its last
+  std::atomic<int> freed{0};
+  const std::uint64_t start = epochs.epoch();
+  const auto flat = epochs.try_pin_flat();
+  ASSERT_TRUE(flat);
+  EXPECT_TRUE(epochs.pinned_here());
+  std::thread([&] { epochs.retire(&freed, &count_run, 0); }).join();  // an orphan
+  for (int i = 0; i < 10; ++i) epochs.collect();
+  EXPECT_EQ(runs(freed), 0);
+  EXPECT_EQ(epochs.epoch(), start + 1);  // pinned at `start`: one advance, then it waits
+  EXPECT_FALSE(epochs.try_advance());
+  EXPECT_TRUE(epochs.unpin_flat(flat));  // the orphan is pending: the caller must finish
+  epochs.after_unpin_flat(flat);
+  EXPECT_FALSE(epochs.pinned_here());
+  epochs.drain();
+  EXPECT_EQ(runs(freed), 1);
+  const auto again = epochs.try_pin_flat();  // nothing pending now: the common case
+  ASSERT_TRUE(again);
+  EXPECT_FALSE(epochs.unpin_flat(again));
+}
+
+// Wherever pin() has work beyond the common case, try_pin_flat declines and changes nothing.
+TEST(Epoch, FlatPinDeclinesOutsideTheCommonCase) {
+  if (!AsymmetricFence::light_skips_fence()) GTEST_SKIP() << "flat pins need membarrier";
+  EpochManager epochs;
+  EXPECT_FALSE(epochs.try_pin_flat());  // never pinned here: not registered
+  EXPECT_FALSE(epochs.pinned_here());
+  { auto first = epochs.pin(); }
+  {
+    auto outer = epochs.pin();
+    EXPECT_FALSE(epochs.try_pin_flat());  // nested: pin() counts it
+    EXPECT_TRUE(epochs.pinned_here());
+  }
+  EXPECT_FALSE(epochs.pinned_here());
+  EpochManager other;
+  { auto g = other.pin(); }  // the thread's last manager is another one: a cache miss
+  EXPECT_FALSE(epochs.try_pin_flat());
+  EXPECT_FALSE(epochs.pinned_here());
+  { auto g = epochs.pin(); }
+  const auto flat = epochs.try_pin_flat();
+  ASSERT_TRUE(flat);
+  EXPECT_FALSE(epochs.unpin_flat(flat));
+  EXPECT_FALSE(epochs.pinned_here());
 }
 
 TEST(Epoch, FirstPinRegistersTheThreadForGood) {

@@ -80,6 +80,30 @@ TEST(OptimisticLock, CheckOrRestartFlagsAHeldLock) {
   lock.writeUnlock();
 }
 
+// tryReadLockOrRestart: readLockOrRestart's version when the lock is free, a restart instead
+// of a wait while a writer holds it, and a restart once the object is obsolete.
+TEST(OptimisticLock, TryReadRestartsInsteadOfWaiting) {
+  Lock lock;
+  bool restart = false;
+  const std::uint64_t v = lock.readLockOrRestart(restart);
+  EXPECT_EQ(lock.tryReadLockOrRestart(restart), v);
+  ASSERT_FALSE(restart);
+  lock.writeLockOrRestart(restart);
+  ASSERT_FALSE(restart);
+  bool held = false;
+  (void)lock.tryReadLockOrRestart(held);  // readLockOrRestart would spin here until unlock
+  EXPECT_TRUE(held);
+  lock.writeUnlock();
+  bool after = false;
+  EXPECT_GT(lock.tryReadLockOrRestart(after), v);
+  EXPECT_FALSE(after);
+  lock.writeLockOrRestart(restart);
+  lock.writeUnlockObsolete();
+  bool obsolete = false;
+  (void)lock.tryReadLockOrRestart(obsolete);
+  EXPECT_TRUE(obsolete);
+}
+
 TEST(OptimisticLock, VerbsNeverClearNeedRestart) {
   Lock lock;
   bool restart = true;

@@ -148,6 +148,7 @@ class EpochManager {
 
   class Guard;
   class Participant;
+  class FlatPin;
 
   EpochManager();
   /// Runs every pending deleter, those of registered threads that are still alive included
@@ -163,6 +164,21 @@ class EpochManager {
   /// Pins the calling thread; nested pins are a counter increment. The first pin of a thread
   /// registers it (kept until the thread exits or the manager is destroyed).
   [[nodiscard]] Guard pin();
+
+  /// pin() for a hot path that makes no call in its common case, so that the compiler can
+  /// build it as a leaf function that saves no registers (issue 16: APEX's lookup). Pins only
+  /// in the common case: this manager is the one the calling thread pinned last (the
+  /// one-entry cache hits), the thread is not pinned already, and light() is a compiler
+  /// barrier. Otherwise it changes nothing and returns an empty FlatPin: the caller takes its
+  /// general path, which uses pin(). A non-empty FlatPin must be ended by unpin_flat on the
+  /// same thread before that thread pins this manager again or retires anything; it is not
+  /// RAII, so the code between the two must not throw or return early.
+  [[nodiscard]] FlatPin try_pin_flat();
+  /// Ends a FlatPin. True when the caller must still call after_unpin_flat (retired items
+  /// pending, or orphans to free): that part is out of line, so the caller can make it a tail
+  /// call of a cold exit.
+  [[nodiscard]] bool unpin_flat(FlatPin pin);
+  void after_unpin_flat(FlatPin pin);
 
   /// Defers fn(ctx, arg) until no thread can see the object (invariant (1) first). Any thread,
   /// attached or not.
@@ -343,6 +359,19 @@ class EpochManager::Guard {
   Record* record_;
 };
 
+/// A pin taken by EpochManager::try_pin_flat: a plain handle (no destructor), ended by
+/// unpin_flat. Empty when try_pin_flat declined.
+class EpochManager::FlatPin {
+ public:
+  FlatPin() = default;
+  explicit operator bool() const { return record_ != nullptr; }
+
+ private:
+  friend class EpochManager;
+  explicit FlatPin(Record* record) : record_(record) {}
+  Record* record_ = nullptr;
+};
+
 /// A handle on the calling thread's registration (EpochManager::attach). Optional: it saves
 /// the cache probe of EpochManager::pin, nothing else. Dropping it (detach, destructor)
 /// touches nothing: the registration stays until the thread exits or the manager goes.
@@ -411,6 +440,35 @@ inline void EpochManager::pin_record(Record* record) {
   // of an asymmetric fence: its heavy side is in seal (S1) and try_advance (A2).
   AsymmetricFence::light();
 }
+
+inline EpochManager::FlatPin EpochManager::try_pin_flat() {
+  // relaxed: as light(); a false read sends this caller its general way, which fences.
+  if (tls_last_.id != id_ || !AsymmetricFence::light_skips_fence()) [[unlikely]] return {};
+  Record* record = tls_last_.record;
+  if (record->pin_depth != 0) [[unlikely]] return {};  // nested: the general path counts it
+  record->pin_depth = 1;
+  pm::yield_point("epoch.pin");
+  // As pin_record: relaxed epoch (P0), release announcement (P1), then P2, which is light()'s
+  // compiler barrier: the flag read above said heavy() reaches this thread by membarrier, and
+  // the decision never changes once made (asymmetric_fence.h).
+  const std::uint64_t e = global_epoch_.load(std::memory_order_relaxed);
+  record->state.store(pinned_word(e), std::memory_order_release);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  return FlatPin(record);
+}
+
+inline bool EpochManager::unpin_flat(FlatPin pin) {
+  Record* record = pin.record_;
+  assert(record != nullptr && record->pin_depth == 1);
+  record->pin_depth = 0;
+  pm::yield_point("epoch.unpin");
+  // release: as unpin_record.
+  record->state.store(kUnpinned, std::memory_order_release);
+  // relaxed hint: as unpin_record.
+  return (record->held | orphan_hint_.load(std::memory_order_relaxed)) != 0;
+}
+
+inline void EpochManager::after_unpin_flat(FlatPin pin) { after_unpin(pin.record_); }
 
 inline void EpochManager::unpin_record(Record* record) {
   assert(record->pin_depth > 0);

@@ -132,6 +132,15 @@ class OptimisticLock {
     return word;
   }
 
+  /// readLockOrRestart without the wait, for a caller with a general path to fall back on
+  /// (one that must make no call in its common case): restart also while a writer holds it.
+  [[nodiscard]] std::uint64_t tryReadLockOrRestart(bool& needRestart) const {
+    pm::yield_point("optlock.read");
+    const std::uint64_t word = load_acquire();
+    if ((word & (kLockedBit | kObsoleteBit)) != 0) needRestart = true;
+    return word;
+  }
+
   /// Restart unless the word still holds `version`, i.e. no writer ran since readLockOrRestart
   /// returned it: then everything read with optimistic_read in between is consistent.
   void checkOrRestart(std::uint64_t version, bool& needRestart) const {
