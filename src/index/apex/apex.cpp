@@ -26,6 +26,8 @@ void Apex::note_answer() const {
     first_answer_seconds_.store(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - open_start_).count(),
         std::memory_order_relaxed);
+    // relaxed: a stale false only sends a lookup the general way.
+    flat_find_.store(kt_ == KeyType::u64, std::memory_order_relaxed);
   }
 }
 
@@ -272,27 +274,30 @@ Code Apex::update(std::string_view key, std::string_view value) {
   }
 }
 
-// The lookup hot path (issue 16): for 8-byte unsigned keys, an inline key decode, the
-// descent through DRAM state only (leaf_fast<true>: no key-type test per level), one model
-// prediction, the version of the record lock covering the probe window (two locks only when
-// the window crosses a 256-record block), a plain probe of PA[p, p+D) — lookups skip the
-// fingerprints (§4.2) — and the overflow buckets only when PA misses. The PA records are the
-// only PM it reads. Everything else (other key types, a locked or replaced node) goes to
-// find_pinned, out of line, so the common path keeps few live values (issue 16: ~220 -> <=150
-// instructions per lookup). The answers before the first one is noted (recovery_stats's
-// time to first answer) also go to find_any, which notes it: no destructor on this path.
+// The lookup hot path (issue 16), built as a leaf function: no call in its common case, so
+// it saves no registers and its instructions are few, which lets the core overlap more
+// consecutive lookups' misses. For 8-byte unsigned keys: an inline key decode, a flat epoch
+// pin (EpochManager::try_pin_flat), the descent through DRAM state only (descend<true,
+// false>: no key-type test per level, no resolution), one model prediction, the version of
+// the record lock covering the probe window (two locks only when the window crosses a
+// 256-record block), a plain probe of PA[p, p+D) — lookups skip the fingerprints (§4.2) — and
+// a miss is an answer when the window's group has no overflow bucket. Everything else (other
+// key types, an unresolved slot, a held lock, a replaced node, the stash, items pending at
+// unpin, a buffer to size) leaves through a cold tail call: find_unpin_any pins again
+// and runs the general loop (find_pinned). The answers before the first one is noted
+// (recovery_stats's time to first answer) also go to find_any, which notes it.
 Code Apex::find(std::string_view key, std::string* value) const {
   // relaxed: as note_answer; a stale false only sends this lookup the noting way.
-  if (key.size() != 8 || kt_ != KeyType::u64 || !first_answer_.load(std::memory_order_relaxed))
-      [[unlikely]] {
+  if (key.size() != 8 || !flat_find_.load(std::memory_order_relaxed)) [[unlikely]] {
     return find_any(key, value);
   }
   std::uint64_t be;
   std::memcpy(&be, key.data(), 8);
   const std::uint64_t k = __builtin_bswap64(be);  // the big-endian encoding (encode_u64)
-  const auto guard = epochs_.pin();
-  const DataMeta* mp = leaf_fast<true>(k, nullptr);
-  if (mp == nullptr) [[unlikely]] return Code::corrupted;
+  const sync::EpochManager::FlatPin pin = epochs_.try_pin_flat();
+  if (!pin) [[unlikely]] return find_any(key, value);
+  const DataMeta* mp = descend<true, false>(k);
+  if (mp == nullptr) [[unlikely]] return find_unpin_any(pin, k, value);
   const DataMeta& m = *mp;
   const std::uint32_t p = search_slot(m.model, x_of<true>(k, m.model.lo));
   // No prefetch of PA[p] here (lock_span has one): the probe's loads do not depend on the
@@ -301,28 +306,50 @@ Code Apex::find(std::string_view key, std::string* value) const {
   const std::uint32_t end = std::min(p + kProbeDistance, m.model.slots);
   const std::uint32_t first = p / 256, last = (end - 1) / 256;
   bool restart = false;
-  const std::uint64_t v1 = m.locks[first].readLockOrRestart(restart);
+  const std::uint64_t v1 = m.locks[first].tryReadLockOrRestart(restart);
   std::uint64_t v2 = v1;
-  if (last != first) [[unlikely]] v2 = m.locks[last].readLockOrRestart(restart);
-  if (restart) [[unlikely]] return find_pinned(k, value);  // obsolete: replaced by an SMO
+  if (last != first) [[unlikely]] v2 = m.locks[last].tryReadLockOrRestart(restart);
+  if (restart) [[unlikely]] return find_unpin_any(pin, k, value);  // a writer, or replaced
   // A pointer walk (no index arithmetic per slot): end > p, since p < slots.
   const Record* rec = pa + p;
   const Record* const stop = pa + end;
   while (sync::optimistic_read(rec->key) != k) {
     if (++rec == stop) {
-      rec = find_stash(m, k, p);
+      // The stash holds the key only if the group's overflow bucket exists (find_stash).
+      if (m.bucket(p / kGroup) != nullptr) [[unlikely]] return find_unpin_any(pin, k, value);
+      rec = nullptr;
       break;
     }
   }
   const std::uint64_t payload = rec != nullptr ? sync::optimistic_read(rec->payload) : 0;
   m.locks[first].checkOrRestart(v1, restart);
   if (last != first) [[unlikely]] m.locks[last].checkOrRestart(v2, restart);
-  if (restart) [[unlikely]] return find_pinned(k, value);  // a writer ran: read again
-  if (rec == nullptr) return Code::not_found;
-  if (value != nullptr) {  // straight into the caller's buffer (no reallocation once sized)
-    if (value->size() != 8) [[unlikely]] value->resize(8);
-    std::memcpy(value->data(), &payload, 8);
-  }
+  if (restart) [[unlikely]] return find_unpin_any(pin, k, value);  // a writer ran
+  const Code c = rec != nullptr ? Code::ok : Code::not_found;
+  if (epochs_.unpin_flat(pin)) [[unlikely]] return find_unpin_pending(pin, c, payload, value);
+  if (c != Code::ok || value == nullptr) return c;
+  if (value->size() != 8) [[unlikely]] return store_payload(payload, value);
+  std::memcpy(value->data(), &payload, 8);  // straight into the caller's buffer
+  return Code::ok;
+}
+
+Code Apex::find_unpin_any(sync::EpochManager::FlatPin pin, std::uint64_t k,
+                          std::string* value) const {
+  if (epochs_.unpin_flat(pin)) epochs_.after_unpin_flat(pin);
+  const auto guard = epochs_.pin();  // the first answer is noted already (flat_find_)
+  return find_pinned(k, value);
+}
+
+Code Apex::find_unpin_pending(sync::EpochManager::FlatPin pin, Code c, std::uint64_t payload,
+                              std::string* value) const {
+  epochs_.after_unpin_flat(pin);
+  if (c != Code::ok || value == nullptr) return c;
+  return store_payload(payload, value);
+}
+
+Code Apex::store_payload(std::uint64_t payload, std::string* value) {
+  value->resize(8);
+  std::memcpy(value->data(), &payload, 8);
   return Code::ok;
 }
 

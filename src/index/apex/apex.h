@@ -101,10 +101,13 @@ struct SearchModel {
   std::uint32_t slots = 1;
 };
 // predict_slot over a SearchModel: the same slot for the same key (same operations).
+// Branch-free (issue 16: two fewer compares and jumps per level), with predict_slot's result
+// for every v: v <= 0 and NaN give 0 (maxsd returns its second operand when either is NaN),
+// v >= last gives last = slots - 1 exactly, anything between truncates.
 inline std::uint32_t search_slot(const SearchModel& m, double x) {
-  const double v = m.slope * x + m.intercept;
-  if (!(v > 0)) return 0;  // also NaN
-  if (v >= m.last) return m.slots - 1;
+  double v = m.slope * x + m.intercept;
+  v = v > 0 ? v : 0.0;
+  v = v < m.last ? v : m.last;
   return static_cast<std::uint32_t>(v);
 }
 
@@ -320,25 +323,42 @@ class Apex final : public Index {
   // difference (no key-type test per level; find's fast path).
   template <bool kU64 = false>
   [[gnu::always_inline]] DataMeta* leaf_fast(std::uint64_t key, std::uint64_t* off) const {
-    // acquire: pairs with the release stores of resolve_root / resolve_child, which publish
-    // fully built states.
-    const InnerMeta* im = root_meta_.load(std::memory_order_acquire);
-    if (im == nullptr) [[unlikely]] im = resolve_root();
-    for (std::uint32_t depth = 0; im != nullptr && depth < kMaxDepth; ++depth) {
-      const std::uint32_t slot = search_slot(im->model, x_of<kU64>(key, im->model.lo));
-      std::uintptr_t c = im->child[slot].load(std::memory_order_acquire);
-      if (c == 0) [[unlikely]] c = resolve_child(*im, slot);
-      if (c == 0) [[unlikely]] break;
-      if ((c & kInnerTag) == 0) {
-        DataMeta* m = reinterpret_cast<DataMeta*>(c);
-        if (key < m->model.lo || key > m->hi) [[unlikely]] break;  // leaf() reports it
-        if (off != nullptr) *off = m->off;
-        return m;
-      }
-      im = reinterpret_cast<const InnerMeta*>(c & ~kInnerTag);
+    if (DataMeta* m = descend<kU64, true>(key)) [[likely]] {
+      if (off != nullptr) *off = m->off;
+      return m;
     }
     std::uint64_t unused = 0;  // off may be nullptr (find: the offset is not needed)
     return leaf(key, off != nullptr ? off : &unused, nullptr);
+  }
+  // leaf_fast's descent: nullptr where it must fall back to leaf(). kResolve: a root or child
+  // slot whose DRAM state is not built yet is resolved from PM (resolve_root/resolve_child);
+  // without it the descent gives up there instead (find's flat path makes no call).
+  template <bool kU64, bool kResolve>
+  [[gnu::always_inline]] DataMeta* descend(std::uint64_t key) const {
+    // acquire: pairs with the release stores of resolve_root / resolve_child, which publish
+    // fully built states.
+    const InnerMeta* im = root_meta_.load(std::memory_order_acquire);
+    if (im == nullptr) [[unlikely]] {
+      if constexpr (!kResolve) return nullptr;
+      im = resolve_root();
+      if (im == nullptr) return nullptr;
+    }
+    for (std::uint32_t depth = 0; depth < kMaxDepth; ++depth) {
+      const std::uint32_t slot = search_slot(im->model, x_of<kU64>(key, im->model.lo));
+      std::uintptr_t c = im->child[slot].load(std::memory_order_acquire);
+      if (c == 0) [[unlikely]] {
+        if constexpr (!kResolve) return nullptr;
+        c = resolve_child(*im, slot);
+        if (c == 0) return nullptr;
+      }
+      if ((c & kInnerTag) == 0) {
+        DataMeta* m = reinterpret_cast<DataMeta*>(c);
+        if (key < m->model.lo || key > m->hi) [[unlikely]] return nullptr;  // leaf() reports it
+        return m;
+      }
+      im = reinterpret_cast<const InnerMeta*>(c & ~kInnerTag);  // never null: tagged states
+    }
+    return nullptr;  // deeper than kMaxDepth: leaf() reports the cycle
   }
   // leaf_fast's slow paths: the root's / a child slot's DRAM state, resolved from PM and
   // (while the PM word still holds what was resolved) stored for the next lookups. nullptr /
@@ -412,6 +432,15 @@ class Apex final : public Index {
   // find after check_key, for the calling thread already pinned: the general loop (any key
   // type, a probe window over two record locks, a locked or replaced node, the stash).
   [[gnu::noinline]] Code find_pinned(std::uint64_t k, std::string* value) const;
+  // find's cold exits (tail calls, so find itself stays a leaf function): end the flat pin
+  // and take the general way; end it when items are pending; size the caller's buffer.
+  [[gnu::noinline, gnu::cold]] Code find_unpin_any(sync::EpochManager::FlatPin pin,
+                                                   std::uint64_t k, std::string* value) const;
+  [[gnu::noinline, gnu::cold]] Code find_unpin_pending(sync::EpochManager::FlatPin pin, Code c,
+                                                       std::uint64_t payload,
+                                                       std::string* value) const;
+  [[gnu::noinline, gnu::cold]] static Code store_payload(std::uint64_t payload,
+                                                         std::string* value);
   [[gnu::noinline]] Code find_any(std::string_view key, std::string* value) const;
   // ok, already_present, or pool_full; `needs_smo` set when the node is too dense.
   Code insert_into(std::uint64_t off, DataMeta& m, std::uint64_t key, std::uint64_t payload,
@@ -573,6 +602,8 @@ class Apex final : public Index {
   Status walk_status_;
   std::chrono::steady_clock::time_point open_start_;
   mutable std::atomic<bool> first_answer_{false};
+  // first_answer_ && kt_ == u64, in one byte: find's test for its flat path.
+  mutable std::atomic<bool> flat_find_{false};
   mutable std::atomic<double> first_answer_seconds_{0};
   void note_answer() const;
   struct AnswerNote {

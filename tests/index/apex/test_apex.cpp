@@ -100,6 +100,15 @@ TEST(Apex, SequentialInsertsAndStashOverflow) {
   for (std::uint64_t i = 5000; i-- > 0;) ASSERT_TRUE(c.insert(encode_u64(i * 7 + 3), val(i)));
   ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
   ASSERT_TRUE(c.check_all());
+  // find's flat path (issue 16) answers a probe-window miss itself only where the window's
+  // group has no overflow bucket: stashed keys, and absent keys beside them, both ways.
+  ASSERT_GT(as_apex(*idx).stats().stash_records, 0u);
+  std::string got;
+  for (std::uint64_t i = 0; i < 5000; ++i) {
+    ASSERT_EQ(idx->find(encode_u64(i * 7 + 3), &got), Code::ok) << i;
+    ASSERT_EQ(got, val(i));
+    ASSERT_EQ(idx->find(encode_u64(i * 7 + 5), &got), Code::not_found) << i;
+  }
 }
 
 TEST(Apex, DescendingInsertsStayShallow) {
