@@ -62,17 +62,19 @@ Status check(Level level, const CpuFeatures& cpu) {
   return Status(Code::unsupported, why);
 }
 
-namespace {
-// Runs before the library's other static initialisers (priority 101 precedes the default
-// ones) and before main: a CPU below the built level would otherwise fault with SIGILL at
-// the first vector instruction, anywhere. Exit status 132 is what that SIGILL would give.
-[[gnu::constructor(101)]] void stop_below_built_level() {
+void require_built_level() {
   char why[256];
   explain(built_level(), this_cpu(), why, sizeof why);
   if (why[0] == '\0') return;
   std::fprintf(stderr, "libpmindex: %s\n", why);
   _exit(132);
 }
+
+namespace {
+// Runs before the library's other static initialisers (priority 101 precedes the default
+// ones) and before main: a CPU below the built level would otherwise fault with SIGILL at
+// the first vector instruction, anywhere. Exit status 132 is what that SIGILL would give.
+[[gnu::constructor(101)]] void stop_below_built_level() { require_built_level(); }
 }  // namespace
 
 }  // namespace isa

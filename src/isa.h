@@ -27,5 +27,10 @@ std::string_view level_name(Level level);
 CpuFeatures this_cpu();
 // ok when a CPU with `cpu` runs code of `level`; else Code::unsupported naming what is missing.
 Status check(Level level, const CpuFeatures& cpu);
+// Exits the process with status 132 and a message on stderr if this CPU is below the built
+// level. Run from a priority-101 constructor in isa.cpp, before the library's other static
+// initialisers; pm/runtime.cpp refers to it so that a static link keeps isa.cpp's object
+// (nothing else calls into it, and an archive member nobody refers to is not linked).
+void require_built_level();
 
 }  // namespace pmindex::isa

@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdint>
 
+#include "isa.h"
 #include "pmindex/pm/persist.h"
 
 namespace pmindex::pm {
@@ -28,6 +29,11 @@ CpuFlush detect_flush() {
 }
 
 const CpuFlush kCpu = detect_flush();
+
+// Every program that uses the library links this runtime; this reference makes it link
+// src/isa.cpp's object too, whose constructor stops a CPU below the library's ISA level. A
+// static link would otherwise leave that object out: nothing calls into it.
+[[gnu::used]] void (*const kIsaCheckLinked)() = &isa::require_built_level;
 
 FlushKind kind_for(Mode mode) {
   switch (mode) {
