@@ -7,6 +7,7 @@
 #include <iomanip>
 #include <thread>
 
+#include "pmindex/index.h"
 #include "pmindex/pm/persist.h"
 #include "pmindex/sync/asymmetric_fence.h"
 
@@ -98,6 +99,7 @@ ordered_json environment(const Config& c, const RunResult* first) {
   e["build_type"] = PMBENCH_BUILD_TYPE;
   e["git_revision"] = PMBENCH_GIT_REVISION;
   e["pm_flavour"] = std::string(pmindex::pm::to_string(pmindex::pm::kFlavour));
+  e["isa_level"] = std::string(pmindex::isa_level());  // README "Minimum CPU"
   e["compiler"] = __VERSION__;
   e["clock"] = "std::chrono::steady_clock, per-sample overhead subtracted";
   return e;

@@ -83,8 +83,15 @@ set(CPACK_DEB_COMPONENT_INSTALL ON)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 set(CPACK_DEBIAN_PACKAGE_SECTION libs)
-# The minimum CPU (README "Minimum CPU"): x86-64 with AVX2 and SSE4.2; clwb / clflushopt are
-# chosen at run time and are not required.
+# The minimum CPU (README "Minimum CPU"): the library's PMINDEX_ISA level, x86-64-v2 (SSE4.2,
+# POPCNT) for the packaged baseline build; clwb / clflushopt are chosen at run time and are not
+# required.
+if(PMINDEX_ISA STREQUAL "avx2")
+  set(PMINDEX_CPU_NOTE
+      "Needs an x86-64-v2 CPU with AVX2 (Haswell or newer); built with PMINDEX_ISA=avx2.")
+else()
+  set(PMINDEX_CPU_NOTE "Runs on any x86-64-v2 CPU (SSE4.2 and POPCNT: Nehalem or newer).")
+endif()
 set(CPACK_DEBIAN_PACKAGE_ARCHITECTURE amd64)
 set(CPACK_COMPONENTS_GROUPING IGNORE)
 set(CPACK_COMPONENTS_ALL runtime dev counting crash tools)
@@ -97,10 +104,13 @@ set(CPACK_COMPONENTS_GROUPING ONE_PER_GROUP)
 set(CPACK_DEBIAN_RUNTIME_PACKAGE_NAME libpmindex)
 set(CPACK_DEBIAN_DEV_PACKAGE_NAME libpmindex-dev)
 set(CPACK_DEBIAN_TOOLS_PACKAGE_NAME pmindex-tools)
-set(CPACK_DEBIAN_RUNTIME_DESCRIPTION "pmindex shared library\n ${CPACK_PACKAGE_DESCRIPTION_SUMMARY}")
+set(CPACK_DEBIAN_RUNTIME_DESCRIPTION
+    "pmindex shared library\n ${CPACK_PACKAGE_DESCRIPTION_SUMMARY}.\n ${PMINDEX_CPU_NOTE}")
 set(CPACK_DEBIAN_DEV_DESCRIPTION
-    "pmindex headers, static libraries, CMake package and pkg-config file\n ${CPACK_PACKAGE_DESCRIPTION_SUMMARY}")
-set(CPACK_DEBIAN_TOOLS_DESCRIPTION "pmpool and pmbench\n ${CPACK_PACKAGE_DESCRIPTION_SUMMARY}")
+    "pmindex headers, static libraries, CMake package and pkg-config file\n \
+${CPACK_PACKAGE_DESCRIPTION_SUMMARY}.\n ${PMINDEX_CPU_NOTE}")
+set(CPACK_DEBIAN_TOOLS_DESCRIPTION
+    "pmpool and pmbench\n ${CPACK_PACKAGE_DESCRIPTION_SUMMARY}.\n ${PMINDEX_CPU_NOTE}")
 set(CPACK_DEBIAN_DEV_PACKAGE_DEPENDS "libpmindex (= ${PROJECT_VERSION}), zlib1g-dev")
 set(CPACK_DEBIAN_DEV_PACKAGE_SECTION libdevel)
 set(CPACK_DEBIAN_TOOLS_PACKAGE_SECTION utils)

@@ -85,16 +85,34 @@ function(pmindex_add_library)
   endif()
 endfunction()
 
-# What every pmindex library target carries: public headers, the flavour, warnings, and the
-# ISA flags for its own code only. The flags are PRIVATE: public headers use no intrinsic that
-# needs them (persist.h issues clwb as inline assembly, chosen at run time), so a consumer
-# compiles its own code for whatever CPU it likes.
-set(PMINDEX_ISA_FLAGS -mclwb -mclflushopt -mavx2 -msse4.2)
+# The instruction-set level the library is compiled for (README "Minimum CPU"), PMINDEX_ISA:
+#   baseline  x86-64-v2 (SSE4.2, POPCNT): every x86-64 server CPU since 2008 (Nehalem) and
+#             what the major distributions now require; the installed package and a plain
+#             configure. Node searches use their scalar / SWAR code (node_search.h); PACTree
+#             still picks its AVX2 fingerprint match at run time (a target("avx2") function).
+#   avx2      x86-64-v2 plus AVX2 (Haswell, 2013): the vector node searches of LB+-Tree, FPTree
+#             and NBTree. The benchmark and CI presets use it; a binary built so refuses to
+#             open an index on a CPU without AVX2 (pmindex::isa_check) instead of faulting.
+# clwb / clflushopt need no flag: persist.h and runtime.cpp issue them as inline assembly,
+# chosen at run time. The flags are PRIVATE: public headers use no target-specific intrinsic,
+# so a consumer compiles its own code for whatever CPU it likes.
+set(PMINDEX_ISA "baseline" CACHE STRING "Instruction-set level of the library: baseline (x86-64-v2) or avx2")
+set_property(CACHE PMINDEX_ISA PROPERTY STRINGS baseline avx2)
+if(PMINDEX_ISA STREQUAL "baseline")
+  set(PMINDEX_ISA_FLAGS -msse4.2 -mpopcnt)
+  set(PMINDEX_ISA_NUMBER 0)
+elseif(PMINDEX_ISA STREQUAL "avx2")
+  set(PMINDEX_ISA_FLAGS -msse4.2 -mpopcnt -mavx2)
+  set(PMINDEX_ISA_NUMBER 1)
+else()
+  message(FATAL_ERROR "PMINDEX_ISA must be baseline or avx2, not '${PMINDEX_ISA}'")
+endif()
 function(pmindex_library_usage lib flavour_number deps)
   target_include_directories(${lib} PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
                                            $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>
                                     PRIVATE ${PROJECT_SOURCE_DIR}/src)
-  target_compile_definitions(${lib} PUBLIC PMINDEX_PM_FLAVOUR=${flavour_number})
+  target_compile_definitions(${lib} PUBLIC PMINDEX_PM_FLAVOUR=${flavour_number}
+                                     PRIVATE PMINDEX_ISA_LEVEL=${PMINDEX_ISA_NUMBER})
   target_compile_options(${lib} PRIVATE ${PMINDEX_WARNINGS} ${PMINDEX_ISA_FLAGS})
   target_compile_features(${lib} PUBLIC cxx_std_20)
   target_link_libraries(${lib} PUBLIC ${deps})

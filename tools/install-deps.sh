@@ -12,6 +12,7 @@ packages=(
   clang-14 libclang-rt-14-dev                   # libFuzzer target (g++ has no -fsanitize=fuzzer)
   python3 python3-matplotlib                    # plots and report
   doxygen                                       # API reference (tools/api-docs.sh)
+  qemu-user                                     # tools/test-install.sh: runs on a CPU without AVX
 )
 
 missing=()

@@ -6,7 +6,8 @@
 #   3. clang libFuzzer build: replays known crashers, then fuzzes pool open + recovery briefly
 #      (seeded from the commit, a fixed number of runs);
 #   4. install: the library installed and used through find_package, pkg-config, as a
-#      subproject and as Debian packages, with every example built and run (tools/test-install.sh).
+#      subproject and as Debian packages, with every example built and run (tools/test-install.sh);
+#      the installed x86-64-v2 library checked by disassembly and run under qemu-user without AVX.
 # `tools/test.sh --long` runs the exhaustive `long` label instead (release build): >= 10,000
 # crash images per index and mode, hundreds of kill cycles. Run it during development.
 set -euo pipefail
@@ -91,7 +92,8 @@ grep -E "stat::number_of_executed_units|Done" build/fuzz/fuzz.log
 echo "fuzz: no crash in $runs runs (seed $((PMINDEX_CRASH_SEED % 2147483647)))"
 stage_done "fuzz" "no crash in $runs runs"
 
-echo "== install: CMake package, pkg-config, subproject, Debian packages; the examples"
+echo "== install: CMake package, pkg-config, subproject, Debian packages; the examples; minimum CPU"
 bash tools/test-install.sh --deb
-stage_done "install + examples" "examples built and run three ways; .deb installed"
+stage_done "install + examples" \
+  "examples built and run three ways; .deb installed; x86-64-v2 library run under qemu Nehalem"
 print_summary

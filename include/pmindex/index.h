@@ -380,4 +380,15 @@ inline constexpr const char* kPluginEntryPoint = "pmindex_register_plugin";
 /// The type of a plugin's kPluginEntryPoint function.
 using PluginEntryPoint = Status (*)();
 
+/// The instruction-set level this library was compiled for (README "Minimum CPU"): "x86-64-v2"
+/// (the baseline: SSE4.2 and POPCNT; the packaged library) or "x86-64-v2+avx2" (built with
+/// PMINDEX_ISA=avx2, as the benchmark presets are). Never fails; thread-safe.
+std::string_view isa_level();
+
+/// Whether this CPU runs the library's level: ok, or Code::unsupported naming the missing
+/// extensions. A library whose level the CPU lacks never gets this far: at load time, before
+/// any of its other code runs, it prints this message to stderr and exits with status 132 (what
+/// the SIGILL it prevents would give). Thread-safe.
+Status isa_check();
+
 }  // namespace pmindex

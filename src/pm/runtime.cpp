@@ -1,12 +1,12 @@
 // Process-wide persistence runtime: the mode, the flush instruction, per-thread counters and,
 // in the counting flavour, the per-operation line set and the XPBuffer model.
 #include <cpuid.h>
-#include <immintrin.h>
 
 #include <algorithm>
 #include <array>
 #include <cstdint>
 
+#include "isa.h"
 #include "pmindex/pm/persist.h"
 
 namespace pmindex::pm {
@@ -29,6 +29,11 @@ CpuFlush detect_flush() {
 }
 
 const CpuFlush kCpu = detect_flush();
+
+// Every program that uses the library links this runtime; this reference makes it link
+// src/isa.cpp's object too, whose constructor stops a CPU below the library's ISA level. A
+// static link would otherwise leave that object out: nothing calls into it.
+[[gnu::used]] void (*const kIsaCheckLinked)() = &isa::require_built_level;
 
 FlushKind kind_for(Mode mode) {
   switch (mode) {
@@ -196,8 +201,12 @@ void Runtime::flush_slow(const void* p, std::size_t n) {
   const std::uintptr_t end = reinterpret_cast<std::uintptr_t>(p) + n;
   std::uint64_t lines = 0;
   for (std::uintptr_t line = detail::line_of(p); line < end; line += kCacheLine, ++lines) {
-    if (kind == FlushKind::clflushopt) _mm_clflushopt(reinterpret_cast<void*>(line));
-    else _mm_clflush(reinterpret_cast<void*>(line));
+    // Inline assembly, as persist.h's clwb: _mm_clflushopt would need -mclflushopt for this
+    // file, and the library imposes no ISA flag beyond its level (FlushKind is chosen at run
+    // time). The "memory" clobber keeps the stores to the line before its write-back.
+    const auto* at = reinterpret_cast<const char*>(line);
+    if (kind == FlushKind::clflushopt) __asm__ __volatile__("clflushopt %0" : : "m"(*at) : "memory");
+    else __asm__ __volatile__("clflush %0" : : "m"(*at) : "memory");
   }
   counters_.flushes += lines;
   if constexpr (kCounting) after_flush(p, n);

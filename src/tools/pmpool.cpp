@@ -235,7 +235,8 @@ bool refuse_unknown_subcommand(const std::vector<CLI::App*>& subs, int argc, cha
 int main(int argc, char** argv) {
   CLI::App app{"pmpool: inspect, check, list and remove pmindex pools"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", std::string("pmpool ") + PMINDEX_VERSION_STRING);
+  app.set_version_flag("--version", std::string("pmpool ") + PMINDEX_VERSION_STRING + " (" +
+                                        std::string(pmindex::isa_level()) + ")");
   std::string path;
   auto* info = app.add_subcommand("info", "print the header, layout, backing and usage");
   info->add_option("PATH", path, "pool file")->required();

@@ -215,6 +215,8 @@ TEST(Pmpool, VersionAndUnknownSubcommandSayWhatTheyAre) {
   CmdResult v = run("--version");
   EXPECT_EQ(v.rc, 0) << v.out;
   EXPECT_NE(v.out.find("pmpool 0."), std::string::npos) << v.out;
+  // The ISA level the library was built for (README "Minimum CPU") is part of the version.
+  EXPECT_NE(v.out.find("(" + std::string(pmindex::isa_level()) + ")"), std::string::npos) << v.out;
   EXPECT_EQ(v.out.find("subcommand is required"), std::string::npos) << v.out;
   CmdResult u = run("frobnicate");
   EXPECT_EQ(u.rc, 2) << u.out;

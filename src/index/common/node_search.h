@@ -19,8 +19,9 @@
 // Integer keys with a node capacity known at compile time (count_u64_window): the window is
 // compared four separators per AVX2 instruction instead of one per five instructions, so a
 // 14-key node costs about twenty instructions instead of seventy (issue 16: LB+-Tree lookups
-// spent ~230 instructions per inner level). The vector load reads seqlock data that a writer
-// may change: as with optimistic_read, the result is discarded unless the node's version
+// spent ~230 instructions per inner level); a build at the baseline level (x86-64-v2, no AVX2:
+// README "Minimum CPU") compares two per SSE4.2 instruction. The vector load reads seqlock
+// data that a writer may change: as with optimistic_read, the result is discarded unless the node's version
 // validates, and the caller's next read (the child word) depends on it, so the load cannot be
 // moved past the validation. A vector load is not a C++ atomic, so a ThreadSanitizer build
 // counts slot by slot with optimistic_read (the same result; TSan sees only atomic reads).
@@ -42,6 +43,9 @@
 #if !defined(PMINDEX_NODE_SEARCH_SCALAR) && defined(__AVX2__)
 #include <immintrin.h>
 #define PMINDEX_NODE_SEARCH_AVX2 1
+#elif !defined(PMINDEX_NODE_SEARCH_SCALAR) && defined(__SSE4_2__)
+#include <nmmintrin.h>
+#define PMINDEX_NODE_SEARCH_SSE42 1
 #endif
 
 namespace pmindex::index_common {
@@ -107,6 +111,22 @@ inline constexpr auto kInUse = make_in_use<kSlots>();
 static_assert(packed_bit(0) == 0 && packed_bit(2) == 16 && packed_bit(4) == 4 &&
               packed_bit(8) == 8 && packed_bit(15) == 30);
 }  // namespace detail
+#elif defined(PMINDEX_NODE_SEARCH_SSE42)
+namespace detail {
+// The SSE4.2 form (the baseline x86-64-v2 build, README "Minimum CPU") compares two slots per
+// instruction and packs slots 0..7 and 8..15 into one 16-bit byte mask each, in slot order:
+// slot i owns bits 2i and 2i+1. kInUseSse<kSlots>.mask[c & 31]: bit 2i of slots
+// 0 .. min(c & 31, kSlots)-1, clamped as kInUse is.
+template <unsigned kSlots>
+constexpr auto make_in_use_sse() {
+  struct Table { std::uint32_t mask[32]; } t{};
+  for (unsigned c = 0; c < 32; ++c)
+    for (unsigned i = 0; i < std::min(c, kSlots); ++i) t.mask[c] |= std::uint32_t{1} << (2 * i);
+  return t;
+}
+template <unsigned kSlots>
+inline constexpr auto kInUseSse = make_in_use_sse<kSlots>();
+}  // namespace detail
 #endif
 
 // Sign-bit bias of integer words: w ^ kSignBias orders as a signed integer the way w orders
@@ -136,6 +156,24 @@ template <unsigned kSlots, bool kBiased = false>
                                             _mm256_packs_epi32(above(2), above(3)));
   const auto mask = static_cast<std::uint32_t>(_mm256_movemask_epi8(packed));
   return static_cast<unsigned>(__builtin_popcount(~mask & detail::kInUse<kSlots>.mask[cnt & 31]));
+#elif defined(PMINDEX_NODE_SEARCH_SSE42)
+  // The same with 128-bit vectors: pcmpgtq (SSE4.2) on two slots, packs down to bytes.
+  const __m128i flip = _mm_set1_epi64x(INT64_MIN);
+  const __m128i p = _mm_set1_epi64x(static_cast<long long>(probe ^ kSignBias));
+  const auto above = [&](unsigned g) {  // lanes of slots 2g, 2g+1: all ones if k > probe
+    if (2 * g >= kSlots) return _mm_setzero_si128();
+    const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(k + 2 * g));
+    return _mm_cmpgt_epi64(kBiased ? x : _mm_xor_si128(x, flip), p);
+  };
+  const auto eight = [&](unsigned g) {  // slots 2g .. 2g+7, two mask bits each
+    return static_cast<std::uint32_t>(_mm_movemask_epi8(
+        _mm_packs_epi16(_mm_packs_epi32(above(g), above(g + 1)),
+                        _mm_packs_epi32(above(g + 2), above(g + 3)))));
+  };
+  std::uint32_t mask = eight(0);
+  if constexpr (kSlots > 8) mask |= eight(4) << 16;
+  const std::uint32_t in_use = detail::kInUseSse<kSlots>.mask[cnt & 31];
+  return static_cast<unsigned>(__builtin_popcount(~mask & in_use));
 #else
   const std::uint64_t unbias = kBiased ? kSignBias : 0;
   unsigned below = 0;

@@ -51,7 +51,8 @@ MicroLog* FPTree<N>::my_log() const {
 // With AVX2 and N a multiple of 32, 32 fingerprints per compare (the 64-entry leaf's SWAR
 // took ~180 instructions a lookup, issue 16); the vector load of seqlock data is safe for
 // the reasons node_search.h gives (the result is used only after the leaf's version
-// validates), and a ThreadSanitizer build takes the SWAR path.
+// validates), and a ThreadSanitizer build or one at the baseline PMINDEX_ISA (x86-64-v2,
+// README "Minimum CPU") takes the SWAR path.
 template <unsigned N>
 std::uint64_t FPTree<N>::fp_candidates(const LeafT* l, std::uint8_t fp) {
   std::uint64_t cand = 0;

@@ -319,7 +319,7 @@ template <class Order>
 }
 
 // The committed slot holding `key`, or -1. Fingerprints are compared 32 at a time with AVX2;
-// without it (ThreadSanitizer builds) eight at a time: in
+// without it (ThreadSanitizer builds, the baseline PMINDEX_ISA) eight at a time: in
 // x = word ^ (fp repeated), a byte is zero exactly where the fingerprint matches; the exact
 // zero-byte test sets 0x80 in those bytes, and the multiply gathers the eight flags into one
 // byte (bit 8j moves to bit 56 + j; no two partial products meet, so nothing carries).

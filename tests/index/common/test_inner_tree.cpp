@@ -185,6 +185,12 @@ TEST(InnerTreeHint, FreshHintInsertsAndStaleHintIsRefused) {
   EXPECT_FALSE(t.insert_separator_hinted(InnerTree::ParentHint{}, ids[0], 1, leaf_id(10001)));
 }
 
+// test_inner_tree_baseline (tests/CMakeLists.txt) exists to run the SSE4.2 form.
+#if defined(PMINDEX_EXPECT_NODE_SEARCH_SSE42) && !defined(PMINDEX_NODE_SEARCH_SCALAR) && \
+    !defined(PMINDEX_NODE_SEARCH_SSE42)
+#error "test_inner_tree_baseline must compile node_search.h's SSE4.2 form"
+#endif
+
 // count_u64_window against a plain count, for every count and window size the descents use;
 // the words past cnt are garbage (small and huge) that must not be counted.
 template <unsigned kSlots>
