@@ -36,6 +36,21 @@ class IndexScenario final : public Scenario {
                           : cfg.ops != 0          ? cfg.ops
                                                   : default_crash_ops(opt.images_budget);
     ops_ = make_workload(seed_, n, cfg.key_space);
+    if (start_.image == nullptr && cfg.drain_from != 0 && cfg.key_space != 0) {
+      // The drain takes the keys in a seeded random order, each once per key_space ops, so
+      // every structure empties gradually and together.
+      std::vector<std::uint64_t> order(cfg.key_space);
+      for (std::uint64_t k = 0; k < cfg.key_space; ++k) order[k] = k + 1;
+      std::mt19937_64 rng(seed_ ^ 0x647261696eull);
+      std::shuffle(order.begin(), order.end(), rng);
+      for (std::size_t i = 0; i < ops_.size(); ++i) {
+        OpKind& k = ops_[i].kind;
+        const bool write = k == OpKind::insert || k == OpKind::update || k == OpKind::upsert ||
+                           k == OpKind::remove;
+        if (write) k = i < cfg.drain_from ? OpKind::insert : OpKind::remove;
+        if (i >= cfg.drain_from) ops_[i].key = order[(i - cfg.drain_from) % order.size()];
+      }
+    }
   }
 
   Result<Region> setup() override {

@@ -38,6 +38,12 @@ struct IndexCrashConfig {
   std::uint64_t key_space = 24;         ///< small, so updates and removes hit present keys
   std::size_t ops_after_recovery = 6;   ///< run on every recovered image
   std::size_t scan_length = 8;          ///< records per scan in the workload
+  /// Fill then drain (0: off): every write of the workload (insert, update, upsert, remove)
+  /// before this op inserts, and every op from it on touches the keys in a seeded random order
+  /// (each once per key_space ops) and every write removes (finds and scans stay), so
+  /// structures first grow and then shrink together (roart's merges). The ops after recovery
+  /// stay the mixed workload.
+  std::size_t drain_from = 0;
   /// Crash during recovery (opt-in): for one in `recovery_crash_every` checked images (seeded),
   /// the image's recovery and the operations after it run traced in a nested exploration, and up
   /// to `recovery_crash_images` images of a crash inside them are recovered and checked in turn

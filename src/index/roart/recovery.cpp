@@ -17,7 +17,19 @@ namespace {
 // relaxed: a statistic, read by tests after the operations that count it have returned.
 std::atomic<std::uint64_t> g_finished_splits{0};
 std::atomic<std::uint64_t> g_undone_splits{0};
+std::atomic<std::uint64_t> g_finished_merges{0};
+std::atomic<bool> g_merge_without_intent{false};
 }  // namespace
+
+std::uint64_t Roart::finished_merges_total() {
+  return g_finished_merges.load(std::memory_order_relaxed);
+}
+void Roart::set_merge_without_intent_for_testing(bool on) {
+  g_merge_without_intent.store(on, std::memory_order_relaxed);  // relaxed: set between runs
+}
+bool Roart::merge_without_intent() {
+  return g_merge_without_intent.load(std::memory_order_relaxed);
+}
 
 std::uint64_t Roart::finished_splits_total() {
   return g_finished_splits.load(std::memory_order_relaxed);
@@ -95,6 +107,11 @@ std::string Roart::walk_array(std::uint64_t off, bool tail, std::string_view hi,
     if (al.mark_reachable(ioff, sizeof(Intent) + in->key_len) != Code::ok)
       return "split intent cannot be marked";
     pending->push_back(Pending{off, ioff, tail, std::string(hi)});
+    if (in->reserved == kMergeKind) {
+      if (std::string e = walk_merge(in, seen, records); !e.empty()) return e;
+      return walk_slots(a, records);
+    }
+    if (in->reserved != 0) return "intent of an unknown kind";
     if (std::string e = walk_array(in->right, false, {}, seen, pending, records); !e.empty())
       return e;
     std::uint64_t named = 0;
@@ -104,6 +121,35 @@ std::string Roart::walk_array(std::uint64_t off, bool tail, std::string_view hi,
       return walk_array(in->left, false, {}, seen, pending, records);
     return {};
   }
+  return walk_slots(a, records);
+}
+
+// R5 for a merge intent (held by the merge's right array B, which the caller walks as any
+// array: its own records are B's): the merged array m is marked (its records are A's and B's);
+// the left array A too if its separator already left the trie (M3 done: nothing else reaches
+// A now, and its records are live through m), else the trie walk reaches A by its separator.
+std::string Roart::walk_merge(const Intent* in, std::vector<std::uint64_t>* seen,
+                              std::uint64_t* records) {
+  pm::Allocator& al = pool_->allocator();
+  if (std::string e = check_array(in->left); !e.empty()) return "merge intent's left " + e;
+  if (std::string e = check_array(in->right); !e.empty()) return "merge intent's merged " + e;
+  if (load_word(array(in->left)->intent) != 0 || load_word(array(in->right)->intent) != 0)
+    return "merge intent names an array with an intent";
+  if (al.mark_reachable(in->right, array_bytes(slots_of(array(in->right)))) != Code::ok)
+    return "merged array cannot be marked";
+  std::uint64_t named = 0;
+  const Code c = tree_->find(std::string_view(in->key(), in->key_len), &named);
+  if (c == Code::ok) return named == in->left ? std::string() : "merge intent disagrees with the trie";
+  if (c != Code::not_found) return "trie damaged at a merge's separator";
+  seen->push_back(in->left);
+  if (al.mark_reachable(in->left, array_bytes(slots_of(array(in->left)))) != Code::ok)
+    return "leaf array cannot be marked";
+  return walk_slots(array(in->left), records);
+}
+
+// An array's records and their out-of-line values marked and counted.
+std::string Roart::walk_slots(ArrayHeader* a, std::uint64_t* records) {
+  pm::Allocator& al = pool_->allocator();
   const std::uint64_t* s = slot_words(a);
   for (unsigned i = 0; i < slots_of(a); ++i) {
     const std::uint64_t w = load_word(s[i]);
@@ -189,6 +235,65 @@ bool Roart::undo_intent(const Pending& p) const {
   return true;
 }
 
+// R7 (the walk, after its marks and before any writer runs; readers may run): the merge whose
+// intent p.array (B) holds, committed (M2) before a crash, is finished; each step idempotent,
+// so a crash here meets the same intent at the next walk. B is locked from its stale word
+// (a first touch of B waits for this walk, A9), A (if its separator is still in the trie) by
+// an ordinary first touch and lock; M3 removes A's separator unless gone, M4 names m where B
+// was, M5 leaves A and B obsolete and retires them and the intent.
+// R7u: M3 cannot allocate (a full pool): U1' B's intent word is set to 0 and persisted (from
+// then m and the intent are unreachable: the next walk frees them), U2' both are retired, A
+// and B go on as they were (B's lock word is put back, so its first touch admits it).
+bool Roart::finish_merge(const Pending& p) {
+  auto guard = tree_->epochs().pin();
+  ArrayHeader* b = array(p.array);
+  const Intent* in = pool_->at<const Intent>(p.intent);
+  const std::uint64_t stale = NodeLock::load(b->lock);
+  const std::uint64_t tag_word = std::uint64_t{tag_} << 32;
+  std::uint64_t expected = stale;
+  if (NodeLock::tag_of(stale) == tag_ || !pm::cas(&b->lock, expected, tag_word | NodeLock::kLocked))
+    return false;
+  const std::string_view sep(in->key(), in->key_len);
+  ArrayHeader* a = array(in->left);
+  std::uint64_t named = 0;
+  Code c = tree_->find(sep, &named);
+  bool a_locked = false;
+  if (c == Code::ok) {  // M3 not done: A is reachable, first touch and lock it
+    Touch t;
+    if (named != in->left || load_word(a->intent) != 0 ||
+        !write_lock(a, Where{in->left, false, std::string(sep)}, &t))
+      return false;
+    a_locked = true;
+    c = tree_->remove(sep, &named);  // M3
+    if (c == Code::pool_full) {  // R7u
+      pm::publish(&b->intent, 0);
+      pm::persist(&b->intent, sizeof b->intent);  // U1'
+      retire_array(in->right);                    // U2'
+      retire_intent(p.intent);
+      unlock(a);
+      pm::publish(&b->lock, stale);
+      g_finished_merges.fetch_add(1, std::memory_order_relaxed);
+      return true;
+    }
+    if (c != Code::ok || named != in->left) return false;
+  } else if (c != Code::not_found) {
+    return false;
+  }
+  Where wb;
+  wb.array = p.array;
+  wb.tail = p.tail;
+  wb.hi = p.hi;
+  if (replace(wb, p.array, in->right) != Code::ok) return false;  // M4
+  if (a_locked) unlock_obsolete(a);  // M5
+  else pm::publish(&a->lock, NodeLock::fresh(tag_) | NodeLock::kObsolete);
+  pm::publish(&b->lock, NodeLock::fresh(tag_) | NodeLock::kObsolete);
+  retire_array(in->left);
+  retire_array(p.array);
+  retire_intent(p.intent);
+  g_finished_merges.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
 bool Roart::count_for_close(std::uint64_t* records, std::uint64_t* nodes) const {
   bool counted = true;
   auto count_array = [&](std::uint64_t off) {
@@ -246,6 +351,11 @@ void Roart::start_walk(std::uint64_t root_off) {
       else if (s = index_common::check_close_counts(*pool_, "roart", records, nodes + seen.size());
                s.ok())  // writers wait for this walk: its counts are exact
         s = al.finish_recovery();  // only a complete walk frees: unvisited blocks may be live
+      for (const Pending& p : pending) {  // R7: merges finish before any writer runs
+        if (!s.ok()) break;
+        if (pool_->at<const Intent>(p.intent)->reserved == kMergeKind && !finish_merge(p))
+          s = pool_->error(Code::corrupted, "roart recovery walk: a merge cannot be finished");
+      }
     }
     std::lock_guard<std::mutex> lock(walk_mu_);
     if (!s.ok()) corrupted_.store(true, std::memory_order_relaxed);  // relaxed: read after walk_done_

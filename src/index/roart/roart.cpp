@@ -40,6 +40,10 @@ constexpr std::uint64_t slot_word(std::uint16_t fp, std::uint64_t rec) {
 }
 constexpr std::uint16_t fp_of(std::uint64_t slot) { return static_cast<std::uint16_t>(slot >> 48); }
 int compare(std::string_view a, std::string_view b) { return a.compare(b); }
+// Set by a merge that could not allocate (M1) in this thread's current remove: remove() then
+// runs the epoch manager's deferred frees (the arrays earlier merges retired are the free
+// space of a full pool) and tries the merge once more, outside the operation's pin.
+thread_local bool t_merge_starved = false;
 }  // namespace
 
 pm::Layout Roart::layout_for(const Options& o) { return pm::Layout{"roart", 0, o.key_type, 0}; }
@@ -179,8 +183,14 @@ std::uint64_t Roart::read_lock(ArrayHeader* a, const Where& where, Touch* t) con
 // rebuilds the volatile bitmap and prefix words and unlocks it retagged.
 bool Roart::admit(ArrayHeader* a, const Where& where, std::uint64_t stale) const {
   std::string bad = check_array(pool_->offset_of(a));  // before any other word is read
-  const std::uint64_t ioff = bad.empty() ? load_word(a->intent) : 0;
-  if (ioff != 0 && !wait_recovery_walk().ok()) return false;
+  std::uint64_t ioff = bad.empty() ? load_word(a->intent) : 0;
+  if (ioff != 0) {
+    if (!wait_recovery_walk().ok()) return false;
+    // The walk finished every merge intent (R7: the array is obsolete now, the CAS below
+    // fails) or undid it (R7u: the word is 0); one still here is damage.
+    ioff = load_word(a->intent);
+    if (ioff != 0 && merge_intent(ioff)) return false;
+  }
   std::uint64_t expected = stale;
   const std::uint64_t tag_word = std::uint64_t{tag_} << 32;
   if (!pm::cas(&a->lock, expected, tag_word | NodeLock::kLocked)) return true;
@@ -212,6 +222,13 @@ bool Roart::admit(ArrayHeader* a, const Where& where, std::uint64_t stale) const
   return true;
 }
 
+// Whether the intent word names a merge intent (in bounds, its kind word says so); a merge's
+// right array keeps its own records (M2-M4), so they are checked as any array's.
+bool Roart::merge_intent(std::uint64_t ioff) const {
+  return ioff % 8 == 0 && pool_->in_heap(ioff, sizeof(Intent)) &&
+         pool_->at<const Intent>(ioff)->reserved == kMergeKind;
+}
+
 // What first touch, the walk and verify check of one array's own words and the records they
 // name (bounds, key lengths, fingerprints). The slots of an array with an intent are not
 // checked: a split committed (A5) and its records belong to the intent's arrays, which may
@@ -224,7 +241,7 @@ std::string Roart::check_array(std::uint64_t off) const {
   if ((meta >> 32) != kArrayMagic || !valid_class(meta & 0xffffffffu))
     return "leaf array header is invalid";
   if (!pool_->in_heap(off, array_bytes(slots_of(a)))) return "leaf array out of bounds";
-  if (load_word(a->intent) != 0) return {};
+  if (const std::uint64_t i = load_word(a->intent); i != 0 && !merge_intent(i)) return {};
   const std::uint64_t* s = slot_words(a);
   for (unsigned i = 0; i < slots_of(a); ++i) {
     const std::uint64_t w = load_word(s[i]);
@@ -454,8 +471,23 @@ void Roart::maybe_shrink(const Where& w, ArrayHeader* a) {
     // pool_full (the trie could not shrink a node) or damage: the empty array stays
     if (c == Code::ok) corrupted_.store(true, std::memory_order_relaxed);  // relaxed: a flag
   }
+  // M0: an underfull array first tries its right neighbour (locked after it, the lock order),
+  // then, once unlocked (and shrunk if due), its left neighbour (locked first, then it again).
+  // Looked for at 16, 12, 8 and 4 records (M0): a remove-heavy run on arrays whose
+  // neighbours are too full pays the neighbour search on one remove in four, not on each.
+  const bool underfull = live <= kMergeBelow && live % 4 == 0;
+  if (underfull && !w.tail && merge_right(w, a)) return;
+  std::string kmin;  // the smallest key held: where merge_left looks left from
+  if (underfull && live != 0) {
+    Item items[kMaxSlots];
+    const unsigned n = live_items(a, items);
+    kmin = key_of(items[0].slot);
+    for (unsigned i = 1; i < n; ++i)
+      if (compare(key_of(items[i].slot), kmin) < 0) kmin = key_of(items[i].slot);
+  }
   if (slots <= kMinSlots || live > slots / 4) {
     unlock(a);
+    if (underfull && live != 0) merge_left(w, kmin);
     return;
   }
   Item items[kMaxSlots];
@@ -466,11 +498,177 @@ void Roart::maybe_shrink(const Where& w, ArrayHeader* a) {
   if (small == 0 || replace(w, off, small) != Code::ok) {
     if (small != 0) pool_->allocator().deallocate(small, array_bytes(slots / 2));
     unlock(a);
-    return;
+  } else {
+    unlock_obsolete(a);
+    retire_array(off);
+    shrinks_.fetch_add(1, std::memory_order_relaxed);
   }
-  unlock_obsolete(a);
-  retire_array(off);
-  shrinks_.fetch_add(1, std::memory_order_relaxed);
+  if (underfull && live != 0) merge_left(w, kmin);
+}
+
+// M0, rightward: a (locked, named at w, not the tail) and the array after it. The right one
+// is locked second (every writer that holds two array locks took the left one first, and A3e
+// only waits rightward, so no cycle). True: merged, a unlocked.
+bool Roart::merge_right(const Where& w, ArrayHeader* a) {
+  Where wb;
+  if (locate_after(w.hi, &wb) != Code::ok) return false;
+  ArrayHeader* b = array(wb.array);
+  Touch t;
+  if (!write_lock(b, wb, &t)) return false;  // replaced meanwhile (or damaged): not now
+  // Locked and not obsolete, found as the first separator above w.hi while a (and so w.hi)
+  // stays: b is a's right neighbour.
+  if (merge(w, a, wb, b)) return true;
+  unlock(b);
+  return false;
+}
+
+// M0, leftward: the array named at w (no lock held) and its left neighbour, found from kmin
+// (a key it held; what is found is checked under the locks). The left array is locked first,
+// then whatever array now follows it.
+void Roart::merge_left(const Where& w, const std::string& kmin) {
+  Where wl;
+  if (!left_of(w, kmin, &wl)) return;
+  ArrayHeader* l = array(wl.array);
+  Touch t;
+  if (!write_lock(l, wl, &t)) return;
+  Where wb;
+  ArrayHeader* b = nullptr;
+  if (locate_after(wl.hi, &wb) == Code::ok) {
+    b = array(wb.array);
+    if (!write_lock(b, wb, &t)) b = nullptr;
+  }
+  if (b != nullptr && merge(wl, l, wb, b)) return;
+  if (b != nullptr) unlock(b);
+  unlock(l);
+}
+
+bool Roart::lands_on(const Where& w, std::string_view from) const {
+  std::string hi;
+  std::uint64_t v = 0;
+  const Code c = tree_->seek_ge(from, &hi, &v);
+  return w.tail ? c == Code::not_found : c == Code::ok && hi == w.hi;
+}
+
+// The trie entry before w's (w.tail: the last one). Its separator s is the greatest below
+// kmin; let c* be the length of the common prefix of s and kmin. For c > c*, kmin's first c
+// bytes are above s, so seek_ge of them lands on w's own name; for c <= c* they are <= s, so
+// it lands on s or before. A binary search over c finds c* (O(log |kmin|) seeks of one entry);
+// then a short scan from `from` = kmin[0, c*) (a prefix of s) meets s just before w's name.
+// If more separators than the scan takes lie between, s's next byte is found by a binary
+// search over bytes (seek_ge(from + x) lands on w's name iff x > that byte) and appended to
+// `from`, a few rounds at most; otherwise not found, no merge. Concurrent changes can only make
+// this miss or find a stale entry, which merge_left refuses under the locks.
+bool Roart::left_of(const Where& w, std::string_view kmin, Where* left) const {
+  constexpr std::size_t kLook = 16;
+  if (lands_on(w, {})) return false;     // w's array is the first one
+  if (!lands_on(w, kmin)) return false;  // w's range changed meanwhile
+  std::size_t lo = 0, hi = kmin.size();  // lands_on(kmin[0, lo)) false, (kmin[0, hi)) true
+  while (hi - lo > 1) {
+    const std::size_t mid = lo + (hi - lo) / 2;
+    if (lands_on(w, kmin.substr(0, mid))) hi = mid;
+    else lo = mid;
+  }
+  std::string from(kmin.substr(0, lo));
+  std::vector<std::pair<std::string, std::uint64_t>> got;
+  for (int round = 0; round < 8; ++round) {
+    got.clear();
+    if (tree_->scan(from, kLook, [&](std::string_view k, std::uint64_t v) {
+          got.emplace_back(k, v);
+        }) != Code::ok)
+      return false;
+    std::size_t j = 0;
+    if (w.tail) {
+      j = got.size() < kLook ? got.size() : 0;  // 0: the end was not reached
+    } else {
+      while (j < got.size() && got[j].first != w.hi) ++j;
+      if (j == got.size()) j = 0;
+    }
+    if (j != 0) {
+      left->array = got[j - 1].second;
+      left->tail = false;
+      left->hi = std::move(got[j - 1].first);
+      return left->array % 64 == 0 && pool_->in_heap(left->array, sizeof(ArrayHeader));
+    }
+    if (got.size() < kLook) return false;  // w's name met first: changed meanwhile
+    unsigned blo = 0, bhi = 256;  // lands_on(from + blo) false; bhi: true (or past the bytes)
+    from.push_back('\0');
+    if (lands_on(w, from)) return false;
+    while (bhi - blo > 1) {
+      const unsigned mid = (blo + bhi) / 2;
+      from.back() = static_cast<char>(mid);
+      if (lands_on(w, from)) bhi = mid;
+      else blo = mid;
+    }
+    from.back() = static_cast<char>(blo);
+  }
+  return false;
+}
+
+// M1-M5: a (named by separator wa.hi) and b, its right neighbour (named at wb), both locked,
+// become one array m in the smallest class holding both (at most kMergeMax records), named
+// where b was; a's separator leaves the trie. M1 m and the merge intent {wa.hi, a, m} are
+// written and persisted while unreachable; M2 the intent's offset is stored into b's intent
+// word and persisted: the commit (a crash from here is finished by the recovery walk, R7);
+// M3 wa.hi is removed from the trie (the core's P9): a's keys now reach b, which is locked;
+// M4 b's name is set to m (one store, persisted); M5 a and b are unlocked obsolete and
+// retired with the intent. If M3 cannot allocate, M2 is undone and nothing changed.
+bool Roart::merge(const Where& wa, ArrayHeader* a, const Where& wb, ArrayHeader* b) {
+  Item items[2 * kMaxSlots];
+  unsigned n = live_items(a, items);
+  n += live_items(b, items + n);
+  if (n > kMergeMax) return false;
+  unsigned slots = kMinSlots;
+  while (slots < n) slots *= 2;
+  const std::uint64_t aoff = pool_->offset_of(a), boff = pool_->offset_of(b);
+  Code code = Code::ok;
+  const std::uint64_t m = new_array(slots, items, n, &code);  // M1
+  if (m == 0) {
+    t_merge_starved = code == Code::pool_full;
+    return false;
+  }
+  const std::size_t ibytes = sizeof(Intent) + wa.hi.size();
+  std::uint64_t ioff = 0;
+  if (!merge_without_intent()) {
+    ioff = pool_->allocator().allocate(ibytes, &code);
+    if (ioff == 0) {
+      pool_->allocator().deallocate(m, array_bytes(slots));
+      t_merge_starved = code == Code::pool_full;
+      return false;
+    }
+    Intent* in = pool_->at<Intent>(ioff);
+    const Intent head{static_cast<std::uint32_t>(wa.hi.size()), kMergeKind, aoff, m};
+    pm::copy(in, &head, sizeof head);
+    if (!wa.hi.empty()) pm::copy(in + 1, wa.hi.data(), wa.hi.size());
+    pm::persist(in, ibytes);  // M1
+    pm::publish(&b->intent, ioff);
+    pm::persist(&b->intent, sizeof b->intent);  // M2: the merge's commit
+  }
+  std::uint64_t named = 0;
+  const Code c = tree_->remove(wa.hi, &named);  // M3
+  if (c != Code::ok) {  // pool_full (a trie node could not shrink) or damage: undo M2
+    if (ioff != 0) {
+      pm::publish(&b->intent, 0);
+      pm::persist(&b->intent, sizeof b->intent);
+      pool_->allocator().deallocate(ioff, ibytes);
+    }
+    pool_->allocator().deallocate(m, array_bytes(slots));
+    if (c != Code::pool_full) corrupted_.store(true, std::memory_order_relaxed);  // relaxed: a flag
+    return false;
+  }
+  if (named != aoff || replace(wb, boff, m) != Code::ok) {  // M4
+    // The trie named another array at wa.hi, or b is not named where it was found: damage.
+    corrupted_.store(true, std::memory_order_relaxed);  // relaxed: a flag
+    unlock_obsolete(a);
+    unlock(b);
+    return true;
+  }
+  unlock_obsolete(a);  // M5
+  unlock_obsolete(b);
+  retire_array(aoff);
+  retire_array(boff);
+  if (ioff != 0) retire_intent(ioff);
+  merges_.fetch_add(1, std::memory_order_relaxed);
+  return true;
 }
 
 // --- reclamation (the trie's epoch manager) --------------------------------------------------
@@ -774,9 +972,31 @@ Code Roart::remove(std::string_view key) {
   if (Code c = check_key(key); c != Code::ok) return c;
   if (Code c = writable(); c != Code::ok) return c;
   std::uint64_t old = 0;
+  t_merge_starved = false;
   const Code c = remove_word(key, &old);
   if (c == Code::ok) retire_value(old);
+  if (t_merge_starved && index_common::reclaim_deferred(tree_->epochs())) merge_at(key);
+  t_merge_starved = false;
   return count_remove(c);
+}
+
+// M0 once more for the array holding key (after a merge found no space and deferred frees
+// ran): the same tries as after the remove, without the shrink.
+void Roart::merge_at(std::string_view key) {
+  (void)with_array(key, [&](const Where& w, ArrayHeader* a, std::uint16_t) {
+    Item items[kMaxSlots];
+    const unsigned n = live_items(a, items);
+    if (n == 0 || n > kMergeBelow || (!w.tail && merge_right(w, a))) {
+      if (n == 0 || n > kMergeBelow) unlock(a);
+      return Code::ok;
+    }
+    std::string kmin(key_of(items[0].slot));
+    for (unsigned i = 1; i < n; ++i)
+      if (compare(key_of(items[i].slot), kmin) < 0) kmin = key_of(items[i].slot);
+    unlock(a);
+    merge_left(w, kmin);
+    return Code::ok;
+  });
 }
 
 // The array's records with key >= from (> from when `after`), in key order, at most max:

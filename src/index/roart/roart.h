@@ -73,7 +73,8 @@ inline constexpr std::uint64_t kRootMagic = 0x3154525452414f52ull;  // "ROARTRT1
 // 1088 B), 64 B aligned:
 //   [ 0, 8) lock     art::NodeLock word (volatile: run-tagged, reset at first touch)
 //   [ 8,16) meta     kArrayMagic << 32 | slots (immutable)
-//   [16,24) intent   0, or the pool offset of this array's split intent (A5: its commit)
+//   [16,24) intent   0, or the pool offset of this array's split intent (A5: its commit) or
+//                    merge intent (M2: its commit; this array is the merge's right one)
 //   [24,32) bitmap   bit i = slot i live (volatile: rebuilt from the slots at first touch)
 //   [32,64) reserved (0)
 //   [64, 64 + 8 * slots)           slot words: fingerprint << 48 | record offset (0 = empty);
@@ -98,8 +99,12 @@ inline constexpr std::uint64_t kOffsetMask = (std::uint64_t{1} << 48) - 1;
 
 // Split intent (redo record of one split, written before the split changes anything
 // reachable), 24 B + separator key, 8 B aligned:
-//   [0,4) separator length   [4,8) 0   [8,16) left array   [16,24) right array
+//   [0,4) separator length   [4,8) kind: 0   [8,16) left array   [16,24) right array
 //   [24, 24 + length) the separator: the greatest key of the left array
+// Merge intent (redo record of one merge, named by the merge's RIGHT array B, PROTOCOL.md
+// M1-M5), the same 24 B + key:
+//   [0,4) separator length   [4,8) kind: kMergeKind   [8,16) the left array A (it leaves)
+//   [16,24) the merged array M (takes B's name)   [24, 24 + length) A's separator
 struct Intent {
   std::uint32_t key_len;
   std::uint32_t reserved;
@@ -108,6 +113,14 @@ struct Intent {
   const char* key() const { return reinterpret_cast<const char*>(this + 1); }
 };
 static_assert(sizeof(Intent) == 24);
+inline constexpr std::uint32_t kMergeKind = 0x4752454d;  // "MERG"
+// Merges (PROTOCOL.md M0): an array a remove leaves with at most kMergeBelow records merges
+// with a neighbour when both together hold at most kMergeMax (into the smallest class that
+// holds them). Hysteresis: a merged array holds at most 32 records, so >= 33 inserts come
+// before it splits (at 65); a split's halves hold 32 and 33, so >= 33 removes come before
+// they merge back, and >= 16 before either looks for a merge.
+inline constexpr unsigned kMergeBelow = 16;
+inline constexpr unsigned kMergeMax = 32;
 
 using PmTree = art::Tree<art::PmPlacement>;
 
@@ -144,11 +157,18 @@ class Roart final : public Index {
   std::uint64_t splits() const { return splits_.load(std::memory_order_relaxed); }
   std::uint64_t grows() const { return grows_.load(std::memory_order_relaxed); }
   std::uint64_t shrinks() const { return shrinks_.load(std::memory_order_relaxed); }
+  std::uint64_t merges() const { return merges_.load(std::memory_order_relaxed); }
   // Interrupted splits finished at first touch (R6) by every roart index of this process
   // (crash tests: recovered images did meet splits cut between A5 and A8).
   static std::uint64_t finished_splits_total();
   // Interrupted splits undone at first touch because the pool was full (R6u), likewise.
   static std::uint64_t undone_splits_total();
+  // Interrupted merges finished (R7) or undone (R7u) by recovery walks of this process.
+  static std::uint64_t finished_merges_total();
+  // Known-bad variant for the crash suite (tests only, process-wide): when set, merges skip
+  // their intent (M1's intent block and M2), so a crash between M3 and M4 loses the left
+  // array's records. The crash suite must catch it.
+  static void set_merge_without_intent_for_testing(bool on);
   // Leaf arrays (quiescent; tests and the footprint table).
   std::uint64_t array_count_for_testing() const;
   // Bytes requested from the allocator by every reachable block (root, trie nodes and
@@ -208,6 +228,24 @@ class Roart final : public Index {
   Code grow_or_split(const Where& w, ArrayHeader* a, std::uint64_t rec_slot);
   Code split(const Where& w, ArrayHeader* a, std::vector<Item>& items);
   void maybe_shrink(const Where& w, ArrayHeader* a);
+  // M0: after a remove left an array underfull: with its right neighbour (a locked, named at
+  // w; true: merged and a unlocked) or, with no lock held, its left one (kmin: the smallest
+  // key the array held).
+  bool merge_right(const Where& w, ArrayHeader* a);
+  void merge_left(const Where& w, const std::string& kmin);
+  // M0 again for key's array, after a merge found no space and deferred frees ran (remove).
+  void merge_at(std::string_view key);
+  // M1-M5: a (left, named at wa, not the tail) and b (its right neighbour, named at wb), both
+  // locked, merged into one array. True: both were left obsolete and unlocked (or damage was
+  // flagged); false: nothing changed (both still locked).
+  bool merge(const Where& wa, ArrayHeader* a, const Where& wb, ArrayHeader* b);
+  // The trie entry of the left neighbour of the array named at w, which held kmin (M0);
+  // false if there is none or it is not found within a few entries.
+  bool left_of(const Where& w, std::string_view kmin, Where* left) const;
+  // seek_ge(from) lands on w's own name (w.tail: on nothing): no separator in [from, w's range).
+  bool lands_on(const Where& w, std::string_view from) const;
+  bool merge_intent(std::uint64_t ioff) const;
+  static bool merge_without_intent();
   bool next_split_settled(const Where& w) const;
   unsigned live_items(ArrayHeader* a, Item* out) const;
   template <class Op>
@@ -246,6 +284,11 @@ class Roart final : public Index {
                          std::vector<std::uint64_t>* seen, std::vector<Pending>* pending,
                          std::uint64_t* records);
   Status finish_intent(const Pending& p) const;
+  std::string walk_merge(const Intent* in, std::vector<std::uint64_t>* seen, std::uint64_t* records);
+  std::string walk_slots(ArrayHeader* a, std::uint64_t* records);
+  // R7/R7u: the interrupted merge whose intent p.array (the right array B) holds, finished by
+  // the walk before any writer runs; false: damage.
+  bool finish_merge(const Pending& p);
   // R6u: p's split undone (intent word cleared, the split's blocks retired); false if the
   // array holds a record the split's arrays do not (damage; nothing changed). Lock held.
   bool undo_intent(const Pending& p) const;
@@ -261,7 +304,7 @@ class Roart final : public Index {
   std::unique_ptr<PmTree> tree_;
   std::uint32_t tag_ = 1;
   RecoveryStats recovery_;
-  mutable std::atomic<std::uint64_t> splits_{0}, grows_{0}, shrinks_{0};
+  mutable std::atomic<std::uint64_t> splits_{0}, grows_{0}, shrinks_{0}, merges_{0};
   mutable std::mutex walk_mu_;
   mutable std::condition_variable walk_cv_;
   std::atomic<bool> walk_done_{true};

@@ -178,7 +178,6 @@ const char* known_sparse_failure(const Case& c) {
   if (c.kind == "fptree") return "fptree: 4 of 8,032: half-full leaves are not merged";
   if (c.kind == "part") return "part: 520 of 12,312: half-full leaf nodes stay";
   if (c.kind == "pactree") return "pactree: 2 of 4,060: half-full data nodes are not merged";
-  if (c.kind == "roart") return "roart: 32 of 9,008: half-full leaf arrays stay";
   return nullptr;  // reflist and utree: 16,319 of 16,319
 }
 

@@ -194,6 +194,38 @@ TEST(Roart, EmptiedArraysLeaveTheTrie) {
   EXPECT_EQ(decode_u64(out.key(0)), 700u);
 }
 
+// M0-M5: removing every other key of ascending runs leaves half-full arrays; an array whose
+// last remove leaves it at 16 records merges with a neighbour holding 16 (leftward: its right
+// neighbour is still full then). Arrays roughly halve; every kept key and scans stay right,
+// and the merged arrays fill and split again. Bytes keys with a 20-byte shared prefix too
+// (the left neighbour is found among the entries after the 8-byte hint).
+TEST(Roart, UnderfullArraysMerge) {
+  for (const KeyType kt : {KeyType::u64, KeyType::bytes}) {
+    SCOPED_TRACE(kt == KeyType::u64 ? "u64" : "bytes");
+    auto idx = open_ok(roart_options("", kt));
+    ASSERT_NE(idx, nullptr);
+    roart::Roart& r = as_roart(*idx);
+    auto key = [&](std::uint64_t k) {
+      return kt == KeyType::u64 ? encode_u64(k) : "shared/prefix/twenty" + encode_u64(k);
+    };
+    constexpr std::uint64_t kN = 4000;
+    for (std::uint64_t k = 0; k < kN; ++k) ASSERT_EQ(idx->insert(key(k), encode_u64(k)), Code::ok);
+    const std::uint64_t arrays = r.array_count_for_testing();
+    for (std::uint64_t k = 0; k < kN; k += 2) ASSERT_EQ(idx->remove(key(k)), Code::ok);
+    ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
+    EXPECT_GT(r.merges(), arrays / 3);
+    EXPECT_LT(r.array_count_for_testing(), arrays * 2 / 3);
+    for (std::uint64_t k = 0; k < kN; ++k)
+      ASSERT_EQ(idx->find(key(k), nullptr), k % 2 == 1 ? Code::ok : Code::not_found) << k;
+    ScanBuffer out;
+    ASSERT_EQ(idx->scan(key(1001), 100, out), 100u);
+    for (std::size_t j = 0; j < out.size(); ++j) ASSERT_EQ(out.key(j), key(1001 + 2 * j));
+    for (std::uint64_t k = 0; k < kN; k += 2) ASSERT_EQ(idx->insert(key(k), encode_u64(k)), Code::ok);
+    ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
+    EXPECT_EQ(idx->size(), kN);
+  }
+}
+
 TEST(Roart, ReopenAfterCloseAndAfterCrash) {
   pmindex::testing::TempDir dir;
   const Options o = roart_options(dir.file("r.pool"), KeyType::bytes, 64);

@@ -33,11 +33,14 @@ IndexCrashConfig roart_config(std::uint64_t key_space) {
 
 crash_kit::SmoTally::Levels roart_levels(const Index& idx) {
   const auto& r = static_cast<const roart::Roart&>(idx);
-  return {{"splits", r.splits()}, {"grows", r.grows()}, {"shrinks", r.shrinks()}};
+  return {{"splits", r.splits()},
+          {"grows", r.grows()},
+          {"shrinks", r.shrinks()},
+          {"merges", r.merges()}};
 }
 
 void run(pm::Mode mode, std::uint64_t key_space, const std::string& name,
-         std::vector<std::string> smos, double share = 1.0) {
+         std::vector<std::string> smos, double share = 1.0, bool drain = false) {
   IndexCrashConfig cfg = roart_config(key_space);
   const std::string label = name + "." + std::string(pm::to_string(mode));
   ExploreOptions opt = ExploreOptions::from_env(label, mode);
@@ -45,9 +48,11 @@ void run(pm::Mode mode, std::uint64_t key_space, const std::string& name,
     opt.images_budget = std::max<std::size_t>(100, static_cast<std::size_t>(opt.images_budget * share));
   const std::size_t ops = default_crash_ops(opt.images_budget) * (mode == pm::Mode::eadr ? 3 : 2) / 2;
   cfg.ops = std::max<std::size_t>(key_space > 100 ? 400 : 120, ops);
+  if (drain) cfg.drain_from = cfg.ops / 2;
   crash_kit::SmoTally tally(&roart_levels);
   cfg.observe = tally.observer();
   const std::uint64_t finished = roart::Roart::finished_splits_total();
+  const std::uint64_t merged = roart::Roart::finished_merges_total();
   const ExploreReport r = run_index_crash(cfg, opt);
   if (r.replay_skipped) GTEST_SKIP() << "PMINDEX_CRASH_REPLAY names another configuration";
   const bool splits = std::find(smos.begin(), smos.end(), "splits+") != smos.end();
@@ -58,12 +63,49 @@ void run(pm::Mode mode, std::uint64_t key_space, const std::string& name,
   if (splits && !opt.replay) {
     EXPECT_GT(cut, 0u) << "no image crashed inside a split";
   }
+  // The draining suites must also have recovered images cut inside a merge (M2-M5) that the
+  // recovery walk finished (R7).
+  const std::uint64_t mcut = roart::Roart::finished_merges_total() - merged;
+  std::cout << label << ": " << mcut << " recovered images finished a merge cut after M2 (R7)\n";
+  if (drain && !opt.replay) {
+    EXPECT_GT(mcut, 0u) << "no image crashed inside a merge";
+  }
 }
 
 TEST(CrashRoart, AdrOneArray) { run(pm::Mode::adr, 24, "roart_small", {"grows+"}, 0.5); }
 TEST(CrashRoart, AdrSplits) { run(pm::Mode::adr, 400, "roart", {"splits+", "grows+"}); }
 TEST(CrashRoart, EadrSplits) { run(pm::Mode::eadr, 400, "roart", {"splits+", "grows+"}); }
 TEST(CrashRoart, AdrSparse) { run(pm::Mode::adr, 4000, "roart_sparse", {"splits+"}, 0.5); }
+// Fill then drain: the first half of the workload inserts (splits), the second removes, so
+// underfull arrays merge (M0-M5) and recovered images meet merges cut after their commit (M2).
+TEST(CrashRoart, AdrMerges) {
+  run(pm::Mode::adr, 200, "roart_merge", {"splits+", "merges+"}, 0.5, true);
+}
+TEST(CrashRoart, EadrMerges) {
+  run(pm::Mode::eadr, 200, "roart_merge", {"splits+", "merges+"}, 0.5, true);
+}
+
+// The known-bad variant: merges without their intent (no M1 intent block, no M2) leave, cut
+// between M3 and M4, an image where the left array's separator is gone and nothing moves its
+// records to the merged array: the crash suite must report lost records.
+TEST(CrashRoart, MergeWithoutIntentIsCaught) {
+  IndexCrashConfig cfg = roart_config(200);
+  cfg.ops = 400;
+  cfg.drain_from = 200;
+  crash_kit::SmoTally tally(&roart_levels);
+  cfg.observe = tally.observer();
+  ExploreOptions opt;
+  opt.label = "roart.merge_without_intent";
+  opt.mode = pm::Mode::eadr;
+  opt.images_budget = 0;  // every image (about 2,600; it stops at the first failures)
+  opt.max_failures = 1;
+  roart::Roart::set_merge_without_intent_for_testing(true);
+  const ExploreReport r = run_index_crash(cfg, opt);
+  roart::Roart::set_merge_without_intent_for_testing(false);
+  EXPECT_GT(tally.count("merges+"), 0u) << "the workload never merged";
+  ASSERT_FALSE(r.ok()) << "a merge without its intent went unnoticed";
+  std::cout << "known-bad merge caught: " << r.failures.front().message << "\n";
+}
 
 // R6 on a full pool. A split is cut right after its commit (A5) and the image is reopened with
 // the pool then filled to the last block, so the first touch cannot insert the separator (A6).
@@ -308,6 +350,84 @@ TEST(CrashRoart, EmptiedLeftHalfBeforeR6) {
   ASSERT_NE(idx, nullptr);
   EXPECT_EQ(idx->find(encode_u64(5), nullptr), Code::ok);
   ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
+}
+
+// A merge cut right after its commit (M2). Keys 0, 10, ..., 640 split the tail into a left
+// array (0..310) and the tail (320..640); 17 removes leave the tail at 16 records, then 16
+// removes leave the left array at 16: it merges with the tail (M0, rightward). The image is
+// taken at the first fence after the tail's intent word is set.
+std::uint64_t merge_image_after_m2(const Options& o, AlignedImage* image) {
+  auto r = Index::open(o);
+  EXPECT_TRUE(r.ok()) << r.status().to_string();
+  if (!r.ok()) return 0;
+  std::unique_ptr<Index> idx = std::move(r).value();
+  for (std::uint64_t k = 0; k <= kR6Full; ++k)
+    EXPECT_EQ(idx->insert(encode_u64(k * 10), encode_u64(k)), Code::ok);
+  for (std::uint64_t k = 48; k <= kR6Full; ++k) EXPECT_EQ(idx->remove(encode_u64(k * 10)), Code::ok);
+  const pm::Pool& pool = idx->pool();
+  const std::uint64_t tail = pool.at<const roart::Root>(pool.root())->tail;
+  SnapshotAtIntent sink(pool, tail + offsetof(roart::ArrayHeader, intent), image->data);
+  pm::Runtime::set_trace_sink(&sink);
+  for (std::uint64_t k = 0; k < 16; ++k) EXPECT_EQ(idx->remove(encode_u64(k * 10)), Code::ok);
+  pm::Runtime::set_trace_sink(nullptr);
+  EXPECT_EQ(static_cast<roart::Roart&>(*idx).merges(), 1u);
+  EXPECT_TRUE(sink.taken) << "the merge never committed its intent (M2)";
+  return sink.taken ? tail : 0;
+}
+
+TEST(CrashRoart, WalkFinishesAMergeCutAfterM2) {
+  ASSERT_TRUE(pm::kTracing) << "needs the tracing flavour (a trace sink takes the image)";
+  const Options o = r6_options();
+  AlignedImage image(o.pool_size);
+  ASSERT_NE(merge_image_after_m2(o, &image), 0u);
+  const std::uint64_t finished = roart::Roart::finished_merges_total();
+  std::unique_ptr<Index> idx = recover_image(o, image, nullptr);
+  ASSERT_NE(idx, nullptr);
+  EXPECT_EQ(roart::Roart::finished_merges_total(), finished + 1);
+  auto& ro = static_cast<roart::Roart&>(*idx);
+  EXPECT_EQ(ro.array_count_for_testing(), 1u);
+  // Key 150 was removed by the remove whose merge was cut: its A2c came first.
+  for (std::uint64_t k = 0; k <= kR6Full; ++k) {
+    const bool kept = k >= 16 && k < 48;
+    EXPECT_EQ(idx->find(encode_u64(k * 10), nullptr), kept ? Code::ok : Code::not_found) << k * 10;
+  }
+  ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
+  EXPECT_EQ(idx->insert(encode_u64(5), encode_u64(5)), Code::ok);
+  ASSERT_TRUE(idx->close().ok());
+  idx = recover_image(o, image, nullptr);  // the walk after a clean close: counts agree
+  ASSERT_NE(idx, nullptr);
+  EXPECT_EQ(idx->size(), 33u);
+  ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
+}
+
+// Known-bad images for the walk's merge checks (R5): the intent's left array forged to the
+// merged array (the trie names another array at the separator), and the intent's kind word
+// forged to an unknown kind. Each must be refused as damage, not finished.
+TEST(CrashRoart, WalkRefusesAForgedMergeIntent) {
+  ASSERT_TRUE(pm::kTracing) << "needs the tracing flavour (a trace sink takes the image)";
+  const Options o = r6_options();
+  AlignedImage image(o.pool_size);
+  const std::uint64_t tail = merge_image_after_m2(o, &image);
+  ASSERT_NE(tail, 0u);
+  const std::uint64_t ioff = image.at<roart::ArrayHeader>(tail)->intent;
+  ASSERT_NE(ioff, 0u);
+  for (int forge = 0; forge < 2; ++forge) {
+    AlignedImage bad(o.pool_size);
+    std::memcpy(bad.data, image.data, image.bytes);
+    roart::Intent* in = bad.at<roart::Intent>(ioff);
+    if (forge == 0) in->left = in->right;
+    else in->reserved = 7;
+    auto p = pm::Pool::open_image(bad.data, bad.bytes, pm::Mode::adr, roart::Roart::layout_for(o),
+                                  "forged merge");
+    ASSERT_TRUE(p.ok()) << p.status().to_string();
+    const std::uint64_t finished = roart::Roart::finished_merges_total();
+    auto rec = roart::Roart::recover(std::move(p).value(), o);
+    ASSERT_TRUE(rec.ok()) << rec.status().to_string();
+    auto& ro = static_cast<roart::Roart&>(*rec.value());
+    EXPECT_EQ(ro.wait_recovery_walk().code(), Code::corrupted) << "forge " << forge;
+    EXPECT_EQ(roart::Roart::finished_merges_total(), finished) << "forge " << forge;
+    EXPECT_NE(rec.value()->insert(encode_u64(7), encode_u64(7)), Code::ok) << "forge " << forge;
+  }
 }
 
 // The driver's oracle must be able to fail on roart too: a forged "root never published"

@@ -45,9 +45,11 @@ TEST(RoartFootprint, BytesPerRecordAfterLoadAndAfterRemovingHalf) {
   const double half = double(idx->footprint().pm_bytes) / double(live);
   const double half_req = double(ro.requested_bytes_for_testing()) / double(live);
   std::printf("[roart footprint] after removing half (%llu live): %.1f B/live record (class "
-              "bytes), %.1f B/live record (requested), %llu shrinks\n",
+              "bytes), %.1f B/live record (requested), %llu shrinks, %llu merges, %llu arrays\n",
               static_cast<unsigned long long>(live), half, half_req,
-              static_cast<unsigned long long>(ro.shrinks()));
+              static_cast<unsigned long long>(ro.shrinks()),
+              static_cast<unsigned long long>(ro.merges()),
+              static_cast<unsigned long long>(ro.array_count_for_testing()));
   EXPECT_TRUE(idx->close().ok());
   EXPECT_LE(loaded, 76.0);
   EXPECT_LE(half, 1.5 * loaded);
