@@ -16,8 +16,10 @@
 //   * Separator copies and PM key/value records (bytes keys, out-of-line values): operations
 //     pin the epoch manager; a separator that an unlink removes from the inner tree and a
 //     record whose slot was removed or overwritten are retired and freed once no pinned reader
-//     can hold them (K3). Leaf blocks are freed at once: their DRAM versions only grow, so a
-//     stale reader of a recycled leaf fails validation.
+//     can hold them (K3). A leaf block that a merge or unlink drops (J6/U4) is retired the
+//     same way in those modes (a pinned reader may follow a word it read there before it
+//     validates); with integer keys and inline values it is freed at once: its DRAM version
+//     only grows, so a stale reader of a recycled leaf fails validation.
 //   * verify() first frees what is retired (drain), so reachability matches the allocator.
 //   * verify(), bulk_load() and close() expect no concurrent operations.
 // Invariants (checked by verify()):

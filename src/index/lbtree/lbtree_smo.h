@@ -299,8 +299,21 @@ void LBTree<M>::try_merge(std::uint64_t off, const Probe& p) {
   if (keys_.bytes_mode()) seps_.retire(dropped, epochs_);  // freed once no pinned reader holds it
   versions_.at(a_off).writeUnlock();
   versions_.at(off).writeUnlockObsolete();
-  // Unreachable in PM and DRAM. Its key/value records now belong to `a`: not freed.
-  pool_->allocator().deallocate(off, LeafT::kBytes);
+  // U4 / J6: unreachable in PM and DRAM; its key/value records (if any) now belong to `a`,
+  // not freed. A reader that pins (bytes keys, out-of-line values) may still be inside `off`
+  // and follow a key or value word it read there to a record before it validates, so the
+  // block must not be reused as anything else under it: freed through the epoch manager.
+  // Integer keys with inline values follow no word (a reused block only fails validation).
+  if (keys_.bytes_mode() || !inline_values_) {
+    epochs_.retire(
+        pool_.get(),
+        [](void* pool, std::uint64_t leaf) {
+          static_cast<pm::Pool*>(pool)->allocator().deallocate(leaf, LeafT::kBytes);
+        },
+        off);
+  } else {
+    pool_->allocator().deallocate(off, LeafT::kBytes);
+  }
 }
 
 // Bulk load into an empty tree. The new leaves are written and chained as unused space
