@@ -227,22 +227,45 @@ bool InnerTree::insert_at(Path& path, std::size_t depth, std::uint64_t stored_se
   return ok;
 }
 
-bool InnerTree::remove_leaf(Path& path, std::uint64_t leaf, std::uint64_t* dropped) {
+bool InnerTree::remove_leaf(Path& path, std::uint64_t leaf, std::uint64_t* dropped,
+                            bool join_left) {
   if (path.empty()) return false;
   const Step& last = path.back();
   if (optimistic_read(children(last.node)[last.index]) != leaf) return false;
   std::uint64_t sep = 0;
-  if (!remove_at(path, path.size() - 1, &sep)) return false;
+  if (!remove_at(path, path.size() - 1, &sep, join_left)) return false;
   if (dropped != nullptr) *dropped = sep;
   return true;
 }
 
-bool InnerTree::remove_at(Path& path, std::size_t depth, std::uint64_t* dropped) {
+bool InnerTree::remove_at(Path& path, std::size_t depth, std::uint64_t* dropped,
+                          bool join_left) {
   Node* n = path[depth].node;
   const unsigned idx = path[depth].index;
   const unsigned cnt = count(n);
   std::uint64_t* k = keys(n);
   std::uint64_t* c = children(n);
+  if (cnt >= 1 && idx == 0 && join_left) {
+    // The child's range [lo, keys[0]) joins the left neighbour, which lies under another
+    // subtree: the nearest ancestor step with index > 0 holds lo as keys[index - 1]. keys[0]
+    // replaces it there (the fence moves up) and leaves n with child 0; lo leaves the tree.
+    // Both nodes are locked before either changes, so a reader validates against both.
+    std::size_t d = depth;
+    while (d > 0 && path[d - 1].index == 0) --d;
+    if (d == 0) return false;  // the first leaf: no left neighbour
+    Node* a = path[d - 1].node;
+    std::uint64_t* fence = &keys(a)[path[d - 1].index - 1];
+    lock_live(a);
+    lock_live(n);
+    *dropped = optimistic_read(*fence) ^ kSignBias;
+    locked_write(*fence, optimistic_read(k[0]));
+    for (unsigned i = 0; i + 1 < cnt; ++i) locked_write(k[i], k[i + 1]);
+    for (unsigned i = 0; i < cnt; ++i) locked_write(c[i], c[i + 1]);
+    set_count(n, cnt - 1);
+    n->lock.writeUnlock();
+    a->lock.writeUnlock();
+    return true;
+  }
   if (cnt >= 1) {
     // Drop the child and one adjacent separator: with idx > 0 the child's range joins its
     // left neighbour (keys[idx-1] goes), with idx == 0 its right neighbour (keys[0] goes).
@@ -257,7 +280,7 @@ bool InnerTree::remove_at(Path& path, std::size_t depth, std::uint64_t* dropped)
   }
   if (depth == 0) return false;  // the only leaf of the tree
   lock_live(n);
-  if (!remove_at(path, depth - 1, dropped)) {
+  if (!remove_at(path, depth - 1, dropped, join_left)) {
     n->lock.writeUnlock();
     return false;
   }

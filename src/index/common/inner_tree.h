@@ -170,7 +170,11 @@ class InnerTree {
   // `dropped` is given, *dropped is the separator word that left the tree (exactly one does);
   // optimistic readers may still hold it, so the index frees what it points to through its
   // epoch manager (SeparatorStore::retire).
-  bool remove_leaf(Path& path, std::uint64_t leaf, std::uint64_t* dropped = nullptr);
+  // join_left: the leaf's range always joins its left neighbour (the leaf's keys moved there,
+  // a merge); if the leaf is the first child of its node, the nearest ancestor fence below it
+  // moves up to the node's first separator instead. Returns false for the first leaf.
+  bool remove_leaf(Path& path, std::uint64_t leaf, std::uint64_t* dropped = nullptr,
+                   bool join_left = false);
   // With smo_lock held: the leaf just left of the path's leaf, or 0 if it is the first leaf.
   std::uint64_t left_neighbour(const Path& path) const;
 
@@ -227,7 +231,7 @@ class InnerTree {
   template <unsigned kKeys, bool kHint, class ProbeLess, class OnLeaf>
   std::pair<std::uint64_t, std::uint64_t> descend_impl(ProbeLess probe_less, OnLeaf on_leaf,
                                                        ParentHint* hint) const;
-  bool remove_at(Path& path, std::size_t depth, std::uint64_t* dropped);
+  bool remove_at(Path& path, std::size_t depth, std::uint64_t* dropped, bool join_left);
   Status verify_node(const Node* n, const std::uint64_t* lo, const std::uint64_t* hi,
                      std::uint32_t want_level,
                      const std::function<bool(std::uint64_t, std::uint64_t)>& word_less,

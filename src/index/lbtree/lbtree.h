@@ -16,8 +16,10 @@
 //   * Separator copies and PM key/value records (bytes keys, out-of-line values): operations
 //     pin the epoch manager; a separator that an unlink removes from the inner tree and a
 //     record whose slot was removed or overwritten are retired and freed once no pinned reader
-//     can hold them (K3). Leaf blocks are freed at once: their DRAM versions only grow, so a
-//     stale reader of a recycled leaf fails validation.
+//     can hold them (K3). A leaf block that a merge or unlink drops (J6/U4) is retired the
+//     same way in those modes (a pinned reader may follow a word it read there before it
+//     validates); with integer keys and inline values it is freed at once: its DRAM version
+//     only grows, so a stale reader of a recycled leaf fails validation.
 //   * verify() first frees what is retired (drain), so reachability matches the allocator.
 //   * verify(), bulk_load() and close() expect no concurrent operations.
 // Invariants (checked by verify()):
@@ -30,6 +32,9 @@
 #pragma once
 
 #include <array>
+#include <atomic>
+#include <cstdlib>
+#include <type_traits>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -120,6 +125,22 @@ class LBTree final : public Index {
   // first empty slot and never moves entries, a split packs the new leaf from slot 0. Set it
   // before any operation; it is not persistent and not thread-safe to change.
   void set_traditional_inserts(bool on) { traditional_ = on; }
+
+  // Leaf merges done since open (J1-J6; unlinks of empty leaves are not counted), for tests
+  // that must see merges happen (the crash suite's SmoTally, the pool-full tests).
+  std::uint64_t merges() const { return merges_.load(std::memory_order_relaxed); }
+
+  // Known-bad variant for the crash tests (a checker must be able to fail). Only in the
+  // tracing flavour (the crash simulator's build); elsewhere fault_ is a constant `none`.
+  enum class Fault : int {
+    none,
+    merge_unlink_first,  // J4 split in two NAWs: the unlink (alt flip) commits before the
+                         // moved entries' bits, so a crash in between loses the right leaf's keys
+  };
+  void set_fault_for_testing(Fault f) {
+    if (f != Fault::none && !pm::kTracing) std::abort();  // tracing flavour only
+    fault_ = f;
+  }
 
   // Time spent rebuilding the DRAM inner nodes at the last recovery (part of seconds).
   double rebuild_seconds() const { return rebuild_seconds_; }
@@ -220,7 +241,15 @@ class LBTree final : public Index {
                       std::size_t j, DWord (&hd)[M]) const;
   void bulk_write_chain(std::span<const KeyValue> sorted, const BulkPlan& plan);
   void bulk_commit_head(std::span<const KeyValue> sorted, const BulkPlan& plan);
-  void try_unlink(std::uint64_t off, const Probe& p);
+  // Merge thresholds (PROTOCOL.md J1-J6, "When a leaf merges"): a remove that leaves a non-head
+  // leaf with at most kMergeTrigger entries tries to fold it into its left neighbour, which
+  // happens when the two together hold at most kMergeMax (an empty leaf is always unlinked).
+  static constexpr unsigned kMergeTrigger = LeafT::kSlots / 3;    // 4, 9, 18 of 14, 28, 56
+  static constexpr unsigned kMergeMax = LeafT::kSlots * 3 / 4;    // 10, 21, 42
+  static_assert(kMergeMax < LeafT::kSlots && kMergeTrigger < LeafT::kSlots / 2);
+  unsigned entry_count(LeafT* l) const;
+  void try_merge(std::uint64_t off, const Probe& p);
+  void merge_into(LeafT* a, LeafT* l, std::uint64_t next);  // J1..J5
   void switch_sibling(LeafT* a, std::uint64_t next);  // U1..U3 / recovery repair
   void release(const Pending& pending);
   // insert/update without the pool_full retry (index_common::retry_after_reclaim)
@@ -261,6 +290,12 @@ class LBTree final : public Index {
   double rebuild_seconds_ = 0;
   bool closed_ = false;
   bool traditional_ = false;  // set_traditional_inserts
+  std::atomic<std::uint64_t> merges_{0};  // merges(); written under the inner tree's SMO mutex
+  struct NoFault {
+    constexpr operator Fault() const { return Fault::none; }
+    NoFault& operator=(Fault) { return *this; }
+  };
+  [[no_unique_address]] std::conditional_t<pm::kTracing, Fault, NoFault> fault_{};
 };
 
 }  // namespace pmindex::lbtree

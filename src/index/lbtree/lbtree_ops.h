@@ -501,8 +501,8 @@ Code LBTree<M>::remove(std::string_view key) {
   d.clear_valid(r.slot);
   detail::put(hdr, d.w[0]);  // D1: NAW - clear the slot's bitmap bit
   pm::persist(hdr, 16);      // D2
-  if (off != head_ && leaf_empty(l)) {
-    try_unlink(off, p);      // unlocks (and may free) the leaf
+  if (off != head_ && entry_count(l) <= kMergeTrigger) {
+    try_merge(off, p);       // unlocks (and may merge and free) the leaf
   } else {
     unlock_leaf(off);
   }

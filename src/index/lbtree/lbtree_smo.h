@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <vector>
 
 #include "index/common/hybrid_checks.h"
@@ -193,11 +194,71 @@ void LBTree<M>::switch_sibling(LeafT* a, std::uint64_t next) {
   pm::persist(a->block[0].front, 16);
 }
 
-// The locked leaf `off` just became empty (and is not the head): unlink it from the chain,
-// remove it from the inner tree and free it. Best effort: if the left neighbour is locked by
-// another writer, the empty leaf stays (it is still a valid, reachable leaf).
 template <unsigned M>
-void LBTree<M>::try_unlink(std::uint64_t off, const Probe& p) {
+unsigned LBTree<M>::entry_count(LeafT* l) const {
+  const bool alt = (optimistic_read(l->block[0].front[0]) & kAltBit) != 0;
+  unsigned n = 0;
+  for (unsigned b = 0; b < M; ++b)
+    n += static_cast<unsigned>(std::popcount(load_header(active_header(l, b, alt)).bitmap()));
+  return n;
+}
+
+// J1..J5 on the locked leaves `a` (the chain predecessor) and `l`: `l`'s entries go into
+// `a`'s free slots and `a`'s successor becomes `next` (`l`'s successor), committed by one NAW
+// of `a`'s block-0 word0. The caller checked that they fit (at most kMergeMax < kSlots).
+template <unsigned M>
+void LBTree<M>::merge_into(LeafT* a, LeafT* l, std::uint64_t next) {
+  const DWord a0 = load_header(a->block[0].front);
+  const bool alt = a0.alt();
+  DWord ad[M];
+  for (unsigned b = 0; b < M; ++b) ad[b] = b == 0 ? a0 : load_header(active_header(a, b, alt));
+  const bool l_alt = (optimistic_read(l->block[0].front[0]) & kAltBit) != 0;
+  unsigned tb = 0;
+  for (unsigned b = 0; b < M; ++b) {
+    const DWord ld = load_header(active_header(l, b, l_alt));
+    for (std::uint64_t m = ld.bitmap(); m != 0; m &= m - 1) {
+      const auto s = static_cast<unsigned>(std::countr_zero(m));
+      while (ad[tb].full()) ++tb;  // in bounds: the caller checked the combined count
+      const auto t = static_cast<unsigned>(std::countr_zero(~ad[tb].bitmap() & kBitmapMask));
+      // J1: the entry into a free slot of `a` (unused space), with its fingerprint.
+      detail::put(&a->block[tb].entry[t][0], optimistic_read(l->block[b].entry[s][0]));
+      detail::put(&a->block[tb].entry[t][1], optimistic_read(l->block[b].entry[s][1]));
+      ad[tb].set_fp(t, ld.fp(s));
+      ad[tb].set_valid(t);
+    }
+  }
+  // J2: blocks 1..M-1's merged headers into their inactive places, block 0's word1 in place
+  // (it changes only fingerprints of slots the old bitmap marks unused, as P4), and `l`'s
+  // successor into the unused sibling. All unused space.
+  for (unsigned b = 1; b < M; ++b) {
+    std::uint64_t* h = inactive_header(a, b, alt);
+    detail::put(h, ad[b].w[0]);
+    detail::put(h + 1, ad[b].w[1]);
+  }
+  detail::put(&a->block[0].front[1], ad[0].w[1]);
+  detail::put(&a->block[0].tail[alt ? 0 : 1], next);
+  // J3: write back everything J1/J2 touched (the whole leaf: up to M x 4 lines), one fence.
+  pm::flush(a, LeafT::kBytes);
+  pm::fence();
+  const std::uint64_t commit = (ad[0].w[0] ^ kAltBit) & ~kLockBit;
+  if (fault_ == Fault::merge_unlink_first) [[unlikely]] {
+    // Known-bad (tests only): the unlink commits first, the moved bits in a second NAW.
+    detail::put(&a->block[0].front[0], (a0.w[0] ^ kAltBit) & ~kLockBit);
+    pm::persist(a->block[0].front, 16);
+  }
+  // J4: NAW - block 0's word0 with the moved entries' bits (and fingerprints 0..5) set and alt
+  // flipped: in one store the entries become valid in `a`, blocks 1..M-1 switch to the J2
+  // headers and `a`'s successor becomes `next`, so `l` (and its copies) is unreachable.
+  detail::put(&a->block[0].front[0], commit);
+  pm::persist(a->block[0].front, 16);  // J5
+}
+
+// The locked non-head leaf `off` holds at most kMergeTrigger entries after a remove: fold it
+// into its left neighbour (J1-J6) if both fit into kMergeMax entries, unlinking it outright if
+// it is empty (U1-U4). Best effort: if the left neighbour is locked by another writer or too
+// full, the leaf stays (it is a valid, reachable leaf). Unlocks `off`, and frees it if merged.
+template <unsigned M>
+void LBTree<M>::try_merge(std::uint64_t off, const Probe& p) {
   auto smo = inner_.smo_lock();
   index_common::InnerTree::Path& path = smo_path_;
   inner_.path_to([&](std::uint64_t s) { return keys_.below(p, s); }, &path);
@@ -212,17 +273,47 @@ void LBTree<M>::try_unlink(std::uint64_t off, const Probe& p) {
   const bool a_alt = (optimistic_read(a->block[0].front[0]) & kAltBit) != 0;
   if (optimistic_read(a->block[0].tail[a_alt ? 1 : 0]) != off)
     index_common::fatal("lbtree",
-                        "unlink: the inner tree's left neighbour is not the chain predecessor");
+                        "merge: the inner tree's left neighbour is not the chain predecessor");
+  const unsigned n = entry_count(l);
+  if (n != 0 && entry_count(a) + n > kMergeMax) {
+    smo.unlock();
+    versions_.at(a_off).writeUnlock();
+    unlock_leaf(off);
+    return;
+  }
   const bool l_alt = (optimistic_read(l->block[0].front[0]) & kAltBit) != 0;
-  switch_sibling(a, optimistic_read(l->block[0].tail[l_alt ? 1 : 0]));  // U1..U3
+  const std::uint64_t next = optimistic_read(l->block[0].tail[l_alt ? 1 : 0]);
+  if (n == 0) {
+    switch_sibling(a, next);  // U1..U3
+  } else {
+    merge_into(a, l, next);   // J1..J5
+    merges_.fetch_add(1, std::memory_order_relaxed);
+  }
+  // U4 / J6: the inner tree forgets `off` (its range joins `a`'s), then the DRAM versions.
   std::uint64_t dropped = 0;
-  if (!inner_.remove_leaf(path, off, &dropped))
-    index_common::fatal("lbtree", "unlink: leaf not in the inner tree");
+  // A merged leaf's range must join `a` (its keys are there now); an empty one's may join
+  // either neighbour.
+  if (!inner_.remove_leaf(path, off, &dropped, /*join_left=*/n != 0))
+    index_common::fatal("lbtree", "merge: leaf not in the inner tree");
   smo.unlock();
   if (keys_.bytes_mode()) seps_.retire(dropped, epochs_);  // freed once no pinned reader holds it
   versions_.at(a_off).writeUnlock();
   versions_.at(off).writeUnlockObsolete();
-  pool_->allocator().deallocate(off, LeafT::kBytes);  // U4: unreachable in PM and DRAM
+  // U4 / J6: unreachable in PM and DRAM; its key/value records (if any) now belong to `a`,
+  // not freed. A reader that pins (bytes keys, out-of-line values) may still be inside `off`
+  // and follow a key or value word it read there to a record before it validates, so the
+  // block must not be reused as anything else under it: freed through the epoch manager.
+  // Integer keys with inline values follow no word (a reused block only fails validation).
+  if (keys_.bytes_mode() || !inline_values_) {
+    epochs_.retire(
+        pool_.get(),
+        [](void* pool, std::uint64_t leaf) {
+          static_cast<pm::Pool*>(pool)->allocator().deallocate(leaf, LeafT::kBytes);
+        },
+        off);
+  } else {
+    pool_->allocator().deallocate(off, LeafT::kBytes);
+  }
 }
 
 // Bulk load into an empty tree. The new leaves are written and chained as unused space

@@ -121,6 +121,7 @@ class ScriptedScenario final : public Scenario {
       auto idx = entry_->create(std::move(pool_), options_);
       if (!idx.ok()) return idx.status();
       index_ = std::move(idx).value();
+      if (prepare_) prepare_(*index_);
       if (observe_) observe_(*index_, 0);
       return index_->verify();
     }
@@ -152,6 +153,10 @@ class ScriptedScenario final : public Scenario {
   void set_observer(std::function<void(const Index&, std::size_t)> observe) {
     observe_ = std::move(observe);
   }
+
+  // Called with the live index right after it is created, before the script runs (a test-only
+  // fault of a known-bad variant); recovered images do not get it.
+  void set_prepare(std::function<void(Index&)> prepare) { prepare_ = std::move(prepare); }
 
   Status check_image(std::span<char> image, const CrashPoint& at, std::uint64_t salt) override {
     auto pool = pm::Pool::open_image(image.data(), image.size(), options_.persistence,
@@ -211,6 +216,7 @@ class ScriptedScenario final : public Scenario {
   Oracle oracle_;
   std::size_t splits_ = 0, removals_ = 0;
   std::function<void(const Index&, std::size_t)> observe_;
+  std::function<void(Index&)> prepare_;
 };
 
 struct ScriptedExpect {

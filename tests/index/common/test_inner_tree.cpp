@@ -128,6 +128,66 @@ TEST_P(InnerTreeRouting, TreeGrownBySplitsRoutesLikeTheOracle) {
   }
 }
 
+// remove_leaf(join_left = true), as a leaf merge uses it: whatever the leaf's position in its
+// node (first child included, where the plain removal hands the range to the right neighbour)
+// and however many nodes empty on the way up, the removed leaf's range joins its left
+// neighbour. Grown by splits, then most leaves removed at random; routing must match the
+// oracle with each removed range merged left. The plain removal on the same sequence must
+// route some key elsewhere (the check can fail).
+std::size_t count_misroutes_after_removals(unsigned max_keys, bool join_left) {
+  std::mt19937_64 rng(max_keys + 2000);
+  pmindex::pm::DramArena arena;
+  InnerTree t(max_keys, arena);
+  t.init_single(leaf_id(0));
+  std::vector<std::uint64_t> seps = {0};
+  std::vector<std::uint64_t> ids = {leaf_id(0)};
+  for (int n = 1; n < 600; ++n) {
+    const std::uint64_t key = rng();
+    const std::size_t i = oracle(seps, key);
+    if (key == seps[i]) continue;
+    auto smo = t.smo_lock();
+    InnerTree::Path path;
+    t.path_to(WordProbe{key}, &path);
+    EXPECT_TRUE(t.insert_separator(path, ids[i], key, leaf_id(n)));
+    seps.insert(seps.begin() + static_cast<std::ptrdiff_t>(i) + 1, key);
+    ids.insert(ids.begin() + static_cast<std::ptrdiff_t>(i) + 1, leaf_id(n));
+  }
+  {  // the first leaf has no left neighbour: refused, nothing changes
+    auto smo = t.smo_lock();
+    InnerTree::Path path;
+    t.path_to(WordProbe{0}, &path);
+    if (join_left) EXPECT_FALSE(t.remove_leaf(path, ids[0], nullptr, true));
+  }
+  std::size_t misroutes = 0;
+  while (ids.size() > 3) {
+    const std::size_t i = 1 + rng() % (ids.size() - 1);
+    {
+      auto smo = t.smo_lock();
+      InnerTree::Path path;
+      t.path_to(WordProbe{seps[i]}, &path);
+      std::uint64_t dropped = 1;
+      EXPECT_TRUE(t.remove_leaf(path, ids[i], &dropped, join_left));
+      if (join_left) EXPECT_EQ(dropped, seps[i]) << "the removed leaf's low fence leaves";
+    }
+    seps.erase(seps.begin() + static_cast<std::ptrdiff_t>(i));
+    ids.erase(ids.begin() + static_cast<std::ptrdiff_t>(i));
+    if (ids.size() % 37 != 0 && ids.size() > 4) continue;  // check now and then
+    for (std::uint64_t key : probes(seps, rng)) {
+      const std::uint64_t want = ids[oracle(seps, key)];
+      if (route_words(t, key) != want || route_lambda(t, key) != want ||
+          route_fixed(t, key) != want)
+        ++misroutes;
+    }
+  }
+  return misroutes;
+}
+
+TEST_P(InnerTreeRouting, MergeRemovalJoinsTheLeftNeighbour) {
+  EXPECT_EQ(count_misroutes_after_removals(GetParam(), true), 0u);
+  EXPECT_GT(count_misroutes_after_removals(GetParam(), false), 0u)
+      << "plain removals never handed a range right: the check above proves nothing";
+}
+
 // insert_separator_hinted: a hint from the descent inserts where path_to's path would (the
 // tree still routes like the oracle), and a hint whose node changed since is refused with
 // nothing changed (a split that trusted it would insert at a stale child index).
