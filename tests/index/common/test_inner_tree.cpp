@@ -156,7 +156,9 @@ std::size_t count_misroutes_after_removals(unsigned max_keys, bool join_left) {
     auto smo = t.smo_lock();
     InnerTree::Path path;
     t.path_to(WordProbe{0}, &path);
-    if (join_left) EXPECT_FALSE(t.remove_leaf(path, ids[0], nullptr, true));
+    if (join_left) {
+      EXPECT_FALSE(t.remove_leaf(path, ids[0], nullptr, true));
+    }
   }
   std::size_t misroutes = 0;
   while (ids.size() > 3) {
@@ -167,7 +169,9 @@ std::size_t count_misroutes_after_removals(unsigned max_keys, bool join_left) {
       t.path_to(WordProbe{seps[i]}, &path);
       std::uint64_t dropped = 1;
       EXPECT_TRUE(t.remove_leaf(path, ids[i], &dropped, join_left));
-      if (join_left) EXPECT_EQ(dropped, seps[i]) << "the removed leaf's low fence leaves";
+      if (join_left) {
+        EXPECT_EQ(dropped, seps[i]) << "the removed leaf's low fence leaves";
+      }
     }
     seps.erase(seps.begin() + static_cast<std::ptrdiff_t>(i));
     ids.erase(ids.begin() + static_cast<std::ptrdiff_t>(i));
