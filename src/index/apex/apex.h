@@ -429,6 +429,18 @@ class Apex final : public Index {
   // The stash part of locate: the stash record of `key` indexed by the overflow buckets of
   // its predicted slot p's group, or nullptr.
   const Record* find_stash(const DataMeta& m, std::uint64_t key, std::uint32_t p) const;
+  // find_batch's probe step: find's optimistic read of `key` in the window `span` (PA, then
+  // the stash), validated by the window's record locks; false if they forced a restart.
+  [[gnu::always_inline]] inline bool probe_window(const DataMeta& dm, const LockSpan& span,
+                                                  std::uint64_t key, const Record** rec,
+                                                  std::uint64_t* payload) const;
+  // scan's read of one data node: the records >= cur it must return and the cutoff key up to
+  // which they are complete (PROTOCOL.md "Scans"), validated by the record locks; false if
+  // the node became obsolete (the caller re-descends).
+  bool scan_node(const DataNode* dn, const DataMeta& m, std::uint64_t cur, std::size_t need,
+                 std::vector<Record>& recs,
+                 std::vector<std::pair<std::uint32_t, std::uint64_t>>& versions,
+                 std::uint64_t* cutoff) const;
   // find after check_key, for the calling thread already pinned: the general loop (any key
   // type, a probe window over two record locks, a locked or replaced node, the stash).
   [[gnu::noinline]] Code find_pinned(std::uint64_t k, std::string* value) const;
