@@ -398,6 +398,26 @@ Code Apex::find_pinned(std::uint64_t k, std::string* value) const {
   }
 }
 
+inline bool Apex::probe_window(const DataMeta& dm, const LockSpan& span, std::uint64_t key,
+                               const Record** rec, std::uint64_t* payload) const {
+  bool restart = false;
+  const std::uint64_t v1 = dm.locks[span.first].readLockOrRestart(restart);
+  const std::uint64_t v2 =
+      span.last != span.first ? dm.locks[span.last].readLockOrRestart(restart) : v1;
+  const Record* r = nullptr;
+  if (!restart) {
+    const std::uint32_t end = std::min(span.p + kProbeDistance, dm.model.slots);
+    for (std::uint32_t s = span.p; s < end && r == nullptr; ++s)
+      if (sync::optimistic_read(dm.pa[s].key) == key) r = &dm.pa[s];
+    if (r == nullptr) r = find_stash(dm, key, span.p);
+  }
+  *payload = r != nullptr ? sync::optimistic_read(r->payload) : 0;
+  dm.locks[span.first].checkOrRestart(v1, restart);
+  if (span.last != span.first) dm.locks[span.last].checkOrRestart(v2, restart);
+  *rec = r;
+  return !restart;
+}
+
 // Batched lookups (Index::find_many): find's steps for every key of the batch, as a small
 // state machine per key advanced round-robin. Each step ends by prefetching what the key's
 // next step reads (an inner node's DRAM state, its child slot, the data node's DataMeta, its
@@ -479,23 +499,9 @@ void Apex::find_batch(const std::string_view* keys, std::string* values, Code* c
           break;
         }
         case Step::probe: {  // find's body, once
-          const auto& dm = *static_cast<const DataMeta*>(c.node);
-          bool restart = false;
-          const std::uint64_t v1 = dm.locks[c.span.first].readLockOrRestart(restart);
-          const std::uint64_t v2 = c.span.last != c.span.first
-                                       ? dm.locks[c.span.last].readLockOrRestart(restart)
-                                       : v1;
           const Record* rec = nullptr;
-          if (!restart) {
-            const std::uint32_t end = std::min(c.span.p + kProbeDistance, dm.model.slots);
-            for (std::uint32_t s = c.span.p; s < end && rec == nullptr; ++s)
-              if (sync::optimistic_read(dm.pa[s].key) == c.key) rec = &dm.pa[s];
-            if (rec == nullptr) rec = find_stash(dm, c.key, c.span.p);
-          }
-          const std::uint64_t payload = rec != nullptr ? sync::optimistic_read(rec->payload) : 0;
-          dm.locks[c.span.first].checkOrRestart(v1, restart);
-          if (c.span.last != c.span.first) dm.locks[c.span.last].checkOrRestart(v2, restart);
-          if (restart) {
+          std::uint64_t payload = 0;
+          if (!probe_window(*static_cast<const DataMeta*>(c.node), c.span, c.key, &rec, &payload)) {
             give_up = true;
             break;
           }
@@ -542,6 +548,79 @@ Code Apex::remove(std::string_view key) {
   }
 }
 
+// One data node's part of a scan (see scan below): PA from the prediction of `cur` until it
+// holds `need` records, D-1 slots more, and the stash records of the groups passed, each slot
+// read under the version of its record lock; the snapshot is retried until the versions hold.
+bool Apex::scan_node(const DataNode* dn, const DataMeta& m, std::uint64_t cur, std::size_t need,
+                     std::vector<Record>& recs,
+                     std::vector<std::pair<std::uint32_t, std::uint64_t>>& versions,
+                     std::uint64_t* cutoff) const {
+  const std::uint64_t inv = dn->invalid_key;
+  bool restart = false, obsolete = false;
+  auto version_of = [&](std::uint32_t slot) {
+    const std::uint32_t l = slot / 256;
+    if (versions.empty() || versions.back().first < l) {
+      for (std::uint32_t x = versions.empty() ? l : versions.back().first + 1; x <= l; ++x) {
+        bool r = false;
+        versions.push_back({x, m.locks[x].readLockOrRestart(r)});
+        if (r) obsolete = true;
+      }
+    }
+  };
+  do {
+    restart = false;
+    obsolete = false;
+    versions.clear();
+    recs.clear();
+    const std::uint32_t p = predict(dn, cur);
+    std::uint32_t i = p;
+    std::size_t got = 0;
+    std::uint64_t max_key = 0;
+    for (; i < dn->pa_slots && got < need; ++i) {
+      version_of(i);
+      const Record& r = dn->pa()[i];
+      const std::uint64_t key = sync::optimistic_read(r.key);
+      if (key != inv && key >= cur) {
+        recs.push_back({key, sync::optimistic_read(r.payload)});
+        ++got;
+        max_key = std::max(max_key, key);
+      }
+    }
+    // PA[p..j] (j = i-1) holds `need` records: take D-1 more slots, and keys up to the largest.
+    const std::uint32_t j = i == 0 ? 0 : i - 1;
+    if (i < dn->pa_slots) {
+      *cutoff = max_key;
+      const std::uint32_t end = std::min(i + kProbeDistance - 1, dn->pa_slots);
+      for (; i < end; ++i) {
+        version_of(i);
+        const Record& r = dn->pa()[i];
+        const std::uint64_t key = sync::optimistic_read(r.key);
+        if (key != inv && key >= cur && key <= *cutoff)
+          recs.push_back({key, sync::optimistic_read(r.payload)});
+      }
+    } else {
+      *cutoff = ~std::uint64_t{0};
+    }
+    for (std::uint32_t g = p / kGroup; g <= j / kGroup && !obsolete; ++g) {
+      version_of(g * kGroup);
+      std::uint32_t chain = 0;
+      for (const OverflowBucket* b = m.bucket(g); b != nullptr && chain++ < (1u << 20);
+           b = sync::optimistic_read(b->next)) {
+        for (const std::uint64_t& slot : b->entry) {
+          const std::uint64_t e = sync::optimistic_read(slot);
+          if (e == 0) continue;
+          const Record* r = pool_->at<Record>(e & kOffsetMask);
+          const std::uint64_t key = sync::optimistic_read(r->key);
+          if (key != inv && key >= cur && key <= *cutoff)
+            recs.push_back({key, sync::optimistic_read(r->payload)});
+        }
+      }
+    }
+    for (const auto& [l, v] : versions) m.locks[l].checkOrRestart(v, restart);
+  } while (restart && !obsolete);
+  return !obsolete;
+}
+
 // Range scan (paper §4.1): in each data node, collect PA[p..j+D-1] where p predicts the scan's
 // current key and PA[p..j] holds enough records, plus the stash records indexed by the overflow
 // buckets of groups p/16..j/16; sort only that. Every key <= the largest key of PA[p..j] is then
@@ -580,74 +659,9 @@ std::size_t Apex::scan(std::string_view start, std::size_t max, ScanBuffer& out)
       fresh = true;  // a stale cursor: not the node holding cur
       continue;
     }
-    const DataMeta& m = *mp;
-    const std::uint64_t inv = dn->invalid_key;
-    const std::size_t need = max - out.size();
-    bool restart = false, obsolete = false;
     std::uint64_t cutoff = ~std::uint64_t{0};
-    auto version_of = [&](std::uint32_t slot) {
-      const std::uint32_t l = slot / 256;
-      if (versions.empty() || versions.back().first < l) {
-        for (std::uint32_t x = versions.empty() ? l : versions.back().first + 1; x <= l; ++x) {
-          bool r = false;
-          versions.push_back({x, m.locks[x].readLockOrRestart(r)});
-          if (r) obsolete = true;
-        }
-      }
-    };
-    do {
-      restart = false;
-      obsolete = false;
-      versions.clear();
-      recs.clear();
-      const std::uint32_t p = predict(dn, cur);
-      std::uint32_t i = p;
-      std::size_t got = 0;
-      std::uint64_t max_key = 0;
-      for (; i < dn->pa_slots && got < need; ++i) {
-        version_of(i);
-        const Record& r = dn->pa()[i];
-        const std::uint64_t key = sync::optimistic_read(r.key);
-        if (key != inv && key >= cur) {
-          recs.push_back({key, sync::optimistic_read(r.payload)});
-          ++got;
-          max_key = std::max(max_key, key);
-        }
-      }
-      // PA[p..j] (j = i-1) holds `need` records: take D-1 more slots, and keys up to the largest.
-      const std::uint32_t j = i == 0 ? 0 : i - 1;
-      if (i < dn->pa_slots) {
-        cutoff = max_key;
-        const std::uint32_t end = std::min(i + kProbeDistance - 1, dn->pa_slots);
-        for (; i < end; ++i) {
-          version_of(i);
-          const Record& r = dn->pa()[i];
-          const std::uint64_t key = sync::optimistic_read(r.key);
-          if (key != inv && key >= cur && key <= cutoff)
-            recs.push_back({key, sync::optimistic_read(r.payload)});
-        }
-      } else {
-        cutoff = ~std::uint64_t{0};
-      }
-      for (std::uint32_t g = p / kGroup; g <= j / kGroup && !obsolete; ++g) {
-        version_of(g * kGroup);
-        std::uint32_t chain = 0;
-        for (const OverflowBucket* b = m.bucket(g); b != nullptr && chain++ < (1u << 20);
-             b = sync::optimistic_read(b->next)) {
-          for (const std::uint64_t& slot : b->entry) {
-            const std::uint64_t e = sync::optimistic_read(slot);
-            if (e == 0) continue;
-            const Record* r = pool_->at<Record>(e & kOffsetMask);
-            const std::uint64_t key = sync::optimistic_read(r->key);
-            if (key != inv && key >= cur && key <= cutoff)
-              recs.push_back({key, sync::optimistic_read(r->payload)});
-          }
-        }
-      }
-      for (const auto& [l, v] : versions) m.locks[l].checkOrRestart(v, restart);
-    } while (restart && !obsolete);
-    if (obsolete) {
-      fresh = true;
+    if (!scan_node(dn, *mp, cur, max - out.size(), recs, versions, &cutoff)) {
+      fresh = true;  // obsolete: re-descend
       continue;
     }
     std::sort(recs.begin(), recs.end(),

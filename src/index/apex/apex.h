@@ -429,6 +429,18 @@ class Apex final : public Index {
   // The stash part of locate: the stash record of `key` indexed by the overflow buckets of
   // its predicted slot p's group, or nullptr.
   const Record* find_stash(const DataMeta& m, std::uint64_t key, std::uint32_t p) const;
+  // find_batch's probe step: find's optimistic read of `key` in the window `span` (PA, then
+  // the stash), validated by the window's record locks; false if they forced a restart.
+  [[gnu::always_inline]] inline bool probe_window(const DataMeta& dm, const LockSpan& span,
+                                                  std::uint64_t key, const Record** rec,
+                                                  std::uint64_t* payload) const;
+  // scan's read of one data node: the records >= cur it must return and the cutoff key up to
+  // which they are complete (PROTOCOL.md "Scans"), validated by the record locks; false if
+  // the node became obsolete (the caller re-descends).
+  bool scan_node(const DataNode* dn, const DataMeta& m, std::uint64_t cur, std::size_t need,
+                 std::vector<Record>& recs,
+                 std::vector<std::pair<std::uint32_t, std::uint64_t>>& versions,
+                 std::uint64_t* cutoff) const;
   // find after check_key, for the calling thread already pinned: the general loop (any key
   // type, a probe window over two record locks, a locked or replaced node, the stash).
   [[gnu::noinline]] Code find_pinned(std::uint64_t k, std::string* value) const;
@@ -474,6 +486,9 @@ class Apex final : public Index {
   // Builds and persists a data node holding `recs` (sorted, inside [lo, hi]); not published.
   std::uint64_t build_data(const std::vector<Record>& recs, std::uint64_t lo, std::uint64_t hi,
                            double stash_ratio, std::uint64_t total_slots, Code* code);
+  // build_data's PA and SA sizes for about `total_slots` slots at stash ratio `stash_ratio`.
+  void data_shape(std::uint64_t total_slots, double stash_ratio, std::uint64_t* pa,
+                  std::uint64_t* sa) const;
   static std::uint64_t slots_for(std::uint64_t n) {  // slots holding n+1 keys at density 0.6
     return static_cast<std::uint64_t>(std::ceil(static_cast<double>(n + 1) / kDensityInit));
   }
@@ -494,6 +509,10 @@ class Apex final : public Index {
   // `parent_replaced`: set when it ran an inner expansion (the data node stays).
   Code smo(std::uint64_t off, const std::vector<PathStep>& path, std::uint64_t key,
            bool parent_exclusive, bool* parent_replaced);
+  // smo's sideways choice: the slot boundary in (s, e] of inner node `p` that balances the
+  // sorted `recs` best, or 0 if every boundary leaves one side empty.
+  std::uint32_t sideways_boundary(const InnerNode* p, const std::vector<Record>& recs,
+                                  std::uint32_t s, std::uint32_t e) const;
   Code expand_data(std::uint64_t off, std::uint64_t parent, std::uint32_t s, std::uint32_t e,
                    std::uint64_t key);
   Code split_sideways(std::uint64_t off, std::uint64_t parent, std::uint32_t s, std::uint32_t e,
@@ -529,6 +548,13 @@ class Apex final : public Index {
   // --- bulk load (bulk_load.cpp) --------------------------------------------------------------
   std::uint64_t bulk_build(std::span<const Record> recs, std::uint64_t lo, std::uint64_t hi,
                            bool is_root, double fill, Code* code);
+  struct BulkPlan;  // an inner node's model and child groups (bulk_load.cpp)
+  // bulk_build's choice of inner node for `recs` (fanout 0: none separates them).
+  BulkPlan bulk_plan(std::span<const Record> recs, const std::vector<double>& xs,
+                     std::uint64_t lo, std::uint64_t hi, bool is_root, std::uint64_t cap) const;
+  // Builds the children of `plan` and persists the inner node over them (A19); 0 on failure.
+  std::uint64_t bulk_inner(std::span<const Record> recs, std::uint64_t lo, std::uint64_t hi,
+                           const BulkPlan& plan, double fill, Code* code);
   void free_tree(std::uint64_t off);
   double simulate_overflow(std::span<const Record> recs, std::uint64_t lo, std::uint32_t pa) const;
 
@@ -559,6 +585,10 @@ class Apex final : public Index {
   Status verify_node(std::uint64_t off, std::uint64_t lo, std::uint64_t hi, std::uint32_t depth,
                      std::uint64_t* records) const;
   Status verify_data(std::uint64_t off, std::uint64_t* records) const;
+  // verify_data's second half: the node's DataMeta `m` against what its PM holds.
+  Status verify_data_meta(std::uint64_t off, const DataMeta& m, std::size_t keys,
+                          const std::vector<const Record*>& stash,
+                          const std::vector<std::uint64_t>& ext_chain) const;
   // false if it met a damaged node (then `s` is partial).
   bool stats_node(std::uint64_t off, std::uint32_t depth, Stats* s) const;
 

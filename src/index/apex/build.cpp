@@ -27,9 +27,8 @@ bool Apex::boundary(const LinearModel& m, std::uint32_t fanout, std::uint64_t ba
   return true;
 }
 
-std::uint64_t Apex::build_data(const std::vector<Record>& recs, std::uint64_t lo,
-                               std::uint64_t hi, double stash_ratio, std::uint64_t total_slots,
-                               Code* code) {
+void Apex::data_shape(std::uint64_t total_slots, double stash_ratio, std::uint64_t* pa_out,
+                      std::uint64_t* sa_out) const {
   const std::uint64_t max_slots = max_data_slots();
   const std::uint64_t total = std::clamp<std::uint64_t>(total_slots, 2 * kGroup, max_slots);
   const double s = std::clamp(stash_ratio, kStashMin, kStashMax);
@@ -59,7 +58,15 @@ std::uint64_t Apex::build_data(const std::vector<Record>& recs, std::uint64_t lo
     while (pa + sa_for(pa) < total) pa += kGroup;
     while (pa > kGroup && pa + sa_for(pa) > max_slots) pa -= kGroup;
   }
-  const std::uint64_t sa = sa_for(pa);
+  *pa_out = pa;
+  *sa_out = sa_for(pa);
+}
+
+std::uint64_t Apex::build_data(const std::vector<Record>& recs, std::uint64_t lo,
+                               std::uint64_t hi, double stash_ratio, std::uint64_t total_slots,
+                               Code* code) {
+  std::uint64_t pa = 0, sa = 0;
+  data_shape(total_slots, stash_ratio, &pa, &sa);
   const std::size_t bytes = data_bytes(static_cast<std::uint32_t>(pa), static_cast<std::uint32_t>(sa));
   const std::uint64_t inv = invalid_key_for(lo, hi);
 

@@ -19,13 +19,21 @@
 
 namespace pmindex::apex {
 
-namespace {
-struct Plan {
+struct Apex::BulkPlan {
   LinearModel model;
   std::uint32_t fanout = 0;
   std::vector<std::uint32_t> group_start;  // first slot of each child group
   double cost = 0;
 };
+
+namespace {
+// PA slots of a simulated data node of k keys: at the upper density bound, whole groups,
+// at most the largest data node.
+std::uint32_t pa_sim(std::uint64_t k, std::uint64_t max_slots) {
+  const auto slots = static_cast<std::uint64_t>(std::ceil(static_cast<double>(k) / kDensityUpper));
+  return static_cast<std::uint32_t>(std::clamp<std::uint64_t>((slots + kGroup - 1) / kGroup * kGroup,
+                                                              kGroup, max_slots / kGroup * kGroup));
+}
 }  // namespace
 
 double Apex::simulate_overflow(std::span<const Record> recs, std::uint64_t lo,
@@ -91,27 +99,34 @@ std::uint64_t Apex::bulk_build(std::span<const Record> recs, std::uint64_t lo, s
   const std::uint64_t max_slots = max_data_slots();
   const std::uint64_t cap = static_cast<std::uint64_t>(static_cast<double>(max_slots) * d);
   const std::uint64_t n = recs.size();
-  auto pa_sim = [&](std::uint64_t k) {
-    const auto slots = static_cast<std::uint64_t>(std::ceil(static_cast<double>(k) / kDensityUpper));
-    return static_cast<std::uint32_t>(std::clamp<std::uint64_t>((slots + kGroup - 1) / kGroup * kGroup,
-                                                                kGroup, max_slots / kGroup * kGroup));
-  };
   auto make_data = [&](std::span<const Record> rs, std::uint64_t a, std::uint64_t b) {
-    const double o = simulate_overflow(rs, a, pa_sim(rs.size()));
+    const double o = simulate_overflow(rs, a, pa_sim(rs.size(), max_slots));
     const double s = std::max(kStashMin, std::min(kStashMax, kStashCoefficient * o));
     const auto total = static_cast<std::uint64_t>(std::ceil(static_cast<double>(rs.size()) / d));
     std::vector<Record> v(rs.begin(), rs.end());
     return build_data(v, a, b, s, total, code);
   };
   if (!is_root && n <= cap &&
-      (n <= 64 || 1.0 + 2.0 * simulate_overflow(recs, lo, pa_sim(n)) <= kDataCostLimit))
+      (n <= 64 || 1.0 + 2.0 * simulate_overflow(recs, lo, pa_sim(n, max_slots)) <= kDataCostLimit))
     return make_data(recs, lo, hi);
 
   std::vector<double> xs(n);
   for (std::size_t i = 0; i < n; ++i) xs[i] = x_of(recs[i].key, lo);
+  const BulkPlan best = bulk_plan(recs, xs, lo, hi, is_root, cap);
+  if (best.fanout == 0) return make_data(recs, lo, hi);  // overflow goes to extended stash
+  return bulk_inner(recs, lo, hi, best, fill, code);
+}
+
+// The cheapest model fanout (2, 4, ... up to the inner maximum) by the cost rule above; else a
+// median split; else (u64, or the root) halving the range.
+Apex::BulkPlan Apex::bulk_plan(std::span<const Record> recs, const std::vector<double>& xs,
+                               std::uint64_t lo, std::uint64_t hi, bool is_root,
+                               std::uint64_t cap) const {
+  const std::uint64_t n = recs.size();
+  const std::uint64_t max_slots = max_data_slots();
   // Groups consecutive slots into children of at most `cap` keys (a slot with more keys is a
   // child of its own); slots without keys join their neighbour.
-  auto group = [&](const LinearModel& m, std::uint32_t f, Plan* plan) {
+  auto group = [&](const LinearModel& m, std::uint32_t f, BulkPlan* plan) {
     plan->model = m;
     plan->fanout = f;
     plan->group_start.assign(1, 0);
@@ -132,13 +147,13 @@ std::uint64_t Apex::bulk_build(std::span<const Record> recs, std::uint64_t lo, s
       ++in_group;
     }
   };
-  Plan best;
+  BulkPlan best;
   best.cost = HUGE_VAL;
   for (std::uint32_t f = 2; inner_bytes(f) <= inner_max_ && f <= 8 * (n / std::max<std::uint64_t>(cap, 1) + 1) * 2;
        f *= 2) {
     const LinearModel m = fit_ranks(xs, static_cast<double>(f) / static_cast<double>(n));
     if (!(m.slope > 0)) break;
-    Plan plan;
+    BulkPlan plan;
     group(m, f, &plan);
     if (plan.group_start.size() < 2) continue;
     double cost = 1.0 + 0.05 * std::log2(static_cast<double>(f));
@@ -150,7 +165,7 @@ std::uint64_t Apex::bulk_build(std::span<const Record> recs, std::uint64_t lo, s
       while (j < n && predict_slot(m, xs[j], f) < end_slot) ++j;
       const std::size_t k = j - i;
       largest = std::max(largest, k);
-      const double c = k <= cap ? 1.0 + 2.0 * simulate_overflow(recs.subspan(i, k), lo, pa_sim(k)) : 3.0;
+      const double c = k <= cap ? 1.0 + 2.0 * simulate_overflow(recs.subspan(i, k), lo, pa_sim(k, max_slots)) : 3.0;
       cost += c * static_cast<double>(k) / static_cast<double>(n);
       i = j;
     }
@@ -188,21 +203,25 @@ std::uint64_t Apex::bulk_build(std::span<const Record> recs, std::uint64_t lo, s
     best.fanout = 2;
     best.group_start = {0, 1};
   }
-  if (best.fanout == 0) return make_data(recs, lo, hi);  // overflow goes to extended stash
+  return best;
+}
 
+std::uint64_t Apex::bulk_inner(std::span<const Record> recs, std::uint64_t lo, std::uint64_t hi,
+                               const BulkPlan& plan, double fill, Code* code) {
+  const std::uint64_t n = recs.size();
   // Children: group g covers slots [start_g, start_{g+1}) and keys [B(start_g), B(next) - 1].
-  const std::uint32_t f = best.fanout;
+  const std::uint32_t f = plan.fanout;
   std::vector<std::uint64_t> bounds;
-  for (std::uint32_t s : best.group_start) {
+  for (std::uint32_t s : plan.group_start) {
     std::uint64_t b = lo;
-    if (s != 0 && !boundary(best.model, f, lo, lo, hi, s, &b)) b = hi + 1;  // (hi + 1: none)
+    if (s != 0 && !boundary(plan.model, f, lo, lo, hi, s, &b)) b = hi + 1;  // (hi + 1: none)
     bounds.push_back(b);
   }
   std::vector<std::uint64_t> img(inner_bytes(f) / 8, 0);
   auto* h = reinterpret_cast<InnerNode*>(img.data());
   h->type_version = static_cast<std::uint64_t>(NodeType::inner);
-  h->slope = best.model.slope;
-  h->intercept = best.model.intercept;
+  h->slope = plan.model.slope;
+  h->intercept = plan.model.intercept;
   h->lo = lo;
   h->hi = hi;
   h->fanout = f;
@@ -212,11 +231,11 @@ std::uint64_t Apex::bulk_build(std::span<const Record> recs, std::uint64_t lo, s
     return 0;
   };
   std::size_t i = 0;
-  for (std::size_t g = 0; g < best.group_start.size(); ++g) {
-    const std::uint32_t s = best.group_start[g];
-    const std::uint32_t e = g + 1 < best.group_start.size() ? best.group_start[g + 1] - 1 : f - 1;
+  for (std::size_t g = 0; g < plan.group_start.size(); ++g) {
+    const std::uint32_t s = plan.group_start[g];
+    const std::uint32_t e = g + 1 < plan.group_start.size() ? plan.group_start[g + 1] - 1 : f - 1;
     const std::uint64_t clo = bounds[g];
-    const bool last = g + 1 == best.group_start.size();
+    const bool last = g + 1 == plan.group_start.size();
     if (!last && bounds[g + 1] == hi + 1 && hi == ~std::uint64_t{0}) return fail();
     const std::uint64_t chi = last ? hi : bounds[g + 1] - 1;
     if (clo > chi || (!last && bounds[g + 1] <= clo)) return fail();  // empty range: a bug

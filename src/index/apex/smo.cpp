@@ -62,6 +62,29 @@ void Apex::slot_range(std::uint64_t parent, std::uint64_t child, std::uint32_t s
   *e = b;
 }
 
+std::uint32_t Apex::sideways_boundary(const InnerNode* p, const std::vector<Record>& recs,
+                                      std::uint32_t s, std::uint32_t e) const {
+  std::vector<std::uint64_t> per_slot(e - s + 1, 0);
+  for (const Record& r : recs) {
+    const std::uint32_t sl = std::clamp(route(p, r.key), s, e);
+    ++per_slot[sl - s];
+  }
+  std::uint64_t left = 0, best_left = 0;
+  std::uint32_t best_m = 0;
+  std::uint64_t best_gap = ~std::uint64_t{0};
+  for (std::uint32_t mid = s + 1; mid <= e; ++mid) {
+    left += per_slot[mid - 1 - s];
+    const std::uint64_t right = recs.size() - left;
+    const std::uint64_t gap = left > right ? left - right : right - left;
+    if (gap < best_gap) {
+      best_gap = gap;
+      best_m = mid;
+      best_left = left;
+    }
+  }
+  return best_left > 0 && best_left < recs.size() ? best_m : 0;
+}
+
 Code Apex::smo(std::uint64_t off, const std::vector<PathStep>& path, std::uint64_t key,
                bool parent_exclusive, bool* parent_replaced) {
   *parent_replaced = false;
@@ -92,27 +115,8 @@ Code Apex::smo(std::uint64_t off, const std::vector<PathStep>& path, std::uint64
   const InnerNode* p = inner(parent);
   const LinearModel pm_model{p->slope, p->intercept};
   if (e > s) {
-    // Sideways: pick the slot boundary in (s, e] that balances the records best.
-    std::vector<std::uint64_t> per_slot(e - s + 1, 0);
-    for (const Record& r : recs) {
-      const std::uint32_t sl = std::clamp(route(p, r.key), s, e);
-      ++per_slot[sl - s];
-    }
-    std::uint64_t left = 0, best_left = 0;
-    std::uint32_t best_m = 0;
-    std::uint64_t best_gap = ~std::uint64_t{0};
-    for (std::uint32_t mid = s + 1; mid <= e; ++mid) {
-      left += per_slot[mid - 1 - s];
-      const std::uint64_t right = recs.size() - left;
-      const std::uint64_t gap = left > right ? left - right : right - left;
-      if (gap < best_gap) {
-        best_gap = gap;
-        best_m = mid;
-        best_left = left;
-      }
-    }
-    if (best_left > 0 && best_left < recs.size())
-      return split_sideways(off, parent, s, e, best_m, key);
+    if (const std::uint32_t mid = sideways_boundary(p, recs, s, e); mid != 0)
+      return split_sideways(off, parent, s, e, mid, key);
   }
   // Inner node expansion (fanout 2F), in one of two exact forms:
   //   doubling:  slope and intercept x2, so slot i becomes 2i, 2i+1 (same key domain, finer);

@@ -141,8 +141,19 @@ Status Apex::verify_data(std::uint64_t off, std::uint64_t* records) const {
   auto it = metas_.find(off);
   if (it == metas_.end()) return Status::Ok();
   metas.unlock();
-  const DataMeta& m = *it->second;
-  if (m.keys() != keys.size() || m.stashed() != stash.size())
+  return verify_data_meta(off, *it->second, keys.size(), stash, ext_chain);
+}
+
+Status Apex::verify_data_meta(std::uint64_t off, const DataMeta& m, std::size_t keys,
+                              const std::vector<const Record*>& stash,
+                              const std::vector<std::uint64_t>& ext_chain) const {
+  const pm::Pool& p = *pool_;
+  const DataNode* dn = data(off);
+  const std::uint64_t inv = dn->invalid_key;
+  auto fail = [&](const std::string& what) {
+    return p.error(Code::corrupted, "verify: data node " + std::to_string(off) + ": " + what);
+  };
+  if (m.keys() != keys || m.stashed() != stash.size())
     return fail("DRAM key/stash counts disagree with PM");
   if (m.accel.size() != dn->pa_slots / kGroup) return fail("accelerator count is wrong");
   for (std::uint32_t i = 0; i < dn->pa_slots; ++i) {
