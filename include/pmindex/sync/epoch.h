@@ -178,6 +178,7 @@ class EpochManager {
   /// pending, or orphans to free): that part is out of line, so the caller can make it a tail
   /// call of a cold exit.
   [[nodiscard]] bool unpin_flat(FlatPin pin);
+  /// The rest of an unpin_flat that returned true: frees what is safe (out of line).
   void after_unpin_flat(FlatPin pin);
 
   /// Defers fn(ctx, arg) until no thread can see the object (invariant (1) first). Any thread,
@@ -364,6 +365,7 @@ class EpochManager::Guard {
 class EpochManager::FlatPin {
  public:
   FlatPin() = default;
+  /// Whether try_pin_flat pinned (false: it declined, and nothing is to be ended).
   explicit operator bool() const { return record_ != nullptr; }
 
  private:
