@@ -29,6 +29,25 @@ std::size_t oracle(const std::vector<std::uint64_t>& seps, std::uint64_t key) {
                                   seps.begin()) - 1;
 }
 
+// Splits random leaves at random points inside their ranges, `splits` - 1 times (leaf ids
+// follow creation, so the oracle maps each range to its id through `ids`); false if the tree
+// refused a separator.
+bool grow_by_random_splits(InnerTree& t, std::mt19937_64& rng, int splits,
+                           std::vector<std::uint64_t>& seps, std::vector<std::uint64_t>& ids) {
+  for (int n = 1; n < splits; ++n) {
+    const std::uint64_t key = rng();
+    const std::size_t i = oracle(seps, key);
+    if (key == seps[i]) continue;
+    auto smo = t.smo_lock();
+    InnerTree::Path path;
+    t.path_to(WordProbe{key}, &path);
+    if (!t.insert_separator(path, ids[i], key, leaf_id(n))) return false;
+    seps.insert(seps.begin() + static_cast<std::ptrdiff_t>(i) + 1, key);
+    ids.insert(ids.begin() + static_cast<std::ptrdiff_t>(i) + 1, leaf_id(n));
+  }
+  return true;
+}
+
 std::uint64_t route_words(const InnerTree& t, std::uint64_t key) {
   return t.descend(WordProbe{key}, [](std::uint64_t) { return std::optional<std::uint64_t>(0); })
       .first;
@@ -106,20 +125,8 @@ TEST_P(InnerTreeRouting, TreeGrownBySplitsRoutesLikeTheOracle) {
   InnerTree t(max_keys, arena);
   t.init_single(leaf_id(0));
   std::vector<std::uint64_t> seps = {0};  // seps[i] is leaf i's low bound
-  // Split random leaves at random points inside their ranges (leaf ids follow creation, so
-  // the oracle maps each range to its id through `ids`).
   std::vector<std::uint64_t> ids = {leaf_id(0)};
-  for (int n = 1; n < 3000; ++n) {
-    const std::uint64_t key = rng();
-    const std::size_t i = oracle(seps, key);
-    if (key == seps[i]) continue;
-    auto smo = t.smo_lock();
-    InnerTree::Path path;
-    t.path_to(WordProbe{key}, &path);
-    ASSERT_TRUE(t.insert_separator(path, ids[i], key, leaf_id(n)));
-    seps.insert(seps.begin() + static_cast<std::ptrdiff_t>(i) + 1, key);
-    ids.insert(ids.begin() + static_cast<std::ptrdiff_t>(i) + 1, leaf_id(n));
-  }
+  ASSERT_TRUE(grow_by_random_splits(t, rng, 3000, seps, ids));
   for (std::uint64_t key : probes(seps, rng)) {
     const std::uint64_t want = ids[oracle(seps, key)];
     ASSERT_EQ(route_words(t, key), want) << "WordProbe, max_keys " << max_keys << ", key " << key;
@@ -141,16 +148,9 @@ std::size_t count_misroutes_after_removals(unsigned max_keys, bool join_left) {
   t.init_single(leaf_id(0));
   std::vector<std::uint64_t> seps = {0};
   std::vector<std::uint64_t> ids = {leaf_id(0)};
-  for (int n = 1; n < 600; ++n) {
-    const std::uint64_t key = rng();
-    const std::size_t i = oracle(seps, key);
-    if (key == seps[i]) continue;
-    auto smo = t.smo_lock();
-    InnerTree::Path path;
-    t.path_to(WordProbe{key}, &path);
-    EXPECT_TRUE(t.insert_separator(path, ids[i], key, leaf_id(n)));
-    seps.insert(seps.begin() + static_cast<std::ptrdiff_t>(i) + 1, key);
-    ids.insert(ids.begin() + static_cast<std::ptrdiff_t>(i) + 1, leaf_id(n));
+  if (!grow_by_random_splits(t, rng, 600, seps, ids)) {
+    ADD_FAILURE() << "a split's separator insert failed, max_keys " << max_keys;
+    return 0;
   }
   {  // the first leaf has no left neighbour: refused, nothing changes
     auto smo = t.smo_lock();
