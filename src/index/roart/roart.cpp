@@ -481,9 +481,7 @@ void Roart::maybe_shrink(const Where& w, ArrayHeader* a) {
   if (underfull && live != 0) {
     Item items[kMaxSlots];
     const unsigned n = live_items(a, items);
-    kmin = key_of(items[0].slot);
-    for (unsigned i = 1; i < n; ++i)
-      if (compare(key_of(items[i].slot), kmin) < 0) kmin = key_of(items[i].slot);
+    kmin = smallest_key(items, n);
   }
   if (slots <= kMinSlots || live > slots / 4) {
     unlock(a);
@@ -504,6 +502,15 @@ void Roart::maybe_shrink(const Where& w, ArrayHeader* a) {
     shrinks_.fetch_add(1, std::memory_order_relaxed);
   }
   if (underfull && live != 0) merge_left(w, kmin);
+}
+
+// The smallest key of `n` >= 1 live items (slots are not in key order): where merge_left
+// looks left from.
+std::string Roart::smallest_key(const Item* items, unsigned n) const {
+  std::string_view kmin = key_of(items[0].slot);
+  for (unsigned i = 1; i < n; ++i)
+    if (compare(key_of(items[i].slot), kmin) < 0) kmin = key_of(items[i].slot);
+  return std::string(kmin);
 }
 
 // M0, rightward: a (locked, named at w, not the tail) and the array after it. The right one
@@ -990,9 +997,7 @@ void Roart::merge_at(std::string_view key) {
       if (n == 0 || n > kMergeBelow) unlock(a);
       return Code::ok;
     }
-    std::string kmin(key_of(items[0].slot));
-    for (unsigned i = 1; i < n; ++i)
-      if (compare(key_of(items[i].slot), kmin) < 0) kmin = key_of(items[i].slot);
+    const std::string kmin = smallest_key(items, n);
     unlock(a);
     merge_left(w, kmin);
     return Code::ok;

@@ -248,6 +248,8 @@ class Roart final : public Index {
   static bool merge_without_intent();
   bool next_split_settled(const Where& w) const;
   unsigned live_items(ArrayHeader* a, Item* out) const;
+  // The smallest key of n >= 1 live items (merge_left's starting point).
+  std::string smallest_key(const Item* items, unsigned n) const;
   template <class Op>
   Code with_array(std::string_view key, Op&& op);
   void retire_array(std::uint64_t off) const;
