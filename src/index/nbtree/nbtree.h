@@ -501,6 +501,14 @@ class NBTree final : public Index {
                                  Repairs* repairs);
   Status mark_value_record(std::uint64_t word, std::uint64_t where);
   Status finish_rebuild(std::vector<Leaf*>& leaves, const Repairs& repairs, std::size_t walked);
+  // bulk_load's steps (recovery.cpp): the input checked and encoded (K1 records written), the
+  // filled blocks (B1), and their chain persisted and published (B2-B4).
+  struct BulkRecord;
+  Status encode_bulk(std::span<const KeyValue> sorted, std::vector<BulkRecord>* recs);
+  void free_bulk(const std::vector<BulkRecord>& recs);
+  Status fill_bulk_leaves(const std::vector<BulkRecord>& recs, std::size_t begin, double fill,
+                          std::vector<Leaf*>* leaves);
+  void publish_bulk(const std::vector<Leaf*>& leaves, Leaf* old_head);
   // Records (keys set, key 0's side record included) and blocks on the PM chain, read-only
   // (close, quiescent); kNoCount if the chain fails its bounded walk.
   void count_chain(std::uint64_t* records, std::uint64_t* blocks) const;

@@ -320,6 +320,12 @@ Status NBTree::rebuild() {
   return finish_rebuild(leaves, repairs, walked);
 }
 
+// One input record of bulk_load, checked and encoded.
+struct NBTree::BulkRecord {
+  Probe p;  // bytes mode: views the caller's key
+  std::uint64_t key, word;  // key word (bytes mode: a K1 record), value word
+};
+
 // B1-B4: sorted input becomes full blocks written and persisted back to front (each block's
 // next is known when it is written), then one publish of root.head switches the empty tree to
 // the loaded one; the old empty block is freed.
@@ -332,66 +338,81 @@ Status NBTree::bulk_load(std::span<const KeyValue> sorted, double fill) {
       head->num.load(std::memory_order_relaxed) != 0 || root_->zero_present != 0) {
     return pool_->error(Code::invalid_argument, "nbtree bulk_load needs an empty index");
   }
-  struct Rec {
-    Probe p;  // bytes mode: views the caller's key
-    std::uint64_t key, word;  // key word (bytes mode: a K1 record), value word
-  };
-  std::vector<Rec> recs;
-  recs.reserve(sorted.size());
-  auto cleanup = [&] {  // nothing was published: free at once
-    for (const Rec& r : recs) {
-      free_value(r.word);
-      if (bytes_) {
-        std::lock_guard<sync::SpinLock> lock(alloc_mu_);
-        index_common::free_record(*pool_, r.key);
-      }
-    }
-  };
-  for (const KeyValue& kv : sorted) {
-    Rec r;
-    if (Code c = make_probe(kv.key, &r.p); c != Code::ok) {
-      cleanup();
-      return Status(c, "bulk_load: bad key");
-    }
-    if (!recs.empty() &&
-        (bytes_ ? r.p.bytes <= recs.back().p.bytes : r.p.word <= recs.back().p.word)) {
-      cleanup();
-      return Status(Code::invalid_argument, "bulk_load: input not sorted and distinct");
-    }
-    if (Code c = encode_value(kv.value, &r.word); c != Code::ok) {
-      cleanup();
-      return Status(c, "bulk_load: value");
-    }
-    Code c = Code::ok;
-    r.key = bytes_ ? new_key_record(kv.key, &c) : r.p.word;  // K1 before B1 stores the word
-    if (c != Code::ok) {
-      free_value(r.word);
-      cleanup();
-      return Status(c, "bulk_load: key record");
-    }
-    recs.push_back(r);
-  }
+  std::vector<BulkRecord> recs;
+  if (Status s = encode_bulk(sorted, &recs); !s.ok()) return s;
   std::size_t begin = 0;
   if (!bytes_ && !recs.empty() && recs[0].key == 0) {
     (void)zero_insert(recs[0].word);
-    recs[0].word = 0;  // published in the root: not cleanup()'s to free
+    recs[0].word = 0;  // published in the root: not free_bulk()'s to free
     begin = 1;
   }
-  const int per = std::max(1, static_cast<int>(fill * cap_));
   std::vector<Leaf*> leaves;
+  if (Status s = fill_bulk_leaves(recs, begin, fill, &leaves); !s.ok()) {
+    free_bulk(recs);
+    count_loaded(begin);  // key 0, if any, stays in the root
+    return s;
+  }
+  count_loaded(sorted.size());  // every record is in from here on (key 0 in the root)
+  if (!leaves.empty()) publish_bulk(leaves, head);
+  return Status::Ok();
+}
+
+// Checks the input (keys valid, sorted, distinct) and encodes it: value words, and in bytes
+// mode each key's K1 record, written before B1 stores its word. On an error nothing is left.
+Status NBTree::encode_bulk(std::span<const KeyValue> sorted, std::vector<BulkRecord>* recs) {
+  recs->reserve(sorted.size());
+  auto fail = [&](Code c, const char* what) {
+    free_bulk(*recs);
+    recs->clear();
+    return Status(c, what);
+  };
+  for (const KeyValue& kv : sorted) {
+    BulkRecord r;
+    if (Code c = make_probe(kv.key, &r.p); c != Code::ok) return fail(c, "bulk_load: bad key");
+    if (!recs->empty() &&
+        (bytes_ ? r.p.bytes <= recs->back().p.bytes : r.p.word <= recs->back().p.word)) {
+      return fail(Code::invalid_argument, "bulk_load: input not sorted and distinct");
+    }
+    if (Code c = encode_value(kv.value, &r.word); c != Code::ok) return fail(c, "bulk_load: value");
+    Code c = Code::ok;
+    r.key = bytes_ ? new_key_record(kv.key, &c) : r.p.word;  // K1
+    if (c != Code::ok) {
+      free_value(r.word);
+      return fail(c, "bulk_load: key record");
+    }
+    recs->push_back(r);
+  }
+  return Status::Ok();
+}
+
+// Frees what encode_bulk wrote (nothing of it was published).
+void NBTree::free_bulk(const std::vector<BulkRecord>& recs) {
+  for (const BulkRecord& r : recs) {
+    free_value(r.word);
+    if (bytes_) {
+      std::lock_guard<sync::SpinLock> lock(alloc_mu_);
+      index_common::free_record(*pool_, r.key);
+    }
+  }
+}
+
+// B1: recs[begin..] into new blocks of fill * capacity entries, DRAM leaves linked in order
+// (PM links are B2's). On pool_full every block made here is freed and leaves is empty.
+Status NBTree::fill_bulk_leaves(const std::vector<BulkRecord>& recs, std::size_t begin,
+                                double fill, std::vector<Leaf*>* leaves) {
+  const int per = std::max(1, static_cast<int>(fill * cap_));
   Code code = Code::ok;
   for (std::size_t i = begin; i < recs.size(); i += per) {
     const std::size_t end = std::min(recs.size(), i + per);
     const std::uint64_t low =
-        leaves.empty() ? first_low_ : make_bound(recs[i].p.bytes, recs[i].key);
+        leaves->empty() ? first_low_ : make_bound(recs[i].p.bytes, recs[i].key);
     Leaf* l = new_leaf(low, kMaxKey, &code);
     if (l == nullptr) {
-      for (Leaf* x : leaves) {
+      for (Leaf* x : *leaves) {
         pm_free(x->data_off, node_size_);
         drop_dram(x);
       }
-      cleanup();
-      count_loaded(begin);  // key 0, if any, stays in the root
+      leaves->clear();
       return pool_->error(code, "bulk_load: pool full");
     }
     Entry* e = entries(l);
@@ -406,14 +427,18 @@ Status NBTree::bulk_load(std::span<const KeyValue> sorted, double fill) {
     }
     l->bitmap.store(bitmap, std::memory_order_relaxed);
     l->num.store(static_cast<std::uint32_t>(end - i), std::memory_order_relaxed);
-    if (!leaves.empty()) {
-      leaves.back()->high = high_before(l->low);
-      leaves.back()->next.store(l, std::memory_order_relaxed);
+    if (!leaves->empty()) {
+      leaves->back()->high = high_before(l->low);
+      leaves->back()->next.store(l, std::memory_order_relaxed);
     }
-    leaves.push_back(l);
+    leaves->push_back(l);
   }
-  count_loaded(sorted.size());  // every record is in from here on (key 0 in the root)
-  if (leaves.empty()) return Status::Ok();
+  return Status::Ok();
+}
+
+// B2-B4: the blocks' next offsets written and each block persisted back to front, one publish
+// of root.head, then the old empty head block freed and the DRAM inner layer built.
+void NBTree::publish_bulk(const std::vector<Leaf*>& leaves, Leaf* old_head) {
   for (std::size_t i = leaves.size(); i-- > 0;) {  // B2: back to front
     Leaf* l = leaves[i];
     pm::store(&block(l)->next, i + 1 < leaves.size() ? leaves[i + 1]->data_off : 0);
@@ -421,14 +446,11 @@ Status NBTree::bulk_load(std::span<const KeyValue> sorted, double fill) {
   }
   pm::publish(&root_->head, leaves[0]->data_off);  // B3: one switch
   pm::persist(&root_->head, sizeof(std::uint64_t));
-  pm_free(head->data_off, node_size_);  // B4
-  drop_dram(head);
+  pm_free(old_head->data_off, node_size_);  // B4
+  drop_dram(old_head);
   head_.store(leaves[0], std::memory_order_release);
-  {
-    std::lock_guard<sync::SpinLock> lock(inner_mu_);
-    build_inner_from_leaves(leaves);
-  }
-  return Status::Ok();
+  std::lock_guard<sync::SpinLock> lock(inner_mu_);
+  build_inner_from_leaves(leaves);
 }
 
 // --- verify ---------------------------------------------------------------------------------------
