@@ -543,7 +543,9 @@ class ThreadRun {
     while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
     TimedSection::enter();
     const PmTotals pm_start = read_pm_counters();
-    const std::size_t i = model_ || batch_ > 1 ? loop<false>() : loop<true>();
+    const std::size_t i = model_ || batch_ > 1 ? loop<false>()
+                          : read_only()           ? read_loop()
+                                                  : loop<true>();
     out_->pm_total = read_pm_counters() - pm_start;
     TimedSection::leave();
     out_->executed = i;
@@ -566,6 +568,51 @@ class ThreadRun {
       progress_.done.store(i, std::memory_order_relaxed);
       if (!ok) break;
     }
+    return i;
+  }
+
+  // Every operation a read, none timed, no PM counting: the measured loop is read_loop.
+  bool read_only() const {
+    return !pmindex::pm::kCounting && sc_.counts[static_cast<int>(OpType::read)] == sc_.size() &&
+           sc_.timed_count == 0;
+  }
+
+  // loop<true> for a read-only schedule with nothing per operation but the key and the lookup,
+  // as the originals' drivers run theirs: a built-in index's find called directly (plain
+  // 8-byte keys computed inline), results and the progress counter updated once per stride.
+  // Same keys, answers and counts as loop<true>; reads cannot fill a pool. Why it matters:
+  // the instructions between two lookups decide how many of their cache misses the CPU
+  // overlaps (APEX's 10M-key lookups: 220 -> ~150 instructions per operation, ~1.3x).
+  std::size_t read_loop() {
+    const pmindex::Index* index = session_->native_index();
+    if (index == nullptr)
+      return read_loop_with([&](std::size_t i) { return session_->find(sc_.key(i, key_buf_), &value_); });
+    std::string value;
+    if (sc_.stored_keys() || !sc_.key_format->hashed_u64_be())
+      return read_loop_with([&](std::size_t i) {
+        return index->find(sc_.key(i, key_buf_), &value) == pmindex::Code::ok;
+      });
+    char* word = key_buf_.data();  // 8 bytes: the key is its word
+    const std::uint64_t* ids = sc_.ids.data();
+    return read_loop_with([&](std::size_t i) {
+      store_be64(word, key_hash(ids[i]));
+      return index->find({word, 8}, &value) == pmindex::Code::ok;
+    });
+  }
+
+  template <class Find>
+  std::size_t read_loop_with(Find find) {
+    constexpr std::size_t kStride = 64;
+    const std::size_t n = sc_.size();
+    std::size_t i = 0, found = 0;
+    while (i < n && !stop_.load(std::memory_order_relaxed)) {
+      const std::size_t end = std::min(n, i + kStride);
+      for (; i < end; ++i) found += find(i) ? 1 : 0;
+      progress_.done.store(i, std::memory_order_relaxed);
+    }
+    OpResult& r = out_->ops[static_cast<int>(OpType::read)];
+    r.completed += i;
+    r.succeeded += found;
     return i;
   }
 

@@ -133,6 +133,10 @@ class KeyFormat {
     return pibench_order_ ? load_le64(last8) : load_be64(last8);
   }
   bool pibench_order() const { return pibench_order_; }
+  // Every key is store_be64(key_hash(id)): 8-byte u64 keys, no dataset, memcmp order.
+  bool hashed_u64_be() const {
+    return !dataset_ && kind_ == KeyKind::u64 && !pibench_order_ && key_size_ == 8;
+  }
   // a < b in this format's key order: memcmp, or (pibench order) memcmp of the bytes before
   // the key word, then the little-endian key word as an integer.
   bool less(std::string_view a, std::string_view b) const {

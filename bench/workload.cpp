@@ -163,8 +163,10 @@ Schedule build_one(const WorkloadSpec& s, unsigned t, const std::array<std::uint
   // Latency sampling from a separate stream, so the operations do not depend on the rate.
   Xoshiro256ss sampler(s.seed, 0x100000000ull + t);
   out.timed.resize(n);
-  for (std::uint64_t i = 0; i < n; ++i)
+  for (std::uint64_t i = 0; i < n; ++i) {
     out.timed[i] = s.latency_sampling > 0 && sampler.uniform01() < s.latency_sampling;
+    out.timed_count += out.timed[i];
+  }
   return out;
 }
 

@@ -64,6 +64,7 @@ struct Schedule {
   std::vector<std::uint64_t> ids;
   std::vector<std::uint32_t> versions;  // value version written (update/rmw: > 0); empty: all 0
   std::vector<std::uint8_t> timed;      // 1: measure this operation's latency
+  std::uint64_t timed_count = 0;        // how many are 1
   std::vector<char> keys;               // stored keys back to back (datasets only)
   std::vector<std::uint64_t> key_offsets;  // stored key i is keys[key_offsets[i], key_offsets[i+1])
   std::array<std::uint64_t, kOpTypes> counts{};

@@ -2,7 +2,7 @@
 //
 //   valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file=OUT
 //       build/release/bench/lookup_cost KIND [--records N] [--lookups L] [--inserts I]
-//                                             [--load bulk|insert]
+//                                             [--load bulk|insert] [--time 1]
 //
 // Opens KIND in `dram` persistence mode on an anonymous pool, bulk-loads N sorted random
 // 8-byte keys (u64 key type, 8-byte values; `--load insert`: inserts them in random order
@@ -13,9 +13,12 @@
 // (the loop's entry, the dump request); the difference of two runs of different lengths
 // cancels it: tools/callgrind-cost.sh does that and prints "kind lookup_instr insert_instr".
 //
-// Outside valgrind the client requests are no-ops and the program only checks its results.
+// Outside valgrind the client requests are no-ops and the program only checks its results;
+// `--time 1` also prints the find loop's rate: lookups with no harness between them (the
+// originals' drivers call their lookups the same way), for comparison with pmbench's loop.
 // Exit code: 0, or 1 if the index could not be built or a lookup or insert failed.
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -37,6 +40,7 @@ struct Args {
   std::size_t lookups = 100'000;
   std::size_t inserts = 20'000;
   bool insert_load = false;  // --load insert
+  bool time = false;         // --time 1
 };
 
 // noinline: each loop is one function, so a callgrind profile shows its inclusive cost.
@@ -70,6 +74,7 @@ bool parse(int argc, char** argv, Args* a) {
     if (flag == "--records") a->records = v;
     else if (flag == "--lookups") a->lookups = v;
     else if (flag == "--inserts") a->inserts = v;
+    else if (flag == "--time") a->time = v != 0;
     else return false;
   }
   return a->records > 0 && (argc % 2) == 0;
@@ -97,7 +102,7 @@ int main(int argc, char** argv) {
   Args a;
   if (!parse(argc, argv, &a)) {
     std::fprintf(stderr, "usage: lookup_cost KIND [--records N] [--lookups L] [--inserts I] "
-                 "[--load bulk|insert]\n");
+                 "[--load bulk|insert] [--time 1]\n");
     return 1;
   }
   pmindex::Options o;
@@ -144,8 +149,14 @@ int main(int argc, char** argv) {
 
   CALLGRIND_START_INSTRUMENTATION;
   CALLGRIND_ZERO_STATS;
+  const auto t0 = std::chrono::steady_clock::now();
   const std::size_t found = find_loop(index, lookups, &value);
+  const std::chrono::duration<double> took = std::chrono::steady_clock::now() - t0;
   CALLGRIND_DUMP_STATS_AT("find");
+  if (a.time) {
+    std::printf("find loop: %zu lookups in %.3f s: %.0f ops/s\n", a.lookups, took.count(),
+                static_cast<double>(a.lookups) / took.count());
+  }
   const std::size_t inserted = insert_loop(index, inserts);
   CALLGRIND_DUMP_STATS_AT("insert");
   CALLGRIND_STOP_INSTRUMENTATION;

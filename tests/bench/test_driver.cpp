@@ -43,6 +43,35 @@ TEST(Driver, ParallelInsertsAllSucceedAndReadsAllHit) {
   EXPECT_EQ(TimedSection::violations.load(), violations);
 }
 
+// A read-only run without timed operations goes through the driver's read loop (a built-in
+// index's find called directly, plain 8-byte keys computed inline); with every operation timed
+// it goes through the general loop. Both must find every loaded key and count alike, for the
+// three forms of the read loop: inline keys (apex), format-written keys (double keys), and a
+// tree_api session.
+TEST(Driver, ReadOnlyLoopAnswersLikeTheGeneralLoop) {
+  struct Form {
+    const char* target;
+    const char* key_type;
+  };
+  ::setenv("PMBENCH_BROKEN", "none", 1);
+  for (const Form f : {Form{"apex", "u64"}, Form{"lbtree", "double"}, Form{PMBENCH_BROKEN_TREE, "u64"}}) {
+    std::uint64_t succeeded[2] = {};
+    for (const double sampling : {0.0, 1.0}) {
+      Config c = small(f.target);
+      c.key_type = f.key_type;
+      c.latency_sampling = sampling;
+      RunResult r;
+      std::string error;
+      ASSERT_TRUE(run_once(c, 0, &r, &error)) << f.target << ": " << error;
+      EXPECT_EQ(r.ops[0].completed, c.operations) << f.target;
+      succeeded[sampling > 0] = r.ops[0].succeeded;
+    }
+    EXPECT_EQ(succeeded[0], 20000u) << f.target << ": the read loop missed loaded keys";
+    EXPECT_EQ(succeeded[1], 20000u) << f.target;
+  }
+  ::unsetenv("PMBENCH_BROKEN");
+}
+
 // --prefault: the pool is mapped before the run, so an insert run into a fresh pool takes
 // almost no page faults; without it the same run faults on the pool pages it grows into (the
 // contrast shows the count can fail).
@@ -62,8 +91,9 @@ TEST(Driver, PrefaultKeepsPoolFaultsOutOfTheRun) {
     EXPECT_EQ(r.prefault, prefault ? "on" : "");
     faults[prefault] = r.run_page_faults;
   }
-  // 100k inserts fill ~14k leaves of 256 B: ~900 pool pages (plus DRAM-arena regions).
-  EXPECT_GT(faults[0], 600u);
+  // 100k random inserts fill ~10k leaves of 256 B (14 slots, ~70% full): ~600 pool pages,
+  // plus DRAM-arena regions (598 measured in a release build, 2026-11-27).
+  EXPECT_GT(faults[0], 400u);
   EXPECT_LT(faults[1], faults[0] / 2);
 }
 
