@@ -544,7 +544,7 @@ class ThreadRun {
     TimedSection::enter();
     const PmTotals pm_start = read_pm_counters();
     const std::size_t i = model_ || batch_ > 1 ? loop<false>()
-                          : read_only()           ? read_loop()
+                          : single_type()         ? single_type_loop()
                                                   : loop<true>();
     out_->pm_total = read_pm_counters() - pm_start;
     TimedSection::leave();
@@ -571,48 +571,84 @@ class ThreadRun {
     return i;
   }
 
-  // Every operation a read, none timed, no PM counting: the measured loop is read_loop.
-  bool read_only() const {
-    return !pmindex::pm::kCounting && sc_.counts[static_cast<int>(OpType::read)] == sc_.size() &&
-           sc_.timed_count == 0;
+  // Every operation a read, or every one an insert; none timed; no PM counting.
+  bool single_type() const {
+    const auto count = [&](OpType t) { return sc_.counts[static_cast<int>(t)]; };
+    return !pmindex::pm::kCounting && sc_.timed_count == 0 &&
+           (count(OpType::read) == sc_.size() || count(OpType::insert) == sc_.size());
   }
 
-  // loop<true> for a read-only schedule with nothing per operation but the key and the lookup,
-  // as the originals' drivers run theirs: a built-in index's find called directly (plain
-  // 8-byte keys computed inline), results and the progress counter updated once per stride.
-  // Same keys, answers and counts as loop<true>; reads cannot fill a pool. Why it matters:
-  // the instructions between two lookups decide how many of their cache misses the CPU
-  // overlaps (APEX's 10M-key lookups: 220 -> ~150 instructions per operation, ~1.3x).
-  std::size_t read_loop() {
-    const pmindex::Index* index = session_->native_index();
-    if (index == nullptr)
-      return read_loop_with([&](std::size_t i) { return session_->find(sc_.key(i, key_buf_), &value_); });
-    std::string value;
+  // loop<true> for a read-only or insert-only schedule with nothing per operation but the key,
+  // the value and the call, as the originals' drivers run theirs: a built-in index called
+  // directly (not through the session's virtual wrapper), plain 8-byte keys computed inline,
+  // results and the progress counter updated once per stride. Same keys, values, answers and
+  // counts as loop<true>, and the same stop at the first pool_full. Why it matters: the
+  // instructions between two operations decide how many of their cache misses the CPU
+  // overlaps (APEX's 10M-key lookups: 220 -> 149 instructions per operation, ~1.3x).
+  std::size_t single_type_loop() {
     if (sc_.stored_keys() || !sc_.key_format->hashed_u64_be())
-      return read_loop_with([&](std::size_t i) {
-        return index->find(sc_.key(i, key_buf_), &value) == pmindex::Code::ok;
-      });
+      return single_type_loop_with([this](std::size_t i) { return sc_.key(i, key_buf_); });
     char* word = key_buf_.data();  // 8 bytes: the key is its word
     const std::uint64_t* ids = sc_.ids.data();
-    return read_loop_with([&](std::size_t i) {
+    return single_type_loop_with([word, ids](std::size_t i) {
       store_be64(word, key_hash(ids[i]));
-      return index->find({word, 8}, &value) == pmindex::Code::ok;
+      return std::string_view(word, 8);
     });
   }
 
-  template <class Find>
-  std::size_t read_loop_with(Find find) {
+  template <class KeyOf>
+  std::size_t single_type_loop_with(KeyOf key_of) {
+    using pmindex::Code;
+    pmindex::Index* index = session_->native_index();
+    // A session reports failure as false; its last code may be ok (tree_api): count it failed.
+    const auto failed = [this] {
+      const Code c = session_->last_code();
+      return c == Code::ok ? Code::not_found : c;
+    };
+    if (sc_.counts[static_cast<int>(OpType::read)] == sc_.size()) {
+      if (index == nullptr) {
+        return each(OpType::read, [&](std::size_t i) {
+          return session_->find(key_of(i), &value_) ? Code::ok : failed();
+        });
+      }
+      std::string value;
+      return each(OpType::read, [&](std::size_t i) { return index->find(key_of(i), &value); });
+    }
+    if (index == nullptr) {
+      return each(OpType::insert, [&](std::size_t i) {
+        return session_->insert(key_of(i), sc_.value(i, value_buf_)) ? Code::ok : failed();
+      });
+    }
+    return each(OpType::insert, [&](std::size_t i) {
+      return index->insert(key_of(i), sc_.value(i, value_buf_));
+    });
+  }
+
+  template <class Op>
+  std::size_t each(OpType type, Op op) {
     constexpr std::size_t kStride = 64;
     const std::size_t n = sc_.size();
-    std::size_t i = 0, found = 0;
-    while (i < n && !stop_.load(std::memory_order_relaxed)) {
+    std::size_t i = 0, succeeded = 0;
+    bool full = false;
+    while (i < n && !full && !stop_.load(std::memory_order_relaxed)) {
       const std::size_t end = std::min(n, i + kStride);
-      for (; i < end; ++i) found += find(i) ? 1 : 0;
+      while (i < end) {
+        const pmindex::Code c = op(i++);
+        succeeded += c == pmindex::Code::ok ? 1 : 0;
+        if (c == pmindex::Code::pool_full) {
+          full = true;  // as in one_op: what follows would measure a full pool
+          break;
+        }
+      }
       progress_.done.store(i, std::memory_order_relaxed);
     }
-    OpResult& r = out_->ops[static_cast<int>(OpType::read)];
+    if (full) {
+      out_->pool_full = true;
+      stop_.store(true, std::memory_order_relaxed);
+    }
+    OpResult& r = out_->ops[static_cast<int>(type)];
     r.completed += i;
-    r.succeeded += found;
+    r.succeeded += succeeded;
     return i;
   }
 

@@ -48,7 +48,7 @@ class NativeSession final : public Session {
     return n;
   }
   pmindex::Code last_code() const override { return last_; }
-  const pmindex::Index* native_index() const override { return &index_; }
+  pmindex::Index* native_index() override { return &index_; }
 
  private:
   pmindex::Index& index_;

@@ -50,9 +50,9 @@ class Session {
   virtual std::size_t scan(std::string_view start, int count, ScanResult* out) = 0;
   // The last failed operation's pmindex code, when the target has one (for error reports).
   virtual pmindex::Code last_code() const { return pmindex::Code::ok; }
-  // A built-in index's own interface (this session's thread attached), for the read-only loop
-  // that calls Index::find directly; null for other targets.
-  virtual const pmindex::Index* native_index() const { return nullptr; }
+  // A built-in index's own interface (this session's thread attached), for the single-type loop
+  // that calls Index::find and insert directly; null for other targets.
+  virtual pmindex::Index* native_index() { return nullptr; }
 
  private:
   std::vector<std::string> batch_values_;  // the default find_many's copies of the values
