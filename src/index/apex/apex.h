@@ -274,6 +274,19 @@ class Apex final : public Index {
   // done); a crash test
   // snapshots the pool file there and recovers each snapshot.
   void set_smo_hook(std::function<void(std::string_view)> hook) { smo_hook_ = std::move(hook); }
+  // Test-only faults: known-bad variants that the crash suites must catch. The tracing flavour
+  // only (production aborts); read off the hot paths, once per SMO.
+  enum class Fault : int {
+    none,
+    // A merge or collapse switches its parent slots (A16) without staging REDO first (A15
+    // skipped): a crash inside or right after A16 recovers as UNDO, which frees the new node
+    // that some slots already name.
+    merge_switch_in_undo,
+  };
+  void set_fault_for_testing(Fault f) {
+    if (f != Fault::none && !pm::kTracing) std::abort();
+    fault_ = f;
+  }
 
  private:
   struct PathStep {
@@ -642,6 +655,7 @@ class Apex final : public Index {
   };
   bool closed_ = false;
   std::function<void(std::string_view)> smo_hook_;
+  Fault fault_ = Fault::none;  // set_fault_for_testing
   std::atomic<SmoKind> current_kind_{SmoKind::none};  // relaxed: for the test hook only
   void step(std::string_view name) {
     static constexpr std::string_view kNames[] = {"none", "expand_data", "split_sideways",

@@ -312,7 +312,8 @@ Code Apex::merge_data(std::uint64_t off, std::uint64_t other, std::uint64_t pare
   pm::publish(&log->new_a, fresh);                                       // A14
   pm::persist(&log->new_a, 8);
   step("built");
-  log_stage(log, SmoStage::redo, kind);                                   // A15
+  if (fault_ != Fault::merge_switch_in_undo) [[likely]]
+    log_stage(log, SmoStage::redo, kind);                                 // A15
   step("redo");
   switch_children(to.node, to.s, to.e, fresh);                           // A16
   step("switched");
