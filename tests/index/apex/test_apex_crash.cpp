@@ -113,13 +113,9 @@ void run_bad_merge(pm::Mode mode) {
     ASSERT_NE(a, nullptr);
     a->set_fault_for_testing(apex::Apex::Fault::merge_switch_in_undo);
   });
-  ExploreOptions opt =
-      ExploreOptions::from_env("apex_merges_bad." + std::string(pm::to_string(mode)), mode);
-  opt.max_failures = 1;  // one caught loss is the point; stop there
-  const ExploreReport r = explore(scenario, opt);
-  std::cout << opt.label << ": " << r.to_string() << "\n";
-  if (r.replay_skipped) GTEST_SKIP() << "PMINDEX_CRASH_REPLAY names another configuration";
-  EXPECT_FALSE(r.ok()) << "the crash suite did not catch the merge switched in UNDO";
+  hybrid_test::expect_scripted_caught(scenario,
+                                      "apex_merges_bad." + std::string(pm::to_string(mode)), mode,
+                                      "the merge switched in UNDO");
 }
 
 TEST(CrashApexMerges, KnownBadSwitchInUndoIsCaughtAdr) { run_bad_merge(pm::Mode::adr); }

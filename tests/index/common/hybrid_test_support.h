@@ -246,6 +246,18 @@ inline void run_scripted(ScriptedScenario& scenario, const std::string& label, p
   }
 }
 
+// A known-bad variant's scripted run (the fault set by the scenario's prepare hook) must fail
+// the crash suite: explores until the first failure and expects one.
+inline void expect_scripted_caught(ScriptedScenario& scenario, const std::string& label,
+                                   pm::Mode mode, const char* what) {
+  ExploreOptions opt = ExploreOptions::from_env(label, mode);
+  opt.max_failures = 1;  // one caught loss is the point; stop there
+  const ExploreReport r = explore(scenario, opt);
+  std::cout << opt.label << ": " << r.to_string() << "\n";
+  if (r.replay_skipped) GTEST_SKIP() << "PMINDEX_CRASH_REPLAY names another configuration";
+  EXPECT_FALSE(r.ok()) << "the crash suite did not catch " << what;
+}
+
 // The kill -9 harness: a /dev/shm pool of 1 MiB, PMINDEX_KILL_CYCLES cycles (30 by default).
 inline void run_kill(const std::string& kind, std::uint32_t node_size, pm::Mode mode,
                      const std::string& label, std::uint64_t key_space = 200,
