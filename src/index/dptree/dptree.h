@@ -4,8 +4,8 @@
 // object) with a DRAM inner layer over the leaves' bounds. When the buffer reaches its
 // capacity (a fraction of the base tree, 7 % by default) it becomes the read-only middle
 // buffer and a merge thread folds it into the base tree while a fresh front takes the writes
-// (Config::background, the default; PROTOCOL.md B1-B5), or the writer that filled it merges it
-// synchronously (background = false, the crash simulator's mode).
+// (Config::background; PROTOCOL.md B1-B5), or the writer that filled it merges it
+// synchronously (the default, and the crash simulator's mode).
 // Persistence steps: PROTOCOL.md (cited in code as `// Xn:`); layouts: layout.h.
 //
 // Thread safety: every operation may run concurrently. Readers (find, scan) hold a shared
@@ -19,9 +19,12 @@
 //       fingerprint; DRAM leaf infos equal meta[gv] of their leaves;
 //   (2) the inner layer's leaves are the chain's, each key inside its fences;
 //   (3) the log from root.log_head holds consecutive valid records up to the DRAM tail, and
-//       every record above `covered` is reflected in the buffer;
+//       every record above `covered` is reflected in the buffers (middle up to middle_lsn_,
+//       then front);
 //   (4) the PM bytes reachable from the root, plus the log reserve's pages (held in DRAM so a
-//       full pool's partial merge can re-log what it carries), equal the allocator's in use.
+//       full pool's partial merge can re-log what it carries) and the blocks the merge thread
+//       left for the next writer to free, equal the allocator's in use. verify() waits for a
+//       running merge (its fresh leaves are not reachable yet).
 #pragma once
 
 #include <cstdint>
@@ -39,7 +42,6 @@
 #include "index/dptree/layout.h"
 #include "pmindex/index.h"
 #include "pmindex/pm/dram_arena.h"
-#include "pmindex/pm/persist.h"
 
 namespace pmindex::dptree {
 
@@ -70,10 +72,10 @@ struct Config {
   std::size_t min_buffer = 0;    // 0: the base leaf's slot count
   // true: a full front buffer becomes the read-only middle buffer and a merge thread folds it
   // into the base tree while writes go to a fresh front (PROTOCOL.md B1-B5). false: the writer
-  // that fills the buffer merges it synchronously. The default is background, except in the
-  // tracing flavour, whose crash simulator enumerates the synchronous mode's steps (as
-  // PACTree's automatic updater).
-  bool background = !pm::kTracing;
+  // that fills the buffer merges it synchronously (the crash simulator's mode). Off by default
+  // until a full pool is handled as well as in the synchronous mode (README, "Full pool in
+  // background mode"); the registry takes it from PMINDEX_DPTREE_MERGE=background|sync.
+  bool background = false;
 };
 
 // Registry entry points.

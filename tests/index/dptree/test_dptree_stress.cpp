@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <map>
 #include <random>
 #include <thread>
@@ -31,8 +32,12 @@ void run_stress(std::uint32_t slots, double seconds) {
 
 TEST(DPTreeStress, TwoThreadsAgainstOracle) {
   const double t = hybrid_test::stress_seconds();
-  run_stress(8, t / 2);
-  run_stress(256, t / 2);
+  run_stress(8, t / 4);
+  run_stress(256, t / 4);
+  setenv("PMINDEX_DPTREE_MERGE", "background", 1);  // the registry's merge mode
+  run_stress(8, t / 4);
+  run_stress(256, t / 4);
+  unsetenv("PMINDEX_DPTREE_MERGE");
 }
 
 // Background merges beside two writers and a reader/scanner: preloaded keys (k % 4 == 0)
@@ -45,7 +50,9 @@ TEST(DPTreeStress, WritersAndScannerBesideBackgroundMerges) {
   o.kind = "dptree";
   o.pool_size = 64 << 20;
   o.node_size = static_cast<std::uint32_t>(dptree::leaf_bytes(8));
+  setenv("PMINDEX_DPTREE_MERGE", "background", 1);  // the registry's merge mode
   auto r = Index::open(o);
+  unsetenv("PMINDEX_DPTREE_MERGE");
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   std::unique_ptr<Index> idx = std::move(r).value();
   constexpr std::uint64_t kStable = 2000;
