@@ -73,6 +73,7 @@ std::vector<std::pair<std::string, std::string>> Config::as_pairs() const {
       {"key_order", key_order},
       {"node_size", num(node_size)}, {"bulk_load", bulk_load ? "true" : "false"},
       {"pactree_updater", pactree_updater}, {"pactree_stats", pactree_stats ? "true" : "false"},
+      {"dptree_stats", dptree_stats ? "true" : "false"},
       {"pactree_search", pactree_search},
       {"fill", num(fill)}, {"value_bits", num(value_bits)}, {"recovery", recovery},
   };
@@ -308,6 +309,8 @@ void add_index_options(CLI::App& app, Config& c) {
       ->check(CLI::IsMember({"auto", "background", "sync"}))->capture_default_str();
   app.add_flag("--pactree_stats", c.pactree_stats,
                "pactree: print the updater's lag and SMO counts on stderr at close");
+  app.add_flag("--dptree_stats", c.dptree_stats,
+               "dptree: print merges and the time writers waited for them on stderr at close");
   app.add_option("--pactree_search", c.pactree_search,
                  "pactree: search layer in dram or pm, fixed at pool creation (auto: the pool's; "
                  "dram for a new pool)")

@@ -87,6 +87,7 @@ struct Config {
   std::uint32_t node_size = 0;
   std::string pactree_updater = "auto";  // auto | background | sync (Options::pactree.updater)
   bool pactree_stats = false;            // Options::pactree.stats: the updater's line at close
+  bool dptree_stats = false;             // dptree: its merge counters on stderr at close
   std::string pactree_search = "auto";   // auto | dram | pm (Options::pactree.search_layer)
   bool bulk_load = false;
   double fill = 1.0;

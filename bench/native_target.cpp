@@ -1,9 +1,11 @@
 // NativeTarget: a built-in pmindex index through the native API.
+#include <cstdio>
 #include <limits>
 #include <string>
 #include <vector>
 
 #include "config.h"
+#include "index/dptree/dptree.h"  // --dptree_stats: DPTree<>::merge_stats()
 #include "target.h"
 
 namespace pmbench {
@@ -62,8 +64,8 @@ class NativeSession final : public Session {
 
 class NativeTarget final : public Target {
  public:
-  NativeTarget(std::unique_ptr<pmindex::Index> index, TargetInfo info)
-      : index_(std::move(index)), info_(std::move(info)) {}
+  NativeTarget(std::unique_ptr<pmindex::Index> index, TargetInfo info, bool dptree_stats)
+      : index_(std::move(index)), info_(std::move(info)), dptree_stats_(dptree_stats) {}
   std::unique_ptr<Session> session() override { return std::make_unique<NativeSession>(*index_); }
   const TargetInfo& info() const override { return info_; }
   bool can_bulk_load() const override { return true; }
@@ -85,6 +87,18 @@ class NativeTarget final : public Target {
     return s.ok() ? "" : s.to_string();
   }
   std::string close() override {
+    if (auto* d = dynamic_cast<pmindex::dptree::DPTree<>*>(index_.get()); d != nullptr && dptree_stats_) {
+      const pmindex::dptree::MergeStats m = d->merge_stats();
+      std::fprintf(stderr,
+                   "dptree: %llu merges (%llu in the background, %llu failed, %llu partial), "
+                   "writers blocked by a running merge %llu times, %.3f ms in total\n",
+                   static_cast<unsigned long long>(m.merges),
+                   static_cast<unsigned long long>(m.background_merges),
+                   static_cast<unsigned long long>(m.failed_merges),
+                   static_cast<unsigned long long>(m.partial_merges),
+                   static_cast<unsigned long long>(m.writer_blocks),
+                   static_cast<double>(m.writer_blocked_ns) / 1e6);
+    }
     const pmindex::Status s = index_->close();
     return s.ok() ? "" : s.to_string();
   }
@@ -93,6 +107,7 @@ class NativeTarget final : public Target {
  private:
   std::unique_ptr<pmindex::Index> index_;
   TargetInfo info_;
+  bool dptree_stats_ = false;
 };
 
 }  // namespace
@@ -152,7 +167,7 @@ std::unique_ptr<Target> make_native_target(const Config& c, const std::string& p
   info.emulated_pm = backing != pmindex::pm::Backing::dax;
   if (c.prefault) info.prefault = (*index)->pool().prefaulted() ? "on" : "refused by the kernel";
   info.pool_path = pool_path;
-  return std::make_unique<NativeTarget>(std::move(index).value(), std::move(info));
+  return std::make_unique<NativeTarget>(std::move(index).value(), std::move(info), c.dptree_stats);
 }
 
 }  // namespace pmbench

@@ -5,7 +5,8 @@
 //
 // Thread safety: the owning DPTree serialises writers against readers (its shared_mutex), so
 // the tree is read under a shared lock and changed under an exclusive one; the InnerTree's
-// optimistic protocol is still followed and costs nothing uncontended.
+// optimistic protocol is still followed and costs nothing uncontended. A middle buffer (the
+// background merge's input) is never changed: the merge thread reads it without the lock.
 #pragma once
 
 #include <cmath>
@@ -94,6 +95,31 @@ class BufferTree {
     for (unsigned i = lower(l, k); l != nullptr; l = l->next, i = 0)
       for (; i < l->count; ++i)
         if (!fn(BufEntry{l->keys[i], l->values[i], l->tomb[i] != 0})) return;
+  }
+  // A position in key order (scan's three-way merge): the entry at (l, i), or none (l null).
+  struct Cursor {
+    const Leaf* l = nullptr;
+    unsigned i = 0;
+    bool valid() const { return l != nullptr; }
+    std::uint64_t key() const { return l->keys[i]; }
+    BufEntry get() const { return {l->keys[i], l->values[i], l->tomb[i] != 0}; }
+    void next() {
+      ++i;
+      settle();
+    }
+    void settle() {
+      while (l != nullptr && i == l->count) {
+        l = l->next;
+        i = 0;
+      }
+    }
+  };
+  // The first entry with key >= k.
+  Cursor cursor(std::uint64_t k) const {
+    Cursor c{leaf_for(k), 0};
+    c.i = lower(c.l, k);
+    c.settle();
+    return c;
   }
   std::vector<BufEntry> sorted() const {
     std::vector<BufEntry> out;

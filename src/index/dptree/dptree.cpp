@@ -1,5 +1,8 @@
 // DPTree: the production instantiation and the registry entry points. Operations and merge:
 // dptree_impl.h; recovery, bulk load and verify(): dptree_recovery.h.
+#include <cstdlib>
+#include <string_view>
+
 #include "index/dptree/dptree_recovery.h"
 
 namespace pmindex::dptree {
@@ -32,12 +35,24 @@ Status validate(const Options& o) {
   return Status::Ok();
 }
 
+namespace {
+// The registry's Config: the paper's defaults; the merge mode from PMINDEX_DPTREE_MERGE
+// (background | sync; unset: Config's default, synchronous). Not stored in the pool: each
+// open picks its own.
+Config registry_config() {
+  Config c;
+  if (const char* m = std::getenv("PMINDEX_DPTREE_MERGE"); m != nullptr)
+    c.background = std::string_view(m) == "background";
+  return c;
+}
+}  // namespace
+
 Result<std::unique_ptr<Index>> create(std::unique_ptr<pm::Pool> pool, const Options& o) {
-  return DPTree<Protocol>::create(std::move(pool), o);
+  return DPTree<Protocol>::create(std::move(pool), o, registry_config());
 }
 
 Result<std::unique_ptr<Index>> recover(std::unique_ptr<pm::Pool> pool, const Options& o) {
-  return DPTree<Protocol>::recover(std::move(pool), o);
+  return DPTree<Protocol>::recover(std::move(pool), o, registry_config());
 }
 
 }  // namespace pmindex::dptree

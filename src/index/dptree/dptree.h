@@ -1,28 +1,37 @@
-// DPTree (Zhou et al., PVLDB 13(4) 2019), first landing: a DRAM front buffer (B+-tree + Bloom
-// filter) whose every write is first made durable in a PM write-ahead log, over a base tree of
-// PM leaves (hashed slots, fingerprints, two metadata versions switched by one version bit in
-// the root object) with a DRAM inner layer over the leaves' bounds. When the buffer reaches
-// its capacity (a fraction of the base tree, 7 % by default) the writer that filled it merges
-// it into the base tree synchronously; the background merge is the second landing.
+// DPTree (Zhou et al., PVLDB 13(4) 2019): a DRAM front buffer (B+-tree + Bloom filter) whose
+// every write is first made durable in a PM write-ahead log, over a base tree of PM leaves
+// (hashed slots, fingerprints, two metadata versions switched by one version bit in the root
+// object) with a DRAM inner layer over the leaves' bounds. When the buffer reaches its
+// capacity (a fraction of the base tree, 7 % by default) it becomes the read-only middle
+// buffer and a merge thread folds it into the base tree while a fresh front takes the writes
+// (Config::background; PROTOCOL.md B1-B5), or the writer that filled it merges it
+// synchronously (the default, and the crash simulator's mode).
 // Persistence steps: PROTOCOL.md (cited in code as `// Xn:`); layouts: layout.h.
 //
 // Thread safety: every operation may run concurrently. Readers (find, scan) hold a shared
-// lock, writers (insert, update, upsert, remove, and the merge they run) an exclusive one:
-// the first landing serialises writers; OLC buffers and a background merge come next.
+// lock, writers (insert, update, upsert, remove) an exclusive one, so writers are serialised.
+// The merge thread works without the lock on what no reader or writer touches while it runs
+// (the read-only middle buffer, slots free in the current version, fresh leaves, meta[nv]:
+// B2-B3) and takes the exclusive lock only to commit (B4).
 // Invariants (checked by verify()):
 //   (1) the chain from root.head[gv] is in bounds, bounds strictly increase, the last is ~0;
 //       every live slot's key lies in (previous bound, bound], in its probe window, with its
 //       fingerprint; DRAM leaf infos equal meta[gv] of their leaves;
 //   (2) the inner layer's leaves are the chain's, each key inside its fences;
 //   (3) the log from root.log_head holds consecutive valid records up to the DRAM tail, and
-//       every record above `covered` is reflected in the buffer;
+//       every record above `covered` is reflected in the buffers (middle up to middle_lsn_,
+//       then front);
 //   (4) the PM bytes reachable from the root, plus the log reserve's pages (held in DRAM so a
-//       full pool's partial merge can re-log what it carries), equal the allocator's in use.
+//       full pool's partial merge can re-log what it carries) and the blocks the merge thread
+//       left for the next writer to free, equal the allocator's in use. verify() waits for a
+//       running merge (its fresh leaves are not reachable yet).
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <shared_mutex>
+#include <condition_variable>
+#include <thread>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -50,6 +59,10 @@ struct Protocol {
   // The full pool's partial merge flips without re-logging the records it carries (P2): a
   // crash after the flip loses them.
   static constexpr bool kSkipRelog = false;
+  // Background mode: update a base key in place (U1) while a merge runs, looking only at the
+  // front buffer (the first landing's rule): the merge then carries the middle buffer's older
+  // value, or a leaf copy read before the update, over it (the lost update; B3).
+  static constexpr bool kInPlaceDuringMerge = false;
 };
 
 // Tuning (the paper's defaults). The registry uses these; tests pass their own to create().
@@ -57,6 +70,12 @@ struct Config {
   double merge_fraction = 0.07;  // buffer capacity = max(min_buffer, fraction x base records)
   double bloom_fp = 0.05;        // the Bloom filter's false-positive target
   std::size_t min_buffer = 0;    // 0: the base leaf's slot count
+  // true: a full front buffer becomes the read-only middle buffer and a merge thread folds it
+  // into the base tree while writes go to a fresh front (PROTOCOL.md B1-B5). false: the writer
+  // that fills the buffer merges it synchronously (the crash simulator's mode). Off by default
+  // until a full pool is handled as well as in the synchronous mode (README, "Full pool in
+  // background mode"); the registry takes it from PMINDEX_DPTREE_MERGE=background|sync.
+  bool background = false;
 };
 
 // Registry entry points.
@@ -75,6 +94,9 @@ struct MergeStats {
   std::uint64_t failed_merges = 0;   // pool full while splitting (retried later)
   std::uint64_t partial_merges = 0;  // pool full: merged in place, the rest re-logged (P1-P5)
   std::uint64_t relogged = 0;        // records those partial merges carried
+  std::uint64_t background_merges = 0;  // merges run by the merge thread (of `merges`)
+  std::uint64_t writer_blocks = 0;      // writes that waited for a merge (front full again)
+  std::uint64_t writer_blocked_ns = 0;  // the time they waited, summed over writers
 };
 
 template <class Policy = Protocol>
@@ -84,6 +106,7 @@ class DPTree final : public Index {
                                                const Options& options, Config config = {});
   static Result<std::unique_ptr<Index>> recover(std::unique_ptr<pm::Pool> pool,
                                                 const Options& options, Config config = {});
+  ~DPTree() override;
 
   std::string_view kind() const override { return "dptree"; }
   Code insert(std::string_view key, std::string_view value) override;
@@ -106,6 +129,14 @@ class DPTree final : public Index {
   Code merge_for_testing();
   // Runs the full pool's partial merge now (tests: crash images through P1-P5).
   Code merge_partial_for_testing();
+  // Background mode (tests): hold the merge thread just before the flip (B3: its M1-M3 are
+  // written), or let it go; whether a merge is running; wait until none is.
+  void hold_merge_for_testing(bool hold);
+  bool merging() const;
+  bool merge_held_for_testing() const;  // the merge thread waits at the hold (M1-M3 done)
+  void wait_merge_for_testing();
+  // The front buffer's capacity (tests fill it to a known point).
+  std::size_t capacity() const;
   // Deliberate damage so a test can see verify() notice it: 0 swaps the keys of two live
   // slots of the first non-empty leaf, 1 clears a bit of a leaf's DRAM bitmap, 2 breaks the
   // validity word of the first log record.
@@ -137,7 +168,7 @@ class DPTree final : public Index {
   void rebuild_inner();
   // Places recs[*i..] into a fresh leaf (at most `per`), M2. nullptr if the pool is full.
   LeafPtr build_leaf(const std::vector<Record>& recs, std::size_t* i, std::size_t per,
-                     std::uint64_t last_bound, Code* code);
+                     std::uint64_t last_bound, Code* code, MergeStats& tally);
 
   // buffer and log
   bool buffered_entry(std::uint64_t k, BufEntry* e) const;
@@ -158,16 +189,44 @@ class DPTree final : public Index {
   Code room_for_put();
   void maybe_merge();
   void reset_buffer();
+  bool front_full() const;
+  std::size_t live_puts() const { return puts_ + (middle_ != nullptr ? middle_puts_ : 0); }
+  // Background mode (PROTOCOL.md B1-B5).
+  using Lock = std::unique_lock<std::shared_mutex>;
+  template <class Fn>
+  Code write_op(Fn body);              // backpressure, then body; re-run if it must wait
+  bool must_wait_for_merge();          // a synchronous merge is needed while one runs
+  void rotate();                       // B1: front -> middle, a fresh front
+  void merge_loop();                   // the merge thread
+  void merge_middle(Lock& lock);       // B2-B4
+  void unrotate();                     // a failed background merge: middle folded back
+  void stop_merger();
+  void start_merger();
+  bool buffered_any(std::uint64_t k, BufEntry* e) const;  // front, then middle
+  // Blocks the merge thread gives up are freed by the next writer (deferred_), so they go to
+  // the writers' allocator caches, not the merge thread's (which no writer allocates from).
+  void free_block(std::uint64_t off, std::size_t bytes);
+  void drain_deferred();
 
   // merge
   Code merge();
   Code merge_partial();
   std::uint32_t place_in_window(std::uint64_t key, int old, std::uint64_t* used, LeafInfo& n,
                                 std::int64_t* delta) const;
-  void drop_emptied(std::vector<LeafPtr>& next, std::vector<std::uint64_t>* replaced);
+  void drop_emptied(std::vector<LeafPtr>& next, std::vector<std::uint64_t>* replaced,
+                    MergeStats& tally);
   Code merge_leaf(const LeafPtr& l, const BufEntry* from, const BufEntry* to,
                   std::vector<LeafPtr>* next, std::vector<std::uint64_t>* replaced,
-                  std::vector<std::uint64_t>* fresh, std::int64_t* delta);
+                  std::vector<std::uint64_t>* fresh, std::int64_t* delta, MergeStats& tally);
+  // M1/M2 for every leaf with entries and the emptied leaves dropped: the next chain.
+  // A failure leaves the fresh leaves in *abandoned (unpublished), or frees them if null.
+  Code merge_build(const std::vector<BufEntry>& entries, std::vector<LeafPtr>* next,
+                   std::vector<std::uint64_t>* replaced, std::int64_t* delta, MergeStats& tally,
+                   std::vector<std::uint64_t>* abandoned = nullptr);
+  // M3 (unless meta_written), M4-M5; the known-bad kFlipBeforeMeta writes M3 after M5.
+  void flip(std::vector<LeafPtr>& next, std::uint64_t covered, bool meta_written);
+  void install(std::vector<LeafPtr> next, const std::vector<std::uint64_t>& replaced,
+               std::int64_t delta, std::uint64_t covered);
   void write_meta(std::vector<LeafPtr>& next, unsigned nv);
   void commit(std::vector<LeafPtr> next, const std::vector<std::uint64_t>& replaced,
               std::int64_t delta, std::uint64_t covered);
@@ -204,6 +263,23 @@ class DPTree final : public Index {
   RecoveryStats recovery_;
   mutable std::shared_mutex mu_;
   bool closed_ = false;
+  // Background mode. Guarded by mu_ except where noted: the middle buffer (read-only while it
+  // exists, i.e. while merging_), its Bloom filter, live puts and last LSN.
+  bool background_ = false;
+  std::unique_ptr<BufferTree> middle_;
+  Bloom middle_bloom_;
+  std::size_t middle_puts_ = 0;
+  std::uint64_t middle_lsn_ = 0;
+  bool merging_ = false;         // a middle buffer exists and the merge thread owns it
+  bool bg_failed_ = false;       // the last background merge failed: merge synchronously
+  bool retry_ = false;           // a write must wait for the merge, then run again
+  bool stop_ = false;
+  bool hold_ = false;            // tests: the merge thread waits before the flip
+  bool held_ = false;            // tests: ... and is waiting there
+  bool defer_frees_ = false;     // free_block defers (the merge thread commits)
+  std::vector<std::pair<std::uint64_t, std::size_t>> deferred_;  // blocks to free (offset, bytes)
+  mutable std::condition_variable_any cv_;
+  std::thread merger_;
 };
 
 }  // namespace pmindex::dptree

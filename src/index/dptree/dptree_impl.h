@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <chrono>
 #include <cstring>
 #include <mutex>
 
@@ -44,6 +45,7 @@ Result<std::unique_ptr<Index>> DPTree<P>::create(std::unique_ptr<pm::Pool> pool,
   const std::uint32_t s = o.node_size == 0 ? kDefaultSlots : slots_for(o.node_size);
   std::unique_ptr<DPTree> idx(new DPTree(std::move(pool), s, config));
   if (Status st = idx->init_root(o); !st.ok()) return st;
+  idx->start_merger();
   return std::unique_ptr<Index>(std::move(idx));
 }
 
@@ -169,7 +171,8 @@ void DPTree<P>::rebuild_inner() {
 template <class P>
 typename DPTree<P>::LeafPtr DPTree<P>::build_leaf(const std::vector<Record>& recs,
                                                   std::size_t* i, std::size_t per,
-                                                  std::uint64_t last_bound, Code* code) {
+                                                  std::uint64_t last_bound, Code* code,
+                                                  MergeStats& tally) {
   const std::uint64_t off = pool_->allocator().allocate(leaf_bytes_, code);
   if (off == 0) return nullptr;
   auto l = std::make_shared<LeafInfo>();
@@ -198,7 +201,7 @@ typename DPTree<P>::LeafPtr DPTree<P>::build_leaf(const std::vector<Record>& rec
   detail::flush_lines(lines);  // M2
   l->bound = *i == recs.size() ? last_bound : recs[*i - 1].first;
   sort_order(*l);
-  ++stats_.leaves_created;
+  ++tally.leaves_created;
   return l;
 }
 
@@ -217,6 +220,14 @@ void DPTree<P>::reset_buffer() {
 template <class P>
 bool DPTree<P>::buffered_entry(std::uint64_t k, BufEntry* e) const {
   return bloom_.may_contain(k) && buffer_->find(k, e) != nullptr;
+}
+
+// The newest buffered entry for k: the front's, else the middle's (each behind its Bloom
+// filter). Under mu_ (shared or exclusive); the middle is read-only while it exists.
+template <class P>
+bool DPTree<P>::buffered_any(std::uint64_t k, BufEntry* e) const {
+  if (buffered_entry(k, e)) return true;
+  return middle_ != nullptr && middle_bloom_.may_contain(k) && middle_->find(k, e) != nullptr;
 }
 
 template <class P>
@@ -250,7 +261,8 @@ void DPTree<P>::release_reserve() {
 // the buffer) is tried, else the write is refused before it is logged.
 template <class P>
 Code DPTree<P>::room_for_put() {
-  if (top_up_reserve(puts_ + 1)) return Code::ok;
+  if (top_up_reserve(live_puts() + 1)) return Code::ok;
+  if (must_wait_for_merge()) return Code::pool_full;  // write_op waits, then runs it again
   if (buffer_->size() != 0 && merge() == Code::ok && top_up_reserve(puts_ + 1)) return Code::ok;
   return Code::pool_full;
 }
@@ -287,8 +299,9 @@ Code DPTree<P>::log_append(std::uint64_t k, std::uint64_t v, std::uint64_t op) {
   if (log_pages_.empty() || tail_slot_ == kRecordsPerPage) {
     // Reserve pages above what the buffer's live records (this one included) need are free
     // to take: a tombstone is never re-logged.
-    auto keep = [&] { return reserve_need(puts_ + (op == kOpPut ? 1 : 0)); };
+    auto keep = [&] { return reserve_need(live_puts() + (op == kOpPut ? 1 : 0)); };
     Code c = new_log_page(keep());
+    if (c == Code::pool_full && must_wait_for_merge()) return c;  // write_op waits, re-runs
     if (c == Code::pool_full && buffer_->size() != 0) {
       // A partial merge is retried only after a record was logged since the last one: with
       // nothing new to apply it would free nothing, only re-log the buffer again.
@@ -323,9 +336,230 @@ void DPTree<P>::append_record(std::uint64_t k, std::uint64_t v, std::uint64_t op
 // The buffer reached its capacity, or the log (every write since the last merge, rewrites of
 // buffered keys included) four times it: repeated writes of fewer keys than the capacity would
 // otherwise grow the log without bound. A full pool retries at a later write.
+// Background mode: the front becomes the middle buffer and the merge thread is woken (B1),
+// unless a merge still runs (the next write then waits: B5), or the last background merge
+// failed (pool full), when the writer merges synchronously as in the first landing.
 template <class P>
 void DPTree<P>::maybe_merge() {
-  if (buffer_->size() >= capacity_ || next_lsn_ - 1 - covered_ >= 4 * capacity_) (void)merge();
+  if (!front_full() || merging_) return;
+  if (background_ && !bg_failed_) {
+    rotate();
+  } else {
+    (void)merge();
+  }
+}
+
+// The front's records since it began (since the middle's last LSN while a merge runs).
+template <class P>
+bool DPTree<P>::front_full() const {
+  const std::uint64_t since = merging_ ? middle_lsn_ : covered_;
+  return buffer_->size() >= capacity_ || next_lsn_ - 1 - since >= 4 * capacity_;
+}
+
+// --- background merge (PROTOCOL.md B1-B5) -----------------------------------------------------
+
+// Every write runs under the exclusive lock through here. B5 (backpressure): a writer waits
+// only when the front is full while the middle's merge still runs. A write whose pool is full
+// needs a synchronous merge, which cannot run beside the background one: it returns early
+// with retry_ set (before it logged anything), waits for the merge, and runs again.
+template <class P>
+template <class Fn>
+Code DPTree<P>::write_op(Fn body) {
+  Lock lock(mu_);
+  auto wait = [&](auto until) {
+    ++stats_.writer_blocks;  // counted before the wait: a test sees the writer blocked
+    const auto t0 = std::chrono::steady_clock::now();
+    cv_.wait(lock, until);
+    stats_.writer_blocked_ns += static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+            .count());
+  };
+  for (;;) {
+    if (merging_ && front_full()) wait([&] { return !merging_; });  // B5
+    drain_deferred();
+    const Code c = body();
+    if (!retry_) return c;
+    retry_ = false;
+    wait([&] { return !merging_; });
+  }
+}
+
+template <class P>
+void DPTree<P>::free_block(std::uint64_t off, std::size_t bytes) {
+  if (defer_frees_) {
+    deferred_.emplace_back(off, bytes);
+  } else {
+    pool_->allocator().deallocate(off, bytes);
+  }
+}
+
+// Under the exclusive lock, in a writer (or at close): the merge thread's freed blocks.
+template <class P>
+void DPTree<P>::drain_deferred() {
+  for (const auto& [off, bytes] : deferred_) pool_->allocator().deallocate(off, bytes);
+  deferred_.clear();
+}
+
+template <class P>
+bool DPTree<P>::must_wait_for_merge() {
+  if (!merging_) return false;
+  retry_ = true;
+  return true;
+}
+
+// B1 (DRAM only, under the exclusive lock): the full front buffer, its Bloom filter and its
+// live-put count become the middle buffer, whose records are the log's LSNs up to middle_lsn_;
+// a fresh front takes the next writes (their records follow in the same log). The merge
+// thread is woken.
+template <class P>
+void DPTree<P>::rotate() {
+  middle_ = std::move(buffer_);
+  middle_bloom_ = std::move(bloom_);
+  middle_puts_ = puts_;
+  middle_lsn_ = next_lsn_ - 1;
+  reset_buffer();
+  merging_ = true;
+  cv_.notify_all();
+}
+
+template <class P>
+void DPTree<P>::merge_loop() {
+  Lock lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [&] { return stop_ || merging_; });
+    if (merging_) {
+      merge_middle(lock);
+      continue;
+    }
+    return;  // stop_, and no merge pending
+  }
+}
+
+// The merge thread's merge of the middle buffer. Called and returns with the lock held.
+// B2 (lock released): M1-M3 exactly as the synchronous merge, over the middle's entries:
+//   writes go only to slots free in meta[gv], to fresh leaves and to meta[nv], so readers
+//   (shared lock) keep reading version gv beside it, and writers (exclusive lock) append to
+//   the log and the front. No write touches the base tree while merging_ (B3: updates of base
+//   keys go through the front), so the leaf records the merge copies cannot change.
+// B4 (exclusive lock): M4-M5 with covered = middle_lsn_, the DRAM chain and inner layer
+//   swapped, M6, then the log pages wholly <= covered freed with log_head moved to the page
+//   holding covered + 1 (P5's trim); the middle buffer dropped. Readers wait for this swap
+//   only. A full pool (M2) folds the middle back into the front (unrotate) and the writers
+//   merge synchronously until one succeeds.
+template <class P>
+void DPTree<P>::merge_middle(Lock& lock) {
+  const std::vector<BufEntry> entries = middle_->sorted();
+  const std::uint64_t covered = middle_lsn_;
+  const unsigned nv = 1 - gv_;
+  lock.unlock();
+  MergeStats tally;
+  std::vector<LeafPtr> next;
+  std::vector<std::uint64_t> replaced, abandoned;
+  std::int64_t delta = 0;
+  const Code c = merge_build(entries, &next, &replaced, &delta, tally, &abandoned);  // B2: M1, M2
+  if (c == Code::ok && !P::kFlipBeforeMeta) write_meta(next, nv);        // B2: M3
+  lock.lock();
+  held_ = true;  // tests: hold before the flip
+  cv_.wait(lock, [&] { return !hold_ || stop_; });
+  held_ = false;
+  defer_frees_ = true;
+  for (std::uint64_t off : abandoned) free_block(off, leaf_bytes_);
+  if (c != Code::ok) {
+    defer_frees_ = false;
+    unrotate();
+    bg_failed_ = true;
+    ++stats_.failed_merges;
+    cv_.notify_all();
+    return;
+  }
+  flip(next, covered, /*meta_written=*/!P::kFlipBeforeMeta);  // B4: M4, M5
+  install(std::move(next), replaced, delta, covered);       // M6, trim
+  stats_.leaves_created += tally.leaves_created;
+  stats_.leaves_dropped += tally.leaves_dropped;
+  ++stats_.background_merges;
+  middle_.reset();
+  middle_puts_ = 0;
+  merging_ = false;
+  while (reserve_.size() > reserve_need(puts_)) {  // the middle needs no re-log space now
+    free_block(reserve_.back(), kLogPageBytes);
+    reserve_.pop_back();
+  }
+  defer_frees_ = false;
+  cv_.notify_all();
+}
+
+// A background merge that could not split (pool full): the middle's entries return to the
+// front where the front has none for the key (the front's are newer). Their log records stay
+// where they are, so the log still orders them before the front's.
+template <class P>
+void DPTree<P>::unrotate() {
+  middle_->for_each_from(0, [&](const BufEntry& m) {
+    BufEntry f;
+    if (buffer_->find(m.key, &f) == nullptr) buffer_put(m.key, m.value, m.tombstone);
+    return true;
+  });
+  middle_.reset();
+  middle_puts_ = 0;
+  merging_ = false;
+}
+
+template <class P>
+void DPTree<P>::start_merger() {
+  if (!config_.background) return;
+  background_ = true;
+  merger_ = std::thread([this] { merge_loop(); });
+}
+
+// The running merge finishes (a held one is let go); later writes merge synchronously.
+template <class P>
+void DPTree<P>::stop_merger() {
+  {
+    Lock lock(mu_);
+    if (!merger_.joinable()) return;
+    stop_ = true;
+    hold_ = false;
+    background_ = false;
+    cv_.notify_all();
+  }
+  merger_.join();
+  Lock lock(mu_);
+  drain_deferred();
+}
+
+template <class P>
+DPTree<P>::~DPTree() {
+  stop_merger();
+}
+
+template <class P>
+void DPTree<P>::hold_merge_for_testing(bool hold) {
+  Lock lock(mu_);
+  hold_ = hold;
+  cv_.notify_all();
+}
+
+template <class P>
+bool DPTree<P>::merging() const {
+  std::shared_lock lock(mu_);
+  return merging_;
+}
+
+template <class P>
+bool DPTree<P>::merge_held_for_testing() const {
+  std::shared_lock lock(mu_);
+  return held_ && hold_;
+}
+
+template <class P>
+void DPTree<P>::wait_merge_for_testing() {
+  Lock lock(mu_);
+  cv_.wait(lock, [&] { return !merging_; });
+}
+
+template <class P>
+std::size_t DPTree<P>::capacity() const {
+  std::shared_lock lock(mu_);
+  return capacity_;
 }
 
 // --- operations ------------------------------------------------------------------------------
@@ -337,7 +571,7 @@ Code DPTree<P>::find(std::string_view key, std::string* value) const {
   std::shared_lock lock(mu_);
   BufEntry e;
   std::uint64_t v;
-  if (buffered_entry(k, &e)) {
+  if (buffered_any(k, &e)) {  // front, then middle: the newest entry wins
     if (e.tombstone) return Code::not_found;
     v = e.value;
   } else {
@@ -369,7 +603,7 @@ void DPTree<P>::find_batch(const std::string_view* keys, std::string* values, Co
     if (codes[i] != Code::ok) continue;
     const std::uint64_t w = word_of(keys[i]);
     BufEntry e;
-    if (buffered_entry(w, &e)) {
+    if (buffered_any(w, &e)) {
       codes[i] = e.tombstone ? Code::not_found : Code::ok;
       if (!e.tombstone && values != nullptr)
         values[i].assign(reinterpret_cast<const char*>(&e.value), 8);
@@ -418,84 +652,104 @@ template <class P>
 Code DPTree<P>::insert(std::string_view key, std::string_view value) {
   if (Code c = check(key, value); c != Code::ok) return c;
   const std::uint64_t k = word_of(key), v = value_of(value);
-  std::unique_lock lock(mu_);
-  BufEntry e;
-  const bool in_buffer = buffered_entry(k, &e);
-  if (in_buffer ? !e.tombstone : slot_of(*leaf_for(k), k) >= 0) return Code::already_present;
-  if (Code c = room_for_put(); c != Code::ok) return c;
-  if (Code c = log_append(k, v, kOpPut); c != Code::ok) return c;
-  buffer_put(k, v, false);
-  maybe_merge();
-  return count_insert(Code::ok);  // size()
-}
-
-// U1: a key only in the base tree is updated in place (one 8-byte store, persisted): no
-// unmerged log record names it, so nothing replays over the new value.
-template <class P>
-Code DPTree<P>::update(std::string_view key, std::string_view value) {
-  if (Code c = check(key, value); c != Code::ok) return c;
-  const std::uint64_t k = word_of(key), v = value_of(value);
-  std::unique_lock lock(mu_);
-  BufEntry e;
-  if (buffered_entry(k, &e)) {
-    if (e.tombstone) return Code::not_found;
+  return write_op([&] {
+    BufEntry e;
+    const bool in_buffer = buffered_any(k, &e);
+    if (in_buffer ? !e.tombstone : slot_of(*leaf_for(k), k) >= 0) return Code::already_present;
     if (Code c = room_for_put(); c != Code::ok) return c;
     if (Code c = log_append(k, v, kOpPut); c != Code::ok) return c;
     buffer_put(k, v, false);
     maybe_merge();
+    return count_insert(Code::ok);  // size()
+  });
+}
+
+// U1: a key only in the base tree is updated in place (one 8-byte store, persisted): no
+// unmerged log record names it, so nothing replays over the new value. B3: not while a
+// merge runs (the merge may carry a copy of the key's leaf, or the middle's older value, over
+// it): then the update goes through the log and the front like a buffered one.
+template <class P>
+Code DPTree<P>::update(std::string_view key, std::string_view value) {
+  if (Code c = check(key, value); c != Code::ok) return c;
+  const std::uint64_t k = word_of(key), v = value_of(value);
+  return write_op([&] {
+    BufEntry e;
+    const bool in_buffer = P::kInPlaceDuringMerge ? buffered_entry(k, &e)  // known-bad (tests)
+                                                  : buffered_any(k, &e);
+    const LeafInfo* l = nullptr;
+    int s = -1;
+    if (in_buffer) {
+      if (e.tombstone) return Code::not_found;
+    } else {
+      l = leaf_for(k);
+      s = slot_of(*l, k);
+      if (s < 0) return Code::not_found;
+    }
+    if (in_buffer || (merging_ && !P::kInPlaceDuringMerge)) {  // B3
+      if (Code c = room_for_put(); c != Code::ok) return c;
+      if (Code c = log_append(k, v, kOpPut); c != Code::ok) return c;
+      buffer_put(k, v, false);
+      maybe_merge();
+      return Code::ok;
+    }
+    Slot* slot = view(l->off).slot(static_cast<std::uint32_t>(s));
+    pm::publish(&slot->value, v);  // U1
+    pm::persist(&slot->value, 8);
     return Code::ok;
-  }
-  const LeafInfo* l = leaf_for(k);
-  const int s = slot_of(*l, k);
-  if (s < 0) return Code::not_found;
-  Slot* slot = view(l->off).slot(static_cast<std::uint32_t>(s));
-  pm::publish(&slot->value, v);  // U1
-  pm::persist(&slot->value, 8);
-  return Code::ok;
+  });
 }
 
 template <class P>
 Code DPTree<P>::upsert(std::string_view key, std::string_view value) {
   if (Code c = check(key, value); c != Code::ok) return c;
   const std::uint64_t k = word_of(key), v = value_of(value);
-  std::unique_lock lock(mu_);
-  BufEntry e;
-  const bool in_buffer = buffered_entry(k, &e);
-  if (!in_buffer) {
-    const LeafInfo* l = leaf_for(k);
-    if (const int s = slot_of(*l, k); s >= 0) {
-      Slot* slot = view(l->off).slot(static_cast<std::uint32_t>(s));
-      pm::publish(&slot->value, v);  // U1
-      pm::persist(&slot->value, 8);
-      return Code::ok;
+  return write_op([&] {
+    BufEntry e;
+    const bool in_buffer = P::kInPlaceDuringMerge ? buffered_entry(k, &e)  // known-bad (tests)
+                                                  : buffered_any(k, &e);
+    bool fresh = !in_buffer || e.tombstone;  // the key was absent: a new record
+    if (!in_buffer) {
+      const LeafInfo* l = leaf_for(k);
+      if (const int s = slot_of(*l, k); s >= 0) {
+        if (!merging_ || P::kInPlaceDuringMerge) {
+          Slot* slot = view(l->off).slot(static_cast<std::uint32_t>(s));
+          pm::publish(&slot->value, v);  // U1
+          pm::persist(&slot->value, 8);
+          return Code::ok;
+        }
+        fresh = false;  // B3: through the front while a merge runs
+      }
     }
-  }
-  const bool fresh = !in_buffer || e.tombstone;  // the key was absent: a new record
-  if (Code c = room_for_put(); c != Code::ok) return c;
-  if (Code c = log_append(k, v, kOpPut); c != Code::ok) return c;
-  buffer_put(k, v, false);
-  maybe_merge();
-  if (fresh) count_insert(Code::ok);  // size()
-  return Code::ok;
+    if (Code c = room_for_put(); c != Code::ok) return c;
+    if (Code c = log_append(k, v, kOpPut); c != Code::ok) return c;
+    buffer_put(k, v, false);
+    maybe_merge();
+    if (fresh) count_insert(Code::ok);  // size()
+    return Code::ok;
+  });
 }
 
-// D1: a tombstone through the log and the buffer; the merge removes the key from the base.
+// D1: a tombstone through the log and the front buffer; the merge removes the key from the
+// base (a tombstone in the front hides the middle's and the base's records meanwhile).
 template <class P>
 Code DPTree<P>::remove(std::string_view key) {
   if (Code c = keys_.check(key); c != Code::ok) return c;
   const std::uint64_t k = word_of(key);
-  std::unique_lock lock(mu_);
-  BufEntry e;
-  const bool in_buffer = buffered_entry(k, &e);
-  if (in_buffer ? e.tombstone : slot_of(*leaf_for(k), k) < 0) return Code::not_found;
-  if (Code c = log_append(k, 0, kOpDelete); c != Code::ok) return c;
-  buffer_put(k, 0, true);
-  maybe_merge();
-  return count_remove(Code::ok);  // size()
+  return write_op([&] {
+    BufEntry e;
+    const bool in_buffer = buffered_any(k, &e);
+    if (in_buffer ? e.tombstone : slot_of(*leaf_for(k), k) < 0) return Code::not_found;
+    if (Code c = log_append(k, 0, kOpDelete); c != Code::ok) return c;
+    buffer_put(k, 0, true);
+    maybe_merge();
+    return count_remove(Code::ok);  // size()
+  });
 }
 
-// Two sorted streams, buffer and base: on equal keys the buffer's entry wins (it is newer),
-// tombstones are skipped, so no key is returned twice or with a stale value.
+// Three sorted streams, front buffer, middle buffer (while a merge runs) and base: at each
+// key the newest source wins (front, then middle, then base), tombstones are skipped, so no
+// key is returned twice or with a stale value. Under the shared lock: no writer runs, and the
+// merge thread writes only what version gv does not name.
 template <class P>
 std::size_t DPTree<P>::scan(std::string_view start, std::size_t max, ScanBuffer& out) const {
   out.clear();
@@ -505,17 +759,8 @@ std::size_t DPTree<P>::scan(std::string_view start, std::size_t max, ScanBuffer&
     ++k;  // the smallest 8-byte key above a longer start
   }
   std::shared_lock lock(mu_);
-  // Buffer entries from k on, up to `max` live ones (each is emitted: the buffer wins ties);
-  // tombstones on the way are kept, they hide base records.
-  std::vector<BufEntry> buf;
-  std::size_t live = 0;
-  buffer_->for_each_from(k, [&](const BufEntry& e) {
-    if (live == max) return false;
-    buf.push_back(e);
-    live += e.tombstone ? 0 : 1;
-    return true;
-  });
-  std::size_t bi = 0;
+  BufferTree::Cursor f = buffer_->cursor(k);
+  BufferTree::Cursor m = middle_ != nullptr ? middle_->cursor(k) : BufferTree::Cursor{};
   const LeafInfo* l = leaf_for(k);
   std::size_t li = l->index, pos = 0;
   {
@@ -533,19 +778,32 @@ std::size_t DPTree<P>::scan(std::string_view start, std::size_t max, ScanBuffer&
     }
     const bool have_base = li < chain_.size();
     const Slot* base = have_base ? view(chain_[li]->off).slot(chain_[li]->order[pos]) : nullptr;
-    const bool have_buf = bi < buf.size();
-    if (!have_base && !have_buf) break;
-    if (have_buf && (!have_base || buf[bi].key <= base->key)) {
-      if constexpr (P::kOriginalScan) {  // known-bad (tests only)
-        emit(buf[bi].key, buf[bi].value);
-        ++bi;
-        continue;
-      }
-      if (have_base && buf[bi].key == base->key) ++pos;
-      if (!buf[bi].tombstone) emit(buf[bi].key, buf[bi].value);
-      ++bi;
-    } else {
-      emit(base->key, base->value);
+    if (!have_base && !f.valid() && !m.valid()) break;
+    std::uint64_t at = ~std::uint64_t{0};
+    if (have_base) at = base->key;
+    if (f.valid()) at = std::min(at, f.key());
+    if (m.valid()) at = std::min(at, m.key());
+    if constexpr (P::kOriginalScan) {  // known-bad (tests only): every source, tombstones too
+      if (f.valid() && f.key() == at) emit(at, f.get().value), f.next();
+      if (m.valid() && m.key() == at) emit(at, m.get().value), m.next();
+      if (have_base && base->key == at) emit(at, base->value), ++pos;
+      continue;
+    }
+    bool done = false;  // the newest source at `at` decided
+    if (f.valid() && f.key() == at) {
+      const BufEntry e = f.get();
+      if (!e.tombstone) emit(at, e.value);
+      done = true;
+      f.next();
+    }
+    if (m.valid() && m.key() == at) {
+      const BufEntry e = m.get();
+      if (!done && !e.tombstone) emit(at, e.value);
+      done = true;
+      m.next();
+    }
+    if (have_base && base->key == at) {
+      if (!done) emit(at, base->value);
       ++pos;
     }
   }
@@ -556,7 +814,8 @@ std::size_t DPTree<P>::scan(std::string_view start, std::size_t max, ScanBuffer&
 
 template <class P>
 Code DPTree<P>::merge_for_testing() {
-  std::unique_lock lock(mu_);
+  Lock lock(mu_);
+  cv_.wait(lock, [&] { return !merging_; });
   return merge();
 }
 
@@ -592,7 +851,8 @@ std::uint32_t DPTree<P>::place_in_window(std::uint64_t key, int old, std::uint64
 template <class P>
 Code DPTree<P>::merge_leaf(const LeafPtr& l, const BufEntry* from, const BufEntry* to,
                            std::vector<LeafPtr>* next, std::vector<std::uint64_t>* replaced,
-                           std::vector<std::uint64_t>* fresh, std::int64_t* delta) {
+                           std::vector<std::uint64_t>* fresh, std::int64_t* delta,
+                           MergeStats& tally) {
   const LeafView v = view(l->off);
   auto n = std::make_shared<LeafInfo>(*l);
   std::uint64_t used[4];
@@ -646,7 +906,7 @@ Code DPTree<P>::merge_leaf(const LeafPtr& l, const BufEntry* from, const BufEntr
   const std::size_t per = std::max<std::size_t>(1, slots_ * 7 / 10);
   for (std::size_t i = 0; i < recs.size();) {
     Code code = Code::ok;
-    LeafPtr piece = build_leaf(recs, &i, per, l->bound, &code);
+    LeafPtr piece = build_leaf(recs, &i, per, l->bound, &code, tally);
     if (piece == nullptr) return code;
     fresh->push_back(piece->off);
     next->push_back(std::move(piece));
@@ -680,12 +940,11 @@ void DPTree<P>::write_meta(std::vector<LeafPtr>& next, unsigned nv) {
   }
 }
 
-// M4-M7 and the DRAM side of a merge or bulk load whose leaves are written (M1/M2).
+// M3 (unless written already), M4, M5: the next version made current with `covered`.
 template <class P>
-void DPTree<P>::commit(std::vector<LeafPtr> next, const std::vector<std::uint64_t>& replaced,
-                       std::int64_t delta, std::uint64_t covered) {
+void DPTree<P>::flip(std::vector<LeafPtr>& next, std::uint64_t covered, bool meta_written) {
   const unsigned nv = 1 - gv_;
-  auto flip = [&] {
+  auto flip_bit = [&] {
     pm::publish(&root_->head[nv], next[0]->off);  // M4
     pm::flush(&root_->head[nv], 8);
     pm::fence();
@@ -693,22 +952,36 @@ void DPTree<P>::commit(std::vector<LeafPtr> next, const std::vector<std::uint64_
     pm::persist(&root_->state, 8);
   };
   if constexpr (P::kFlipBeforeMeta) {
-    flip();
-    write_meta(next, nv);
+    flip_bit();
+    if (!meta_written) write_meta(next, nv);
     pm::fence();
   } else {
-    write_meta(next, nv);
-    flip();
+    if (!meta_written) write_meta(next, nv);
+    flip_bit();
   }
-  gv_ = nv;
+}
+
+// The DRAM side of a flip, M6 and M7 (P5's trim when records above `covered` stay).
+template <class P>
+void DPTree<P>::install(std::vector<LeafPtr> next, const std::vector<std::uint64_t>& replaced,
+                        std::int64_t delta, std::uint64_t covered) {
+  gv_ = 1 - gv_;
   covered_ = covered;
   base_records_ = static_cast<std::uint64_t>(static_cast<std::int64_t>(base_records_) + delta);
   chain_ = std::move(next);
   rebuild_inner();
-  for (std::uint64_t off : replaced) pool_->allocator().deallocate(off, leaf_bytes_);  // M6
+  for (std::uint64_t off : replaced) free_block(off, leaf_bytes_);  // M6
   trim_log(covered);  // M7 (P5)
-  reset_buffer();
   ++stats_.merges;
+}
+
+// M3-M7 and the DRAM side of a synchronous merge or bulk load whose leaves are written (M1/M2).
+template <class P>
+void DPTree<P>::commit(std::vector<LeafPtr> next, const std::vector<std::uint64_t>& replaced,
+                       std::int64_t delta, std::uint64_t covered) {
+  flip(next, covered, /*meta_written=*/false);
+  install(std::move(next), replaced, delta, covered);
+  reset_buffer();
 }
 
 // M7: the log is covered up to `covered`: emptied with one persisted store and its pages
@@ -727,55 +1000,73 @@ void DPTree<P>::trim_log(std::uint64_t covered) {
   const std::uint64_t head = keep < log_pages_.size() ? log_pages_[keep] : 0;
   pm::publish(&root_->log_head, head);
   pm::persist(&root_->log_head, 8);
-  for (std::size_t i = 0; i < keep; ++i)
-    pool_->allocator().deallocate(log_pages_[i], kLogPageBytes);
+  for (std::size_t i = 0; i < keep; ++i) free_block(log_pages_[i], kLogPageBytes);
   stats_.log_pages_freed += keep;
   log_pages_.erase(log_pages_.begin(), log_pages_.begin() + static_cast<std::ptrdiff_t>(keep));
   if (log_pages_.empty()) tail_slot_ = 0;
 }
 
-// The synchronous merge (run by the writer whose write filled the buffer): per leaf M1/M2,
-// emptied leaves unlinked (unless the last one left), then commit (M3-M7). A full pool while
-// splitting abandons the merge before anything is published: fresh leaves are freed, the
-// buffer and log stay, and a later write retries.
+// M1/M2 for every leaf with entries in its range, emptied leaves unlinked (unless the last
+// one left): the next chain. A full pool while splitting frees the fresh leaves and returns
+// pool_full before anything is published.
 template <class P>
-Code DPTree<P>::merge() {
-  const std::vector<BufEntry> entries = buffer_->sorted();
-  std::vector<LeafPtr> next;
-  std::vector<std::uint64_t> replaced, fresh;
-  std::int64_t delta = 0;
+Code DPTree<P>::merge_build(const std::vector<BufEntry>& entries, std::vector<LeafPtr>* next,
+                            std::vector<std::uint64_t>* replaced, std::int64_t* delta,
+                            MergeStats& tally, std::vector<std::uint64_t>* abandoned) {
+  std::vector<std::uint64_t> fresh;
   std::size_t e = 0;
   for (std::size_t i = 0; i < chain_.size(); ++i) {
     const bool last = i + 1 == chain_.size();
     const std::size_t lo = e;
     while (e < entries.size() && (last || entries[e].key <= chain_[i]->bound)) ++e;
     if (lo == e) {
-      next.push_back(chain_[i]);
+      next->push_back(chain_[i]);
       continue;
     }
-    if (Code c = merge_leaf(chain_[i], entries.data() + lo, entries.data() + e, &next,
-                            &replaced, &fresh, &delta);
+    if (Code c = merge_leaf(chain_[i], entries.data() + lo, entries.data() + e, next, replaced,
+                            &fresh, delta, tally);
         c != Code::ok) {
-      for (std::uint64_t off : fresh) pool_->allocator().deallocate(off, leaf_bytes_);
-      ++stats_.failed_merges;
+      if (abandoned != nullptr) {
+        abandoned->insert(abandoned->end(), fresh.begin(), fresh.end());
+      } else {
+        for (std::uint64_t off : fresh) pool_->allocator().deallocate(off, leaf_bytes_);
+      }
       return c;
     }
   }
-  drop_emptied(next, &replaced);
+  drop_emptied(*next, replaced, tally);
+  return Code::ok;
+}
+
+// The synchronous merge (run by the writer whose write filled the buffer, never beside a
+// background merge): merge_build, then commit (M3-M7). A full pool while splitting abandons
+// the merge before anything is published: the buffer and log stay, and a later write retries.
+template <class P>
+Code DPTree<P>::merge() {
+  const std::vector<BufEntry> entries = buffer_->sorted();
+  std::vector<LeafPtr> next;
+  std::vector<std::uint64_t> replaced;
+  std::int64_t delta = 0;
+  if (Code c = merge_build(entries, &next, &replaced, &delta, stats_); c != Code::ok) {
+    ++stats_.failed_merges;
+    return c;
+  }
   commit(std::move(next), replaced, delta, next_lsn_ - 1);
   release_reserve();  // an empty buffer needs no re-log space
+  bg_failed_ = false;
   return Code::ok;
 }
 
 // Emptied leaves leave the chain; their range joins the next leaf (the last one's, the
 // previous leaf, which then takes bound ~0).
 template <class P>
-void DPTree<P>::drop_emptied(std::vector<LeafPtr>& next, std::vector<std::uint64_t>* replaced) {
+void DPTree<P>::drop_emptied(std::vector<LeafPtr>& next, std::vector<std::uint64_t>* replaced,
+                             MergeStats& tally) {
   std::vector<LeafPtr> kept;
   for (std::size_t i = 0; i < next.size(); ++i) {
     if (next[i]->order.empty() && next.size() - (i + 1) + kept.size() > 0) {
       replaced->push_back(next[i]->off);
-      ++stats_.leaves_dropped;
+      ++tally.leaves_dropped;
       continue;
     }
     kept.push_back(next[i]);
@@ -790,7 +1081,8 @@ void DPTree<P>::drop_emptied(std::vector<LeafPtr>& next, std::vector<std::uint64
 
 template <class P>
 Code DPTree<P>::merge_partial_for_testing() {
-  std::unique_lock lock(mu_);
+  Lock lock(mu_);
+  cv_.wait(lock, [&] { return !merging_; });
   return merge_partial();
 }
 
@@ -867,7 +1159,7 @@ Code DPTree<P>::merge_partial() {
   detail::flush_lines(lines);
   for (auto& n : next) sort_order(*n);
   std::vector<std::uint64_t> replaced;
-  drop_emptied(next, &replaced);
+  drop_emptied(next, &replaced, stats_);
   commit(std::move(next), replaced, delta, covered);  // M3-M6, P5
   for (const BufEntry& b : carried) buffer_put(b.key, b.value, false);
   ++stats_.partial_merges;

@@ -46,6 +46,7 @@ Result<std::unique_ptr<Index>> DPTree<P>::recover(std::unique_ptr<pm::Pool> pool
         return t.rebuild();
       });
   if (!st.ok()) return st;
+  idx->start_merger();
   return std::unique_ptr<Index>(std::move(idx));
 }
 
@@ -220,7 +221,7 @@ Status DPTree<P>::bulk_load(std::span<const KeyValue> sorted, double fill) {
   if (!(fill > 0.0 && fill <= 1.0))
     return Status(Code::invalid_argument, "fill factor must be in (0, 1]");
   std::unique_lock lock(mu_);
-  if (base_records_ != 0 || buffer_->size() != 0)
+  if (base_records_ != 0 || buffer_->size() != 0 || middle_ != nullptr)
     return Status(Code::invalid_argument, "dptree bulk_load needs an empty index");
   std::vector<Record> recs;
   recs.reserve(sorted.size());
@@ -237,7 +238,7 @@ Status DPTree<P>::bulk_load(std::span<const KeyValue> sorted, double fill) {
   std::vector<LeafPtr> next;
   for (std::size_t i = 0; i < recs.size();) {
     Code code = Code::ok;
-    LeafPtr l = build_leaf(recs, &i, per, ~std::uint64_t{0}, &code);
+    LeafPtr l = build_leaf(recs, &i, per, ~std::uint64_t{0}, &code, stats_);
     if (l == nullptr) {
       for (const LeafPtr& f : next) pool_->allocator().deallocate(f->off, leaf_bytes_);
       return pool_->error(code, "bulk_load: no space for the leaves");
@@ -253,7 +254,9 @@ Status DPTree<P>::bulk_load(std::span<const KeyValue> sorted, double fill) {
 
 template <class P>
 Status DPTree<P>::verify() const {
+  // A running merge holds fresh leaves no root reaches yet: verify() waits for it to end.
   std::shared_lock lock(mu_);
+  cv_.wait(lock, [&] { return !merging_; });
   const pm::Pool& p = *pool_;
   auto bad = [&](const std::string& what) { return p.error(Code::corrupted, "verify: " + what); };
   if (state_gv(root_->state) != gv_ || state_covered(root_->state) != covered_)
@@ -327,6 +330,7 @@ Status DPTree<P>::verify() const {
   }
   if (pg != 0) return bad("the PM log is longer than the DRAM log");
   reachable += reserve_.size() * index_common::block_bytes(kLogPageBytes);  // held back, DRAM
+  for (const auto& d : deferred_) reachable += index_common::block_bytes(d.second);  // to free
   if (Status s = buffer_->verify(p); !s.ok()) return s;
   return index_common::check_reachable(p, reachable);
 }
@@ -340,6 +344,7 @@ Footprint DPTree<P>::footprint() const {
   f.pm_reserved = st.bytes_reserved;
   f.dram_bytes = inner_arena_.bytes_in_use() + buffer_->dram_bytes() + bloom_.dram_bytes() +
                  chain_.size() * (sizeof(LeafInfo) + slots_);
+  if (middle_ != nullptr) f.dram_bytes += middle_->dram_bytes() + middle_bloom_.dram_bytes();
   return f;
 }
 
@@ -347,6 +352,7 @@ Footprint DPTree<P>::footprint() const {
 // cheap and a crash and a clean close recover the same way).
 template <class P>
 Status DPTree<P>::close() {
+  stop_merger();  // the running merge ends first; writes after close merge synchronously
   std::unique_lock lock(mu_);
   if (!closed_) {
     release_reserve();  // free either way (DRAM-held), but a clean close leaves no block held
@@ -366,7 +372,7 @@ MergeStats DPTree<P>::merge_stats() const {
 template <class P>
 std::size_t DPTree<P>::buffered() const {
   std::shared_lock lock(mu_);
-  return buffer_->size();
+  return buffer_->size() + (middle_ != nullptr ? middle_->size() : 0);
 }
 
 template <class P>
@@ -377,7 +383,8 @@ std::size_t DPTree<P>::base_leaves() const {
 
 template <class P>
 void DPTree<P>::corrupt_for_testing(int what) {
-  std::unique_lock lock(mu_);
+  Lock lock(mu_);
+  cv_.wait(lock, [&] { return !merging_; });  // a running merge would replace the damage
   for (const LeafPtr& l : chain_) {
     if (l->order.size() < 2) continue;
     if (what == 0) {

@@ -4,7 +4,10 @@
 // records stopping replay; bulk load; option refusals.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <thread>
 #include <filesystem>
 #include <fstream>
 #include <vector>
@@ -33,6 +36,15 @@ Options dp_options(std::uint32_t slots, KeyType kt = KeyType::u64) {
 }
 
 dptree::DPTree<>* as_dp(Index& idx) { return dynamic_cast<dptree::DPTree<>*>(&idx); }
+
+// Index::open (the registry) merges in the background while one of these lives
+// (PMINDEX_DPTREE_MERGE, read at each create/recover). Tests are single-threaded here.
+struct BackgroundMerges {
+  BackgroundMerges() { setenv("PMINDEX_DPTREE_MERGE", "background", 1); }
+  ~BackgroundMerges() { unsetenv("PMINDEX_DPTREE_MERGE"); }
+  BackgroundMerges(const BackgroundMerges&) = delete;
+  BackgroundMerges& operator=(const BackgroundMerges&) = delete;
+};
 
 std::uint64_t mix_key(std::uint64_t x) {  // splitmix64: distinct and spread over the leaves
   x += 0x9e3779b97f4a7c15ULL;
@@ -85,6 +97,11 @@ TEST(DPTree, RandomAgainstMap64Slots) {
 TEST(DPTree, RandomAgainstMapF64) {
   TempDir dir;
   run_random(16, KeyType::f64, dir.file("c.pool"));
+}
+TEST(DPTree, RandomAgainstMap8SlotsBackground) {
+  BackgroundMerges bg;
+  TempDir dir;
+  run_random(8, KeyType::u64, dir.file("d.pool"));
 }
 
 // A crash with writes still in the buffer: reopen replays them from the log, tombstones too.
@@ -212,6 +229,10 @@ Options small_pool(const std::string& path) {
   auto idx = open_or_die(o);
   for (std::uint64_t k = 1; k <= 203; ++k)
     EXPECT_EQ(idx->insert(encode_u64(k * 7), encode_u64(k)), Code::ok);
+  // The last write may have handed the front to a background merge: after it, one more write
+  // leaves a record in the log (an empty front of capacity >= 8 does not rotate).
+  as_dp(*idx)->wait_merge_for_testing();
+  if (as_dp(*idx)->buffered() == 0) EXPECT_EQ(idx->insert(encode_u64(5), encode_u64(5)), Code::ok);
   EXPECT_GT(as_dp(*idx)->buffered(), 0u);
   EXPECT_TRUE(idx->close().ok());
   o.open_mode = OpenMode::open;
@@ -331,7 +352,28 @@ TEST(DPTree, RefusesOptions) {
 // stays full of inserts), then every key removed: each remove needs a log record, so the
 // partial merge (PROTOCOL.md P1-P5) must free the log from the reserve's pages. Then as many
 // new keys go in again. Before the partial merge the removes answered pool_full.
+// A file pool opened with a dptree::Config (Index::open uses the defaults).
+std::unique_ptr<Index> open_dp(const Options& o, bool create, dptree::Config config) {
+  pm::PoolOptions po;
+  po.path = o.path;
+  po.size = o.pool_size;
+  po.layout = IndexRegistry::find("dptree")->layout(o);
+  auto pool = create ? pm::Pool::create(po) : pm::Pool::open(po);
+  if (!pool.ok()) ADD_FAILURE() << pool.status().to_string();
+  if (!pool.ok()) return nullptr;
+  auto r = create ? dptree::DPTree<>::create(std::move(pool).value(), o, config)
+                  : dptree::DPTree<>::recover(std::move(pool).value(), o, config);
+  if (!r.ok()) ADD_FAILURE() << r.status().to_string();
+  return r.ok() ? std::move(r).value() : nullptr;
+}
+
+// The synchronous mode (the guarantee of issue 19 item 2; the default). In the background mode the merge
+// thread allocates the leaves of its splits, and blocks left in its allocator cache (up to 64
+// per class, pm/allocator.h) are out of the writers' reach at a full pool: see
+// FullPoolBackgroundFallsBack and README.
 void fill_remove_refill(bool reopen, bool ascending) {
+  dptree::Config sync;
+  sync.background = false;
   // Key number x: ascending, or spread over the leaves.
   const auto key = [ascending](std::uint64_t x) {
     return encode_u64(ascending ? x : mix_key(x));
@@ -341,7 +383,8 @@ void fill_remove_refill(bool reopen, bool ascending) {
     Options o = dp_options(8);
     o.pool_size = 1 << 20;
     o.path = dir.file("dp");
-    auto idx = open_or_die(o);
+    auto idx = open_dp(o, /*create=*/true, sync);
+    ASSERT_NE(idx, nullptr);
     std::vector<std::uint64_t> acked;
     std::uint64_t next = 0, refused = 0;
     for (; refused < 100; ++next) {
@@ -360,7 +403,8 @@ void fill_remove_refill(bool reopen, bool ascending) {
     if (reopen) {  // the reserve is DRAM-held: after a restart it is rebuilt from free space
       ASSERT_TRUE(idx->close().ok());
       idx.reset();
-      idx = open_or_die(o);
+      idx = open_dp(o, /*create=*/false, sync);
+      ASSERT_NE(idx, nullptr);
     }
     const dptree::MergeStats before = as_dp(*idx)->merge_stats();
     for (std::uint64_t i : acked) ASSERT_EQ(idx->remove(key(i)), Code::ok) << i;
@@ -384,6 +428,222 @@ TEST(DPTree, FullPoolRemovesMakeRoom) {
     fill_remove_refill(false, ascending);
     fill_remove_refill(true, ascending);
   }
+}
+
+// Background mode at a full pool: a merge that cannot split folds the middle back into the
+// front and the writers merge synchronously (with the partial merge); nothing acknowledged is
+// lost, verify() passes, and a reopened pool holds every acknowledged key.
+TEST(DPTree, FullPoolBackgroundFallsBack) {
+  BackgroundMerges bg;
+  TempDir dir;
+  Options o = dp_options(8);
+  o.pool_size = 1 << 20;
+  o.path = dir.file("dp");
+  std::vector<std::uint64_t> acked;
+  {
+    auto idx = open_or_die(o);
+    std::uint64_t refused = 0;
+    for (std::uint64_t next = 0; refused < 50; ++next) {
+      const Code code = idx->insert(encode_u64(mix_key(next)), encode_u64(next));
+      if (code == Code::ok) {
+        acked.push_back(next);
+      } else {
+        ASSERT_EQ(code, Code::pool_full) << next;
+        ++refused;
+      }
+    }
+    ASSERT_GT(acked.size(), 5000u);
+    const dptree::MergeStats ms = as_dp(*idx)->merge_stats();
+    EXPECT_GT(ms.background_merges, 10u);
+    EXPECT_GT(ms.failed_merges, 0u);
+    ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
+    std::string got;
+    for (std::uint64_t i : acked) ASSERT_EQ(idx->find(encode_u64(mix_key(i)), &got), Code::ok) << i;
+  }  // no close: a crash
+  auto idx = open_or_die(o);
+  ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
+  std::string got;
+  for (std::uint64_t i : acked) {
+    ASSERT_EQ(idx->find(encode_u64(mix_key(i)), &got), Code::ok) << i;
+    ASSERT_EQ(got, encode_u64(i));
+  }
+  EXPECT_EQ(idx->size(), acked.size());
+}
+
+// --- background merge (PROTOCOL.md B1-B5) ------------------------------------------------------
+
+void wait_until_held(dptree::DPTree<>* t) {
+  while (!t->merge_held_for_testing()) std::this_thread::yield();
+}
+
+std::map<std::string, std::string> scan_all(Index& idx) {
+  ScanBuffer out;
+  idx.scan("", 1 << 20, out);
+  std::map<std::string, std::string> got;
+  for (std::size_t i = 0; i < out.size(); ++i) got[std::string(out.key(i))] = std::string(out.value(i));
+  return got;
+}
+
+// A merge held before its flip (B2 done: free slots, fresh leaves and meta[nv] written):
+// lookups and scans answer from front, middle and base without waiting for it, writes below
+// the front's capacity do not wait (writer_blocks stays 0), updates of base keys and removes
+// of middle keys go to the front and win; a copy of the pool taken then recovers every
+// acknowledged write. The write that finds the front full while the merge runs waits (B5)
+// and is counted; after the merge everything is still there and verify() passes.
+TEST(DPTree, BackgroundMergeBesideReadersAndWriters) {
+  BackgroundMerges bg;
+  TempDir dir;
+  Options o = dp_options(8);
+  o.path = dir.file("bg.pool");
+  auto idx = open_or_die(o);
+  auto* t = as_dp(*idx);
+  std::map<std::string, std::string> model;
+  auto put = [&](std::uint64_t k, std::uint64_t v) {
+    ASSERT_EQ(idx->upsert(encode_u64(k), encode_u64(v)), Code::ok) << k;
+    model[encode_u64(k)] = encode_u64(v);
+  };
+  for (std::uint64_t k = 0; k < 300; ++k) put(k * 10, k);
+  t->wait_merge_for_testing();
+  ASSERT_GT(t->merge_stats().background_merges, 3u);
+  // (Writes so far may have waited: a front filled while a merge ran.)
+  const std::uint64_t blocks0 = t->merge_stats().writer_blocks;
+  t->hold_merge_for_testing(true);
+  std::vector<std::uint64_t> middle;
+  for (std::uint64_t k = 0; !t->merging(); ++k) {
+    put(k * 10 + 1, k);
+    middle.push_back(k * 10 + 1);
+  }
+  wait_until_held(t);
+  ASSERT_GT(middle.size(), 1u);
+  const std::size_t cap = t->capacity();
+  ASSERT_GT(cap, 4u);
+  // Below the front's capacity: an update of a base key, of a middle key, a remove of each.
+  ASSERT_EQ(idx->update(encode_u64(20), encode_u64(2000)), Code::ok);
+  model[encode_u64(20)] = encode_u64(2000);
+  ASSERT_EQ(idx->update(encode_u64(middle[0]), encode_u64(3000)), Code::ok);
+  model[encode_u64(middle[0])] = encode_u64(3000);
+  ASSERT_EQ(idx->remove(encode_u64(middle[1])), Code::ok);
+  model.erase(encode_u64(middle[1]));
+  ASSERT_EQ(idx->remove(encode_u64(30)), Code::ok);
+  model.erase(encode_u64(30));
+  ASSERT_EQ(idx->insert(encode_u64(middle[1]), encode_u64(4000)), Code::ok);  // re-inserted
+  model[encode_u64(middle[1])] = encode_u64(4000);
+  EXPECT_TRUE(t->merging());
+  EXPECT_EQ(t->merge_stats().writer_blocks, blocks0);
+  std::string got;
+  for (const auto& [k, v] : model) {
+    ASSERT_EQ(idx->find(k, &got), Code::ok) << decode_u64(k);
+    ASSERT_EQ(got, v) << decode_u64(k);
+  }
+  EXPECT_EQ(idx->find(encode_u64(30), &got), Code::not_found);
+  EXPECT_EQ(scan_all(*idx), model);
+  // A crash now: M1-M3 of the held merge are in PM, the flip is not.
+  std::filesystem::copy_file(o.path, dir.file("copy.pool"));
+  const auto at_copy = model;
+  // Fill the front: the write after it waits for the merge, which a helper lets go once it
+  // sees the writer counted as blocked.
+  std::thread release([t, blocks0] {
+    while (t->merge_stats().writer_blocks == blocks0) std::this_thread::yield();
+    t->hold_merge_for_testing(false);
+  });
+  for (std::uint64_t k = 0; k < 2 * cap; ++k) put(k * 10 + 2, k);
+  release.join();
+  t->wait_merge_for_testing();
+  const dptree::MergeStats ms = t->merge_stats();
+  EXPECT_GT(ms.writer_blocks, blocks0);
+  EXPECT_GT(ms.writer_blocked_ns, 0u);
+  ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
+  EXPECT_EQ(scan_all(*idx), model);
+  Options oc = o;
+  oc.path = dir.file("copy.pool");
+  auto rec = open_or_die(oc);
+  ASSERT_TRUE(rec->verify().ok()) << rec->verify().to_string();
+  EXPECT_EQ(scan_all(*rec), at_copy);
+  EXPECT_EQ(rec->size(), at_copy.size());
+}
+
+// The background mode's lost updates (issue 24), against the test-only variant that updates a
+// base key in place while a merge runs, looking only at the front buffer:
+//  key_in_middle: a newer in-place value in the base is overwritten by the middle buffer's
+//    older value when the merge places it;
+//  otherwise: the key's leaf is split by the held merge (its copy read before the update), so
+//    the flip installs the copy and the in-place update is lost.
+struct InPlaceDuringMerge : dptree::Protocol {
+  static constexpr bool kInPlaceDuringMerge = true;
+};
+
+template <class Policy>
+::testing::AssertionResult update_racing_merge(bool key_in_middle) {
+  Options o = dp_options(8);
+  pm::PoolOptions po;
+  po.size = 4 << 20;
+  po.layout = IndexRegistry::find("dptree")->layout(o);
+  auto pool = pm::Pool::create(po);
+  if (!pool.ok()) return ::testing::AssertionFailure() << pool.status().to_string();
+  dptree::Config config;
+  config.background = true;
+  auto made = dptree::DPTree<Policy>::create(std::move(pool).value(), o, config);
+  if (!made.ok()) return ::testing::AssertionFailure() << made.status().to_string();
+  std::unique_ptr<Index> idx = std::move(made).value();
+  auto* t = dynamic_cast<dptree::DPTree<Policy>*>(idx.get());
+  auto fail = [](const char* what, std::uint64_t k) {
+    return ::testing::AssertionFailure() << what << " " << k;
+  };
+  for (std::uint64_t k = 1; k <= 8; ++k)  // fills the 8-slot base leaf
+    if (idx->insert(encode_u64(k), encode_u64(k)) != Code::ok) return fail("insert", k);
+  t->wait_merge_for_testing();
+  if (t->base_leaves() != 1 || t->buffered() != 0) return fail("setup: leaves", t->base_leaves());
+  if (key_in_middle) {  // key 3 in the base (3) and, newer, in the front (300)
+    if (idx->remove(encode_u64(3)) != Code::ok) return fail("remove", 3);
+    if (idx->insert(encode_u64(3), encode_u64(300)) != Code::ok) return fail("reinsert", 3);
+  }
+  t->hold_merge_for_testing(true);
+  for (std::uint64_t k = 11; !t->merging(); ++k)
+    if (idx->insert(encode_u64(k), encode_u64(k)) != Code::ok) return fail("insert", k);
+  while (!t->merge_held_for_testing()) std::this_thread::yield();
+  if (idx->update(encode_u64(3), encode_u64(999)) != Code::ok) return fail("update", 3);
+  std::string got;
+  const bool during = idx->find(encode_u64(3), &got) == Code::ok && got == encode_u64(999);
+  t->hold_merge_for_testing(false);
+  t->wait_merge_for_testing();
+  if (idx->find(encode_u64(3), &got) != Code::ok) return fail("lost key", 3);
+  if (got != encode_u64(999))
+    return ::testing::AssertionFailure() << "update lost: key 3 holds " << decode_u64(got);
+  if (!during) return fail("update not visible during the merge", 3);
+  if (t->merge_stats().background_merges != 2) return fail("merges", t->merge_stats().merges);
+  if (!key_in_middle && t->base_leaves() < 2) return fail("no split", t->base_leaves());
+  if (Status s = idx->verify(); !s.ok()) return ::testing::AssertionFailure() << s.to_string();
+  return ::testing::AssertionSuccess();
+}
+
+TEST(DPTree, UpdateRacingMergeIsNotLost) {
+  for (bool in_middle : {false, true}) {
+    EXPECT_TRUE(update_racing_merge<dptree::Protocol>(in_middle)) << in_middle;
+    EXPECT_FALSE(update_racing_merge<InPlaceDuringMerge>(in_middle)) << in_middle;
+  }
+}
+
+// The synchronous mode stays selectable (Config::background = false): merges run in the
+// writer, no merge thread, no middle buffer.
+TEST(DPTree, SynchronousModeStaysSelectable) {
+  Options o = dp_options(8);
+  pm::PoolOptions po;
+  po.size = 4 << 20;
+  po.layout = IndexRegistry::find("dptree")->layout(o);
+  auto pool = pm::Pool::create(po);
+  ASSERT_TRUE(pool.ok());
+  dptree::Config config;
+  config.background = false;
+  auto made = dptree::DPTree<>::create(std::move(pool).value(), o, config);
+  ASSERT_TRUE(made.ok());
+  auto* t = as_dp(**made);
+  for (std::uint64_t k = 1; k <= 100; ++k) {
+    ASSERT_EQ((*made)->insert(encode_u64(k), encode_u64(k)), Code::ok);
+    ASSERT_FALSE(t->merging());
+  }
+  EXPECT_GT(t->merge_stats().merges, 5u);
+  EXPECT_EQ(t->merge_stats().background_merges, 0u);
+  ASSERT_TRUE((*made)->verify().ok());
 }
 
 }  // namespace

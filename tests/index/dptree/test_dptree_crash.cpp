@@ -70,7 +70,9 @@ class PolicyScenario final : public Scenario {
   std::size_t op_count() const override { return 1 + ops_.size(); }
   Status run_op(std::size_t i) override {
     if (i == 0) {
-      auto idx = dptree::DPTree<Policy>::create(std::move(pool_), options_);
+      dptree::Config config;
+      config.background = false;  // merges at deterministic points, in the writer
+      auto idx = dptree::DPTree<Policy>::create(std::move(pool_), options_, config);
       if (!idx.ok()) return idx.status();
       index_ = std::move(idx).value();
       return Status::Ok();
@@ -227,6 +229,7 @@ class PartialMergeScenario final : public Scenario {
     if (i == 0) {
       dptree::Config config;
       config.min_buffer = 1000;  // merges only where the script says
+      config.background = false;
       auto idx = dptree::DPTree<Policy>::create(std::move(pool_), options_, config);
       if (!idx.ok()) return idx.status();
       index_ = std::move(idx).value();

@@ -4,6 +4,8 @@
 // of 8 slots (a merge every 8 writes) and 256 (the default: merges rarer, the log longer).
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include "index/common/hybrid_test_support.h"
 #include "index/dptree/layout.h"
 
@@ -17,6 +19,14 @@ void run(std::uint32_t slots, pm::Mode mode) {
 
 TEST(KillDPTree, Slots8Adr) { run(8, pm::Mode::adr); }
 TEST(KillDPTree, Slots256Adr) { run(256, pm::Mode::adr); }
+
+// The background merge (PMINDEX_DPTREE_MERGE, inherited by the harness's children): kills
+// land beside the merge thread's M1-M3, its flip and its log trim, and inside recovery.
+TEST(KillDPTree, Slots8AdrBackground) {
+  setenv("PMINDEX_DPTREE_MERGE", "background", 1);
+  run(8, pm::Mode::adr);
+  unsetenv("PMINDEX_DPTREE_MERGE");
+}
 
 // The harness catches a planted loss: the first log record's validity word broken after
 // each kill (acknowledged buffered writes vanish).
