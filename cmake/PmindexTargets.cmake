@@ -88,8 +88,10 @@ endfunction()
 # The instruction-set level the library is compiled for (README "Minimum CPU"), PMINDEX_ISA:
 #   baseline  x86-64-v2 (SSE4.2, POPCNT): every x86-64 server CPU since 2008 (Nehalem) and
 #             what the major distributions now require; the installed package and a plain
-#             configure. Node searches use their scalar / SWAR code (node_search.h); PACTree
-#             still picks its AVX2 fingerprint match at run time (a target("avx2") function).
+#             configure. Node searches use their SSE4.2 / SWAR forms, except the integer-key
+#             lookups of LB+-Tree, FPTree and NBTree, which run an AVX2 form on a CPU with
+#             AVX2, chosen at open (target("avx2") entry points, docs/isa.md); PACTree picks its
+#             AVX2 fingerprint match at run time too (a target("avx2") function).
 #   avx2      x86-64-v2 plus AVX2 (Haswell, 2013): the vector node searches of LB+-Tree, FPTree
 #             and NBTree. The benchmark and CI presets use it; a binary built so refuses to
 #             open an index on a CPU without AVX2 (pmindex::isa_check) instead of faulting.

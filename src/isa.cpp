@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "pmindex/index.h"
@@ -68,6 +69,34 @@ void require_built_level() {
   if (why[0] == '\0') return;
   std::fprintf(stderr, "libpmindex: %s\n", why);
   _exit(132);
+}
+
+Level choose_search_level(const char* env, const CpuFeatures& cpu, char* warning,
+                          std::size_t size) {
+  if (size > 0) warning[0] = '\0';
+  const Level by_cpu = cpu.avx2 ? Level::avx2 : Level::baseline;
+  if (env == nullptr || env[0] == '\0' || std::strcmp(env, "auto") == 0) return by_cpu;
+  if (std::strcmp(env, "baseline") == 0) return Level::baseline;
+  if (std::strcmp(env, "avx2") == 0) {
+    if (by_cpu == Level::avx2) return Level::avx2;
+    std::snprintf(warning, size, "PMINDEX_ISA=avx2 but this CPU lacks AVX2; using x86-64-v2");
+    return by_cpu;
+  }
+  std::snprintf(warning, size,
+                "PMINDEX_ISA='%.40s' is not auto, baseline or avx2; ignored (using %s)", env,
+                by_cpu == Level::avx2 ? "x86-64-v2+avx2" : "x86-64-v2");
+  return by_cpu;
+}
+
+Level search_level() {
+  static const Level level = [] {
+    char warning[160];
+    const Level l = choose_search_level(std::getenv("PMINDEX_ISA"), this_cpu(), warning,
+                                        sizeof warning);
+    if (warning[0] != '\0') std::fprintf(stderr, "libpmindex: %s\n", warning);
+    return l;
+  }();
+  return level;
 }
 
 namespace {

@@ -3,6 +3,7 @@
 // pmindex::isa_check() in pmindex/index.h.
 #pragma once
 
+#include <cstddef>
 #include <string_view>
 
 #include "pmindex/status.h"
@@ -32,5 +33,18 @@ Status check(Level level, const CpuFeatures& cpu);
 // initialisers; pm/runtime.cpp refers to it so that a static link keeps isa.cpp's object
 // (nothing else calls into it, and an archive member nobody refers to is not linked).
 void require_built_level();
+
+// The form of the run-time-dispatched hot searches (docs/isa.md: LB+-Tree, FPTree and NBTree
+// lookups): avx2 when this CPU has AVX2, baseline (SSE4.2) otherwise, unless the environment
+// variable PMINDEX_ISA says otherwise: "baseline" forces the baseline forms on any CPU (to test
+// them), "avx2" asks for AVX2 (granted only if the CPU has it), "auto" or unset chooses by the
+// CPU. Read once per process, at the first call; an unknown value or an avx2 request the CPU
+// cannot meet is reported on stderr (once) and the choice falls back to the CPU's. An index
+// reads this when it is opened and keeps its choice. Thread-safe.
+Level search_level();
+// search_level's rule for a PMINDEX_ISA value (nullptr: unset) and a CPU; a non-empty
+// *warning (size > 0) says why the value was not followed.
+Level choose_search_level(const char* env, const CpuFeatures& cpu, char* warning,
+                          std::size_t size);
 
 }  // namespace pmindex::isa

@@ -8,14 +8,16 @@
 # An AVX instruction is a VEX-encoded one (its mnemonic starts with "v": vmovdqu, vpcmpeqb,
 # vzeroupper, ...; verr/verw are not VEX) or one naming a ymm/zmm register. Allowed: the
 # functions named in ALLOWED below, each compiled with __attribute__((target("avx2"))) and
-# called only when __builtin_cpu_supports("avx2"). Prints the offending functions; exit 1 if
-# any, 2 on usage errors.
+# called only after a run-time CPU check (__builtin_cpu_supports("avx2"), isa::search_level();
+# docs/isa.md). Prints the offending functions; exit 1 if any, 2 on usage errors.
 set -euo pipefail
 (($#)) || { echo "usage: $0 FILE..." >&2; exit 2; }
 command -v objdump >/dev/null || { echo "objdump not found" >&2; exit 2; }
 
-# Demangled names (a prefix up to the parameter list) of the run-time-dispatched AVX2 code.
-ALLOWED='pmindex::pactree::\(anonymous namespace\)::match_avx2\('
+# Demangled names (a prefix up to the parameter list, anchored) of the run-time-dispatched AVX2
+# code: PACTree's fingerprint match and the AVX2 entry points of LB+-Tree, FPTree and NBTree
+# lookups (PMINDEX_AVX2_ENTRY, docs/isa.md), with g++'s .cold parts of them.
+ALLOWED='^(pmindex::pactree::\(anonymous namespace\)::match_avx2|pmindex::lbtree::LBTree<[0-9]+u>::find_word_avx2|pmindex::fptree::FPTree<[0-9]+u>::find_word_avx2|pmindex::nbtree::NBTree::find_u64_avx2)\('
 
 status=0
 for f in "$@"; do

@@ -62,11 +62,19 @@ namespace pmindex::index_common {
 
 // The probe of integer key words: the search key is below separator `sep`. Its compare is one
 // instruction, so child_index counts small nodes slot by slot for it (other probes compare
-// key bytes, where fewer compares win).
-struct WordProbe {
+// key bytes, where fewer compares win). kIsa: the form of node_search.h's vector count it
+// selects (WordProbeIsa<SearchIsa::avx2> only inside a target("avx2") entry point, docs/isa.md).
+template <SearchIsa kIsaArg>
+struct WordProbeIsa {
+  static constexpr SearchIsa kIsa = kIsaArg;
   std::uint64_t word;
   bool operator()(std::uint64_t sep) const { return word < sep; }
 };
+using WordProbe = WordProbeIsa<kBuiltIsa>;
+template <class P>
+inline constexpr bool kIsWordProbe = false;
+template <SearchIsa I>
+inline constexpr bool kIsWordProbe<WordProbeIsa<I>> = true;
 
 class InnerTree {
  public:
@@ -213,7 +221,7 @@ class InnerTree {
   // (count_u64_window clamps a torn count), so descend needs no separate bound test.
   template <unsigned kKeys, class ProbeLess>
   static constexpr bool kClampsCount =
-      kKeys != 0 && kKeys <= kLinearKeys && std::is_same_v<ProbeLess, WordProbe>;
+      kKeys != 0 && kKeys <= kLinearKeys && kIsWordProbe<ProbeLess>;
   template <unsigned kKeys, class ProbeLess>
   unsigned child_index(const Node* n, unsigned cnt, ProbeLess probe_less) const;
   // All lines of a node at once: the binary search would otherwise miss on them one by one.
@@ -257,11 +265,12 @@ template <unsigned kKeys, class ProbeLess>
   // docs/performance-history.md).
   const std::uint64_t* k = keys(n);
   const auto sep = [k](unsigned i) { return optimistic_read(k[i]) ^ kSignBias; };
-  constexpr bool kWords = std::is_same_v<ProbeLess, WordProbe>;
+  constexpr bool kWords = kIsWordProbe<ProbeLess>;
   if constexpr (kWords && kKeys != 0) {
     // Capacity known: node_search.h's vector window. It reads up to 16 words past the count;
     // they stay inside the node, whose children follow its keys.
-    return count_u64_not_above<kKeys, /*kBiased=*/true>(k, cnt, probe_less.word);
+    return count_u64_not_above<kKeys, /*kBiased=*/true, ProbeLess::kIsa>(k, cnt,
+                                                                         probe_less.word);
   } else {
     constexpr unsigned kWindow = kWords ? kLinearKeys : 0;
     return count_not_above<kWindow>(cnt, kKeys != 0 ? kKeys : max_keys_, sep, probe_less);

@@ -15,6 +15,7 @@
 #include "index/common/recovery_frame.h"
 #include "index/common/traits.h"
 #include "index/fptree/fptree_smo.h"
+#include "isa.h"
 
 namespace pmindex::fptree {
 
@@ -42,6 +43,7 @@ void FPTree<N>::attach(Root* r) {
   keys_.configure(pool_.get(), static_cast<KeyType>(r->key_mode), r->max_key_size);
   values_.configure(pool_.get(), r->max_value_size == 0 ? 8 : r->max_value_size);
   has_records_ = keys_.bytes_mode() || !values_.inline_values();
+  search_avx2_ = isa::search_level() == isa::Level::avx2;
   logs_ = pool_->at<MicroLog>(r->logs);
   inner_.init_single(head_ = r->head);
 }

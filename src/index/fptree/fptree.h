@@ -145,13 +145,23 @@ class FPTree final : public Index {
   MicroLog* my_log() const;
   // Slot of p's key in leaf l, or kNone (reads under the caller's lock or seqlock).
   int find_slot(const LeafT* l, const Probe& p) const;
-  template <class Match>
+  // I: the form of the fingerprint compare (docs/isa.md; avx2 only under find_word_avx2).
+  template <index_common::SearchIsa I = index_common::kBuiltIsa, class Match>
   int find_slot_if(const LeafT* l, std::uint8_t fp, Match match) const;
+  template <index_common::SearchIsa I = index_common::kBuiltIsa>
   static std::uint64_t fp_candidates(const LeafT* l, std::uint8_t fp);  // bit s: fps match
   std::pair<std::uint64_t, std::uint64_t> descend_read(const Probe& p) const;
-  std::pair<std::uint64_t, std::uint64_t> descend_word(std::uint64_t word) const;  // integer keys
+  template <index_common::SearchIsa I = index_common::kBuiltIsa>  // integer keys
+  [[gnu::always_inline]] inline std::pair<std::uint64_t, std::uint64_t> descend_word(
+      std::uint64_t word) const;
   std::optional<std::uint64_t> on_leaf(std::uint64_t leaf) const;  // descend's leaf step
-  [[gnu::noinline]] Code find_word(std::string_view key, std::string* value) const;  // !has_records_
+  // !has_records_: find_word_t in the two forms of the inner and fingerprint searches
+  // (docs/isa.md), chosen by search_avx2_.
+  template <index_common::SearchIsa I>
+  [[gnu::always_inline]] inline Code find_word_t(std::string_view key, std::string* value) const;
+  [[gnu::noinline]] Code find_word(std::string_view key, std::string* value) const;
+  PMINDEX_AVX2_ENTRY [[gnu::noinline]] Code find_word_avx2(std::string_view key,
+                                                           std::string* value) const;
   [[gnu::noinline]] Code find_general(std::string_view key, std::string* value) const;
   // find_batch without records: InnerTree::descend_batch, then the leaf searches in one pass.
   void find_batch_word(const std::string_view* keys, std::string* values, Code* codes,
@@ -217,6 +227,7 @@ class FPTree final : public Index {
   RecoveryStats recovery_;
   bool closed_ = false;
   bool has_records_ = false;              // bytes keys or out-of-line values
+  bool search_avx2_ = false;  // find's search form: isa::search_level() at open (docs/isa.md)
   std::atomic<std::uint64_t> tags_{std::random_device{}()};
   mutable sync::EpochManager epochs_;     // last member: its deleters use pool_
 };

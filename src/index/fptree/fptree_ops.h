@@ -51,19 +51,17 @@ MicroLog* FPTree<N>::my_log() const {
 // With AVX2 and N a multiple of 32, 32 fingerprints per compare (the 64-entry leaf's SWAR
 // took ~180 instructions a lookup, issue 16); the vector load of seqlock data is safe for
 // the reasons node_search.h gives (the result is used only after the leaf's version
-// validates), and a ThreadSanitizer build or one at the baseline PMINDEX_ISA (x86-64-v2,
-// README "Minimum CPU") takes the SWAR path.
+// validates). I: the AVX2 form is compiled only where I is avx2 (find_word_avx2 in a baseline
+// build, docs/isa.md; every caller in a PMINDEX_ISA=avx2 build); the baseline form and a
+// ThreadSanitizer build take the SWAR path.
 template <unsigned N>
+template <index_common::SearchIsa I>
 std::uint64_t FPTree<N>::fp_candidates(const LeafT* l, std::uint8_t fp) {
   std::uint64_t cand = 0;
 #if defined(PMINDEX_NODE_SEARCH_AVX2)
-  if constexpr (N % 32 == 0) {
-    const __m256i f = _mm256_set1_epi8(static_cast<char>(fp));
-    for (unsigned g = 0; g < N / 32; ++g) {
-      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(l->fps + 4 * g));
-      const auto m = static_cast<std::uint32_t>(_mm256_movemask_epi8(_mm256_cmpeq_epi8(x, f)));
-      cand |= std::uint64_t{m} << (32 * g);
-    }
+  if constexpr (I == index_common::SearchIsa::avx2 && N % 32 == 0) {
+    for (unsigned g = 0; g < N / 32; ++g)
+      cand |= std::uint64_t{index_common::avx2::match_bytes(l->fps + 4 * g, fp)} << (32 * g);
     return cand;
   }
 #endif
@@ -73,9 +71,9 @@ std::uint64_t FPTree<N>::fp_candidates(const LeafT* l, std::uint8_t fp) {
 }
 
 template <unsigned N>
-template <class Match>
+template <index_common::SearchIsa I, class Match>
 int FPTree<N>::find_slot_if(const LeafT* l, std::uint8_t fp, Match match) const {
-  std::uint64_t cand = fp_candidates(l, fp);
+  std::uint64_t cand = fp_candidates<I>(l, fp);
   for (cand &= optimistic_read(l->bitmap) & LeafT::kFullMask; cand != 0; cand &= cand - 1) {
     const auto s = static_cast<unsigned>(std::countr_zero(cand));
     if (match(slot_word(&l->kv[s][0]))) return static_cast<int>(s);
@@ -101,8 +99,9 @@ std::pair<std::uint64_t, std::uint64_t> FPTree<N>::descend_read(const Probe& p) 
 
 // The inner capacity is a constant here (inner_keys_for(N)): unrolled node search.
 template <unsigned N>
+template <index_common::SearchIsa I>
 std::pair<std::uint64_t, std::uint64_t> FPTree<N>::descend_word(std::uint64_t word) const {
-  return inner_.descend<inner_keys_for(N)>(index_common::WordProbe{word},
+  return inner_.descend<inner_keys_for(N)>(index_common::WordProbeIsa<I>{word},
                                            [&](std::uint64_t leaf) { return on_leaf(leaf); });
 }
 
@@ -186,7 +185,7 @@ std::optional<sync::EpochManager::Guard> FPTree<N>::pin_for_records() const {
 // Two out-of-line bodies behind one test, so that neither pays the other's set-up.
 template <unsigned N>
 Code FPTree<N>::find(std::string_view key, std::string* value) const {
-  if (!has_records_) return find_word(key, value);
+  if (!has_records_) return search_avx2_ ? find_word_avx2(key, value) : find_word(key, value);
   return find_general(key, value);
 }
 
@@ -195,12 +194,25 @@ Code FPTree<N>::find(std::string_view key, std::string* value) const {
 // leaf validated.
 template <unsigned N>
 Code FPTree<N>::find_word(std::string_view key, std::string* value) const {
+  return find_word_t<index_common::SearchIsa::baseline>(key, value);
+}
+
+// The only FPTree code a baseline build compiles with AVX2 (docs/isa.md).
+template <unsigned N>
+PMINDEX_AVX2_ENTRY Code FPTree<N>::find_word_avx2(std::string_view key,
+                                                  std::string* value) const {
+  return find_word_t<index_common::SearchIsa::avx2>(key, value);
+}
+
+template <unsigned N>
+template <index_common::SearchIsa I>
+Code FPTree<N>::find_word_t(std::string_view key, std::string* value) const {
   if (Code c = keys_.check(key); c != Code::ok) return c;
   const Probe p = keys_.probe_word(key);
   for (;;) {
-    const auto [off, v] = descend_word(p.word);
+    const auto [off, v] = descend_word<I>(p.word);
     const LeafT* l = leaf_at(off);
-    const int s = find_slot_if(l, p.fp, [w = p.word](std::uint64_t k) { return k == w; });
+    const int s = find_slot_if<I>(l, p.fp, [w = p.word](std::uint64_t k) { return k == w; });
     const std::uint64_t word = s != kNone ? slot_word(&l->kv[s][1]) : 0;
     if (!versions_->unchanged(off, v)) {
       index_common::olc_pause();

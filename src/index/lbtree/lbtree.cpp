@@ -10,6 +10,7 @@
 #include "index/common/recovery_frame.h"
 #include "index/lbtree/lbtree_ops.h"
 #include "index/lbtree/lbtree_smo.h"
+#include "isa.h"
 
 namespace pmindex::lbtree {
 
@@ -32,6 +33,7 @@ void LBTree<M>::init_dram() {
   keys_.configure(pool_.get(), static_cast<KeyType>(root_->key_mode), root_->max_key_size);
   max_value_ = root_->max_value_size;
   inline_values_ = max_value_ == 8;
+  search_avx2_ = isa::search_level() == isa::Level::avx2;
   inner_.init_single(head_);
 }
 

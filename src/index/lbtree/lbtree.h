@@ -190,7 +190,14 @@ class LBTree final : public Index {
   SlotRef find_slot(LeafT* l, const Probe& p) const;
   template <class Match>
   SlotRef find_slot_if(LeafT* l, std::uint8_t fp, Match match) const;
-  [[gnu::noinline]] Code find_word(std::string_view key, std::string* value) const;  // u64/f64, inline values
+  // u64/f64 keys, inline values: find_word_t in the two forms of the inner search
+  // (docs/isa.md), chosen by search_avx2_.
+  template <index_common::SearchIsa I>
+  [[gnu::always_inline]] inline Code find_word_t(std::string_view key, std::string* value) const;
+  // flatten: the key check inlined into both (g++ otherwise kept it a call, ~9 instructions).
+  [[gnu::noinline, gnu::flatten]] Code find_word(std::string_view key, std::string* value) const;
+  PMINDEX_AVX2_ENTRY [[gnu::noinline, gnu::flatten]] Code find_word_avx2(std::string_view key,
+                                                                         std::string* value) const;
   [[gnu::noinline]] Code find_general(std::string_view key, std::string* value) const;
   // find_batch for integer keys with inline values: InnerTree::descend_batch, then the leaf
   // searches of the batch in one pass (their lines were prefetched a round earlier).
@@ -201,7 +208,9 @@ class LBTree final : public Index {
                           std::size_t n) const;
   bool leaf_empty(LeafT* l) const;
   std::pair<std::uint64_t, std::uint64_t> descend_read(const Probe& p) const;
-  std::pair<std::uint64_t, std::uint64_t> descend_word(std::uint64_t word) const;  // integer keys
+  template <index_common::SearchIsa I = index_common::kBuiltIsa>  // integer keys
+  [[gnu::always_inline]] inline std::pair<std::uint64_t, std::uint64_t> descend_word(
+      std::uint64_t word) const;
   std::optional<std::uint64_t> on_leaf(std::uint64_t leaf) const;  // descend's leaf step
   // Locks the leaf covering p for writing; *hint (if given) gets the descent's level-1 node
   // for a split that follows (InnerTree::insert_separator_hinted).
@@ -273,6 +282,8 @@ class LBTree final : public Index {
   std::uint64_t head_ = 0;
   index_common::KeyCodec keys_;
   bool inline_values_ = true;
+  // find's form of the inner search (isa::search_level() when the tree was opened, docs/isa.md).
+  bool search_avx2_ = false;
   std::uint32_t max_value_ = 8;
   pm::DramArena arena_;
   index_common::InnerTree inner_;

@@ -122,8 +122,9 @@ std::pair<std::uint64_t, std::uint64_t> LBTree<M>::descend_read(const Probe& p) 
 }
 
 template <unsigned M>
+template <index_common::SearchIsa I>
 std::pair<std::uint64_t, std::uint64_t> LBTree<M>::descend_word(std::uint64_t word) const {
-  return inner_.descend<kInnerKeys>(index_common::WordProbe{word},
+  return inner_.descend<kInnerKeys>(index_common::WordProbeIsa<I>{word},
                                     [&](std::uint64_t leaf) { return on_leaf(leaf); });
 }
 
@@ -181,7 +182,8 @@ void LBTree<M>::unlock_leaf(std::uint64_t off, bool pm_bit_clear) {
 // Two out-of-line bodies behind one test, so that neither pays the other's set-up.
 template <unsigned M>
 Code LBTree<M>::find(std::string_view key, std::string* value) const {
-  if (!keys_.bytes_mode() && inline_values_) return find_word(key, value);
+  if (!keys_.bytes_mode() && inline_values_)
+    return search_avx2_ ? find_word_avx2(key, value) : find_word(key, value);
   return find_general(key, value);
 }
 
@@ -210,10 +212,23 @@ Code LBTree<M>::find_general(std::string_view key, std::string* value) const {
 // and the value word goes straight into the caller's string once the leaf validated.
 template <unsigned M>
 Code LBTree<M>::find_word(std::string_view key, std::string* value) const {
+  return find_word_t<index_common::SearchIsa::baseline>(key, value);
+}
+
+// The only LB+-Tree code a baseline build compiles with AVX2 (docs/isa.md).
+template <unsigned M>
+PMINDEX_AVX2_ENTRY Code LBTree<M>::find_word_avx2(std::string_view key,
+                                                  std::string* value) const {
+  return find_word_t<index_common::SearchIsa::avx2>(key, value);
+}
+
+template <unsigned M>
+template <index_common::SearchIsa I>
+Code LBTree<M>::find_word_t(std::string_view key, std::string* value) const {
   if (Code c = keys_.check(key); c != Code::ok) return c;
   const Probe p = keys_.probe_word(key);
   for (;;) {
-    const auto [off, v] = descend_word(p.word);
+    const auto [off, v] = descend_word<I>(p.word);
     LeafT* l = leaf_at(off);  // its lines were prefetched by descend_word
     const SlotRef r =
         find_slot_if(l, p.fp, [w = p.word](std::uint64_t k) { return k == w; });

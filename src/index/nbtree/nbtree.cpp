@@ -12,6 +12,7 @@
 #include "index/common/prefetch.h"
 #include "index/common/reclaim.h"
 #include "index/nbtree/nbtree.h"
+#include "isa.h"
 
 namespace pmindex::nbtree {
 
@@ -55,6 +56,7 @@ NBTree::NBTree(std::unique_ptr<pm::Pool> pool, std::uint32_t node_size, std::uin
   key_mode_ = pool_->info().layout.key_mode;
   keys_.configure(pool_.get(), key_mode_, max_key);
   bytes_ = keys_.bytes_mode();
+  search_avx2_ = isa::search_level() == isa::Level::avx2;
   if (bytes_) first_low_ = seps_.make("");  // "" is the smallest key
 }
 
@@ -205,13 +207,21 @@ std::uint8_t NBTree::fingerprint(std::uint64_t key) {
 namespace {
 using index_common::prefetch_lines;
 
-struct U64Order {
+// kIsa: the form of the inner nodes' vector count (node_search.h, docs/isa.md).
+template <index_common::SearchIsa kIsaArg>
+struct U64OrderIsa {
+  static constexpr index_common::SearchIsa kIsa = kIsaArg;
   static constexpr std::memory_order kLoad = std::memory_order_relaxed;
   static constexpr unsigned kSearchWindow = 16;  // compares are cheap: count (node_search.h)
   std::uint64_t key;
   bool ge(std::uint64_t bound) const { return key >= bound; }
   bool above(std::uint64_t high) const { return key > high; }
 };
+using U64Order = U64OrderIsa<index_common::kBuiltIsa>;
+template <class O>
+inline constexpr bool kIsU64Order = false;
+template <index_common::SearchIsa I>
+inline constexpr bool kIsU64Order<U64OrderIsa<I>> = true;
 struct BytesOrder {
   static constexpr std::memory_order kLoad = std::memory_order_acquire;
   static constexpr unsigned kSearchWindow = 0;  // compares read key bytes: binary steps only
@@ -293,7 +303,7 @@ template <class Order>
       // its result away.
       const int count = node->count.load(std::memory_order_relaxed);
       unsigned lo = 1;
-      if constexpr (std::is_same_v<Order, U64Order>) {
+      if constexpr (kIsU64Order<Order>) {
         // Integer keys: fixed binary steps over the 63 separators, then the vector window
         // (issue 16). It reads keys[1 .. 64] (keys[64] is children[0]: still inside the node)
         // and counts at most 63 whatever count a torn snapshot read, so no clamp is needed.
@@ -301,7 +311,7 @@ template <class Order>
                       std::atomic<std::uint64_t>::is_always_lock_free);
         static_assert(((Inner::kMaxFanout - 1) & Inner::kMaxFanout) == 0,
                       "count_u64_not_above's fixed steps (capacity 2^m - 1)");
-        lo += index_common::count_u64_not_above<Inner::kMaxFanout - 1>(
+        lo += index_common::count_u64_not_above<Inner::kMaxFanout - 1, false, Order::kIsa>(
             reinterpret_cast<const std::uint64_t*>(&node->keys[1]),
             static_cast<unsigned>(count) - 1u, order.key);
       } else {
@@ -330,7 +340,7 @@ int NBTree::find_slot(const Leaf* leaf, const Probe& p, std::uint64_t bitmap,
                 : find_slot_in<false>(leaf, p, bitmap, key_word);
 }
 
-template <bool kBytes>
+template <bool kBytes, index_common::SearchIsa I>
 [[gnu::always_inline]] inline int NBTree::find_slot_in(const Leaf* leaf, const Probe& p,
                                                        std::uint64_t bitmap,
                                                        std::uint64_t* key_word) const {
@@ -338,29 +348,27 @@ template <bool kBytes>
   if (committed == 0) return -1;
   std::uint64_t cand = 0;
 #if defined(PMINDEX_NODE_SEARCH_AVX2)
-  {
+  if constexpr (I == index_common::SearchIsa::avx2) {
     // 32 fingerprints per compare (the SWAR loop below took ~100 instructions a lookup, issue
     // 16). A vector load of words writers update with relaxed atomics is safe for the reasons
     // node_search.h gives: it only names candidate slots, each of which is then read with an
-    // acquire load and compared in full. A ThreadSanitizer build takes the SWAR loop.
-    const auto* v = reinterpret_cast<const __m256i*>(&leaf->fpw[0]);  // 64 B aligned
-    const __m256i f = _mm256_set1_epi8(static_cast<char>(p.fp));
-    const auto lo = static_cast<std::uint32_t>(
-        _mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_load_si256(v), f)));
-    const auto hi = static_cast<std::uint32_t>(
-        _mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_load_si256(v + 1), f)));
-    cand = (std::uint64_t{hi} << 32) | lo;
-  }
-#else
-  constexpr std::uint64_t kLow7 = 0x7f7f7f7f7f7f7f7full;
-  const std::uint64_t pattern = 0x0101010101010101ull * p.fp;
-  const int words = (64 - __builtin_clzll(committed) + 7) / 8;
-  for (int w = 0; w < words; ++w) {
-    const std::uint64_t x = leaf->fpw[w].load(std::memory_order_relaxed) ^ pattern;
-    const std::uint64_t zero = ~(((x & kLow7) + kLow7) | x | kLow7);  // 0x80 where x's byte is 0
-    cand |= (((zero >> 7) * 0x0102040810204080ull) >> 56) << (8 * w);
-  }
+    // acquire load and compared in full. The baseline form and a ThreadSanitizer build take
+    // the SWAR loop.
+    const auto* v = reinterpret_cast<const char*>(&leaf->fpw[0]);  // 64 B aligned
+    cand = (std::uint64_t{index_common::avx2::match_bytes(v + 32, p.fp)} << 32) |
+           index_common::avx2::match_bytes(v, p.fp);
+  } else
 #endif
+  {
+    constexpr std::uint64_t kLow7 = 0x7f7f7f7f7f7f7f7full;
+    const std::uint64_t pattern = 0x0101010101010101ull * p.fp;
+    const int words = (64 - __builtin_clzll(committed) + 7) / 8;
+    for (int w = 0; w < words; ++w) {
+      const std::uint64_t x = leaf->fpw[w].load(std::memory_order_relaxed) ^ pattern;
+      const std::uint64_t zero = ~(((x & kLow7) + kLow7) | x | kLow7);  // 0x80 where x's byte is 0
+      cand |= (((zero >> 7) * 0x0102040810204080ull) >> 56) << (8 * w);
+    }
+  }
   cand &= committed;
   const Entry* e = entries(leaf);
   while (cand != 0) {
@@ -597,11 +605,11 @@ Code NBTree::find_in_leaf(Leaf* leaf, const Probe& p, std::uint64_t* word) const
   return bytes_ ? find_in_leaf_t<true>(leaf, p, word) : find_in_leaf_t<false>(leaf, p, word);
 }
 
-template <bool kBytes>
+template <bool kBytes, index_common::SearchIsa I>
 [[gnu::always_inline]] inline Code NBTree::find_in_leaf_t(Leaf* leaf, const Probe& p,
                                                           std::uint64_t* word) const {
   std::uint64_t key = 0;
-  int slot = find_slot_in<kBytes>(leaf, p, leaf->bitmap.load(std::memory_order_acquire), &key);
+  int slot = find_slot_in<kBytes, I>(leaf, p, leaf->bitmap.load(std::memory_order_acquire), &key);
   if (slot < 0) return Code::not_found;
   for (;;) {
     std::uint64_t k = 0;
@@ -720,6 +728,21 @@ Code NBTree::update_once(std::string_view key, std::string_view value) {
 // slot read inlined, the value written straight into the caller's string. Key 0, f64 keys
 // (their NaN check), byte-string keys and malformed keys take find_general.
 Code NBTree::find(std::string_view key, std::string* value) const {
+  return search_avx2_ ? find_u64_avx2(key, value) : find_u64_baseline(key, value);
+}
+
+Code NBTree::find_u64_baseline(std::string_view key, std::string* value) const {
+  return find_u64<index_common::SearchIsa::baseline>(key, value);
+}
+
+// The only NBTree code a baseline build compiles with AVX2 (docs/isa.md).
+PMINDEX_AVX2_ENTRY Code NBTree::find_u64_avx2(std::string_view key, std::string* value) const {
+  return find_u64<index_common::SearchIsa::avx2>(key, value);
+}
+
+template <index_common::SearchIsa I>
+[[gnu::always_inline]] inline Code NBTree::find_u64(std::string_view key,
+                                                    std::string* value) const {
   if (key_mode_ != KeyType::u64 || key.size() != 8) [[unlikely]] return find_general(key, value);
   std::uint64_t be;
   std::memcpy(&be, key.data(), 8);
@@ -730,7 +753,7 @@ Code NBTree::find(std::string_view key, std::string* value) const {
   p.fp = fingerprint(p.word);
   auto guard = epochs_.pin();
   std::uint64_t word = 0;
-  const Code c = find_in_leaf_t<false>(descend(U64Order{p.word}), p, &word);
+  const Code c = find_in_leaf_t<false, I>(descend(U64OrderIsa<I>{p.word}), p, &word);
   if (c == Code::ok && value != nullptr) read_value(word, value);
   return c;
 }

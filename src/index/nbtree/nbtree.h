@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "index/common/key_codec.h"
+#include "index/common/node_search.h"
 #include "index/common/root_stamp.h"
 #include "index/common/separator_store.h"
 #include "index/nbtree/layout.h"
@@ -329,7 +330,8 @@ class NBTree final : public Index {
   // The committed slot holding the key, or -1; *key_word: the slot's key word.
   int find_slot(const Leaf* leaf, const Probe& p, std::uint64_t bitmap,
                 std::uint64_t* key_word = nullptr) const;
-  template <bool kBytes>
+  // I: the form of the fingerprint compare (docs/isa.md; avx2 only under find_u64_avx2).
+  template <bool kBytes, index_common::SearchIsa I = index_common::kBuiltIsa>
   int find_slot_in(const Leaf* leaf, const Probe& p, std::uint64_t bitmap,
                    std::uint64_t* key_word) const;
   // Reads one committed slot: key, value, key again (a delete clears the key before it clears
@@ -358,9 +360,17 @@ class NBTree final : public Index {
   Code remove_key(const Probe& p);
   Code find_word(const Probe& p, std::uint64_t* word) const;
   Code find_in_leaf(Leaf* leaf, const Probe& p, std::uint64_t* word) const;  // find_word's leaf part
-  template <bool kBytes>
+  template <bool kBytes, index_common::SearchIsa I = index_common::kBuiltIsa>
   Code find_in_leaf_t(Leaf* leaf, const Probe& p, std::uint64_t* word) const;
   Code find_general(std::string_view key, std::string* value) const;  // find's uncommon keys
+  // find's integer-key path in the two forms of the inner and fingerprint searches
+  // (docs/isa.md), chosen by search_avx2_. Both out of line: with one form inlined, find
+  // saved its registers before the test (19 instructions where a tail call takes 3).
+  template <index_common::SearchIsa I>
+  [[gnu::always_inline]] inline Code find_u64(std::string_view key, std::string* value) const;
+  [[gnu::noinline]] Code find_u64_baseline(std::string_view key, std::string* value) const;
+  PMINDEX_AVX2_ENTRY [[gnu::noinline]] Code find_u64_avx2(std::string_view key,
+                                                          std::string* value) const;
   void begin_write(Leaf* leaf, int slot) const;
   void end_write(Leaf* leaf, int slot, const void* line) const;
   bool enter_write(Leaf* leaf, int slot) const;  // W2: false if the leaf is sealed
@@ -442,6 +452,7 @@ class NBTree final : public Index {
   pm::Mode mode_ = pm::Mode::adr;
   pm::KeyMode key_mode_ = pm::KeyMode::u64;
   bool bytes_ = false;  // key_mode_ == bytes
+  bool search_avx2_ = false;  // find's search form: isa::search_level() at open (docs/isa.md)
   std::uint64_t first_low_ = 1;  // the first leaf's low: 1 (u64) or the bound ""
   std::uint32_t node_size_;
   int cap_;

@@ -255,9 +255,28 @@ TEST(InnerTreeHint, FreshHintInsertsAndStaleHintIsRefused) {
 #error "test_inner_tree_baseline must compile node_search.h's SSE4.2 form"
 #endif
 
+using pmindex::index_common::SearchIsa;
+
+// count_u64_window in form I. The AVX2 form goes through a PMINDEX_AVX2_ENTRY function, as the
+// indexes' dispatched lookups do (docs/isa.md): in a build without -mavx2 (this file's
+// test_inner_tree_baseline) it is the only way to compile it.
+template <unsigned kSlots, bool kBiased>
+PMINDEX_AVX2_ENTRY [[gnu::noinline]] unsigned window_avx2(const std::uint64_t* k, unsigned cnt,
+                                                          std::uint64_t p) {
+  return pmindex::index_common::count_u64_window<kSlots, kBiased, SearchIsa::avx2>(k, cnt, p);
+}
+template <unsigned kSlots, bool kBiased, SearchIsa I>
+unsigned window(const std::uint64_t* k, unsigned cnt, std::uint64_t p) {
+  if constexpr (I == SearchIsa::avx2) {
+    return window_avx2<kSlots, kBiased>(k, cnt, p);
+  } else {
+    return pmindex::index_common::count_u64_window<kSlots, kBiased, I>(k, cnt, p);
+  }
+}
+
 // count_u64_window against a plain count, for every count and window size the descents use;
 // the words past cnt are garbage (small and huge) that must not be counted.
-template <unsigned kSlots>
+template <unsigned kSlots, SearchIsa I>
 void expect_window_counts(std::mt19937_64& rng) {
   for (int round = 0; round < 200; ++round) {
     alignas(64) std::uint64_t k[16];
@@ -272,9 +291,9 @@ void expect_window_counts(std::mt19937_64& rng) {
       for (std::uint64_t p : ps) {
         const auto want = static_cast<unsigned>(std::count_if(
             k, k + cnt, [p](std::uint64_t w) { return w <= p; }));
-        ASSERT_EQ(pmindex::index_common::count_u64_window<kSlots>(k, cnt, p), want)
+        ASSERT_EQ((window<kSlots, false, I>(k, cnt, p)), want)
             << "window " << kSlots << ", cnt " << cnt << ", probe " << p;
-        ASSERT_EQ((pmindex::index_common::count_u64_window<kSlots, true>(biased, cnt, p)), want)
+        ASSERT_EQ((window<kSlots, true, I>(biased, cnt, p)), want)
             << "biased window " << kSlots << ", cnt " << cnt << ", probe " << p;
       }
     }
@@ -283,7 +302,7 @@ void expect_window_counts(std::mt19937_64& rng) {
     for (unsigned cnt : {kSlots + 1, 17u, 31u, 32u, 33u, 47u, 1000u, ~0u}) {
       if (cnt <= kSlots) continue;
       for (std::uint64_t p : {std::uint64_t{0}, ~std::uint64_t{0}, rng()}) {
-        ASSERT_LE(pmindex::index_common::count_u64_window<kSlots>(k, cnt, p), kSlots)
+        ASSERT_LE((window<kSlots, false, I>(k, cnt, p)), kSlots)
             << "window " << kSlots << ", torn cnt " << cnt << ", probe " << p;
       }
     }
@@ -292,10 +311,19 @@ void expect_window_counts(std::mt19937_64& rng) {
 
 TEST(NodeSearch, WindowCountsLikeAPlainCount) {
   std::mt19937_64 rng(16);
-  expect_window_counts<3>(rng);
-  expect_window_counts<14>(rng);
-  expect_window_counts<15>(rng);
-  expect_window_counts<16>(rng);
+  expect_window_counts<3, SearchIsa::baseline>(rng);
+  expect_window_counts<14, SearchIsa::baseline>(rng);
+  expect_window_counts<15, SearchIsa::baseline>(rng);
+  expect_window_counts<16, SearchIsa::baseline>(rng);
+}
+
+TEST(NodeSearch, Avx2WindowCountsLikeAPlainCount) {
+  if (__builtin_cpu_supports("avx2") == 0) GTEST_SKIP() << "this CPU has no AVX2";
+  std::mt19937_64 rng(16);
+  expect_window_counts<3, SearchIsa::avx2>(rng);
+  expect_window_counts<14, SearchIsa::avx2>(rng);
+  expect_window_counts<15, SearchIsa::avx2>(rng);
+  expect_window_counts<16, SearchIsa::avx2>(rng);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fanouts, InnerTreeRouting,
