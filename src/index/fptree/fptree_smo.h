@@ -144,20 +144,26 @@ void FPTree<N>::try_merge(std::uint64_t off, const Probe& p) {
   inner_.path_to([&](std::uint64_t sep) { return keys_.below(p, sep); }, &path);
   const std::uint64_t prev = inner_.left_neighbour(path);
   const std::uint64_t pv = prev == 0 ? 0 : versions_->at(prev).peek();  // a try-lock: never wait (olc.h (2))
+  LeafT* l = leaf_at(off);
+  const auto n = static_cast<unsigned>(std::popcount(optimistic_read(l->bitmap) & LeafT::kFullMask));
+  // Too full together, judged before locking (an unvalidated read of the neighbour's bitmap,
+  // rechecked under its lock below): a delete that cannot merge then leaves the neighbour
+  // alone, its lock word included, so it writes one line as D1-D2 do.
+  auto too_full = [&] {
+    return n != 0 &&
+           std::popcount(optimistic_read(leaf_at(prev)->bitmap) & LeafT::kFullMask) + n > kMergeMax;
+  };
   if (prev == 0 || index_common::OptimisticLock::isLocked(pv) ||
-      index_common::OptimisticLock::isObsolete(pv) || !try_lock_leaf(prev, pv)) {
+      index_common::OptimisticLock::isObsolete(pv) || too_full() || !try_lock_leaf(prev, pv)) {
     smo.unlock();
     unlock_leaf(off);
     return;
   }
   LeafT* a = leaf_at(prev);
-  LeafT* l = leaf_at(off);
   if (link_off(optimistic_read(a->next)) != off)
     index_common::fatal("fptree", "remove: the inner tree's left neighbour is not the chain predecessor");
-  const auto n = static_cast<unsigned>(std::popcount(optimistic_read(l->bitmap) & LeafT::kFullMask));
-  if (n != 0 &&
-      std::popcount(optimistic_read(a->bitmap) & LeafT::kFullMask) + n > kMergeMax) {
-    smo.unlock();  // together too full: both stay
+  if (too_full()) {  // changed since the unlocked look: both stay
+    smo.unlock();
     unlock_leaf(prev);
     unlock_leaf(off);
     return;
