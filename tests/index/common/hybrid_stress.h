@@ -170,7 +170,8 @@ inline void run_neighbouring_ranges(const Options& o, double seconds,
     std::string got;
     while (!stop.load(std::memory_order_relaxed)) {
       for (std::uint64_t k = lo; k < lo + kRange; ++k)
-        if (idx.insert(encode_u64(k), encode_u64(k * 3)) != Code::ok) fail("insert", k);
+        if (const Code c = idx.insert(encode_u64(k), encode_u64(k * 3)); c != Code::ok)
+          fail(c == Code::pool_full ? "insert (pool_full)" : "insert", k);
       for (std::uint64_t k = lo; k < lo + kRange; k += 2)
         if (idx.remove(encode_u64(k)) != Code::ok) fail("remove", k);
       for (std::uint64_t k = lo; k < lo + kRange; ++k) {
