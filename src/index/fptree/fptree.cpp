@@ -190,7 +190,9 @@ Status FPTree<N>::rebuild(unsigned threads) {
 
 // R1: micro-logs. A split whose leaf is still full is rolled back (the new leaf is not marked,
 // so it is free again); otherwise S6 happened and the link S7 is (re)done. A delete whose
-// predecessor still points at the leaf is finished (D4 redone). Decides only: *relink gets
+// predecessor still points at the leaf is finished (D4 redone), and so is a merge (same log)
+// whose moved entries are valid in the predecessor (J5 redone); one whose are not is left
+// (rolled back). Decides only: *relink gets
 // the links to install, *dirty_logs the logs to clear (R3).
 template <unsigned N>
 Status FPTree<N>::replay_logs(Relink* relink, std::vector<unsigned>* dirty_logs) {
@@ -210,11 +212,29 @@ Status FPTree<N>::replay_logs(Relink* relink, std::vector<unsigned>* dirty_logs)
       }
     }
     if (g.delete_leaf != 0 && g.delete_prev != 0) {
-      if (!leaf_ok(g.delete_leaf) || !leaf_ok(g.delete_prev)) return bad("bad delete log offsets");
-      if (link_off(leaf_at(g.delete_prev)->next) == g.delete_leaf &&
-          (leaf_at(g.delete_leaf)->bitmap & LeafT::kFullMask) == 0) {
-        (*relink)[g.delete_prev] = leaf_at(g.delete_leaf)->next;
-        ++recovery_.repaired;
+      if (!leaf_ok(g.delete_leaf) || !leaf_ok(g.delete_prev) || g.delete_leaf == g.delete_prev)
+        return bad("bad delete log offsets");
+      const LeafT* a = leaf_at(g.delete_prev);
+      const LeafT* l = leaf_at(g.delete_leaf);
+      // Still linked (by a link carrying L's own tag; a damaged link is left for R2's tag
+      // check): L's valid entries are all valid in A too (J4 durable; vacuously for an empty
+      // L, D3) -> finish the unlink (D4 / J5 redone); none of them -> the merge did not
+      // commit (its copies sit in A's unused slots) -> nothing to do; some -> refused.
+      if (a->next == make_link(g.delete_leaf, l->tag)) {
+        unsigned in_a = 0, in_l = 0;
+        for (std::uint64_t m = l->bitmap & LeafT::kFullMask; m != 0; m &= m - 1, ++in_l) {
+          const std::uint64_t kw = l->kv[std::countr_zero(m)][0];
+          for (std::uint64_t ma = a->bitmap & LeafT::kFullMask; ma != 0; ma &= ma - 1)
+            if (a->kv[std::countr_zero(ma)][0] == kw) {
+              ++in_a;
+              break;
+            }
+        }
+        if (in_a != 0 && in_a != in_l) return bad("merge log: the two leaves share some keys");
+        if (in_a == in_l) {
+          (*relink)[g.delete_prev] = l->next;
+          ++recovery_.repaired;
+        }
       }
     }
   }

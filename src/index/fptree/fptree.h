@@ -10,8 +10,9 @@
 //     then marks the PM lock word as the paper does. Readers never write; they read leaf
 //     words with `optimistic_read` (acquire) and validate the version (the paper's lookups check the
 //     leaf lock instead; we validate a DRAM version because there is no HTM).
-//   * Lock order: leaf -> (left neighbour, try-lock only) -> InnerTree SMO mutex. Nobody waits
-//     for a leaf lock while holding the SMO mutex.
+//   * Lock order: leaf -> InnerTree SMO mutex -> left neighbour (try-lock only: removal of an
+//     empty leaf and merge of a sparse one). Nobody waits for a leaf lock while holding the
+//     SMO mutex.
 //   * Micro-logs: one entry per thread slot (pm::this_thread_slot), used only by that thread.
 //   * PM records (bytes keys, out-of-line values) are read by optimistic readers that may hold
 //     a stale slot, so a record that leaves the tree is retired through epoch-based
@@ -29,6 +30,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <optional>
@@ -36,6 +38,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "index/common/inner_tree.h"
@@ -49,6 +52,7 @@
 #include "index/fptree/leaf.h"
 #include "pmindex/index.h"
 #include "pmindex/pm/dram_arena.h"
+#include "pmindex/pm/persist.h"
 #include "pmindex/sync/epoch.h"
 
 namespace pmindex::fptree {
@@ -126,6 +130,21 @@ class FPTree final : public Index {
   ThreadScope attach_thread() override;
 
   std::uint64_t leaf_count() const;
+  // Leaf merges done since open (J1-J7; unlinks of empty leaves are not counted), for tests
+  // that must see merges happen (the crash suite's SmoTally, the pool-full tests).
+  std::uint64_t merges() const { return merges_.load(std::memory_order_relaxed); }
+
+  // Known-bad variant for the crash tests (a checker must be able to fail). Only in the
+  // tracing flavour (the crash simulator's build); elsewhere fault_ is a constant `none`.
+  enum class Fault : int {
+    none,
+    merge_unlink_first,  // J5 (the unlink) before J4 (the moved entries' bitmap NAW): a crash
+                         // in between loses the right leaf's keys
+  };
+  void set_fault_for_testing(Fault f) {
+    if (f != Fault::none && !pm::kTracing) std::abort();  // tracing flavour only
+    fault_ = f;
+  }
   // Seconds of the last recovery's rebuild (R1..R5: logs, chain walk, parallel leaf pass,
   // repairs, inner build); RecoveryStats::seconds is the whole open.
   double rebuild_seconds() const { return rebuild_seconds_; }
@@ -188,7 +207,16 @@ class FPTree final : public Index {
   // Makes room for p's key: splits the locked leaf `*off` if full and leaves *off locked
   // (the one covering p) with a free slot.
   Code make_room(std::uint64_t* off, const Probe& p);
-  void try_remove_leaf(std::uint64_t off, const Probe& p);  // D3..D6; unlocks off
+  // Merge thresholds (PROTOCOL.md J1-J7, "When"): a remove that leaves a non-head leaf with
+  // at most kMergeTrigger entries tries to fold it into its left neighbour, which happens when
+  // the two together hold at most kMergeMax (an empty leaf is always unlinked, D3-D6).
+  static constexpr unsigned kMergeTrigger = N / 3;      // 2, 5, 10, 21 of 8, 16, 32, 64
+  static constexpr unsigned kMergeMax = N * 3 / 4;      // 6, 12, 24, 48
+  static_assert(kMergeTrigger < N / 2 && kMergeMax < N && kMergeMax >= 2 * kMergeTrigger);
+  // The locked non-head leaf `off` holds at most kMergeTrigger entries: D3..D6 if it is
+  // empty, J1..J7 if it fits into its left neighbour, else nothing. Unlocks off.
+  void try_merge(std::uint64_t off, const Probe& p);
+  void merge_into(LeafT* a, const LeafT* l);  // J2..J5 (A and L locked, the log written)
   static void set_fp(LeafT* l, unsigned s, std::uint8_t fp);
   static std::uint8_t get_fp(const LeafT* l, unsigned s);
 
@@ -229,6 +257,12 @@ class FPTree final : public Index {
   bool has_records_ = false;              // bytes keys or out-of-line values
   bool search_avx2_ = false;  // find's search form: isa::search_level() at open (docs/isa.md)
   std::atomic<std::uint64_t> tags_{std::random_device{}()};
+  std::atomic<std::uint64_t> merges_{0};  // merges(); written under the inner tree's SMO mutex
+  struct NoFault {
+    constexpr operator Fault() const { return Fault::none; }
+    NoFault& operator=(Fault) { return *this; }
+  };
+  [[no_unique_address]] std::conditional_t<pm::kTracing, Fault, NoFault> fault_{};
   mutable sync::EpochManager epochs_;     // last member: its deleters use pool_
 };
 

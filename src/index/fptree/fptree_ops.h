@@ -424,8 +424,8 @@ Code FPTree<N>::remove(std::string_view key) {
   const std::uint64_t bm = optimistic_read(l->bitmap) & ~detail::bit(static_cast<unsigned>(s));
   detail::put(&l->bitmap, bm);  // D1: NAW - clear the slot's bitmap bit
   pm::persist(&l->bitmap, 8);   // D2
-  if (bm == 0 && off != head_) {
-    try_remove_leaf(off, p);    // D3..D6, unlocks
+  if (off != head_ && static_cast<unsigned>(std::popcount(bm)) <= kMergeTrigger) {
+    try_merge(off, p);          // D3..D6 or J1..J7 (or nothing); unlocks
   } else {
     unlock_leaf(off);
   }

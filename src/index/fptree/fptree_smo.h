@@ -1,9 +1,11 @@
-// FPTree structural changes with the per-thread micro-logs: leaf split (S1..S8) and removal
-// of an empty leaf (D3..D6). Included only by fptree.cpp. Steps: PROTOCOL.md.
+// FPTree structural changes with the per-thread micro-logs: leaf split (S1..S8), removal of
+// an empty leaf (D3..D6) and merge of a sparse leaf into its left neighbour (J1..J7).
+// Included only by fptree.cpp. Steps: PROTOCOL.md.
 #pragma once
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <vector>
 
 #include "index/common/hybrid_checks.h"
@@ -98,41 +100,100 @@ Code FPTree<N>::make_room(std::uint64_t* off, const Probe& p) {
   return Code::ok;
 }
 
-// The locked, non-head leaf `off` is empty: unlink it with the delete micro-log, drop it from
-// the inner tree and free it. Best effort: if the left neighbour is locked, the empty leaf
-// stays (a valid leaf; recovery removes it, R4).
+// J2..J5 on the locked leaves `a` (the chain predecessor) and `l`, with the delete micro-log
+// naming both (J1): `l`'s valid entries go into `a`'s free slots, one bitmap NAW validates
+// them in `a`, one link NAW unlinks `l`. The caller checked that they fit (at most kMergeMax).
 template <unsigned N>
-void FPTree<N>::try_remove_leaf(std::uint64_t off, const Probe& p) {
+void FPTree<N>::merge_into(LeafT* a, const LeafT* l) {
+  const std::uint64_t a_bm = optimistic_read(a->bitmap) & LeafT::kFullMask;
+  std::uint64_t free = ~a_bm & LeafT::kFullMask;
+  std::uint64_t moved = 0;
+  for (std::uint64_t m = optimistic_read(l->bitmap) & LeafT::kFullMask; m != 0; m &= m - 1) {
+    const auto s = static_cast<unsigned>(std::countr_zero(m));
+    const auto t = static_cast<unsigned>(std::countr_zero(free));  // in range: the caller counted
+    free &= free - 1;
+    // J2: the entry into a free slot of `a` (unused space) with its fingerprint (a free slot's
+    // byte of the fingerprint word: unused). Key and value records move with the slot.
+    detail::put(&a->kv[t][0], optimistic_read(l->kv[s][0]));
+    detail::put(&a->kv[t][1], optimistic_read(l->kv[s][1]));
+    set_fp(a, t, get_fp(l, s));
+    moved |= detail::bit(t);
+  }
+  pm::flush(a, sizeof(LeafT));  // J3: all of `a` that J2 wrote is durable before J4
+  pm::fence();
+  const std::uint64_t next = optimistic_read(l->next);
+  if (fault_ == Fault::merge_unlink_first) [[unlikely]] {
+    // Known-bad (tests only): the unlink commits before the moved entries are valid in `a`.
+    detail::put(&a->next, next);
+    pm::persist(&a->next, 8);
+  }
+  detail::put(&a->bitmap, a_bm | moved);  // J4: NAW - the moved entries valid in `a` (they
+  pm::persist(&a->bitmap, 8);             //     are in `l` too until J5: the log tells)
+  detail::put(&a->next, next);            // J5: NAW - unlink `l`
+  pm::persist(&a->next, 8);
+}
+
+// The locked non-head leaf `off` holds at most kMergeTrigger entries after a remove: unlink it
+// if it is empty (D3..D6), fold it into its left neighbour if both fit into kMergeMax entries
+// (J1..J7), else leave it. Best effort: if another writer holds the left neighbour, the leaf
+// stays (a valid, reachable leaf; an empty one is removed by recovery, R4). Unlocks `off`.
+template <unsigned N>
+void FPTree<N>::try_merge(std::uint64_t off, const Probe& p) {
   auto smo = inner_.smo_lock();
   index_common::InnerTree::Path path;
   inner_.path_to([&](std::uint64_t sep) { return keys_.below(p, sep); }, &path);
   const std::uint64_t prev = inner_.left_neighbour(path);
   const std::uint64_t pv = prev == 0 ? 0 : versions_->at(prev).peek();  // a try-lock: never wait (olc.h (2))
+  LeafT* l = leaf_at(off);
+  const auto n = static_cast<unsigned>(std::popcount(optimistic_read(l->bitmap) & LeafT::kFullMask));
+  // Too full together, judged before locking (an unvalidated read of the neighbour's bitmap,
+  // rechecked under its lock below): a delete that cannot merge then leaves the neighbour
+  // alone, its lock word included, so it writes one line as D1-D2 do.
+  auto too_full = [&] {
+    return n != 0 &&
+           std::popcount(optimistic_read(leaf_at(prev)->bitmap) & LeafT::kFullMask) + n > kMergeMax;
+  };
   if (prev == 0 || index_common::OptimisticLock::isLocked(pv) ||
-      index_common::OptimisticLock::isObsolete(pv) || !try_lock_leaf(prev, pv)) {
+      index_common::OptimisticLock::isObsolete(pv) || too_full() || !try_lock_leaf(prev, pv)) {
     smo.unlock();
     unlock_leaf(off);
     return;
   }
   LeafT* a = leaf_at(prev);
-  LeafT* l = leaf_at(off);
   if (link_off(optimistic_read(a->next)) != off)
     index_common::fatal("fptree", "remove: the inner tree's left neighbour is not the chain predecessor");
+  if (too_full()) {  // changed since the unlocked look: both stay
+    smo.unlock();
+    unlock_leaf(prev);
+    unlock_leaf(off);
+    return;
+  }
   MicroLog* log = my_log();
-  detail::put(&log->delete_leaf, off);  // D3: record leaf and predecessor in the delete log
+  detail::put(&log->delete_leaf, off);  // D3 / J1: record leaf and predecessor in the delete log
   detail::put(&log->delete_prev, prev);
   pm::persist(&log->delete_leaf, 16);
-  detail::put(&a->next, optimistic_read(l->next));  // D4: NAW - unlink
-  pm::persist(&a->next, 8);
-  detail::put(&log->delete_prev, 0);  // D5: clear the log before the block can be reused
+  if (n == 0) {
+    detail::put(&a->next, optimistic_read(l->next));  // D4: NAW - unlink
+    pm::persist(&a->next, 8);
+  } else {
+    merge_into(a, l);  // J2..J5
+    merges_.fetch_add(1, std::memory_order_relaxed);
+  }
+  detail::put(&log->delete_prev, 0);  // D5 / J6: clear the log before the block can be reused
   detail::put(&log->delete_leaf, 0);
   pm::persist(&log->delete_leaf, 16);
-  if (!inner_.remove_leaf(path, off)) index_common::fatal("fptree", "remove: leaf not in the inner tree");
+  // D6 / J7: the inner tree forgets `off`. A merged leaf's range must join `a` (its keys are
+  // there now); an empty one's may join either neighbour.
+  // (A bytes-mode separator copy that leaves the tree stays in seps_ until close, as before:
+  // writers descend without a pin, so it cannot be retired through the epochs.)
+  if (!inner_.remove_leaf(path, off, nullptr, /*join_left=*/n != 0))
+    index_common::fatal("fptree", "remove: leaf not in the inner tree");
   smo.unlock();
   unlock_leaf(prev);
   unlock_leaf(off, /*obsolete=*/true);
-  // D6: unreachable in PM and DRAM; freed after an epoch, since a pinned reader (bytes keys,
-  // out-of-line values) may still be reading L's key words before it validates L's version.
+  // D6 / J7: unreachable in PM and DRAM; freed after an epoch, since a pinned reader (bytes
+  // keys, out-of-line values) may still be reading L's key words before it validates L's
+  // version. A merged leaf's key and value records now belong to `a`: not freed.
   epochs_.retire(
       this, [](void* self, std::uint64_t block) {
         static_cast<FPTree*>(self)->pool_->allocator().deallocate(block, kBlock);

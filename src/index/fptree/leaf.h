@@ -20,7 +20,8 @@
 // MicroLog: one 32-byte entry per thread slot (two per line), in an array the root points to.
 //   [ 0, 8) split_leaf    leaf being split (0 = no split in progress)
 //   [ 8,16) split_new     the new leaf, once allocated (its block is owned through the log)
-//   [16,24) delete_leaf   empty leaf being unlinked (0 = none)
+//   [16,24) delete_leaf   leaf being unlinked, empty (D3-D6) or merged into delete_prev
+//                         (J1-J7) (0 = none)
 //   [24,32) delete_prev   its predecessor in the chain
 #pragma once
 

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <random>
 #include <string>
@@ -144,6 +145,76 @@ inline void run_two_thread_stress(const Options& o, std::uint64_t key_range, dou
   }
   std::printf("%s: %llu ops, %zu keys at the end\n", label.c_str(),
               static_cast<unsigned long long>(total.load()), all.size());
+}
+
+// Writer t owns keys [t R, (t + 1) R). A round: insert the range ascending (half-full leaves),
+// remove every other key (each leaf drops below the merge trigger: merges), check the rest
+// with find, remove the rest (empty leaves unlinked). A reader scans the whole key space (keys
+// strictly increasing, each key of the writer's even or odd class) and finds. Time-boxed.
+// `merges` reads the index's merge counter; the run fails unless merges happened. Keys are u64
+// in o.key_type's encoding (bytes mode: the same 8-byte strings, as key records).
+inline void run_neighbouring_ranges(const Options& o, double seconds,
+                                    const std::function<std::uint64_t(const Index&)>& merges,
+                                    const std::string& label) {
+  auto opened = Index::open(o);
+  ASSERT_TRUE(opened.ok()) << opened.status().to_string();
+  Index& idx = **opened;
+  constexpr std::uint64_t kRange = 600;
+  std::atomic<bool> stop{false};
+  std::atomic<int> failures{0};
+  auto fail = [&](const char* what, std::uint64_t k) {
+    if (failures.fetch_add(1) < 10) ADD_FAILURE() << what << " key " << k;
+  };
+  auto writer = [&](std::uint64_t t) {
+    const std::uint64_t lo = t * kRange + 1;
+    std::string got;
+    while (!stop.load(std::memory_order_relaxed)) {
+      for (std::uint64_t k = lo; k < lo + kRange; ++k)
+        if (const Code c = idx.insert(encode_u64(k), encode_u64(k * 3)); c != Code::ok)
+          fail(c == Code::pool_full ? "insert (pool_full)" : "insert", k);
+      for (std::uint64_t k = lo; k < lo + kRange; k += 2)
+        if (idx.remove(encode_u64(k)) != Code::ok) fail("remove", k);
+      for (std::uint64_t k = lo; k < lo + kRange; ++k) {
+        const Code c = idx.find(encode_u64(k), &got);
+        const bool kept = (k - lo) % 2 == 1;
+        if (c != (kept ? Code::ok : Code::not_found)) fail("find", k);
+        if (kept && c == Code::ok && got != encode_u64(k * 3)) fail("value", k);
+      }
+      for (std::uint64_t k = lo + 1; k < lo + kRange; k += 2)
+        if (idx.remove(encode_u64(k)) != Code::ok) fail("remove rest", k);
+    }
+  };
+  auto reader = [&] {
+    ScanBuffer buf;
+    std::string got;
+    std::uint64_t i = 0;
+    while (!stop.load(std::memory_order_relaxed)) {
+      const std::uint64_t start = (i++ * 97) % (2 * kRange);
+      idx.scan(encode_u64(start), 64, buf);
+      std::uint64_t prev = 0;
+      for (std::size_t j = 0; j < buf.size(); ++j) {
+        const std::uint64_t k = decode_u64(buf.key(j));
+        if (k < start || (j > 0 && k <= prev)) fail("scan order", k);
+        if (buf.value(j) != encode_u64(k * 3)) fail("scan value", k);
+        prev = k;
+      }
+      const std::uint64_t k = start + 1;
+      if (idx.find(encode_u64(k), &got) == Code::ok && got != encode_u64(k * 3))
+        fail("find value", k);
+    }
+  };
+  std::thread w0(writer, 0), w1(writer, 1), r(reader);
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  stop = true;
+  w0.join();
+  w1.join();
+  r.join();
+  EXPECT_EQ(failures.load(), 0);
+  const Status v = idx.verify();
+  EXPECT_TRUE(v.ok()) << v.to_string();
+  const std::uint64_t n = merges(idx);
+  std::printf("[%s] %llu merges\n", label.c_str(), static_cast<unsigned long long>(n));
+  EXPECT_GT(n, 0u) << label << ": the workload never merged";
 }
 
 }  // namespace pmindex::hybrid_test

@@ -1,9 +1,11 @@
 // FPTree against std::map with small leaves (8 entries = 192 B: a split every few inserts,
 // inner fanout 4), verify() after every operation, all three key types and every leaf size;
 // edge keys and values; out-of-place updates; empty-leaf removal returning space; reopen after
-// close and after a "crash"; verify() and recovery catching corruption.
+// close and after a "crash"; verify() and recovery catching corruption; sparse leaves merging
+// into their left neighbours (J1-J7) and recovery of each state a merge log can leave.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cstring>
 #include <map>
 #include <random>
@@ -273,6 +275,154 @@ TEST(FPTree, RecoveryAfterAnUncleanEndRefusesADamagedLink) {
     EXPECT_EQ(r.status().code(), Code::corrupted);
     EXPECT_NE(r.status().message().find(zero ? "end mark" : "tag of the leaf"), std::string::npos)
         << r.status().to_string();
+  }
+}
+
+template <unsigned N>
+const fptree::FPTree<N>& as_fptree(const Index& idx) {
+  return dynamic_cast<const fptree::FPTree<N>&>(idx);
+}
+
+// Issue 19, sparse case: ascending keys leave half-full leaves; removing every other key
+// thins them to the trigger and they merge into their left neighbours (J1-J7), giving back
+// blocks. Every leaf size's thresholds, u64 and bytes keys (key records move with their
+// slots), inline and out-of-line values (value records too): the kept keys read back, verify()
+// passes (invariant 5: PM bytes in use = reachable, so no record was freed or leaked), a
+// "crash" reopen recovers the same records, and removing the rest returns PM to the empty
+// tree's use.
+template <unsigned N>
+void sparse_merge(KeyType kt, std::uint32_t max_value) {
+  TempDir dir;
+  Options o = fp_options(sizeof(fptree::Leaf<N>), kt);
+  o.path = dir.file("merge.pool");
+  o.max_value_size = max_value;
+  const std::uint64_t n = 40 * N;
+  auto value_of = [&](std::uint64_t k) {
+    return max_value == 8 ? encode_u64(k * 5) : std::string(10 + k % 40, static_cast<char>('a' + k % 26));
+  };
+  std::uint64_t empty_bytes = 0;
+  {
+    auto idx = open_or_die(o);
+    ASSERT_NE(idx, nullptr);
+    empty_bytes = idx->footprint().pm_bytes;
+    for (std::uint64_t k = 0; k < n; ++k) ASSERT_EQ(idx->insert(encode_u64(k), value_of(k)), Code::ok);
+    const std::uint64_t leaves_full = as_fptree<N>(*idx).leaf_count();
+    for (std::uint64_t k = 0; k < n; k += 2) ASSERT_EQ(idx->remove(encode_u64(k)), Code::ok);
+    const std::uint64_t leaves_sparse = as_fptree<N>(*idx).leaf_count();
+    EXPECT_GT(as_fptree<N>(*idx).merges(), 0u);
+    // Pairs and threes of quarter-full leaves merge: well under two thirds stay.
+    EXPECT_LT(leaves_sparse * 3, leaves_full * 2) << leaves_full << " -> " << leaves_sparse;
+    ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
+    std::string got;
+    for (std::uint64_t k = 0; k < n; ++k) {
+      ASSERT_EQ(idx->find(encode_u64(k), &got), k % 2 == 1 ? Code::ok : Code::not_found) << k;
+      if (k % 2 == 1) ASSERT_EQ(got, value_of(k)) << k;
+    }
+  }  // no close(): recovery from an unclean end
+  auto idx = open_or_die(o);
+  ASSERT_NE(idx, nullptr);
+  EXPECT_EQ(idx->recovery_stats().records, n / 2);
+  ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
+  std::string got;
+  for (std::uint64_t k = 1; k < n; k += 2) {
+    ASSERT_EQ(idx->find(encode_u64(k), &got), Code::ok) << k;
+    ASSERT_EQ(got, value_of(k));
+  }
+  for (std::uint64_t k = 1; k < n; k += 2) ASSERT_EQ(idx->remove(encode_u64(k)), Code::ok);
+  ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
+  EXPECT_EQ(idx->footprint().pm_bytes, empty_bytes);
+}
+
+TEST(FPTree, SparseLeavesMergeIntoTheirLeftNeighbour) {
+  for (const KeyType kt : {KeyType::u64, KeyType::bytes}) {
+    for (const std::uint32_t mv : {8u, 64u}) {
+      SCOPED_TRACE(std::to_string(static_cast<int>(kt)) + " / " + std::to_string(mv));
+      sparse_merge<8>(kt, mv);
+      sparse_merge<16>(kt, mv);
+      sparse_merge<32>(kt, mv);
+      sparse_merge<64>(kt, mv);
+    }
+  }
+}
+
+// Hysteresis: a leaf just split does not merge back when one key leaves it, and a merged leaf
+// does not split at the next insert (PROTOCOL.md J1-J7, "When").
+TEST(FPTree, NoSplitMergePingPong) {
+  auto idx = open_or_die(fp_options(kSmall, KeyType::u64));
+  ASSERT_NE(idx, nullptr);
+  const auto& t = as_fptree<8>(*idx);
+  for (std::uint64_t k = 1; k <= 9; ++k) ASSERT_EQ(idx->insert(encode_u64(k), encode_u64(k)), Code::ok);
+  ASSERT_EQ(t.leaf_count(), 2u);  // 1..4 | 5..9
+  ASSERT_EQ(idx->remove(encode_u64(9)), Code::ok);
+  ASSERT_EQ(idx->remove(encode_u64(8)), Code::ok);
+  EXPECT_EQ(t.merges(), 0u);  // 3 left in the right leaf: above the trigger (2)
+  ASSERT_EQ(idx->remove(encode_u64(7)), Code::ok);
+  EXPECT_EQ(t.merges(), 1u);  // 4 + 2 <= 6: merged
+  EXPECT_EQ(t.leaf_count(), 1u);
+  ASSERT_EQ(idx->insert(encode_u64(7), encode_u64(7)), Code::ok);
+  ASSERT_EQ(idx->insert(encode_u64(8), encode_u64(8)), Code::ok);
+  EXPECT_EQ(t.leaf_count(), 1u);  // 8 of 8: full, not split until the next insert
+  ASSERT_TRUE(idx->verify().ok());
+}
+
+// R1 on a merge log, each state a crash can leave (built by hand in a live pool, then an
+// unclean end): the moved entries valid in A (J4 durable, J5 not) -> finished, L dropped;
+// copied but not valid (J4 not durable) -> rolled back, both leaves kept; and a state the
+// protocol never produces, only some of L's keys valid in A -> the pool is refused.
+TEST(FPTree, RecoveryOfAMergeLog) {
+  enum class Case { finished, rolled_back, damaged };
+  for (const Case c : {Case::finished, Case::rolled_back, Case::damaged}) {
+    SCOPED_TRACE(static_cast<int>(c));
+    TempDir dir;
+    Options o = fp_options(kSmall, KeyType::u64);
+    o.path = dir.file("mlog.pool");
+    {
+      auto idx = open_or_die(o);
+      ASSERT_NE(idx, nullptr);
+      for (std::uint64_t k = 1; k <= 12; ++k)
+        ASSERT_EQ(idx->insert(encode_u64(k), encode_u64(k * 3)), Code::ok);  // 1..4 | 5..12
+      for (std::uint64_t k = 1; k <= 3; ++k) ASSERT_EQ(idx->remove(encode_u64(k)), Code::ok);
+      for (std::uint64_t k = 5; k <= 8; ++k) ASSERT_EQ(idx->remove(encode_u64(k)), Code::ok);
+      ASSERT_EQ(as_fptree<8>(*idx).merges(), 0u);  // the head holds 1 entry, the right leaf 4
+      const pm::Pool& pool = idx->pool();
+      const std::uint64_t a_off = head_of(pool);
+      auto* a = pool.at<fptree::Leaf<8>>(a_off);
+      const std::uint64_t l_off = fptree::link_off(a->next);
+      const auto* l = pool.at<fptree::Leaf<8>>(l_off);
+      ASSERT_EQ(std::popcount(a->bitmap), 1);
+      ASSERT_EQ(std::popcount(l->bitmap), 4);
+      std::uint64_t moved = 0, free = ~a->bitmap & 0xff;
+      unsigned i = 0;
+      for (std::uint64_t m = l->bitmap; m != 0; m &= m - 1, ++i) {  // J2
+        const auto s = static_cast<unsigned>(std::countr_zero(m));
+        const auto t = static_cast<unsigned>(std::countr_zero(free));
+        free &= free - 1;
+        a->kv[t][0] = l->kv[s][0];
+        a->kv[t][1] = l->kv[s][1];
+        a->fps[0] = fptree::with_fp(a->fps[0], t, fptree::fp_of(l->fps[0], s));
+        if (c == Case::finished || (c == Case::damaged && i < 2)) moved |= std::uint64_t{1} << t;
+      }
+      a->bitmap |= moved;  // J4 (all, none, or half)
+      auto* log = pool.at<fptree::MicroLog>(pool.at<fptree::Root>(pool.root())->logs);
+      log[5].delete_leaf = l_off;  // J1 (any thread's entry)
+      log[5].delete_prev = a_off;
+    }  // no close()
+    auto r = Index::open(o);
+    if (c == Case::damaged) {
+      ASSERT_FALSE(r.ok());
+      EXPECT_EQ(r.status().code(), Code::corrupted);
+      EXPECT_NE(r.status().message().find("share some keys"), std::string::npos)
+          << r.status().to_string();
+      continue;
+    }
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    auto& idx = *r;
+    EXPECT_EQ(as_fptree<8>(*idx).leaf_count(), c == Case::finished ? 1u : 2u);
+    EXPECT_EQ(idx->recovery_stats().records, 5u);
+    ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
+    std::map<std::string, std::string> oracle;
+    for (std::uint64_t k : {4, 9, 10, 11, 12}) oracle[encode_u64(k)] = encode_u64(k * 3);
+    check_against(*idx, oracle);
   }
 }
 

@@ -8,6 +8,11 @@
 //    updates (U1-U4) including one in a full leaf (split first), deletes that empty a leaf
 //    and unlink it with the delete micro-log (D1-D6). The split and removal ops are checked
 //    with NO image budget, so every crash point of both micro-logs is recovered and checked.
+//  * CrashFPTreeMerges.*: a script that thins half-full leaves so that they merge into their
+//    left neighbours (J1-J7), which must happen in the explored run (SmoTally over
+//    FPTree::merges()), 8- and 16-entry leaves; one short merge checked at every crash point;
+//    and a known-bad variant of the merge (the unlink committed before the moved entries,
+//    FPTree::Fault::merge_unlink_first) that the same suite must catch.
 // Each image: recover through the registry, verify(), compare with the oracle (completed ops
 // present, the op in flight all or nothing), keep operating, check again.
 // Replay: PMINDEX_CRASH_REPLAY='<printed token>' ./test_fptree_crash
@@ -15,7 +20,9 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <iostream>
 
+#include "index/common/crash_kit.h"
 #include "index/common/hybrid_test_support.h"
 #include "index/fptree/fptree.h"
 
@@ -98,6 +105,106 @@ void run_steps(pm::Mode mode) {
 
 TEST(CrashFPTreeSteps, EveryPointAdr) { run_steps(pm::Mode::adr); }
 TEST(CrashFPTreeSteps, EveryPointEadr) { run_steps(pm::Mode::eadr); }
+
+// --- merges (J1-J7) ---
+
+template <unsigned N>
+fptree::FPTree<N>* as_fptree(Index& idx) { return dynamic_cast<fptree::FPTree<N>*>(&idx); }
+
+crash_kit::SmoTally::Levels merge_levels(const Index& idx) {
+  Index& i = const_cast<Index&>(idx);
+  std::uint64_t m = 0;
+  if (auto* t = as_fptree<8>(i)) {
+    m = t->merges();
+  } else if (auto* t16 = as_fptree<16>(i)) {
+    m = t16->merges();
+  } else {
+    ADD_FAILURE() << "not an 8- or 16-entry fptree";
+  }
+  return {{"merges", m}};
+}
+
+// Ascending inserts leave leaves half full (a split keeps the lower half and the next keys go
+// right); removing every other key then leaves each at a quarter, at the merge trigger, and its
+// left neighbour (already thinned or merged) takes its entries when they fit. A second pass
+// thins the merged leaves further (more merges, and empty-leaf unlinks).
+std::vector<WorkOp> merge_script(std::uint64_t s) {
+  std::vector<WorkOp> ops;
+  std::uint64_t v = 1000;
+  for (std::uint64_t k = 1; k <= 4 * s; ++k) ops.push_back({OpKind::insert, k, ++v});
+  for (std::uint64_t k = 1; k <= 4 * s; k += 2) ops.push_back({OpKind::remove, k, 0});
+  for (std::uint64_t k = 4; k <= 4 * s; k += 4) ops.push_back({OpKind::remove, k, 0});
+  ops.push_back({OpKind::scan, 1, 0});
+  return ops;
+}
+
+Options merge_options(std::uint32_t node_size, pm::Mode mode) {
+  Options o;
+  o.kind = "fptree";
+  o.node_size = node_size;
+  o.persistence = mode;
+  o.pool_size = 256 * 1024;
+  return o;
+}
+
+void run_merges(std::uint32_t node_size, std::uint64_t slots, pm::Mode mode) {
+  hybrid_test::ScriptedScenario scenario(merge_options(node_size, mode), 4 * slots + 1,
+                                         merge_script(slots));
+  crash_kit::SmoTally tally(merge_levels);
+  scenario.set_observer(tally.observer());
+  const std::string label =
+      "fptree_merges" + std::to_string(node_size) + "." + std::string(pm::to_string(mode));
+  hybrid_test::run_scripted(scenario, label, mode,
+                            {.splits = true, .removals = true, .smos = {"merges+"}}, {}, &tally);
+}
+
+TEST(CrashFPTreeMerges, Leaf8Adr) { run_merges(kLeaf8, 8, pm::Mode::adr); }
+TEST(CrashFPTreeMerges, Leaf8Eadr) { run_merges(kLeaf8, 8, pm::Mode::eadr); }
+TEST(CrashFPTreeMerges, Leaf16Adr) { run_merges(kLeaf16, 16, pm::Mode::adr); }
+TEST(CrashFPTreeMerges, Leaf16Eadr) { run_merges(kLeaf16, 16, pm::Mode::eadr); }
+
+// One merge, every crash point and candidate image (no budget): 8-entry leaves, 1..12
+// ascending (a split: the head keeps 1..4, the right leaf 5..12), then 5..10 removed: the right
+// leaf reaches the trigger (2 entries) and the two fit (6 <= kMergeMax): J1-J7.
+void run_one_merge(pm::Mode mode) {
+  std::vector<WorkOp> ops;
+  std::uint64_t v = 700;
+  for (std::uint64_t k = 1; k <= 12; ++k) ops.push_back({OpKind::insert, k, ++v});
+  for (std::uint64_t k = 5; k <= 10; ++k) ops.push_back({OpKind::remove, k, 0});
+  ops.push_back({OpKind::scan, 1, 0});
+  hybrid_test::ScriptedScenario scenario(merge_options(kLeaf8, mode), 13, std::move(ops));
+  crash_kit::SmoTally tally(merge_levels);
+  scenario.set_observer(tally.observer());
+  hybrid_test::run_scripted(scenario, "fptree_one_merge." + std::string(pm::to_string(mode)),
+                            mode, {.splits = true, .removals = true, .smos = {"merges+"}},
+                            /*images_budget=*/0, &tally);
+}
+
+TEST(CrashFPTreeMerges, EveryPointOfOneMergeAdr) { run_one_merge(pm::Mode::adr); }
+TEST(CrashFPTreeMerges, EveryPointOfOneMergeEadr) { run_one_merge(pm::Mode::eadr); }
+
+// The known-bad merge (FPTree::Fault::merge_unlink_first: the link NAW that unlinks the right
+// leaf is persisted before the bitmap NAW that validates its entries in the left one) loses the
+// right leaf's keys if a crash falls between the two stores: the suite must report it, in both
+// modes.
+void run_bad_merge(pm::Mode mode) {
+  hybrid_test::ScriptedScenario scenario(merge_options(kLeaf8, mode), 4 * 8 + 1, merge_script(8));
+  scenario.set_prepare([](Index& idx) {
+    auto* t = as_fptree<8>(idx);
+    ASSERT_NE(t, nullptr);
+    t->set_fault_for_testing(fptree::FPTree<8>::Fault::merge_unlink_first);
+  });
+  ExploreOptions opt = ExploreOptions::from_env(
+      "fptree_merges_bad." + std::string(pm::to_string(mode)), mode);
+  opt.max_failures = 1;  // one caught loss is the point; stop there
+  const ExploreReport r = explore(scenario, opt);
+  std::cout << opt.label << ": " << r.to_string() << "\n";
+  if (r.replay_skipped) GTEST_SKIP() << "PMINDEX_CRASH_REPLAY names another configuration";
+  EXPECT_FALSE(r.ok()) << "the crash suite did not catch the reordered merge";
+}
+
+TEST(CrashFPTreeMerges, KnownBadUnlinkFirstIsCaughtAdr) { run_bad_merge(pm::Mode::adr); }
+TEST(CrashFPTreeMerges, KnownBadUnlinkFirstIsCaughtEadr) { run_bad_merge(pm::Mode::eadr); }
 
 }  // namespace
 }  // namespace pmindex::crash
