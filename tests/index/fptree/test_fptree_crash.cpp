@@ -194,13 +194,9 @@ void run_bad_merge(pm::Mode mode) {
     ASSERT_NE(t, nullptr);
     t->set_fault_for_testing(fptree::FPTree<8>::Fault::merge_unlink_first);
   });
-  ExploreOptions opt = ExploreOptions::from_env(
-      "fptree_merges_bad." + std::string(pm::to_string(mode)), mode);
-  opt.max_failures = 1;  // one caught loss is the point; stop there
-  const ExploreReport r = explore(scenario, opt);
-  std::cout << opt.label << ": " << r.to_string() << "\n";
-  if (r.replay_skipped) GTEST_SKIP() << "PMINDEX_CRASH_REPLAY names another configuration";
-  EXPECT_FALSE(r.ok()) << "the crash suite did not catch the reordered merge";
+  hybrid_test::expect_scripted_caught(
+      scenario, "fptree_merges_bad." + std::string(pm::to_string(mode)), mode,
+      "the reordered merge");
 }
 
 TEST(CrashFPTreeMerges, KnownBadUnlinkFirstIsCaughtAdr) { run_bad_merge(pm::Mode::adr); }
