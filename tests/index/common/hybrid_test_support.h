@@ -226,6 +226,22 @@ struct ScriptedExpect {
   std::vector<std::string> smos = {};  // SMOs the script must run (with a SmoTally observing it)
 };
 
+// A script that makes sparse leaves merge (LB+-Tree J1-J6, FPTree J1-J7): 4s ascending
+// inserts leave leaves about half full (a split keeps the lower half and the next keys go
+// right); removing every other key leaves each at about a quarter, at or below the merge
+// trigger, so its left neighbour (already thinned or merged) takes its entries when they fit;
+// removing every fourth key thins the merged leaves further (more merges, and empty-leaf
+// unlinks); a scan ends it.
+inline std::vector<WorkOp> sparse_merge_script(std::uint64_t s) {
+  std::vector<WorkOp> ops;
+  std::uint64_t v = 1000;
+  for (std::uint64_t k = 1; k <= 4 * s; ++k) ops.push_back({OpKind::insert, k, ++v});
+  for (std::uint64_t k = 1; k <= 4 * s; k += 2) ops.push_back({OpKind::remove, k, 0});
+  for (std::uint64_t k = 4; k <= 4 * s; k += 4) ops.push_back({OpKind::remove, k, 0});
+  ops.push_back({OpKind::scan, 1, 0});
+  return ops;
+}
+
 // Explores `scenario`; images_budget 0 means every crash point and candidate image.
 inline void run_scripted(ScriptedScenario& scenario, const std::string& label, pm::Mode mode,
                          ScriptedExpect expect, std::optional<std::size_t> images_budget = {},

@@ -124,20 +124,6 @@ crash_kit::SmoTally::Levels merge_levels(const Index& idx) {
   return {{"merges", m}};
 }
 
-// Ascending inserts leave leaves half full (a split keeps the lower half and the next keys go
-// right); removing every other key then leaves each at a quarter, at the merge trigger, and its
-// left neighbour (already thinned or merged) takes its entries when they fit. A second pass
-// thins the merged leaves further (more merges, and empty-leaf unlinks).
-std::vector<WorkOp> merge_script(std::uint64_t s) {
-  std::vector<WorkOp> ops;
-  std::uint64_t v = 1000;
-  for (std::uint64_t k = 1; k <= 4 * s; ++k) ops.push_back({OpKind::insert, k, ++v});
-  for (std::uint64_t k = 1; k <= 4 * s; k += 2) ops.push_back({OpKind::remove, k, 0});
-  for (std::uint64_t k = 4; k <= 4 * s; k += 4) ops.push_back({OpKind::remove, k, 0});
-  ops.push_back({OpKind::scan, 1, 0});
-  return ops;
-}
-
 Options merge_options(std::uint32_t node_size, pm::Mode mode) {
   Options o;
   o.kind = "fptree";
@@ -149,7 +135,7 @@ Options merge_options(std::uint32_t node_size, pm::Mode mode) {
 
 void run_merges(std::uint32_t node_size, std::uint64_t slots, pm::Mode mode) {
   hybrid_test::ScriptedScenario scenario(merge_options(node_size, mode), 4 * slots + 1,
-                                         merge_script(slots));
+                                         hybrid_test::sparse_merge_script(slots));
   crash_kit::SmoTally tally(merge_levels);
   scenario.set_observer(tally.observer());
   const std::string label =
@@ -188,7 +174,8 @@ TEST(CrashFPTreeMerges, EveryPointOfOneMergeEadr) { run_one_merge(pm::Mode::eadr
 // right leaf's keys if a crash falls between the two stores: the suite must report it, in both
 // modes.
 void run_bad_merge(pm::Mode mode) {
-  hybrid_test::ScriptedScenario scenario(merge_options(kLeaf8, mode), 4 * 8 + 1, merge_script(8));
+  hybrid_test::ScriptedScenario scenario(merge_options(kLeaf8, mode), 4 * 8 + 1,
+                                         hybrid_test::sparse_merge_script(8));
   scenario.set_prepare([](Index& idx) {
     auto* t = as_fptree<8>(idx);
     ASSERT_NE(t, nullptr);

@@ -77,20 +77,6 @@ crash_kit::SmoTally::Levels merge_levels(const Index& idx) {
   return {{"merges", merges_of(idx)}};
 }
 
-// Ascending inserts leave leaves about half full (a split keeps the lower half and the next
-// keys go right); removing every other key then leaves each at about a quarter, below the
-// merge trigger, and its left neighbour (already thinned or merged) takes its entries when they
-// fit. A second pass thins the merged leaves further (more merges, and empty-leaf unlinks).
-std::vector<WorkOp> merge_script(std::uint64_t s) {
-  std::vector<WorkOp> ops;
-  std::uint64_t v = 1000;
-  for (std::uint64_t k = 1; k <= 4 * s; ++k) ops.push_back({OpKind::insert, k, ++v});
-  for (std::uint64_t k = 1; k <= 4 * s; k += 2) ops.push_back({OpKind::remove, k, 0});
-  for (std::uint64_t k = 4; k <= 4 * s; k += 4) ops.push_back({OpKind::remove, k, 0});
-  ops.push_back({OpKind::scan, 1, 0});
-  return ops;
-}
-
 Options merge_options(std::uint32_t node_size, pm::Mode mode) {
   Options o;
   o.kind = "lbtree";
@@ -103,7 +89,7 @@ Options merge_options(std::uint32_t node_size, pm::Mode mode) {
 void run_merges(std::uint32_t node_size, pm::Mode mode) {
   const std::uint64_t s = 14 * (node_size / 256);
   hybrid_test::ScriptedScenario scenario(merge_options(node_size, mode), 4 * s + 1,
-                                         merge_script(s));
+                                         hybrid_test::sparse_merge_script(s));
   crash_kit::SmoTally tally(merge_levels);
   scenario.set_observer(tally.observer());
   const std::string label =
@@ -121,7 +107,8 @@ TEST(CrashLBTreeMerges, Leaf1024Eadr) { run_merges(1024, pm::Mode::eadr); }
 // leaf is persisted before the NAW that validates its entries in the left one) loses the right
 // leaf's keys if a crash falls between the two stores: the suite must report it, in both modes.
 void run_bad_merge(pm::Mode mode) {
-  hybrid_test::ScriptedScenario scenario(merge_options(256, mode), 4 * 14 + 1, merge_script(14));
+  hybrid_test::ScriptedScenario scenario(merge_options(256, mode), 4 * 14 + 1,
+                                         hybrid_test::sparse_merge_script(14));
   scenario.set_prepare([](Index& idx) {
     auto* t = as_lbtree<1>(idx);
     ASSERT_NE(t, nullptr);
