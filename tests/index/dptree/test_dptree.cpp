@@ -232,7 +232,9 @@ Options small_pool(const std::string& path) {
   // The last write may have handed the front to a background merge: after it, one more write
   // leaves a record in the log (an empty front of capacity >= 8 does not rotate).
   as_dp(*idx)->wait_merge_for_testing();
-  if (as_dp(*idx)->buffered() == 0) EXPECT_EQ(idx->insert(encode_u64(5), encode_u64(5)), Code::ok);
+  if (as_dp(*idx)->buffered() == 0) {
+    EXPECT_EQ(idx->insert(encode_u64(5), encode_u64(5)), Code::ok);
+  }
   EXPECT_GT(as_dp(*idx)->buffered(), 0u);
   EXPECT_TRUE(idx->close().ok());
   o.open_mode = OpenMode::open;

@@ -316,7 +316,7 @@ void sparse_merge(KeyType kt, std::uint32_t max_value) {
     std::string got;
     for (std::uint64_t k = 0; k < n; ++k) {
       ASSERT_EQ(idx->find(encode_u64(k), &got), k % 2 == 1 ? Code::ok : Code::not_found) << k;
-      if (k % 2 == 1) ASSERT_EQ(got, value_of(k)) << k;
+      if (k % 2 == 1) { ASSERT_EQ(got, value_of(k)) << k; }
     }
   }  // no close(): recovery from an unclean end
   auto idx = open_or_die(o);
