@@ -51,8 +51,11 @@
 #include <immintrin.h>
 #define PMINDEX_NODE_SEARCH_SSE42 1
 // clang checks a builtin's target where it is written, not where it is finally compiled, so
-// its baseline builds have no AVX2 form (SearchIsa::avx2 runs the SSE4.2 one there).
-#if defined(__AVX2__) || !defined(__clang__)
+// its baseline builds have no AVX2 form (SearchIsa::avx2 runs the SSE4.2 one there). Neither do
+// unoptimised g++ builds (-O0, e.g. a Debug build of a project that adds pmindex as a
+// subproject): g++ then leaves the helpers that hold the builtins out of line, outside the
+// target("avx2") entry point, and rejects them.
+#if defined(__AVX2__) || (!defined(__clang__) && defined(__OPTIMIZE__))
 #define PMINDEX_NODE_SEARCH_AVX2 1
 #endif
 #endif
