@@ -249,21 +249,23 @@ bool InnerTree::remove_at(Path& path, std::size_t depth, std::uint64_t* dropped,
     // The child's range [lo, keys[0]) joins the left neighbour, which lies under another
     // subtree: the nearest ancestor step with index > 0 holds lo as keys[index - 1]. keys[0]
     // replaces it there (the fence moves up) and leaves n with child 0; lo leaves the tree.
-    // Both nodes are locked before either changes, so a reader validates against both.
+    // Every node from that ancestor down to n is locked before anything changes, the
+    // unchanged ones between them included: a reader couples only parent and child, so one
+    // that validated the ancestor before the change and read n after it would take n's new
+    // child 0 (the right neighbour) for a key now in the left one, unless a node between
+    // them fails its validation (the FPTree stress found this with fanout-4 nodes).
     std::size_t d = depth;
     while (d > 0 && path[d - 1].index == 0) --d;
     if (d == 0) return false;  // the first leaf: no left neighbour
     Node* a = path[d - 1].node;
     std::uint64_t* fence = &keys(a)[path[d - 1].index - 1];
-    lock_live(a);
-    lock_live(n);
+    for (std::size_t j = d - 1; j <= depth; ++j) lock_live(path[j].node);
     *dropped = optimistic_read(*fence) ^ kSignBias;
     locked_write(*fence, optimistic_read(k[0]));
     for (unsigned i = 0; i + 1 < cnt; ++i) locked_write(k[i], k[i + 1]);
     for (unsigned i = 0; i < cnt; ++i) locked_write(c[i], c[i + 1]);
     set_count(n, cnt - 1);
-    n->lock.writeUnlock();
-    a->lock.writeUnlock();
+    for (std::size_t j = depth + 1; j-- > d - 1;) path[j].node->lock.writeUnlock();
     return true;
   }
   if (cnt >= 1) {

@@ -28,7 +28,9 @@
 //   (2) Structure modifications (insert_separator, remove_leaf, bulk_build, clear) are
 //       serialised by one lock, smo_lock (SMOs are one per leaf split/removal, so this costs
 //       little);
-//       within an SMO every node that changes is write-locked while it changes, and a node that
+//       within an SMO every node that changes is write-locked while it changes, and so is
+//       every node on the path between two that change (readers couple parent and child
+//       only: remove_leaf's join_left moves an ancestor's fence); a node that
 //       splits stays locked until its parent holds the new separator.
 //   (3) Nodes are never returned to the arena while the tree lives: a removed node goes to a
 //       free list and keeps its version counter (olc.h invariant 3), so an optimistic
