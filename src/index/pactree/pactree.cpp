@@ -567,8 +567,11 @@ Code PacTree::split(std::uint64_t off) {
 
 // --- merge (M1-M6) --------------------------------------------------------------------------
 
-// With `off` locked and sparse after a remove, merges its right neighbour into it when both
-// fit in half a node. Locks the neighbour (left to right, as every holder of two locks does,
+// With `off` locked and sparse after a remove (at most a quarter full), merges its right
+// neighbour into it when both fit in three quarters of a node. (Half a node, before, never
+// merged a full pool emptied in key order: the right neighbour still held its keys when
+// `off` thinned out. A split comes only at a full node and leaves two half-full ones, above
+// the quarter that triggers a merge: no ping-pong.) Locks the neighbour (left to right, as every holder of two locks does,
 // so waits form no cycle) and leaves `off` locked. Returns the search-layer change to push
 // after the caller unlocks (lsn 0: no merge).
 PacTree::Merge PacTree::maybe_merge(std::uint64_t off) {
@@ -583,9 +586,8 @@ PacTree::Merge PacTree::maybe_merge(std::uint64_t off) {
   DataNode* n = node(noff);
   const std::uint64_t nbits = optimistic_read(n->h.bitmap);
   Code code = Code::ok;
-  LogEntry* le = static_cast<unsigned>(std::popcount(xbits) + std::popcount(nbits)) <= slots_ / 2
-                     ? log_slot(&code)
-                     : nullptr;
+  const auto together = static_cast<unsigned>(std::popcount(xbits) + std::popcount(nbits));
+  LogEntry* le = together <= slots_ * 3 / 4 ? log_slot(&code) : nullptr;
   if (le == nullptr) {  // too full to merge, or no space for a log ring: not now
     nlock.writeUnlock();
     return {};
