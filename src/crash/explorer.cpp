@@ -276,27 +276,40 @@ std::uint64_t point_seed(const ExploreOptions& o, const CrashPoint& at) {
   return mix(mix(o.seed, at.op), at.index);
 }
 
-// Per crash point, how many distinct candidates to check (first `cap`), or one chosen index.
+// Per crash point, which distinct candidates to check: the first `cap` (in candidate_choices'
+// priority order: everything, nothing, each lane alone, all but one lane, then combinations),
+// and `extra`, random indices beyond them.
 struct Plan {
   std::vector<std::uint32_t> cap;
-  std::vector<std::uint32_t> pick;  // UINT32_MAX: check the first cap[i]
+  std::vector<std::vector<std::uint32_t>> extra;
+  bool wants(std::size_t point, std::uint32_t idx) const {
+    return idx < cap[point] ||
+           std::find(extra[point].begin(), extra[point].end(), idx) != extra[point].end();
+  }
 };
 
+// Half the budget goes by water-filling to the first candidates of every point (every point
+// the same cap m, the rest one by one to random points), the other half to random candidates
+// of random points. Before, the whole budget was water-filled: once it exceeded the number of
+// points, every point checked only its first structured candidates and no random lane
+// combination at all, so a larger budget checked fewer kinds of images (APEX's known-bad
+// merge, caught at 1,000 images, escaped at 10,000).
 Plan make_plan(const std::vector<std::uint32_t>& counts, std::size_t budget, std::uint64_t seed) {
   Plan plan;
   plan.cap = counts;
-  plan.pick.assign(counts.size(), UINT32_MAX);
+  plan.extra.resize(counts.size());
   const std::uint64_t total = std::accumulate(counts.begin(), counts.end(), std::uint64_t{0});
   if (budget == 0 || total <= budget) return plan;
+  const std::size_t structured = budget - budget / 2;
   auto used = [&](std::uint32_t m) {
     std::uint64_t s = 0;
     for (std::uint32_t c : counts) s += std::min(c, m);
     return s;
   };
   std::uint32_t lo = 0, hi = *std::max_element(counts.begin(), counts.end());
-  while (lo < hi) {  // largest m with used(m) <= budget
+  while (lo < hi) {  // largest m with used(m) <= structured
     const std::uint32_t mid = lo + (hi - lo + 1) / 2;
-    if (used(mid) <= budget) lo = mid;
+    if (used(mid) <= structured) lo = mid;
     else hi = mid - 1;
   }
   const std::uint32_t m = lo;
@@ -307,13 +320,30 @@ Plan make_plan(const std::vector<std::uint32_t>& counts, std::size_t budget, std
     if (counts[i] > m) more.push_back(i);
   }
   std::shuffle(more.begin(), more.end(), rng);
-  std::uint64_t left = budget - used(m);
+  std::uint64_t left = structured - used(m);
   for (std::size_t i : more) {
     if (left == 0) break;
     ++plan.cap[i];
-    // With no common share at all, a sampled point checks one random candidate of its own.
-    if (m == 0) plan.pick[i] = static_cast<std::uint32_t>(rng() % counts[i]);
     --left;
+  }
+  // The random half: a point with candidates left, then one of them not yet chosen.
+  std::vector<std::size_t> open;
+  for (std::size_t i = 0; i < counts.size(); ++i)
+    if (counts[i] > plan.cap[i]) open.push_back(i);
+  for (std::uint64_t r = budget - (structured - left); r > 0 && !open.empty(); --r) {
+    const std::size_t k = rng() % open.size();
+    const std::size_t i = open[k];
+    std::vector<std::uint32_t>& ex = plan.extra[i];
+    const std::uint32_t span = counts[i] - plan.cap[i];
+    std::uint32_t idx;
+    do {
+      idx = plan.cap[i] + static_cast<std::uint32_t>(rng() % span);
+    } while (std::find(ex.begin(), ex.end(), idx) != ex.end());
+    ex.push_back(idx);
+    if (ex.size() == span) {  // every candidate of this point chosen
+      open[k] = open.back();
+      open.pop_back();
+    }
   }
   return plan;
 }
@@ -558,8 +588,6 @@ ExploreReport explore_impl(const ExploreOptions& opt, const Run::CheckFn& check_
   std::unordered_set<std::uint64_t> seen;
   pass(run, [&](const CrashPoint& at) {
     if (run.stop || at.global >= plan.cap.size()) return;
-    const std::uint32_t cap = plan.cap[at.global];
-    const std::uint32_t pick = plan.pick[at.global];
     image.resize(tracer.size());
     std::uint32_t unique = 0;
     // Every candidate's key is recorded, checked or not, so that "distinct" means the same
@@ -568,7 +596,7 @@ ExploreReport explore_impl(const ExploreOptions& opt, const Run::CheckFn& check_
       const std::uint64_t key = tracer.image_key(c, at);
       if (!seen.insert(key).second) continue;
       const std::uint32_t idx = unique++;
-      if (run.stop || (pick != UINT32_MAX ? idx != pick : idx >= cap)) continue;
+      if (run.stop || !plan.wants(at.global, idx)) continue;
       run.check(tracer, at, c, key, image);
     }
   }, tracer);

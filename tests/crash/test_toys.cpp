@@ -346,6 +346,48 @@ TEST(Toys, BudgetIsRespected) {
   EXPECT_GT(r2.candidate_images, 20u);
 }
 
+// A loss that only a lane combination shows: line A takes four stores (data[0], data[1], hint,
+// late_flag) and line B the flag, all made durable by one fence. Recovery trusts the flag once
+// data[1] is there, but needs late_flag too, so an image with A persisted up to data[1] or hint
+// and B persisted is half written. No structured candidate (everything, nothing, one lane
+// alone, all lanes but one) is such an image. A budget above the number of crash points but
+// below the candidates must still sample combinations: a plan that spent it all on the first
+// structured candidates of every point (the explorer until stop 25) never caught this.
+SlotState flag_needs_late_flag(const Slot& s, std::size_t j) {
+  if (s.flag == 0) return SlotState::absent;
+  if (s.data[1] == value_of(j) && s.late_flag == 0) return SlotState::invalid;
+  return SlotState::present;
+}
+const Toy kOneFenceForTwoLines{"one_fence_two_lines",
+                               [](Slot* s, std::size_t j) {
+                                 pm::store(&s->data[0], value_of(j));
+                                 pm::store(&s->data[1], value_of(j));
+                                 pm::store(&s->hint, std::uint64_t{j + 1});
+                                 pm::store(&s->late_flag, std::uint64_t{1});
+                                 pm::store(&s->flag, std::uint64_t{1});
+                                 pm::flush(s->data, 32);  // BUG: the flag's line in the same
+                                 pm::flush(&s->flag, 8);  // epoch as the data's
+                                 pm::fence();
+                               },
+                               flag_needs_late_flag};
+
+TEST(Toys, BudgetSamplesLaneCombinations) {
+  ToyScenario s(kOneFenceForTwoLines);
+  ExploreOptions o;
+  o.label = "combinations.adr";
+  o.mode = pm::Mode::adr;
+  o.seed = 7;
+  o.max_failures = 1;
+  o.images_budget = 0;
+  const ExploreReport all = explore(s, o);
+  ASSERT_FALSE(all.ok()) << "the toy's bug needs a combination that exists";
+  o.images_budget = all.candidate_images / 2;  // more than the crash points, fewer than all
+  ASSERT_GT(o.images_budget, 2 * kSlots);
+  const ExploreReport half = explore(s, o);
+  EXPECT_FALSE(half.ok()) << "a budget of " << o.images_budget << " of "
+                          << all.candidate_images << " candidates checked no combination";
+}
+
 // The crash kit's coverage rule: budget reached (>= 90%), or every candidate checked, else short.
 TEST(Toys, CoverageSaysWhetherTheBudgetWasExplored) {
   ExploreOptions o;
