@@ -30,21 +30,25 @@ bool Tree<P>::insert_word(std::string_view key, std::uint64_t value, Code* code)
   const std::uint64_t want = std::uint64_t{tag_} << 32;
   std::uint64_t kw;
   std::memcpy(&kw, key.data(), 8);
+  pm::yield_point("art.read");  // the scheduling points of read_lock and check (tracing only)
   Parent pa{root_lock_, NodeLock::load(*root_lock_), root_word_};
   if ((pa.version & kMustBeTag) != want) [[unlikely]] return false;
   std::uint32_t depth = 0;
   for (;;) {
     const std::uint64_t w = load_word(*pa.slot);
     if (w == 0 || is_record(w)) {
+      pm::yield_point("art.check");
       if (w == 0 || NodeLock::load(*pa.lock) != pa.version) [[unlikely]] return false;
       Olc o;
       *code = leaf_split(pa, w, depth, key, value, o);  // w was validated after it was read
       return !o.stop();
     }
     NodeHeader* n = node(w);
+    pm::yield_point("art.read");
     const std::uint64_t v = NodeLock::load(n->lock);
-    if ((v & kMustBeTag) != want || NodeLock::load(*pa.lock) != pa.version) [[unlikely]]
-      return false;
+    if ((v & kMustBeTag) != want) [[unlikely]] return false;
+    pm::yield_point("art.check");
+    if (NodeLock::load(*pa.lock) != pa.version) [[unlikely]] return false;
     const std::uint64_t shape = load_word(n->shape);
     std::uint32_t branch = depth;
     if (shape != depth) {  // a compressed prefix, a stale level, or damage
@@ -57,6 +61,7 @@ bool Tree<P>::insert_word(std::string_view key, std::uint64_t value, Code* code)
     if (branch >= 8) [[unlikely]] return false;
     std::uint64_t* s = slot_of(n, static_cast<std::uint8_t>(kw >> (8 * branch)));
     const std::uint64_t cw = s != nullptr ? load_word(*s) : 0;
+    pm::yield_point("art.check");
     if (NodeLock::load(n->lock) != v) [[unlikely]] return false;
     if (cw == 0) {
       Olc o;
@@ -364,14 +369,18 @@ inline bool Tree<P>::find_word(std::string_view key, std::uint64_t* value, Code*
   std::uint64_t kw;
   std::memcpy(&kw, key.data(), 8);
   const std::uint64_t* plock = root_lock_;
+  pm::yield_point("art.read");  // the scheduling points of read_lock and check (tracing only)
   std::uint64_t pv = NodeLock::load(*root_lock_);
   if ((pv & kMustBeTag) != want) [[unlikely]] return false;
   std::uint64_t w = load_word(*root_word_);
   std::uint32_t depth = 0;
   while (w != 0 && !is_record(w)) {
     NodeHeader* n = node(w);
+    pm::yield_point("art.read");
     const std::uint64_t v = NodeLock::load(n->lock);
-    if ((v & kMustBeTag) != want || NodeLock::load(*plock) != pv) [[unlikely]] return false;
+    if ((v & kMustBeTag) != want) [[unlikely]] return false;
+    pm::yield_point("art.check");
+    if (NodeLock::load(*plock) != pv) [[unlikely]] return false;
     const std::uint64_t shape = load_word(n->shape);
     if (shape != depth) {  // a compressed prefix, a stale level, or damage
       const std::uint32_t len = prefix_len_of(shape);
@@ -379,6 +388,7 @@ inline bool Tree<P>::find_word(std::string_view key, std::uint64_t* value, Code*
       const std::uint64_t mask = (std::uint64_t{1} << (8 * len)) - 1;
       const std::uint64_t diff = ((kw >> (8 * depth)) ^ load_word(n->prefix)) & mask;
       if (diff != 0) {
+        pm::yield_point("art.check");
         if (NodeLock::load(n->lock) != v) [[unlikely]] return false;
         *code = Code::not_found;
         return true;
@@ -402,6 +412,7 @@ inline bool Tree<P>::find_word(std::string_view key, std::uint64_t* value, Code*
     }
     if (hit) *value = load_word(r->value);
   }
+  pm::yield_point("art.check");
   if (NodeLock::load(*plock) != pv) [[unlikely]] return false;
   *code = hit ? Code::ok : Code::not_found;
   return true;
