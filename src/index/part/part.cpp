@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <unordered_set>
 
 #include "index/common/key_group.h"
@@ -214,19 +215,55 @@ Code Part::update(std::string_view key, std::string_view value) {
   });
 }
 
+// The lookup hot path (issue 20), built as a leaf function in its common case, as APEX's:
+// for an 8-byte key, a flat epoch pin (EpochManager::try_pin_flat) and the tree's one-word
+// descent (art::Tree::find_word: per level one lock word compare, the parent's validation,
+// one shape compare, the slot), then the value word straight into the caller's string.
+// Everything else (other keys, out-of-line values, a declined pin, a level find_word leaves
+// to find, items pending at unpin, a string to size, the first answer) takes find_any.
 Code Part::find(std::string_view key, std::string* value) const {
-  if (Code c = check_key(key); c != Code::ok) return c;
-  const auto guard = tree_->epochs().pin();  // an out-of-line value stays until it is copied
+  // relaxed: a stale false only sends this lookup the general way (note_answer).
+  if (key.size() != 8 || !flat_find_.load(std::memory_order_relaxed)) [[unlikely]]
+    return find_any(key, value);
+  const sync::EpochManager::FlatPin pin = tree_->epochs().try_pin_flat();
+  if (!pin) [[unlikely]] return find_any(key, value);
   std::uint64_t word = 0;
-  const Code c = tree_->find(key, &word, guard);
-  if (c == Code::ok && value != nullptr && !values_.read(word, value)) return Code::corrupted;
+  Code c = Code::ok;
+  const bool answered = tree_->find_word(key, &word, &c);
+  if (tree_->epochs().unpin_flat(pin)) [[unlikely]] tree_->epochs().after_unpin_flat(pin);
+  if (!answered) [[unlikely]] return find_any(key, value);
+  if (c != Code::ok || value == nullptr) return c;
+  if (value->size() != 8) [[unlikely]] value->resize(8);
+  std::memcpy(value->data(), &word, 8);  // inline values only (flat_find_)
+  return Code::ok;
+}
+
+Code Part::find_any(std::string_view key, std::string* value) const {
+  if (Code c = check_key(key); c != Code::ok) return c;
+  Code c = Code::ok;
+  {
+    const auto guard = tree_->epochs().pin();  // an out-of-line value stays until it is copied
+    std::uint64_t word = 0;
+    c = tree_->find(key, &word, guard);
+    if (c == Code::ok && value != nullptr && !values_.read(word, value)) c = Code::corrupted;
+  }
+  note_answer();
+  return c;
+}
+
+void Part::note_answer() const {
   if (first_answer_.load(std::memory_order_relaxed) == 0) [[unlikely]] {
     const double s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - open_start_).count();
     double zero = 0;
     first_answer_.compare_exchange_strong(zero, s, std::memory_order_relaxed);
   }
-  return c;
+  if (!flat_find_.load(std::memory_order_relaxed)) [[unlikely]] {
+    // relaxed: a stale false only sends a lookup the general way.
+    const bool well_formed = key_mode_ == KeyType::u64 ||
+                             (key_mode_ == KeyType::bytes && root_->max_key_size >= 8);
+    if (well_formed && values_.inline_values()) flat_find_.store(true, std::memory_order_relaxed);
+  }
 }
 
 // Batched lookups (Index::find_many): the tree's interleaved descents (art::Tree::find_batch),
@@ -250,12 +287,7 @@ void Part::find_batch(const std::string_view* keys, std::string* values, Code* c
     if (got[j] == Code::ok && values != nullptr && !values_.read(words[j], &values[i]))
       codes[i] = Code::corrupted;
   }
-  if (first_answer_.load(std::memory_order_relaxed) == 0) [[unlikely]] {
-    const double s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - open_start_).count();
-    double zero = 0;
-    first_answer_.compare_exchange_strong(zero, s, std::memory_order_relaxed);
-  }
+  note_answer();
 }
 
 Code Part::remove(std::string_view key) {

@@ -73,6 +73,9 @@ class Part final : public Index {
   void make_tree(std::uint32_t tag);
   void start_walk(std::uint64_t root_off);
   Code check_key(std::string_view key) const;
+  // find for any key and any state (find's general way; notes the first answer).
+  [[gnu::noinline]] Code find_any(std::string_view key, std::string* value) const;
+  void note_answer() const;
   Code writable() const;
   void retire_value(std::uint64_t word);
   static void release_value(void* ctx, std::uint64_t word);
@@ -85,6 +88,10 @@ class Part final : public Index {
   RecoveryStats recovery_;
   std::chrono::steady_clock::time_point open_start_;
   mutable std::atomic<double> first_answer_{0};
+  // find's flat way is open: 8-byte keys are well formed whatever their bytes (u64, or bytes
+  // with max_key_size >= 8; not f64, whose NaN keys are refused), values are inline (an
+  // out-of-line one is read under a Guard), and the first answer is noted.
+  mutable std::atomic<bool> flat_find_{false};
   // Start-now recovery (R4-R5): the walker marks reachable blocks; writers wait for it.
   mutable std::mutex walk_mu_;
   mutable std::condition_variable walk_cv_;

@@ -4,6 +4,7 @@
 // recovery walk, and the time to the first answered lookup.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -240,6 +241,80 @@ TEST(Part, DamagedNodeIsReportedNotFollowed) {
   EXPECT_FALSE(as_part(*idx).wait_recovery_walk().ok());
   EXPECT_FALSE(idx->verify().ok());
   EXPECT_EQ(idx->insert("k7777", encode_u64(1)), Code::corrupted);
+}
+
+// The same damage in u64 mode, met by find's flat way (Part::find -> Tree::find_word, open
+// after the first answer): the damaged node, still tagged by the earlier run, is left to the
+// general way, which refuses it (corrupted), before and after its first touch; other keys
+// are answered. Keys the flat way must not answer itself: NaN in f64 mode, an 8-byte key
+// over a bytes pool's limit.
+TEST(Part, FlatFindLeavesDamageAndBadKeysToTheGeneralWay) {
+  pmindex::testing::TempDir dir;
+  const Options o = part_options(dir.file("p.pool"), KeyType::u64);
+  std::mt19937_64 rng(17);
+  std::vector<std::uint64_t> keys(2000);
+  std::uint8_t top_byte = 0;
+  {
+    auto idx = open_ok(o);
+    for (std::uint64_t& k : keys) {
+      k = rng();
+      ASSERT_EQ(idx->insert(encode_u64(k), encode_u64(~k)), Code::ok);
+    }
+    const pm::Pool& pool = idx->pool();
+    const auto* root = pool.at<part::Root>(pool.root());
+    top_byte = static_cast<std::uint8_t>(keys[0] >> 56);
+    const std::uint64_t child = child_for(pool, root->top, top_byte);
+    ASSERT_NE(child, 0u);
+    ASSERT_FALSE(art::is_record(child));
+    auto* n = pool.at<art::NodeHeader>(art::target_of(child));
+    std::uint64_t* ch = art::children_of(n);
+    for (unsigned j = 0; j < art::capacity_of(static_cast<art::NodeType>(n->type)); ++j)
+      if (ch[j] != 0) { ch[j] = art::rebyte(std::uint64_t{1} << 50, art::byte_of(ch[j])); break; }
+  }
+  auto idx = open_ok(o);
+  ASSERT_NE(idx, nullptr);
+  std::size_t healthy = 0;
+  for (int round = 0; round < 2; ++round) {
+    for (const std::uint64_t k : keys) {
+      std::string v;
+      const Code c = idx->find(encode_u64(k), &v);
+      if (static_cast<std::uint8_t>(k >> 56) == top_byte) {
+        EXPECT_EQ(c, Code::corrupted);
+      } else {
+        ASSERT_EQ(c, Code::ok);
+        EXPECT_EQ(decode_u64(v), ~k);
+        ++healthy;
+      }
+    }
+  }
+  EXPECT_GT(healthy, keys.size());
+  EXPECT_GT(as_part(*idx).first_answer_seconds(), 0.0);
+
+  auto f = open_ok(part_options("", KeyType::f64));
+  ASSERT_EQ(f->insert(encode_f64(1.5), encode_u64(1)), Code::ok);
+  for (int i = 0; i < 2; ++i) {  // the first answer opens the flat way, the second would use it
+    EXPECT_EQ(f->find(encode_f64(1.5), nullptr), Code::ok);
+    EXPECT_EQ(f->find(encode_f64(std::nan("")), nullptr), Code::invalid_argument);
+  }
+  Options small = part_options("");
+  small.max_key_size = 4;
+  auto b = open_ok(small);
+  ASSERT_EQ(b->insert("abc", encode_u64(1)), Code::ok);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(b->find("abc", nullptr), Code::ok);
+    EXPECT_EQ(b->find("abcdefgh", nullptr), Code::key_too_large);
+  }
+  auto wide = open_ok(part_options(""));  // bytes keys up to 512: 8-byte keys go the flat way
+  ASSERT_EQ(wide->insert("abcdefgh", encode_u64(3)), Code::ok);
+  ASSERT_EQ(wide->insert("abcdefghi", encode_u64(4)), Code::ok);  // a node at depth 8
+  ASSERT_EQ(wide->insert("abcd", encode_u64(5)), Code::ok);
+  for (int i = 0; i < 2; ++i) {
+    std::string v;
+    ASSERT_EQ(wide->find("abcdefgh", &v), Code::ok);
+    EXPECT_EQ(decode_u64(v), 3u);
+    EXPECT_EQ(wide->find("abcdefgX", nullptr), Code::not_found);
+    EXPECT_EQ(wide->find(std::string("abcd\0fgh", 8), nullptr), Code::not_found);
+  }
 }
 
 // Corrupted pools: random byte flips in the heap, a zeroed 4 KiB page, a bad root word. Each

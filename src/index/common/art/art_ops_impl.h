@@ -9,7 +9,68 @@ namespace pmindex::art {
 
 template <class P>
 Code Tree<P>::insert(std::string_view key, std::uint64_t value) {
-  return with_restarts([&](Olc& o) { return insert_once(key, value, o); });
+  auto guard = epochs_.pin();
+  if (key.size() == 8) {
+    Code code = Code::ok;
+    if (insert_word(key, value, &code)) return code;
+  }
+  return restart_loop([&](Olc& o) { return insert_once(key, value, o); });
+}
+
+// The same reads and validations as insert_once, in its order, with find_word's per-level
+// compares (see there): the lock word against "this run's, unlocked, live", the parent's
+// version, the shape against "reached at its level", the stored prefix as one masked word.
+// insert_once validates the parent twice per level (after the slot word and after the
+// child's lock word) and the node twice; here the parent once, after the child's lock word
+// (the child word was read under the same version, so one check covers both), and the node
+// once, after its slot word (which covers the shape and prefix read before it).
+template <class P>
+bool Tree<P>::insert_word(std::string_view key, std::uint64_t value, Code* code) {
+  constexpr std::uint64_t kMustBeTag = ~NodeLock::kLowMask | NodeLock::kDamaged;
+  const std::uint64_t want = std::uint64_t{tag_} << 32;
+  std::uint64_t kw;
+  std::memcpy(&kw, key.data(), 8);
+  pm::yield_point("art.read");  // the scheduling points of read_lock and check (tracing only)
+  Parent pa{root_lock_, NodeLock::load(*root_lock_), root_word_};
+  if ((pa.version & kMustBeTag) != want) [[unlikely]] return false;
+  std::uint32_t depth = 0;
+  for (;;) {
+    const std::uint64_t w = load_word(*pa.slot);
+    if (w == 0 || is_record(w)) {
+      pm::yield_point("art.check");
+      if (w == 0 || NodeLock::load(*pa.lock) != pa.version) [[unlikely]] return false;
+      Olc o;
+      *code = leaf_split(pa, w, depth, key, value, o);  // w was validated after it was read
+      return !o.stop();
+    }
+    NodeHeader* n = node(w);
+    pm::yield_point("art.read");
+    const std::uint64_t v = NodeLock::load(n->lock);
+    if ((v & kMustBeTag) != want) [[unlikely]] return false;
+    pm::yield_point("art.check");
+    if (NodeLock::load(*pa.lock) != pa.version) [[unlikely]] return false;
+    const std::uint64_t shape = load_word(n->shape);
+    std::uint32_t branch = depth;
+    if (shape != depth) {  // a compressed prefix, a stale level, or damage
+      const std::uint32_t len = prefix_len_of(shape);
+      if (level_of(shape) != depth || len >= 8 - depth) [[unlikely]] return false;
+      const std::uint64_t mask = (std::uint64_t{1} << (8 * len)) - 1;
+      if ((((kw >> (8 * depth)) ^ load_word(n->prefix)) & mask) != 0) return false;  // P5
+      branch += len;
+    }
+    if (branch >= 8) [[unlikely]] return false;
+    std::uint64_t* s = slot_of(n, static_cast<std::uint8_t>(kw >> (8 * branch)));
+    const std::uint64_t cw = s != nullptr ? load_word(*s) : 0;
+    pm::yield_point("art.check");
+    if (NodeLock::load(n->lock) != v) [[unlikely]] return false;
+    if (cw == 0) {
+      Olc o;
+      *code = add_child(pa, w, v, depth, branch, key, value, o);
+      return !o.stop();
+    }
+    pa = Parent{&n->lock, v, s};
+    depth = branch + 1;
+  }
 }
 
 template <class P>
@@ -286,6 +347,75 @@ Code Tree<P>::find_once(std::string_view key, std::uint64_t* value, Olc& o) cons
     pv = v;
     w = next;
   }
+}
+
+// Per level: one load of the node's lock word and one compare of it against "this run's tag,
+// not locked, not obsolete" (a word of another run, a held or damaged word all fail it and go
+// to find, whose read_lock admits, waits or answers corrupted: so the run tag costs nothing
+// beyond the compare the locked/obsolete test needs anyway, and a node is still never read
+// before its word carries this run's tag, i.e. before it passed its first-touch check, P10);
+// then the parent's version (the coupling every reader needs: PROTOCOL.md "Readers", a word
+// read under a version that is still unlocked was persisted); then the shape word, which
+// says in one compare that the node is reached at its level with no prefix (shape == depth),
+// the common case below the top of a tree of random 8-byte keys; else the stored prefix
+// bytes are compared as one masked word, and a stale level (P7) goes to find. Key byte i is
+// bits 8i..8i+7 of the key word read in memory order, as prefix byte i of a shape's level is.
+// No key-length test per level: depth < 8 at every node (checked), so the key never ends at
+// a node and its end slot is never the answer.
+template <class P>
+inline bool Tree<P>::find_word(std::string_view key, std::uint64_t* value, Code* code) const {
+  constexpr std::uint64_t kMustBeTag = ~NodeLock::kLowMask | NodeLock::kDamaged;
+  const std::uint64_t want = std::uint64_t{tag_} << 32;
+  std::uint64_t kw;
+  std::memcpy(&kw, key.data(), 8);
+  const std::uint64_t* plock = root_lock_;
+  pm::yield_point("art.read");  // the scheduling points of read_lock and check (tracing only)
+  std::uint64_t pv = NodeLock::load(*root_lock_);
+  if ((pv & kMustBeTag) != want) [[unlikely]] return false;
+  std::uint64_t w = load_word(*root_word_);
+  std::uint32_t depth = 0;
+  while (w != 0 && !is_record(w)) {
+    NodeHeader* n = node(w);
+    pm::yield_point("art.read");
+    const std::uint64_t v = NodeLock::load(n->lock);
+    if ((v & kMustBeTag) != want) [[unlikely]] return false;
+    pm::yield_point("art.check");
+    if (NodeLock::load(*plock) != pv) [[unlikely]] return false;
+    const std::uint64_t shape = load_word(n->shape);
+    if (shape != depth) {  // a compressed prefix, a stale level, or damage
+      const std::uint32_t len = prefix_len_of(shape);
+      if (level_of(shape) != depth || len >= 8 - depth) [[unlikely]] return false;
+      const std::uint64_t mask = (std::uint64_t{1} << (8 * len)) - 1;
+      const std::uint64_t diff = ((kw >> (8 * depth)) ^ load_word(n->prefix)) & mask;
+      if (diff != 0) {
+        pm::yield_point("art.check");
+        if (NodeLock::load(n->lock) != v) [[unlikely]] return false;
+        *code = Code::not_found;
+        return true;
+      }
+      depth += len;
+    }
+    if (depth >= 8) [[unlikely]] return false;  // only 8-byte keys' records lie below
+    const std::uint64_t* s = slot_of(n, static_cast<std::uint8_t>(kw >> (8 * depth)));
+    w = s != nullptr ? load_word(*s) : 0;
+    ++depth;
+    plock = &n->lock;
+    pv = v;
+  }
+  bool hit = false;
+  if (w != 0) {
+    const Record* r = record(w);  // its length and key are immutable once published
+    if (r->key_len == 8) {
+      std::uint64_t rk;
+      std::memcpy(&rk, r->key(), 8);
+      hit = rk == kw;
+    }
+    if (hit) *value = load_word(r->value);
+  }
+  pm::yield_point("art.check");
+  if (NodeLock::load(*plock) != pv) [[unlikely]] return false;
+  *code = hit ? Code::ok : Code::not_found;
+  return true;
 }
 
 // find_once's steps, one per round for each key of the batch (the same reads, locks and

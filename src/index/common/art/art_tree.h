@@ -80,6 +80,16 @@ class Tree {
   Code find(std::string_view key, std::uint64_t* value, const sync::EpochManager::Guard&) const {
     return restart_loop([&](Olc& o) { return find_once(key, value, o); });
   }
+  // find's descent for one 8-byte key (u64 / f64 key types, or an 8-byte bytes key), for a
+  // caller that holds a pin of epochs(): the key is one word, each level shifts its byte out
+  // of it, and everything but the common case is left to find (issue 20). Returns true with
+  // *code (ok or not_found) and, on ok, *value; false when it met anything else (a lock word
+  // not "this run's, unlocked, live": another run's word still to be admitted (P10), a
+  // damaged node, a writer; a failed validation; a stale level; a node at depth 8): nothing
+  // was answered and the caller runs find, which admits, waits, restarts and answers
+  // corrupted as before. The reads and validations are find_once's, in the same order.
+  [[gnu::always_inline]] bool find_word(std::string_view key, std::uint64_t* value,
+                                        Code* code) const;
   // Batched find (Index::find_many) of n <= kMaxBatch keys: find's descent per key as a small
   // state machine, advanced one node per round, round-robin over the batch; each step ends
   // by prefetching the node or record its key visits next, so the batch's misses overlap.
@@ -204,7 +214,10 @@ class Tree {
   // --- node access --------------------------------------------------------------------------
   // Inlined: both run at every node of every descent, and out of line each cost a call, spills
   // and the Prefix's stores through memory (callgrind: about 15 instructions per node).
-  std::uint64_t* find_slot(NodeHeader* n, std::uint8_t b) const;
+  std::uint64_t* find_slot(NodeHeader* n, std::uint8_t b) const { return slot_of(n, b); }
+  // find_slot's body, inlined where it is called: find_word and insert_word (a call per level
+  // cost about 6 instructions of a lookup; inlined everywhere it made ROART's inserts longer).
+  [[gnu::always_inline]] std::uint64_t* slot_of(NodeHeader* n, std::uint8_t b) const;
   unsigned collect(const NodeHeader* n, Entry* out) const;
   static void set_accel_byte(std::uint64_t* words, unsigned i, std::uint8_t b);
   [[gnu::always_inline]] bool prefix_at(const NodeHeader* n, std::uint32_t depth, Prefix* out) const;
@@ -240,6 +253,11 @@ class Tree {
   template <class Once>
   Code restart_loop(Once&& once) const;  // with_restarts without the pin: the caller holds one
   Code insert_once(std::string_view key, std::uint64_t value, Olc& o);
+  // insert's descent for an 8-byte key, as find_word's (issue 20), ending in add_child or
+  // leaf_split: true with *code when it answered, false (nothing changed) when insert_once
+  // must run: another run's or a held lock word, a failed validation, a prefix to split, a
+  // stale level, the empty tree, a restart or damage met by add_child / leaf_split.
+  bool insert_word(std::string_view key, std::uint64_t value, Code* code);
   Code leaf_split(Parent pa, std::uint64_t w, std::uint32_t depth, std::string_view key,
                   std::uint64_t value, Olc& o);
   Code prefix_split(Parent pa, std::uint64_t w, std::uint64_t v, Prefix& p, std::uint32_t mis,

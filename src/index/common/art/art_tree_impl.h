@@ -174,7 +174,7 @@ void Tree<P>::rebuild_accelerators(NodeHeader* n) const {
 // The live slot for byte b, or nullptr (N256: always its slot, which may be empty). Reads are
 // optimistic: the caller validates the node's version before trusting the answer.
 template <class P>
-inline std::uint64_t* Tree<P>::find_slot(NodeHeader* n, std::uint8_t b) const {
+inline std::uint64_t* Tree<P>::slot_of(NodeHeader* n, std::uint8_t b) const {
   switch (static_cast<NodeType>(n->type)) {
     case NodeType::n4: {
       N4* x = reinterpret_cast<N4*>(n);
