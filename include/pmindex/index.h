@@ -95,7 +95,9 @@ struct PacTreeOptions {
 /// open may pick its own.
 struct DPTreeOptions {
   /// Who merges a full buffer into the base tree. automatic: the environment variable
-  /// PMINDEX_DPTREE_MERGE (background or sync) if set, else the index's default (README).
+  /// PMINDEX_DPTREE_MERGE (background or sync) if set, else background, except in the tracing
+  /// flavour, where the writers merge synchronously (the crash simulator enumerates the
+  /// synchronous mode's steps).
   enum class Merge : std::uint8_t { automatic, background, synchronous };
   Merge merge = Merge::automatic;  ///< see Merge; automatic by default
   /// Print one line on stderr at close: merges (in the background, failed, partial) and how

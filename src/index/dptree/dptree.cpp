@@ -38,7 +38,8 @@ Status validate(const Options& o) {
 namespace {
 // The registry's Config: the paper's defaults; the merge mode from Options::dptree.merge, or
 // when that is automatic from PMINDEX_DPTREE_MERGE (background | sync; unset: Config's
-// default). Not stored in the pool: each open picks its own.
+// default, background, synchronous in the tracing flavour). Not stored in the pool: each open
+// picks its own.
 Config registry_config(const Options& o) {
   Config c;
   switch (o.dptree.merge) {

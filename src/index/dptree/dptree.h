@@ -4,8 +4,8 @@
 // object) with a DRAM inner layer over the leaves' bounds. When the buffer reaches its
 // capacity (a fraction of the base tree, 7 % by default) it becomes the read-only middle
 // buffer and a merge thread folds it into the base tree while a fresh front takes the writes
-// (Config::background; PROTOCOL.md B1-B5), or the writer that filled it merges it
-// synchronously (the default, and the crash simulator's mode).
+// (Config::background, the default; PROTOCOL.md B1-B5), or the writer that filled it merges it
+// synchronously (selectable; the crash simulator's mode, default in the tracing flavour).
 // Persistence steps: PROTOCOL.md (cited in code as `// Xn:`); layouts: layout.h.
 //
 // Thread safety: every operation may run concurrently. Readers (find, scan) hold a shared
@@ -117,11 +117,11 @@ struct Config {
   double bloom_fp = 0.05;        // the Bloom filter's false-positive target
   std::size_t min_buffer = 0;    // 0: the base leaf's slot count
   // true: a full front buffer becomes the read-only middle buffer and a merge thread folds it
-  // into the base tree while writes go to a fresh front (PROTOCOL.md B1-B5). false: the writer
-  // that fills the buffer merges it synchronously (the crash simulator's mode; the default
-  // for now). The registry takes it from Options::dptree.merge, else
-  // PMINDEX_DPTREE_MERGE=background|sync.
-  bool background = false;
+  // into the base tree while writes go to a fresh front (PROTOCOL.md B1-B5; the paper's
+  // design, the default). false: the writer that fills the buffer merges it synchronously (the
+  // default in the tracing flavour: the single-threaded crash simulator enumerates its steps).
+  // The registry takes it from Options::dptree.merge, else PMINDEX_DPTREE_MERGE=background|sync.
+  bool background = !pm::kTracing;
   // Print MergeStats on stderr at close (Options::dptree.stats; pmbench --dptree_stats).
   bool print_stats = false;
   // Tests (the crash simulator's multi-threaded driver): background mode without the index's

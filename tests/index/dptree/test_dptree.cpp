@@ -39,7 +39,7 @@ Options dp_options(std::uint32_t slots, KeyType kt = KeyType::u64) {
 dptree::DPTree<>* as_dp(Index& idx) { return dynamic_cast<dptree::DPTree<>*>(&idx); }
 
 // Index::open (the registry) merges in the given mode while one of these lives
-// (PMINDEX_DPTREE_MERGE, read at each create/recover; unset: the default).
+// (PMINDEX_DPTREE_MERGE, read at each create/recover; unset: background, the default).
 // Tests are single-threaded here.
 struct MergeMode {
   explicit MergeMode(const char* mode) { setenv("PMINDEX_DPTREE_MERGE", mode, 1); }
@@ -103,8 +103,8 @@ TEST(DPTree, RandomAgainstMapF64) {
   TempDir dir;
   run_random(16, KeyType::f64, dir.file("c.pool"));
 }
-TEST(DPTree, RandomAgainstMap8SlotsBackground) {
-  BackgroundMerges bg;
+TEST(DPTree, RandomAgainstMap8SlotsSync) {  // the others run the default, background merges
+  MergeMode sync("sync");
   TempDir dir;
   run_random(8, KeyType::u64, dir.file("d.pool"));
 }
