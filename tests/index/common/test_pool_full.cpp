@@ -76,7 +76,20 @@ class PoolFull : public ::testing::TestWithParam<Case> {};
 // NBTree: 75%. Its leaves are never merged (PROTOCOL.md, "Where this differs" 10): the new
 // keys land in the ranges the first fill's keys cut, unevenly (about Poisson), so more leaves
 // hold few keys; measured 83-100% here. Below 75% would be space that removes did not return.
-double reinsert_bound(const std::string& kind) { return kind == "nbtree" ? 0.75 : 0.90; }
+// DPTree with background merges (the default; PMINDEX_DPTREE_MERGE=sync is deterministic:
+// 11,919 of 12,055, 98.9%): 85%. The space comes back (bytes in use fall to 6-12 KiB of about
+// 970 KiB after the removes and rise to 934-972 KiB with the re-inserts), but how many records
+// that space holds depends on where the merge thread's splits and the writers' partial merges
+// fell when the pool filled: 9,652-11,699 acknowledged, 9,574-10,818 re-inserted in 13 ASan
+// runs, down to 89.0% of the fill.
+double reinsert_bound(const std::string& kind) {
+  if (kind == "nbtree") return 0.75;
+  if (kind == "dptree") {
+    const char* m = std::getenv("PMINDEX_DPTREE_MERGE");
+    if (m == nullptr || std::string(m) != "sync") return 0.85;
+  }
+  return 0.90;
+}
 
 // Measured failures not fixed yet (issue 19 item 2), skipped by name with the measurement;
 // PMINDEX_POOL_FULL_KNOWN=1 runs them.
