@@ -1,11 +1,9 @@
 // NativeTarget: a built-in pmindex index through the native API.
-#include <cstdio>
 #include <limits>
 #include <string>
 #include <vector>
 
 #include "config.h"
-#include "index/dptree/dptree.h"  // --dptree_stats: DPTree<>::merge_stats()
 #include "target.h"
 
 namespace pmbench {
@@ -64,8 +62,8 @@ class NativeSession final : public Session {
 
 class NativeTarget final : public Target {
  public:
-  NativeTarget(std::unique_ptr<pmindex::Index> index, TargetInfo info, bool dptree_stats)
-      : index_(std::move(index)), info_(std::move(info)), dptree_stats_(dptree_stats) {}
+  NativeTarget(std::unique_ptr<pmindex::Index> index, TargetInfo info)
+      : index_(std::move(index)), info_(std::move(info)) {}
   std::unique_ptr<Session> session() override { return std::make_unique<NativeSession>(*index_); }
   const TargetInfo& info() const override { return info_; }
   bool can_bulk_load() const override { return true; }
@@ -87,18 +85,6 @@ class NativeTarget final : public Target {
     return s.ok() ? "" : s.to_string();
   }
   std::string close() override {
-    if (auto* d = dynamic_cast<pmindex::dptree::DPTree<>*>(index_.get()); d != nullptr && dptree_stats_) {
-      const pmindex::dptree::MergeStats m = d->merge_stats();
-      std::fprintf(stderr,
-                   "dptree: %llu merges (%llu in the background, %llu failed, %llu partial), "
-                   "writers blocked by a running merge %llu times, %.3f ms in total\n",
-                   static_cast<unsigned long long>(m.merges),
-                   static_cast<unsigned long long>(m.background_merges),
-                   static_cast<unsigned long long>(m.failed_merges),
-                   static_cast<unsigned long long>(m.partial_merges),
-                   static_cast<unsigned long long>(m.writer_blocks),
-                   static_cast<double>(m.writer_blocked_ns) / 1e6);
-    }
     const pmindex::Status s = index_->close();
     return s.ok() ? "" : s.to_string();
   }
@@ -107,7 +93,6 @@ class NativeTarget final : public Target {
  private:
   std::unique_ptr<pmindex::Index> index_;
   TargetInfo info_;
-  bool dptree_stats_ = false;
 };
 
 }  // namespace
@@ -128,6 +113,7 @@ std::unique_ptr<Target> make_native_target(const Config& c, const std::string& p
                       : c.pactree_updater == "background" ? pmindex::PacTreeOptions::Updater::background
                                                           : pmindex::PacTreeOptions::Updater::automatic;
   o.pactree.stats = c.pactree_stats;
+  o.dptree.stats = c.dptree_stats;  // printed by the index at close
   o.pactree.search_layer = c.pactree_search == "pm"     ? pmindex::PacTreeOptions::SearchLayer::pm
                            : c.pactree_search == "dram" ? pmindex::PacTreeOptions::SearchLayer::dram
                                                         : pmindex::PacTreeOptions::SearchLayer::automatic;
@@ -167,7 +153,7 @@ std::unique_ptr<Target> make_native_target(const Config& c, const std::string& p
   info.emulated_pm = backing != pmindex::pm::Backing::dax;
   if (c.prefault) info.prefault = (*index)->pool().prefaulted() ? "on" : "refused by the kernel";
   info.pool_path = pool_path;
-  return std::make_unique<NativeTarget>(std::move(index).value(), std::move(info), c.dptree_stats);
+  return std::make_unique<NativeTarget>(std::move(index).value(), std::move(info));
 }
 
 }  // namespace pmbench

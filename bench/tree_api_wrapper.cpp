@@ -237,6 +237,9 @@ extern "C" __attribute__((visibility("default"))) tree_api* create_tree(const tr
   }
   const char* stats = std::getenv("PMINDEX_PACTREE_STATS");
   o.pactree.stats = stats != nullptr && std::strcmp(stats, "1") == 0;
+  // DPTree's merge mode comes from PMINDEX_DPTREE_MERGE (the registry reads it); its stats:
+  const char* dp_stats = std::getenv("PMINDEX_DPTREE_STATS");
+  o.dptree.stats = dp_stats != nullptr && std::strcmp(dp_stats, "1") == 0;
   const char* variable = std::getenv("PMINDEX_TREE_VARIABLE_KEYS");
   const bool variable_keys = variable != nullptr && std::strcmp(variable, "1") == 0;
   o.key_type = opt.key_size == 8 && !variable_keys ? pmindex::KeyType::u64 : pmindex::KeyType::bytes;

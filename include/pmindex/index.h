@@ -91,6 +91,20 @@ struct PacTreeOptions {
   SearchLayer search_layer = SearchLayer::automatic;
 };
 
+/// DPTree's switches (Options::dptree; src/index/dptree/README.md). Not stored in the pool: each
+/// open may pick its own.
+struct DPTreeOptions {
+  /// Who merges a full buffer into the base tree. automatic: the environment variable
+  /// PMINDEX_DPTREE_MERGE (background or sync) if set, else background, except in the tracing
+  /// flavour, where the writers merge synchronously (the crash simulator enumerates the
+  /// synchronous mode's steps).
+  enum class Merge : std::uint8_t { automatic, background, synchronous };
+  Merge merge = Merge::automatic;  ///< see Merge; automatic by default
+  /// Print one line on stderr at close: merges (in the background, failed, partial) and how
+  /// often and how long writers waited for a running merge.
+  bool stats = false;
+};
+
 /// Everything Index::open needs: which index, where its pool lives, and the limits a new pool
 /// is created with (an existing pool's layout must match them unless layout_from_pool).
 struct Options {
@@ -122,6 +136,7 @@ struct Options {
   /// open. pm::PoolOptions::prefault; Index::pool().prefaulted() says whether the kernel did it.
   bool prefault = false;
   PacTreeOptions pactree;           ///< kind "pactree" only; other kinds ignore it
+  DPTreeOptions dptree;             ///< kind "dptree" only; other kinds ignore it
 };
 
 /// One record of a bulk load's sorted input.

@@ -132,9 +132,16 @@ class ConcurrentIndexScenario final : public ConcurrentScenario {
     return region;
   }
 
-  std::size_t threads() const override { return cfg_.threads; }
+  std::size_t threads() const override { return cfg_.threads + (cfg_.background ? 1 : 0); }
 
   void run_thread(std::size_t t, OpContext& ctx) override {
+    if (t == cfg_.threads) {  // the index's background work (ConcurrentCrashConfig::background)
+      // acquire: pairs with the last operation thread's fetch_add (its verify() is done).
+      cfg_.background(*index_, [this] {
+        return finished_.load(std::memory_order_acquire) == cfg_.threads + 1;
+      });
+      return;
+    }
     Index::ThreadScope scope = index_->attach_thread();
     const std::size_t first = cfg_.preload + t * cfg_.ops_per_thread;
     std::string value;
@@ -169,6 +176,7 @@ class ConcurrentIndexScenario final : public ConcurrentScenario {
     if (finished_.fetch_add(1, std::memory_order_acq_rel) + 1 == cfg_.threads) {
       if (Status s = index_->verify(); !s.ok()) ctx.fail(s);
       if (cfg_.observe) cfg_.observe(*index_, 1);
+      finished_.fetch_add(1, std::memory_order_acq_rel);  // the background thread may stop
     }
   }
 

@@ -366,6 +366,19 @@ void Allocator::deallocate(std::uint64_t offset, std::size_t bytes) {
   }
 }
 
+void Allocator::release_thread_cache() {
+  ThreadCache& tc = cache();
+  std::lock_guard<std::mutex> lock(central_->mu);
+  for (std::size_t cls = 0; cls < tc.free.size(); ++cls) {
+    auto& mine = tc.free[cls];
+    if (mine.empty()) continue;
+    // dirty: the blocks may merge with free neighbours into something a refill can use.
+    central_->dirty = true;
+    central_->free[cls].insert(central_->free[cls].end(), mine.begin(), mine.end());
+    mine.clear();
+  }
+}
+
 void Allocator::begin_recovery(bool start_now) {
   std::lock_guard<std::mutex> lock(central_->mu);
   central_->extents.clear();

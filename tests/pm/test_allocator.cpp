@@ -178,6 +178,39 @@ TEST(Allocator, TwoThreadsAllocateDisjointBlocks) {
   for (auto off : got[1]) EXPECT_TRUE(all.insert(off).second) << "block handed out twice";
 }
 
+// A helper thread (DPTree's merge thread) allocates one block: its cache fetches a batch of the
+// class, and the rest is out of every other thread's reach, even at a full pool. After the
+// helper's release_thread_cache() the main thread's allocations (its reclaim pass) reach them.
+// The first half is the known-bad case: without the release, the main thread fills the pool
+// with fewer blocks.
+TEST(Allocator, ReleasedThreadCacheIsReachableByOtherThreads) {
+  constexpr std::size_t kBlock = 512;  // a batch of 32 per refill
+  auto fill_count = [](bool release) {
+    auto pool = anon_pool(256 << 10);
+    Allocator& a = pool->allocator();
+    // The main thread takes its thread slot (and cache) first: a slot freed by the exiting
+    // helper must not become the main thread's, cache and all.
+    std::size_t n = a.allocate(kBlock) != 0 ? 1 : 0;
+    std::uint64_t helper_block = 0;
+    std::thread helper([&] {
+      helper_block = a.allocate(kBlock);
+      if (release) a.release_thread_cache();
+    });
+    helper.join();
+    EXPECT_NE(helper_block, 0u);
+    Code code = Code::ok;
+    while (a.allocate(kBlock, &code) != 0) ++n;
+    EXPECT_EQ(code, Code::pool_full);
+    return n;
+  };
+  const std::size_t kept = fill_count(false);
+  const std::size_t released = fill_count(true);
+  // The whole heap in blocks, but the helper's one.
+  const std::size_t heap_blocks = anon_pool(256 << 10)->allocator().stats().heap_bytes / kBlock;
+  EXPECT_EQ(released, heap_blocks - 1) << "blocks stayed in the helper's cache after its release";
+  EXPECT_LT(kept, released) << "the helper's cache held nothing back: this test shows nothing";
+}
+
 TEST(AllocatorRecovery, UnreachableBlocksBecomeFreeAgain) {
   auto pool = anon_pool(1 << 20);
   Allocator& a = pool->allocator();

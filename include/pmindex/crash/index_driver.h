@@ -57,6 +57,12 @@ struct IndexCrashConfig {
   /// run (never in nested explorations, never on a recovered image), so a test can tally the
   /// SMOs its workload ran (tests/index/common/crash_kit.h SmoTally). Must not write PM.
   std::function<void(const Index& index, std::size_t op)> observe;
+  /// An index's background work run as one more simulated thread (after the `threads`
+  /// operation threads, under the same scheduler), e.g. DPTree's merges with
+  /// dptree::Config::external_merger. Called once with the live index and a function that
+  /// says whether every operation thread has finished (the last one's verify() included); it
+  /// must return soon after that turns true, and wait only at scheduling points.
+  std::function<void(Index& index, const std::function<bool()>& ops_done)> background;
 };
 
 /// The multi-threaded driver's configuration (docs/crash-simulator.md, "Multi-threaded index
@@ -90,6 +96,12 @@ struct ConcurrentCrashConfig {
   /// op 1 when the last thread has finished (after its verify()), so a test can tally the SMOs
   /// the schedule ran (tests/index/common/crash_kit.h SmoTally). Must not write PM.
   std::function<void(const Index& index, std::size_t op)> observe;
+  /// An index's background work run as one more simulated thread (after the `threads`
+  /// operation threads, under the same scheduler), e.g. DPTree's merges with
+  /// dptree::Config::external_merger. Called once with the live index and a function that
+  /// says whether every operation thread has finished (the last one's verify() included); it
+  /// must return soon after that turns true, and wait only at scheduling points.
+  std::function<void(Index& index, const std::function<bool()>& ops_done)> background;
 };
 
 /// Runs `config.threads` simulated threads under the deterministic scheduler (seeded by

@@ -34,8 +34,9 @@
 /// the heap), and a carrier whose sub-blocks are all free becomes a 64 B block (or part of an
 /// extent). Carriers are kept in their class until then. Bound: pool_full is returned only when,
 /// after that pass, no extent, line or free block of the class fits; free space it cannot use
-/// is what sits in other threads' caches (at most 64 blocks per class per thread) and free
-/// pieces of lines/units that still hold a live block (docs/allocator.md).
+/// is what sits in other threads' caches (at most 64 blocks per class per thread; none after
+/// that thread's release_thread_cache()) and free pieces of lines/units that still hold a live
+/// block (docs/allocator.md).
 ///
 /// Thread safety: allocate/deallocate are thread-safe; each thread has a small per-class cache
 /// so two threads allocate without contending. mark_reachable may be called from several
@@ -102,6 +103,11 @@ class Allocator {
   std::uint64_t allocate(std::size_t bytes, Code* code = nullptr);
   /// Returns a block. `bytes` is the size that was requested (sized deallocation).
   void deallocate(std::uint64_t offset, std::size_t bytes);
+  /// Moves every block in the calling thread's cache to the central lists, where any thread's
+  /// allocation (and its reclaim pass) can reach it. For a helper thread that allocates and
+  /// frees in bursts (a background merge): otherwise up to 2 x batch blocks per class stay
+  /// out of the other threads' reach until the helper runs again. Thread-safe.
+  void release_thread_cache();
 
   // --- recovery -----------------------------------------------------------------------------
   /// A fresh pool: the whole heap is free.

@@ -36,23 +36,33 @@ Status validate(const Options& o) {
 }
 
 namespace {
-// The registry's Config: the paper's defaults; the merge mode from PMINDEX_DPTREE_MERGE
-// (background | sync; unset: Config's default, synchronous). Not stored in the pool: each
-// open picks its own.
-Config registry_config() {
+// The registry's Config: the paper's defaults; the merge mode from Options::dptree.merge, or
+// when that is automatic from PMINDEX_DPTREE_MERGE (background | sync; unset: Config's
+// default, background, synchronous in the tracing flavour). Not stored in the pool: each open
+// picks its own.
+Config registry_config(const Options& o) {
   Config c;
-  if (const char* m = std::getenv("PMINDEX_DPTREE_MERGE"); m != nullptr)
-    c.background = std::string_view(m) == "background";
+  switch (o.dptree.merge) {
+    case DPTreeOptions::Merge::background: c.background = true; break;
+    case DPTreeOptions::Merge::synchronous: c.background = false; break;
+    case DPTreeOptions::Merge::automatic:
+      if (const char* m = std::getenv("PMINDEX_DPTREE_MERGE"); m != nullptr) {
+        if (std::string_view(m) == "background") c.background = true;
+        if (std::string_view(m) == "sync") c.background = false;
+      }
+      break;
+  }
+  c.print_stats = o.dptree.stats;
   return c;
 }
 }  // namespace
 
 Result<std::unique_ptr<Index>> create(std::unique_ptr<pm::Pool> pool, const Options& o) {
-  return DPTree<Protocol>::create(std::move(pool), o, registry_config());
+  return DPTree<Protocol>::create(std::move(pool), o, registry_config(o));
 }
 
 Result<std::unique_ptr<Index>> recover(std::unique_ptr<pm::Pool> pool, const Options& o) {
-  return DPTree<Protocol>::recover(std::move(pool), o, registry_config());
+  return DPTree<Protocol>::recover(std::move(pool), o, registry_config(o));
 }
 
 }  // namespace pmindex::dptree

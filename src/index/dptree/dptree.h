@@ -4,8 +4,8 @@
 // object) with a DRAM inner layer over the leaves' bounds. When the buffer reaches its
 // capacity (a fraction of the base tree, 7 % by default) it becomes the read-only middle
 // buffer and a merge thread folds it into the base tree while a fresh front takes the writes
-// (Config::background; PROTOCOL.md B1-B5), or the writer that filled it merges it
-// synchronously (the default, and the crash simulator's mode).
+// (Config::background, the default; PROTOCOL.md B1-B5), or the writer that filled it merges it
+// synchronously (selectable; the crash simulator's mode, default in the tracing flavour).
 // Persistence steps: PROTOCOL.md (cited in code as `// Xn:`); layouts: layout.h.
 //
 // Thread safety: every operation may run concurrently. Readers (find, scan) hold a shared
@@ -27,8 +27,10 @@
 //       running merge (its fresh leaves are not reachable yet).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
+#include <type_traits>
 #include <shared_mutex>
 #include <condition_variable>
 #include <thread>
@@ -42,6 +44,9 @@
 #include "index/dptree/layout.h"
 #include "pmindex/index.h"
 #include "pmindex/pm/dram_arena.h"
+#include "pmindex/pm/persist.h"
+#include "pmindex/sync/backoff.h"
+#include "pmindex/sync/spin_lock.h"
 
 namespace pmindex::dptree {
 
@@ -63,7 +68,48 @@ struct Protocol {
   // front buffer (the first landing's rule): the merge then carries the middle buffer's older
   // value, or a leaf copy read before the update, over it (the lost update; B3).
   static constexpr bool kInPlaceDuringMerge = false;
+  // Background mode: the merge thread keeps the blocks its allocator cache fetched (the
+  // previous landing's behaviour): at a full pool they are out of the writers' reach.
+  static constexpr bool kKeepMergeCache = false;
+  // The log reserve without its spare page for removes (the previous landing's): at a full
+  // pool, a partial merge whose re-log ends exactly at a page boundary leaves no page for the
+  // next remove's record.
+  static constexpr bool kNoSpareLogPage = false;
 };
+
+// The index lock in the tracing flavour: a reader-writer spin lock whose waits are scheduling
+// points (pm::yield_point). The crash simulator's deterministic scheduler parks a thread at
+// every PM event, also inside a critical section, so a waiter must hand the baton on instead
+// of blocking in the kernel (docs/crash-simulator.md, "Multi-threaded simulation"). Other
+// flavours use std::shared_mutex. Meets Lockable and SharedLockable.
+class SimSharedMutex {
+ public:
+  void lock() {
+    sync::SpinBackoff backoff;
+    while (!try_lock()) backoff.spin("dptree.lock");
+  }
+  bool try_lock() {
+    pm::yield_point("dptree.try_lock");
+    std::int64_t free = 0;
+    // acquire: the winner sees the previous holders' critical sections.
+    return state_.compare_exchange_strong(free, -1, std::memory_order_acquire);
+  }
+  void unlock() { state_.store(0, std::memory_order_release); }
+  void lock_shared() {
+    sync::SpinBackoff backoff;
+    while (!try_lock_shared()) backoff.spin("dptree.lock_shared");
+  }
+  bool try_lock_shared() {
+    pm::yield_point("dptree.try_lock_shared");
+    std::int64_t s = state_.load(std::memory_order_relaxed);
+    return s >= 0 && state_.compare_exchange_strong(s, s + 1, std::memory_order_acquire);
+  }
+  void unlock_shared() { state_.fetch_sub(1, std::memory_order_release); }
+
+ private:
+  std::atomic<std::int64_t> state_{0};  // -1: a writer holds it; n > 0: n readers
+};
+using IndexMutex = std::conditional_t<pm::kTracing, SimSharedMutex, std::shared_mutex>;
 
 // Tuning (the paper's defaults). The registry uses these; tests pass their own to create().
 struct Config {
@@ -71,11 +117,17 @@ struct Config {
   double bloom_fp = 0.05;        // the Bloom filter's false-positive target
   std::size_t min_buffer = 0;    // 0: the base leaf's slot count
   // true: a full front buffer becomes the read-only middle buffer and a merge thread folds it
-  // into the base tree while writes go to a fresh front (PROTOCOL.md B1-B5). false: the writer
-  // that fills the buffer merges it synchronously (the crash simulator's mode). Off by default
-  // until a full pool is handled as well as in the synchronous mode (README, "Full pool in
-  // background mode"); the registry takes it from PMINDEX_DPTREE_MERGE=background|sync.
-  bool background = false;
+  // into the base tree while writes go to a fresh front (PROTOCOL.md B1-B5; the paper's
+  // design, the default). false: the writer that fills the buffer merges it synchronously (the
+  // default in the tracing flavour: the single-threaded crash simulator enumerates its steps).
+  // The registry takes it from Options::dptree.merge, else PMINDEX_DPTREE_MERGE=background|sync.
+  bool background = !pm::kTracing;
+  // Print MergeStats on stderr at close (Options::dptree.stats; pmbench --dptree_stats).
+  bool print_stats = false;
+  // Tests (the crash simulator's multi-threaded driver): background mode without the index's
+  // own merge thread; the test runs the merges on a thread of its own with
+  // merge_step_for_testing(), so the scheduler can interleave them with the writers.
+  bool external_merger = false;
 };
 
 // Registry entry points.
@@ -135,6 +187,9 @@ class DPTree final : public Index {
   bool merging() const;
   bool merge_held_for_testing() const;  // the merge thread waits at the hold (M1-M3 done)
   void wait_merge_for_testing();
+  // Config::external_merger: runs the pending background merge (B2-B4) on the calling thread
+  // if there is one (true), else returns false at once.
+  bool merge_step_for_testing();
   // The front buffer's capacity (tests fill it to a known point).
   std::size_t capacity() const;
   // Deliberate damage so a test can see verify() notice it: 0 swaps the keys of two live
@@ -180,11 +235,19 @@ class DPTree final : public Index {
   Code new_log_page(std::size_t keep);  // reserve pages above `keep` may be used
   void buffer_put(std::uint64_t k, std::uint64_t v, bool tomb);
   // The log reserve (PROTOCOL.md, "Full pool"): pages held back so a partial merge can always
-  // re-log the buffered records it carries. need = pages for `puts` records.
-  static std::size_t reserve_need(std::size_t puts) {
+  // re-log the buffered records it carries, plus one spare page for a remove's record: a
+  // tombstone is never re-logged, but without the spare a partial merge whose re-log ends
+  // exactly at a page boundary (the buffer then holds a multiple of 63 puts: where
+  // room_for_put stops a full pool) gives every page it frees back to the reserve, and no
+  // remove could log again (the next partial merge waits for a new record).
+  static std::size_t relog_pages(std::size_t puts) {
     return (puts + kRecordsPerPage - 1) / kRecordsPerPage;
   }
-  bool top_up_reserve(std::size_t puts);
+  static std::size_t reserve_need(std::size_t puts) {
+    return relog_pages(puts) + (Policy::kNoSpareLogPage ? 0 : 1);
+  }
+  bool top_up_reserve(std::size_t puts) { return top_up_pages(reserve_need(puts)); }
+  bool top_up_pages(std::size_t pages);  // holds back at least `pages` (false: pool full)
   void release_reserve();
   Code room_for_put();
   void maybe_merge();
@@ -192,7 +255,11 @@ class DPTree final : public Index {
   bool front_full() const;
   std::size_t live_puts() const { return puts_ + (middle_ != nullptr ? middle_puts_ : 0); }
   // Background mode (PROTOCOL.md B1-B5).
-  using Lock = std::unique_lock<std::shared_mutex>;
+  using Lock = std::unique_lock<IndexMutex>;
+  // cv_.wait(lock, pred), or in the tracing flavour a loop that drops the lock at a
+  // scheduling point until pred holds (see SimSharedMutex).
+  template <class L, class Pred>
+  void wait_for(L& lock, Pred pred) const;
   template <class Fn>
   Code write_op(Fn body);              // backpressure, then body; re-run if it must wait
   bool must_wait_for_merge();          // a synchronous merge is needed while one runs
@@ -203,6 +270,14 @@ class DPTree final : public Index {
   void stop_merger();
   void start_merger();
   bool buffered_any(std::uint64_t k, BufEntry* e) const;  // front, then middle
+  // The allocator calls of running operations and of the merge thread. In the tracing flavour
+  // under one spin lock: the allocator holds its std::mutex across a traced store (the heap's
+  // high-water mark), where the crash simulator's scheduler may park the holder; the merge
+  // thread and a writer allocate concurrently, so the other must spin at a scheduling point
+  // instead of blocking on that mutex (docs/crash-simulator.md, as NBTree does).
+  std::uint64_t pm_alloc(std::size_t bytes, Code* code);
+  void pm_free(std::uint64_t off, std::size_t bytes);
+  void pm_release_cache();  // the calling thread's allocator cache to the central lists
   // Blocks the merge thread gives up are freed by the next writer (deferred_), so they go to
   // the writers' allocator caches, not the merge thread's (which no writer allocates from).
   void free_block(std::uint64_t off, std::size_t bytes);
@@ -261,7 +336,8 @@ class DPTree final : public Index {
   std::uint64_t partial_lsn_ = 0;          // next_lsn_ after the last partial merge
   MergeStats stats_;
   RecoveryStats recovery_;
-  mutable std::shared_mutex mu_;
+  mutable IndexMutex mu_;
+  sync::SpinLock alloc_mu_;  // tracing flavour: see pm_alloc
   bool closed_ = false;
   // Background mode. Guarded by mu_ except where noted: the middle buffer (read-only while it
   // exists, i.e. while merging_), its Bloom filter, live puts and last LSN.
@@ -271,6 +347,7 @@ class DPTree final : public Index {
   std::size_t middle_puts_ = 0;
   std::uint64_t middle_lsn_ = 0;
   bool merging_ = false;         // a middle buffer exists and the merge thread owns it
+  bool merge_running_ = false;   // Config::external_merger: a merge_step_for_testing runs
   bool bg_failed_ = false;       // the last background merge failed: merge synchronously
   bool retry_ = false;           // a write must wait for the merge, then run again
   bool stop_ = false;

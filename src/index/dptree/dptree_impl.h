@@ -173,7 +173,7 @@ typename DPTree<P>::LeafPtr DPTree<P>::build_leaf(const std::vector<Record>& rec
                                                   std::size_t* i, std::size_t per,
                                                   std::uint64_t last_bound, Code* code,
                                                   MergeStats& tally) {
-  const std::uint64_t off = pool_->allocator().allocate(leaf_bytes_, code);
+  const std::uint64_t off = pm_alloc(leaf_bytes_, code);
   if (off == 0) return nullptr;
   auto l = std::make_shared<LeafInfo>();
   l->off = off;
@@ -237,13 +237,13 @@ void DPTree<P>::buffer_put(std::uint64_t k, std::uint64_t v, bool tomb) {
   bloom_.add(k);
 }
 
-// Holds back log pages until the reserve covers `puts` buffered records (false: pool full).
-// The pages are DRAM-held only: after a crash they are unreachable, hence free again.
+// Holds back log pages until the reserve has `pages` (false: pool full). The pages are
+// DRAM-held only: after a crash they are unreachable, hence free again.
 template <class P>
-bool DPTree<P>::top_up_reserve(std::size_t puts) {
-  while (reserve_.size() < reserve_need(puts)) {
+bool DPTree<P>::top_up_pages(std::size_t pages) {
+  while (reserve_.size() < pages) {
     Code code = Code::ok;
-    const std::uint64_t off = pool_->allocator().allocate(kLogPageBytes, &code);
+    const std::uint64_t off = pm_alloc(kLogPageBytes, &code);
     if (off == 0) return false;
     reserve_.push_back(off);
   }
@@ -252,7 +252,7 @@ bool DPTree<P>::top_up_reserve(std::size_t puts) {
 
 template <class P>
 void DPTree<P>::release_reserve() {
-  for (std::uint64_t off : reserve_) pool_->allocator().deallocate(off, kLogPageBytes);
+  for (std::uint64_t off : reserve_) pm_free(off, kLogPageBytes);
   reserve_.clear();
 }
 
@@ -272,7 +272,7 @@ Code DPTree<P>::room_for_put() {
 template <class P>
 Code DPTree<P>::new_log_page(std::size_t keep) {
   Code code = Code::ok;
-  std::uint64_t off = pool_->allocator().allocate(kLogPageBytes, &code);
+  std::uint64_t off = pm_alloc(kLogPageBytes, &code);
   if (off == 0 && reserve_.size() > keep) {  // P2's re-log (keep = 0), or a spare page
     off = reserve_.back();
     reserve_.pop_back();
@@ -298,8 +298,10 @@ template <class P>
 Code DPTree<P>::log_append(std::uint64_t k, std::uint64_t v, std::uint64_t op) {
   if (log_pages_.empty() || tail_slot_ == kRecordsPerPage) {
     // Reserve pages above what the buffer's live records (this one included) need are free
-    // to take: a tombstone is never re-logged.
-    auto keep = [&] { return reserve_need(live_puts() + (op == kOpPut ? 1 : 0)); };
+    // to take: a tombstone is never re-logged, so it may take the spare page too.
+    auto keep = [&] {
+      return op == kOpPut ? reserve_need(live_puts() + 1) : relog_pages(live_puts());
+    };
     Code c = new_log_page(keep());
     if (c == Code::pool_full && must_wait_for_merge()) return c;  // write_op waits, re-runs
     if (c == Code::pool_full && buffer_->size() != 0) {
@@ -369,7 +371,7 @@ Code DPTree<P>::write_op(Fn body) {
   auto wait = [&](auto until) {
     ++stats_.writer_blocks;  // counted before the wait: a test sees the writer blocked
     const auto t0 = std::chrono::steady_clock::now();
-    cv_.wait(lock, until);
+    wait_for(lock, until);
     stats_.writer_blocked_ns += static_cast<std::uint64_t>(
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
             .count());
@@ -389,14 +391,14 @@ void DPTree<P>::free_block(std::uint64_t off, std::size_t bytes) {
   if (defer_frees_) {
     deferred_.emplace_back(off, bytes);
   } else {
-    pool_->allocator().deallocate(off, bytes);
+    pm_free(off, bytes);
   }
 }
 
 // Under the exclusive lock, in a writer (or at close): the merge thread's freed blocks.
 template <class P>
 void DPTree<P>::drain_deferred() {
-  for (const auto& [off, bytes] : deferred_) pool_->allocator().deallocate(off, bytes);
+  for (const auto& [off, bytes] : deferred_) pm_free(off, bytes);
   deferred_.clear();
 }
 
@@ -426,7 +428,7 @@ template <class P>
 void DPTree<P>::merge_loop() {
   Lock lock(mu_);
   for (;;) {
-    cv_.wait(lock, [&] { return stop_ || merging_; });
+    wait_for(lock, [&] { return stop_ || merging_; });
     if (merging_) {
       merge_middle(lock);
       continue;
@@ -458,9 +460,15 @@ void DPTree<P>::merge_middle(Lock& lock) {
   std::int64_t delta = 0;
   const Code c = merge_build(entries, &next, &replaced, &delta, tally, &abandoned);  // B2: M1, M2
   if (c == Code::ok && !P::kFlipBeforeMeta) write_meta(next, nv);        // B2: M3
+  // The merge thread allocates nothing more in this merge: the leaf blocks its allocator
+  // cache fetched beyond what the splits used go back to the central lists, where writers
+  // (and their reclaim pass at a full pool) can reach them. Otherwise up to a batch of leaf
+  // blocks per class would sit out of reach until the next merge, and at a full pool a
+  // remove could be refused (test_pool_full in background mode).
+  if (!P::kKeepMergeCache) pm_release_cache();
   lock.lock();
   held_ = true;  // tests: hold before the flip
-  cv_.wait(lock, [&] { return !hold_ || stop_; });
+  wait_for(lock, [&] { return !hold_ || stop_; });
   held_ = false;
   defer_frees_ = true;
   for (std::uint64_t off : abandoned) free_block(off, leaf_bytes_);
@@ -507,7 +515,64 @@ template <class P>
 void DPTree<P>::start_merger() {
   if (!config_.background) return;
   background_ = true;
-  merger_ = std::thread([this] { merge_loop(); });
+  if (!config_.external_merger) merger_ = std::thread([this] { merge_loop(); });
+}
+
+template <class P>
+std::uint64_t DPTree<P>::pm_alloc(std::size_t bytes, Code* code) {
+  if constexpr (pm::kTracing) {
+    std::lock_guard<sync::SpinLock> guard(alloc_mu_);
+    return pool_->allocator().allocate(bytes, code);
+  } else {
+    return pool_->allocator().allocate(bytes, code);
+  }
+}
+
+template <class P>
+void DPTree<P>::pm_free(std::uint64_t off, std::size_t bytes) {
+  if constexpr (pm::kTracing) {
+    std::lock_guard<sync::SpinLock> guard(alloc_mu_);
+    pool_->allocator().deallocate(off, bytes);
+  } else {
+    pool_->allocator().deallocate(off, bytes);
+  }
+}
+
+template <class P>
+void DPTree<P>::pm_release_cache() {
+  if constexpr (pm::kTracing) {
+    std::lock_guard<sync::SpinLock> guard(alloc_mu_);
+    pool_->allocator().release_thread_cache();
+  } else {
+    pool_->allocator().release_thread_cache();
+  }
+}
+
+template <class P>
+bool DPTree<P>::merge_step_for_testing() {
+  Lock lock(mu_);
+  if (!merging_ || merge_running_) return false;
+  merge_running_ = true;  // one external merger at a time
+  merge_middle(lock);
+  merge_running_ = false;
+  return true;
+}
+
+template <class P>
+template <class L, class Pred>
+void DPTree<P>::wait_for(L& lock, Pred pred) const {
+  if constexpr (pm::kTracing) {
+    // A scheduling point per round; the short sleep keeps an idle merge thread of a real
+    // (unscheduled) run, e.g. the kill harness's children, from spinning a core.
+    while (!pred()) {
+      lock.unlock();
+      pm::yield_point("dptree.wait");
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+      lock.lock();
+    }
+  } else {
+    cv_.wait(lock, pred);
+  }
 }
 
 // The running merge finishes (a held one is let go); later writes merge synchronously.
@@ -553,7 +618,7 @@ bool DPTree<P>::merge_held_for_testing() const {
 template <class P>
 void DPTree<P>::wait_merge_for_testing() {
   Lock lock(mu_);
-  cv_.wait(lock, [&] { return !merging_; });
+  wait_for(lock, [&] { return !merging_; });
 }
 
 template <class P>
@@ -815,7 +880,7 @@ std::size_t DPTree<P>::scan(std::string_view start, std::size_t max, ScanBuffer&
 template <class P>
 Code DPTree<P>::merge_for_testing() {
   Lock lock(mu_);
-  cv_.wait(lock, [&] { return !merging_; });
+  wait_for(lock, [&] { return !merging_; });
   return merge();
 }
 
@@ -1029,7 +1094,7 @@ Code DPTree<P>::merge_build(const std::vector<BufEntry>& entries, std::vector<Le
       if (abandoned != nullptr) {
         abandoned->insert(abandoned->end(), fresh.begin(), fresh.end());
       } else {
-        for (std::uint64_t off : fresh) pool_->allocator().deallocate(off, leaf_bytes_);
+        for (std::uint64_t off : fresh) pm_free(off, leaf_bytes_);
       }
       return c;
     }
@@ -1082,7 +1147,7 @@ void DPTree<P>::drop_emptied(std::vector<LeafPtr>& next, std::vector<std::uint64
 template <class P>
 Code DPTree<P>::merge_partial_for_testing() {
   Lock lock(mu_);
-  cv_.wait(lock, [&] { return !merging_; });
+  wait_for(lock, [&] { return !merging_; });
   return merge_partial();
 }
 
@@ -1133,7 +1198,7 @@ Code DPTree<P>::merge_partial() {
   // The re-log's pages must all be at hand before any is used: a re-log cut short would spend
   // the reserve on pages that a failed merge cannot give back.
   const std::size_t room = log_pages_.empty() ? 0 : kRecordsPerPage - tail_slot_;
-  if (carried.size() > room && !top_up_reserve(carried.size() - room)) {
+  if (carried.size() > room && !top_up_pages(relog_pages(carried.size() - room))) {
     ++stats_.failed_merges;
     return Code::pool_full;
   }

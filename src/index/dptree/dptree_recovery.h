@@ -2,6 +2,8 @@
 // dptree_impl.h's templates.
 #pragma once
 
+#include <cstdio>
+
 #include "index/common/close_counts.h"
 #include "index/common/recovery_frame.h"
 #include "index/dptree/dptree_impl.h"
@@ -256,7 +258,7 @@ template <class P>
 Status DPTree<P>::verify() const {
   // A running merge holds fresh leaves no root reaches yet: verify() waits for it to end.
   std::shared_lock lock(mu_);
-  cv_.wait(lock, [&] { return !merging_; });
+  wait_for(lock, [&] { return !merging_; });
   const pm::Pool& p = *pool_;
   auto bad = [&](const std::string& what) { return p.error(Code::corrupted, "verify: " + what); };
   if (state_gv(root_->state) != gv_ || state_covered(root_->state) != covered_)
@@ -355,6 +357,19 @@ Status DPTree<P>::close() {
   stop_merger();  // the running merge ends first; writes after close merge synchronously
   std::unique_lock lock(mu_);
   if (!closed_) {
+    if (config_.print_stats) {  // Options::dptree.stats (pmbench --dptree_stats)
+      const MergeStats& m = stats_;
+      std::fprintf(stderr,
+                   "dptree: merge %s, %llu merges (%llu in the background, %llu failed, %llu "
+                   "partial), writers blocked by a running merge %llu times, %.3f ms in total\n",
+                   config_.background ? "background" : "synchronous",
+                   static_cast<unsigned long long>(m.merges),
+                   static_cast<unsigned long long>(m.background_merges),
+                   static_cast<unsigned long long>(m.failed_merges),
+                   static_cast<unsigned long long>(m.partial_merges),
+                   static_cast<unsigned long long>(m.writer_blocks),
+                   static_cast<double>(m.writer_blocked_ns) / 1e6);
+    }
     release_reserve();  // free either way (DRAM-held), but a clean close leaves no block held
     // The base tree's counts, from the counters merges keep (verify checks them against PM).
     pool_->close_clean(base_records_, chain_.size());
@@ -384,7 +399,7 @@ std::size_t DPTree<P>::base_leaves() const {
 template <class P>
 void DPTree<P>::corrupt_for_testing(int what) {
   Lock lock(mu_);
-  cv_.wait(lock, [&] { return !merging_; });  // a running merge would replace the damage
+  wait_for(lock, [&] { return !merging_; });  // a running merge would replace the damage
   for (const LeafPtr& l : chain_) {
     if (l->order.size() < 2) continue;
     if (what == 0) {

@@ -76,7 +76,20 @@ class PoolFull : public ::testing::TestWithParam<Case> {};
 // NBTree: 75%. Its leaves are never merged (PROTOCOL.md, "Where this differs" 10): the new
 // keys land in the ranges the first fill's keys cut, unevenly (about Poisson), so more leaves
 // hold few keys; measured 83-100% here. Below 75% would be space that removes did not return.
-double reinsert_bound(const std::string& kind) { return kind == "nbtree" ? 0.75 : 0.90; }
+// DPTree with background merges (the default; PMINDEX_DPTREE_MERGE=sync is deterministic:
+// 11,919 of 12,055, 98.9%): 85%. The space comes back (bytes in use fall to 6-12 KiB of about
+// 970 KiB after the removes and rise to 934-972 KiB with the re-inserts), but how many records
+// that space holds depends on where the merge thread's splits and the writers' partial merges
+// fell when the pool filled: 9,652-11,699 acknowledged, 9,574-10,818 re-inserted in 13 ASan
+// runs, down to 89.0% of the fill.
+double reinsert_bound(const std::string& kind) {
+  if (kind == "nbtree") return 0.75;
+  if (kind == "dptree") {
+    const char* m = std::getenv("PMINDEX_DPTREE_MERGE");
+    if (m == nullptr || std::string(m) != "sync") return 0.85;
+  }
+  return 0.90;
+}
 
 // Measured failures not fixed yet (issue 19 item 2), skipped by name with the measurement;
 // PMINDEX_POOL_FULL_KNOWN=1 runs them.
@@ -172,7 +185,10 @@ TEST_P(PoolFull, StaysUsableAndReusesSpace) {
 // PMINDEX_POOL_FULL_KNOWN=1 holds them to it too.
 const char* known_sparse_failure(const Case& c) {
   if (c.kind == "nbtree") return "nbtree: 0 of 12,239: leaves are never merged (PROTOCOL 10)";
-  if (c.kind == "dptree") return "dptree: 351 of 4,971: half-full leaves are not merged";
+  if (c.kind == "dptree") {
+    return "dptree: 0 of 4,968 (synchronous merge; 0-943 of about 4,850 background): half-full "
+           "leaves are not merged";
+  }
   if (c.kind == "part") return "part: 520 of 12,312: half-full leaf nodes stay";
   // reflist and utree: 16,319 of 16,319; lbtree: 14,280 of 14,280 (leaf merges, PROTOCOL.md
   // J1-J6; was 7 before them); fptree: 8,032 of 8,032 (leaf merges, PROTOCOL.md

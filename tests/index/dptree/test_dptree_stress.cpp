@@ -32,9 +32,9 @@ void run_stress(std::uint32_t slots, double seconds) {
 
 TEST(DPTreeStress, TwoThreadsAgainstOracle) {
   const double t = hybrid_test::stress_seconds();
-  run_stress(8, t / 4);
+  run_stress(8, t / 4);  // the default: background merges
   run_stress(256, t / 4);
-  setenv("PMINDEX_DPTREE_MERGE", "background", 1);  // the registry's merge mode
+  setenv("PMINDEX_DPTREE_MERGE", "sync", 1);  // the registry's merge mode
   run_stress(8, t / 4);
   run_stress(256, t / 4);
   unsetenv("PMINDEX_DPTREE_MERGE");
