@@ -123,7 +123,9 @@ TEST(DPTreeStress, WritersAndScannerBesideBackgroundMerges) {
       const auto it = model[id].find(k);
       const Code c = idx->find(encode_u64(k), &got);
       ASSERT_EQ(c, it == model[id].end() ? Code::not_found : Code::ok) << k;
-      if (it != model[id].end()) ASSERT_EQ(got, encode_u64(it->second)) << k;
+      if (it != model[id].end()) {
+        ASSERT_EQ(got, encode_u64(it->second)) << k;
+      }
     }
 }
 
