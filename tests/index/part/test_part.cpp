@@ -166,6 +166,14 @@ std::uint64_t child_for(const pm::Pool& pool, std::uint64_t w, std::uint8_t b) {
   return 0;
 }
 
+// Damage: the first live child word of node `w` points outside the pool (its byte kept).
+void point_first_child_outside(const pm::Pool& pool, std::uint64_t w) {
+  auto* n = pool.at<art::NodeHeader>(art::target_of(w));
+  std::uint64_t* ch = art::children_of(n);
+  for (unsigned j = 0; j < art::capacity_of(static_cast<art::NodeType>(n->type)); ++j)
+    if (ch[j] != 0) { ch[j] = art::rebyte(std::uint64_t{1} << 50, art::byte_of(ch[j])); break; }
+}
+
 // A crash between P5 (the new node published) and P6 (the old node's prefix cut) leaves the
 // old node's level and prefix stale. Recovery must read it right, and a writer repairs it.
 TEST(Part, RecoveryMeetsAStalePrefixAndAWriterRepairsIt) {
@@ -228,11 +236,7 @@ TEST(Part, DamagedNodeIsReportedNotFollowed) {
     const std::uint64_t child = child_for(pool, root->top, '5');
     ASSERT_NE(child, 0u);
     ASSERT_FALSE(art::is_record(child));
-    // A child word pointing outside the pool.
-    auto* n = pool.at<art::NodeHeader>(art::target_of(child));
-    std::uint64_t* ch = art::children_of(n);
-    for (unsigned j = 0; j < art::capacity_of(static_cast<art::NodeType>(n->type)); ++j)
-      if (ch[j] != 0) { ch[j] = art::rebyte(std::uint64_t{1} << 50, art::byte_of(ch[j])); break; }
+    point_first_child_outside(pool, child);
   }
   auto idx = open_ok(o);
   ASSERT_NE(idx, nullptr);
@@ -266,10 +270,7 @@ TEST(Part, FlatFindLeavesDamageAndBadKeysToTheGeneralWay) {
     const std::uint64_t child = child_for(pool, root->top, top_byte);
     ASSERT_NE(child, 0u);
     ASSERT_FALSE(art::is_record(child));
-    auto* n = pool.at<art::NodeHeader>(art::target_of(child));
-    std::uint64_t* ch = art::children_of(n);
-    for (unsigned j = 0; j < art::capacity_of(static_cast<art::NodeType>(n->type)); ++j)
-      if (ch[j] != 0) { ch[j] = art::rebyte(std::uint64_t{1} << 50, art::byte_of(ch[j])); break; }
+    point_first_child_outside(pool, child);
   }
   auto idx = open_ok(o);
   ASSERT_NE(idx, nullptr);
