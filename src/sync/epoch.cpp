@@ -251,9 +251,18 @@ bool EpochManager::pinned_here() const {
 // --- retiring -----------------------------------------------------------------------------------
 
 void EpochManager::retire(void* ctx, Deleter fn, std::uint64_t arg) {
-  // An unregistered thread registers here (epoch.h: retire). Its bag is sealed by its own
-  // collects (S1, S2), every kBagCapacity items, as a pinned thread's is.
-  push_retired(attach_local(), Retired{fn, ctx, arg});
+  if (Record* r = local_record()) {
+    push_retired(r, Retired{fn, ctx, arg});
+    return;
+  }
+  // An unattached thread: tag the item now (S1, S2 of the argument in epoch.h) and leave it
+  // with the orphans.
+  AsymmetricFence::heavy();
+  const std::uint64_t tag = global_epoch_.load(std::memory_order_relaxed);
+  orphan_retired_.fetch_add(1, std::memory_order_relaxed);
+  std::lock_guard<std::mutex> lock(orphan_mu_);
+  orphans_.push_back(Batch{tag, {Retired{fn, ctx, arg}}});
+  orphan_hint_.store(orphans_.size(), std::memory_order_relaxed);
 }
 
 void EpochManager::retire(std::function<void()> fn) {
@@ -405,6 +414,7 @@ std::size_t EpochManager::drain() {
 EpochManager::Stats EpochManager::stats() const {
   Stats s;
   s.epoch = global_epoch_.load(std::memory_order_relaxed);
+  s.retired = orphan_retired_.load(std::memory_order_relaxed);
   s.freed = orphan_freed_.load(std::memory_order_relaxed);
   s.records = record_count_.load(std::memory_order_relaxed);
   // relaxed throughout: a snapshot for statistics; exact once the threads are joined.

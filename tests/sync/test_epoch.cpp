@@ -83,7 +83,7 @@ TEST(Epoch, AnotherThreadsPinHoldsReclamationBack) {
   while (!pinned.load(std::memory_order_acquire)) std::this_thread::yield();
 
   std::atomic<int> freed{0};
-  epochs.retire(&freed, &count_run, 0);  // main registers here: into its bag
+  epochs.retire(&freed, &count_run, 0);  // main is not attached: goes to the orphans
   for (int i = 0; i < 10; ++i) epochs.collect();
   EXPECT_EQ(runs(freed), 0);
   EXPECT_EQ(epochs.drain(), 0u);  // drain is safe even when misused: still nothing freed
@@ -127,8 +127,7 @@ TEST(Epoch, FlatPinHoldsReclamationBack) {
   const auto flat = epochs.try_pin_flat();
   ASSERT_TRUE(flat);
   EXPECT_TRUE(epochs.pinned_here());
-  // Registered by its retire, handed over at its exit: an orphan.
-  std::thread([&] { epochs.retire(&freed, &count_run, 0); }).join();
+  std::thread([&] { epochs.retire(&freed, &count_run, 0); }).join();  // an orphan
   for (int i = 0; i < 10; ++i) epochs.collect();
   EXPECT_EQ(runs(freed), 0);
   EXPECT_EQ(epochs.epoch(), start + 1);  // pinned at `start`: one advance, then it waits
@@ -187,23 +186,6 @@ TEST(Epoch, FirstPinRegistersTheThreadForGood) {
   EXPECT_EQ(runs(freed), 0);
   EXPECT_EQ(epochs.drain(), 1u);
   EXPECT_EQ(runs(freed), 1);
-}
-
-// A thread that retires but never pins (an index whose writers take no pin) is registered by
-// its first retire and frees its own items at its collects: at most its bag and two sealed
-// batches wait. Before, each such retire paid a heavy fence and went to the orphan list, which
-// only another thread's collect or a pool_full reclaim freed: FPTree's leaves piled up.
-TEST(Epoch, RetiresWithoutPinsAreFreedByTheRetiringThread) {
-  EpochManager epochs;
-  std::atomic<int> freed{0};
-  constexpr int kItems = 10 * static_cast<int>(EpochManager::kBagCapacity);
-  std::thread([&] {
-    for (int i = 0; i < kItems; ++i) epochs.retire(&freed, &count_run, 0);
-    EXPECT_EQ(epochs.stats().attached, 1u);  // this thread, registered by its retire
-    EXPECT_GE(runs(freed), kItems - 3 * static_cast<int>(EpochManager::kBagCapacity));
-  }).join();
-  epochs.drain();
-  EXPECT_EQ(runs(freed), kItems);
 }
 
 TEST(Epoch, ThreadExitHandsItsItemsOver) {
@@ -305,7 +287,7 @@ TEST(Epoch, DestructorRunsPendingDeleters) {
     auto guard = me.pin();
     for (int i = 0; i < 3; ++i) guard.retire(&freed, &count_run, 0);
     epochs.retire(&freed, &count_run, 0);  // through the thread lookup
-    std::thread([&] { epochs.retire(&freed, &count_run, 0); }).join();  // handed over at exit
+    std::thread([&] { epochs.retire(&freed, &count_run, 0); }).join();  // unregistered: an orphan
     EXPECT_EQ(runs(freed), 0);
   }  // guard, participant, then the manager
   EXPECT_EQ(runs(freed), 5);
@@ -359,7 +341,7 @@ TEST(Epoch, DeleterMayRetireMore) {
   epochs.retire(&ctx, chained, 1);
   epochs.drain();
   EXPECT_EQ(runs(ctx.freed), 4);
-  // From a thread that registers by retiring and exits: an orphan whose deleter retires more.
+  // From an unregistered thread: an orphan whose deleter retires more.
   std::thread([&] { epochs.retire(&ctx, chained, 1); }).join();
   epochs.drain();
   EXPECT_EQ(runs(ctx.freed), 6);

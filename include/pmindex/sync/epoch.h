@@ -181,11 +181,8 @@ class EpochManager {
   /// The rest of an unpin_flat that returned true: frees what is safe (out of line).
   void after_unpin_flat(FlatPin pin);
 
-  /// Defers fn(ctx, arg) until no thread can see the object (invariant (1) first). Any thread:
-  /// an unregistered one is registered, as by its first pin, so the item goes into its bag
-  /// and its own collects free it (an index whose writers never pin, FPTree with integer keys
-  /// for one, would otherwise pay a heavy fence per retire and leave every item to a
-  /// pool_full reclaim: its leaves piled up to a 16 MiB pool in seconds, issue 19).
+  /// Defers fn(ctx, arg) until no thread can see the object (invariant (1) first). Any thread,
+  /// attached or not.
   void retire(void* ctx, Deleter fn, std::uint64_t arg);
   /// The same for a closure (allocates; for rare retirements).
   void retire(std::function<void()> fn);
@@ -275,10 +272,11 @@ class EpochManager {
   std::atomic<Record*> records_{nullptr};
   std::atomic<std::uint64_t> record_count_{0};  ///< relaxed: statistics
 
-  /// Items handed over (thread exit, drain).
+  /// Items handed over (thread exit, drain) and of retire() calls from unregistered threads.
   std::mutex orphan_mu_;
   std::vector<Batch> orphans_;                 ///< guarded by orphan_mu_
   std::atomic<std::size_t> orphan_hint_{0};    ///< relaxed: orphans_.size(), to skip the mutex
+  std::atomic<std::uint64_t> orphan_retired_{0};  ///< relaxed: statistics
   std::atomic<std::uint64_t> orphan_freed_{0};    ///< relaxed: statistics
 
   /// The process-unique instance id (never 0), key of the thread-local cache and of the set
