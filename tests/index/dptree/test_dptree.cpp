@@ -36,6 +36,15 @@ Options dp_options(std::uint32_t slots, KeyType kt = KeyType::u64) {
   return o;
 }
 
+// An anonymous pool laid out for dptree with `o`, of `size` bytes, for the tests that create the
+// index directly (dptree::DPTree<Policy>::create with a Config or a test policy).
+auto dp_pool(const Options& o, std::size_t size = 4 << 20) {
+  pm::PoolOptions po;
+  po.size = size;
+  po.layout = IndexRegistry::find("dptree")->layout(o);
+  return pm::Pool::create(po);
+}
+
 dptree::DPTree<>* as_dp(Index& idx) { return dynamic_cast<dptree::DPTree<>*>(&idx); }
 
 // Index::open (the registry) merges in the given mode while one of these lives
@@ -320,10 +329,7 @@ struct OriginalScan : dptree::Protocol {
 template <class Policy>
 ::testing::AssertionResult scan_after_reinsert() {
   Options o = dp_options(256);
-  pm::PoolOptions po;
-  po.size = 4 << 20;
-  po.layout = IndexRegistry::find("dptree")->layout(o);
-  auto pool = pm::Pool::create(po);
+  auto pool = dp_pool(o);
   if (!pool.ok()) return ::testing::AssertionFailure() << pool.status().to_string();
   auto idx = dptree::DPTree<Policy>::create(std::move(pool).value(), o);
   if (!idx.ok()) return ::testing::AssertionFailure() << idx.status().to_string();
@@ -462,10 +468,7 @@ struct NoSpareLogPage : dptree::Protocol {
 template <class Policy>
 std::optional<::testing::AssertionResult> remove_after_exact_fill(std::size_t pool_size) {
   Options o = dp_options(8);
-  pm::PoolOptions po;
-  po.size = pool_size;
-  po.layout = IndexRegistry::find("dptree")->layout(o);
-  auto pool = pm::Pool::create(po);
+  auto pool = dp_pool(o, pool_size);
   if (!pool.ok()) return ::testing::AssertionFailure() << pool.status().to_string();
   dptree::Config config;
   config.background = false;
@@ -524,10 +527,7 @@ struct KeepMergeCache : dptree::Protocol {
 template <class Policy>
 std::uint64_t central_leaf_blocks_after_split() {
   Options o = dp_options(8);
-  pm::PoolOptions po;
-  po.size = 4 << 20;
-  po.layout = IndexRegistry::find("dptree")->layout(o);
-  auto pool = pm::Pool::create(po);
+  auto pool = dp_pool(o);
   EXPECT_TRUE(pool.ok());
   dptree::Config config;
   config.background = true;
@@ -699,10 +699,7 @@ struct InPlaceDuringMerge : dptree::Protocol {
 template <class Policy>
 ::testing::AssertionResult update_racing_merge(bool key_in_middle) {
   Options o = dp_options(8);
-  pm::PoolOptions po;
-  po.size = 4 << 20;
-  po.layout = IndexRegistry::find("dptree")->layout(o);
-  auto pool = pm::Pool::create(po);
+  auto pool = dp_pool(o);
   if (!pool.ok()) return ::testing::AssertionFailure() << pool.status().to_string();
   dptree::Config config;
   config.background = true;
@@ -751,10 +748,7 @@ TEST(DPTree, UpdateRacingMergeIsNotLost) {
 // writer, no merge thread, no middle buffer.
 TEST(DPTree, SynchronousModeStaysSelectable) {
   Options o = dp_options(8);
-  pm::PoolOptions po;
-  po.size = 4 << 20;
-  po.layout = IndexRegistry::find("dptree")->layout(o);
-  auto pool = pm::Pool::create(po);
+  auto pool = dp_pool(o);
   ASSERT_TRUE(pool.ok());
   dptree::Config config;
   config.background = false;
