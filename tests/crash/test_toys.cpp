@@ -336,10 +336,10 @@ TEST(Toys, BudgetIsRespected) {
   o.images_budget = 5;
   const ExploreReport r = explore(s, o);
   EXPECT_TRUE(r.ok()) << r.to_string();
-  EXPECT_EQ(r.images_checked, 5u);  // fewer images than crash points: one each at random
+  EXPECT_EQ(r.images_checked, 5u);  // fewer than crash points: first or random candidates
   EXPECT_GT(r.candidate_images, 5u);
   ToyScenario s2(kDataBeforeFlag);
-  o.images_budget = 20;  // more than the 18 crash points: a common cap plus a random remainder
+  o.images_budget = 20;  // half to first candidates, half to random ones (make_plan)
   const ExploreReport r2 = explore(s2, o);
   EXPECT_TRUE(r2.ok()) << r2.to_string();
   EXPECT_EQ(r2.images_checked, 20u);
