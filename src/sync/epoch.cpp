@@ -211,7 +211,7 @@ void EpochManager::hand_over(Record* record) {
   if (!record->limbo.empty()) {
     std::lock_guard<std::mutex> lock(orphan_mu_);
     for (Batch& batch : record->limbo) orphans_.push_back(std::move(batch));
-    orphan_hint_.store(orphans_.size(), std::memory_order_relaxed);
+    publish_orphan_hint();
   }
   record->limbo.clear();
   record->held = 0;
@@ -255,14 +255,42 @@ void EpochManager::retire(void* ctx, Deleter fn, std::uint64_t arg) {
     push_retired(r, Retired{fn, ctx, arg});
     return;
   }
-  // An unattached thread: tag the item now (S1, S2 of the argument in epoch.h) and leave it
-  // with the orphans.
-  AsymmetricFence::heavy();
-  const std::uint64_t tag = global_epoch_.load(std::memory_order_relaxed);
+  // An unattached thread (invariant (6)): into the unattached bag, under the mutex that its
+  // sealer takes after this push (so this thread's unlink happens before that S1). The retire
+  // that fills the bag collects, as push_retired does for an unpinned attached thread (an
+  // unregistered thread is never pinned here). Before, each such item paid a heavy fence and
+  // waited for another thread's collect: FPTree's leaves piled up to a full pool (issue 19).
   orphan_retired_.fetch_add(1, std::memory_order_relaxed);
+  bool full = false;
+  {
+    std::lock_guard<std::mutex> lock(orphan_mu_);
+    unattached_bag_.push_back(Retired{fn, ctx, arg});
+    full = unattached_bag_.size() >= kBagCapacity;
+    publish_orphan_hint();
+  }
+  if (full) collect_unattached();
+}
+
+std::vector<EpochManager::Retired> EpochManager::take_unattached() {
   std::lock_guard<std::mutex> lock(orphan_mu_);
-  orphans_.push_back(Batch{tag, {Retired{fn, ctx, arg}}});
-  orphan_hint_.store(orphans_.size(), std::memory_order_relaxed);
+  std::vector<Retired> items = std::move(unattached_bag_);
+  unattached_bag_ = {};
+  publish_orphan_hint();
+  return items;
+}
+
+void EpochManager::seal_unattached(std::vector<Retired> items) {
+  if (items.empty()) return;
+  // S2. relaxed: the caller's heavy fence (S1), after take_unattached, orders it (epoch.h).
+  const std::uint64_t tag = global_epoch_.load(std::memory_order_relaxed);
+  std::lock_guard<std::mutex> lock(orphan_mu_);
+  orphans_.push_back(Batch{tag, std::move(items)});
+  publish_orphan_hint();
+}
+
+void EpochManager::publish_orphan_hint() {
+  orphan_hint_.store(orphans_.size() + (unattached_bag_.empty() ? 0 : 1),
+                     std::memory_order_relaxed);
 }
 
 void EpochManager::retire(std::function<void()> fn) {
@@ -327,10 +355,13 @@ std::size_t EpochManager::collect_record(Record* record) {
   // the process, ~15 us on this VM): A1 reads E before it, S2 after it, so it is both the
   // S1 between the bag's unlinks and S2 and the A2 between A1 and A3 (epoch.h). A tag read
   // after A1 can only be newer, which frees the bag later, never earlier.
+  // The unattached bag is sealed under the same fence (invariant (6)).
   pm::yield_point("epoch.advance");
   const std::uint64_t e = global_epoch_.load(std::memory_order_relaxed);  // A1
+  std::vector<Retired> unattached = take_unattached();
   AsymmetricFence::heavy();                                                // S1 and A2
   seal_fenced(record);                                                     // S2
+  seal_unattached(std::move(unattached));                                  // S2
   advance_fenced(e);                                                       // A3, A4
   // acquire: the deleters below run after every A3 that let the epoch reach this value.
   const std::uint64_t global = global_epoch_.load(std::memory_order_acquire);
@@ -352,6 +383,18 @@ std::size_t EpochManager::collect_record(Record* record) {
   return n + free_orphans(global, /*everything=*/false);
 }
 
+std::size_t EpochManager::collect_unattached() {
+  // collect_record without a record: the unattached bag is the only one to seal.
+  pm::yield_point("epoch.advance");
+  const std::uint64_t e = global_epoch_.load(std::memory_order_relaxed);  // A1
+  std::vector<Retired> unattached = take_unattached();
+  AsymmetricFence::heavy();                // S1 and A2
+  seal_unattached(std::move(unattached));  // S2
+  advance_fenced(e);                       // A3, A4
+  // acquire: as collect_record.
+  return free_orphans(global_epoch_.load(std::memory_order_acquire), /*everything=*/false);
+}
+
 std::size_t EpochManager::free_orphans(std::uint64_t global, bool everything) {
   if (!everything && orphan_hint_.load(std::memory_order_relaxed) == 0) return 0;
   std::size_t total = 0;
@@ -360,6 +403,10 @@ std::size_t EpochManager::free_orphans(std::uint64_t global, bool everything) {
     std::vector<Retired> ready;
     {
       std::lock_guard<std::mutex> lock(orphan_mu_);
+      if (everything) {  // the destructor: untagged items too
+        ready = std::move(unattached_bag_);
+        unattached_bag_ = {};
+      }
       std::size_t kept = 0;
       for (std::size_t i = 0; i < orphans_.size(); ++i) {
         Batch& batch = orphans_[i];
@@ -372,7 +419,7 @@ std::size_t EpochManager::free_orphans(std::uint64_t global, bool everything) {
         }
       }
       orphans_.resize(kept);
-      orphan_hint_.store(kept, std::memory_order_relaxed);
+      publish_orphan_hint();
     }
     if (ready.empty()) return total;
     const std::size_t n = run(ready);
@@ -391,18 +438,21 @@ void EpochManager::after_unpin(Record* record) {
 
 std::size_t EpochManager::collect() {
   if (Record* r = local_record()) return collect_record(r);
-  try_advance();
-  return free_orphans(global_epoch_.load(std::memory_order_acquire), /*everything=*/false);
+  return collect_unattached();
 }
 
 std::size_t EpochManager::drain() {
   adopt_idle(local_record());
   std::size_t total = 0;
-  // Each round seals, advances twice (enough for everything sealed so far when nobody is
-  // pinned) and frees what is safe. Deleters may retire more, so go on while rounds free.
+  // Each round seals (the caller's bag and the unattached bag), advances twice (enough for
+  // everything sealed so far when nobody is pinned) and frees what is safe. Deleters may
+  // retire more, so go on while rounds free.
   for (;;) {
     Record* r = local_record();
-    if (r != nullptr) seal(r);
+    std::vector<Retired> unattached = take_unattached();
+    AsymmetricFence::heavy();  // S1 for both bags
+    if (r != nullptr) seal_fenced(r);
+    seal_unattached(std::move(unattached));
     try_advance();
     try_advance();
     const std::size_t n = r != nullptr ? collect_record(r) : collect();

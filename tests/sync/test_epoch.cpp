@@ -83,7 +83,7 @@ TEST(Epoch, AnotherThreadsPinHoldsReclamationBack) {
   while (!pinned.load(std::memory_order_acquire)) std::this_thread::yield();
 
   std::atomic<int> freed{0};
-  epochs.retire(&freed, &count_run, 0);  // main is not attached: goes to the orphans
+  epochs.retire(&freed, &count_run, 0);  // main is not attached: the unattached bag
   for (int i = 0; i < 10; ++i) epochs.collect();
   EXPECT_EQ(runs(freed), 0);
   EXPECT_EQ(epochs.drain(), 0u);  // drain is safe even when misused: still nothing freed
@@ -206,6 +206,50 @@ TEST(Epoch, ThreadExitHandsItsItemsOver) {
   EXPECT_EQ(epochs.stats().pending(), 0u);
 }
 
+// A thread that retires but never pins (an index whose writers take no pin: FPTree with
+// integer keys) stays unregistered, and the retire that fills the unattached bag collects: at
+// most the bag and two sealed batches wait. Before, each such retire paid a heavy fence and
+// joined the orphans, freed only by another thread's collect or a pool_full reclaim: FPTree's
+// leaves piled up to a full pool (issue 19).
+TEST(Epoch, RetiresWithoutPinsAreFreedByTheRetiringThread) {
+  EpochManager epochs;
+  std::atomic<int> freed{0};
+  constexpr int kBag = static_cast<int>(EpochManager::kBagCapacity);
+  constexpr int kItems = 10 * kBag;
+  std::thread([&] {
+    for (int i = 0; i < kItems; ++i) epochs.retire(&freed, &count_run, 0);
+    EXPECT_EQ(epochs.stats().attached, 0u);  // no registration
+    EXPECT_FALSE(epochs.pinned_here());
+    EXPECT_GE(runs(freed), kItems - 3 * kBag);
+  }).join();
+  epochs.drain();
+  EXPECT_EQ(runs(freed), kItems);
+}
+
+// A background thread that retires a few items unregistered and then idles (PACTree's
+// updater, DPTree's merge thread) leaves them in the unattached bag, not in a bag only it may
+// touch: another thread's collects (a pool_full reclaim: three) seal and free them while it
+// lives on.
+TEST(Epoch, AnyCollectFreesAnIdleThreadsUnattachedItems) {
+  EpochManager epochs;
+  std::atomic<int> freed{0};
+  std::atomic<bool> retired{false};
+  std::atomic<bool> stop{false};
+  std::thread idle([&] {
+    for (int i = 0; i < 7; ++i) epochs.retire(&freed, &count_run, 0);
+    retired.store(true, std::memory_order_release);
+    while (!stop.load(std::memory_order_acquire)) std::this_thread::yield();
+  });
+  while (!retired.load(std::memory_order_acquire)) std::this_thread::yield();
+  EXPECT_EQ(epochs.stats().pending(), 7u);
+  { auto guard = epochs.pin(); }  // registers the caller; it collects unpinned
+  for (int i = 0; i < 3; ++i) epochs.collect();
+  EXPECT_EQ(runs(freed), 7);
+  EXPECT_EQ(epochs.stats().pending(), 0u);
+  stop.store(true, std::memory_order_release);
+  idle.join();
+}
+
 // A participant kept in thread-local storage is destroyed at thread exit.
 thread_local std::optional<Participant> tls_participant;
 
@@ -287,7 +331,8 @@ TEST(Epoch, DestructorRunsPendingDeleters) {
     auto guard = me.pin();
     for (int i = 0; i < 3; ++i) guard.retire(&freed, &count_run, 0);
     epochs.retire(&freed, &count_run, 0);  // through the thread lookup
-    std::thread([&] { epochs.retire(&freed, &count_run, 0); }).join();  // unregistered: an orphan
+    // Unregistered: the unattached bag, never sealed (the destructor runs it all the same).
+    std::thread([&] { epochs.retire(&freed, &count_run, 0); }).join();
     EXPECT_EQ(runs(freed), 0);
   }  // guard, participant, then the manager
   EXPECT_EQ(runs(freed), 5);

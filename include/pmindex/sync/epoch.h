@@ -46,9 +46,11 @@
 /// would again put A2 before P2. A record reused by another thread (after its owner's exit,
 /// claimed with acquire) is the same case: the new owner's P1 follows that claim.
 /// Hand-overs keep the argument: a bag is sealed (S1, S2) by its owner, or by drain() adopting
-/// an idle thread's items, whose unlinks happen before the drain by its precondition; either
-/// way U happens before S1. The destructor runs every item without epochs: no thread is
-/// pinned (checked) and no thread uses the manager any more (its precondition).
+/// an idle thread's items, whose unlinks happen before the drain by its precondition, or (the
+/// unattached bag, below) by any thread's collect, which takes the bag under the mutex its
+/// items were pushed under, after their unlinks; every way U happens before S1. The
+/// destructor runs every item without epochs: no thread is pinned (checked) and no thread
+/// uses the manager any more (its precondition).
 /// The happens-before edge that makes the deleter's writes race-free (and that TSan checks;
 /// g++ 12's TSan ignores fences, which here only decide *which* value A3 reads) is a chain
 /// of release/acquire pairs: reader's accesses -> unpin (release) -> A3 (acquire) -> A4
@@ -101,6 +103,13 @@
 ///  (5) A thread's records are per manager; when the thread exits, or drain() adopts an idle
 ///      thread's items, its bag and limbo move to the manager's orphan list, which any
 ///      thread's collect() frees when safe.
+///  (6) A thread that retires without being registered (an index whose writers never pin:
+///      FPTree with integer keys, PACTree's updater) puts its item into the manager's one
+///      unattached bag under the orphan mutex: no fence, no registration. The thread whose
+///      retire fills it seals it (S1, S2), tries to advance and frees the safe orphans, as an
+///      attached thread does with its own bag; every collect() also seals it, so a pool_full
+///      reclaim (index_common::reclaim_deferred) reaches items no full bag has sealed yet.
+///      Such items never wait in an idle thread's bag, which only its owner may touch.
 #pragma once
 
 #include <atomic>
@@ -182,7 +191,8 @@ class EpochManager {
   void after_unpin_flat(FlatPin pin);
 
   /// Defers fn(ctx, arg) until no thread can see the object (invariant (1) first). Any thread,
-  /// attached or not.
+  /// attached or not: an unattached thread's item joins the unattached bag (invariant (6)),
+  /// and the retire that fills that bag collects, running deleters (invariant (4)).
   void retire(void* ctx, Deleter fn, std::uint64_t arg);
   /// The same for a closure (allocates; for rare retirements).
   void retire(std::function<void()> fn);
@@ -195,8 +205,8 @@ class EpochManager {
   /// Moves the global epoch on by one if every pinned thread has announced it. Returns whether
   /// they had (the epoch moved, by this call or a concurrent one).
   bool try_advance();
-  /// Seals the calling thread's bag, tries to advance, and runs the deleters that are safe:
-  /// the calling thread's and the orphan list's. Returns how many ran.
+  /// Seals the calling thread's bag and the unattached bag, tries to advance, and runs the
+  /// deleters that are safe: the calling thread's and the orphan list's. Returns how many ran.
   std::size_t collect();
   /// For shutdown, verification and tests, on a quiescent manager: no other thread runs an
   /// operation on it during the call (their uses happen before it, and it happens before
@@ -261,6 +271,10 @@ class EpochManager {
   void seal_fenced(Record* record);      ///< seal after the caller's heavy fence (S1)
   bool advance_fenced(std::uint64_t e);  ///< A3, A4 after A1 read e and the caller's A2
   std::size_t collect_record(Record* record);
+  std::size_t collect_unattached();  ///< collect() of a thread not registered here
+  std::vector<Retired> take_unattached();  ///< empties the unattached bag (before S1)
+  void seal_unattached(std::vector<Retired> items);  ///< S2 for them, into the orphans
+  void publish_orphan_hint();  ///< orphan_hint_ from the lists; caller holds orphan_mu_
   std::size_t free_orphans(std::uint64_t global, bool everything);
   static std::size_t run(std::vector<Retired>& items);
 
@@ -272,11 +286,14 @@ class EpochManager {
   std::atomic<Record*> records_{nullptr};
   std::atomic<std::uint64_t> record_count_{0};  ///< relaxed: statistics
 
-  /// Items handed over (thread exit, drain) and of retire() calls from unregistered threads.
+  /// Sealed items handed over (thread exit, drain) and sealed unattached bags.
   std::mutex orphan_mu_;
   std::vector<Batch> orphans_;                 ///< guarded by orphan_mu_
-  std::atomic<std::size_t> orphan_hint_{0};    ///< relaxed: orphans_.size(), to skip the mutex
-  std::atomic<std::uint64_t> orphan_retired_{0};  ///< relaxed: statistics
+  /// Items of retire() calls from unregistered threads, not yet tagged (invariant (6)).
+  std::vector<Retired> unattached_bag_;        ///< guarded by orphan_mu_
+  /// relaxed: orphans_.size() plus one if unattached_bag_ holds items; a hint to skip the mutex.
+  std::atomic<std::size_t> orphan_hint_{0};
+  std::atomic<std::uint64_t> orphan_retired_{0};  ///< relaxed: statistics (unattached retires)
   std::atomic<std::uint64_t> orphan_freed_{0};    ///< relaxed: statistics
 
   /// The process-unique instance id (never 0), key of the thread-local cache and of the set
