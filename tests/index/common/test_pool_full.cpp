@@ -181,8 +181,9 @@ TEST_P(PoolFull, StaysUsableAndReusesSpace) {
 // compacted) without a restart. Most kinds merge only emptier leaves (or none), so this is a
 // measurement first: every kind runs the whole test (full pool, removes, re-inserts, verify()
 // live, every kept key present), but the kinds measured short of the space bound are excused
-// from that bound by name with their number (ASan build, 1 MiB pool, at 775aacf);
-// PMINDEX_POOL_FULL_KNOWN=1 holds them to it too.
+// from that bound by name with their number (ASan build, 1 MiB pool; each number as of the
+// commit that last changed its line: `git blame`); PMINDEX_POOL_FULL_KNOWN=1 holds them to it
+// too.
 const char* known_sparse_failure(const Case& c) {
   if (c.kind == "nbtree") return "nbtree: 0 of 12,239: leaves are never merged (PROTOCOL 10)";
   if (c.kind == "dptree") {
