@@ -75,6 +75,10 @@ struct Protocol {
   // pool, a partial merge whose re-log ends exactly at a page boundary leaves no page for the
   // next remove's record.
   static constexpr bool kNoSpareLogPage = false;
+  // A sparse leaf's fold (M1b) writes its neighbour's records into slots free in the leaf's
+  // next version only, also taking slots that this merge's removes cleared but that the
+  // current version still holds: a crash before the flip leaves those records overwritten.
+  static constexpr bool kFoldIntoCurrentSlots = false;
 };
 
 // The index lock in the tracing flavour: a reader-writer spin lock whose waits are scheduling
@@ -142,6 +146,7 @@ struct MergeStats {
   std::uint64_t merges = 0;
   std::uint64_t leaves_created = 0;  // by splits in merges (and bulk loads)
   std::uint64_t leaves_dropped = 0;  // emptied and unlinked
+  std::uint64_t leaves_folded = 0;   // sparse, records moved into the left neighbour (M1b)
   std::uint64_t log_pages_freed = 0;
   std::uint64_t failed_merges = 0;   // pool full while splitting (retried later)
   std::uint64_t partial_merges = 0;  // pool full: merged in place, the rest re-logged (P1-P5)
@@ -288,6 +293,9 @@ class DPTree final : public Index {
   Code merge_partial();
   std::uint32_t place_in_window(std::uint64_t key, int old, std::uint64_t* used, LeafInfo& n,
                                 std::int64_t* delta) const;
+  void fold_sparse(std::vector<LeafPtr>& next, std::vector<std::uint64_t>* replaced,
+                   MergeStats& tally, bool full_pool);
+  bool fold_into(LeafInfo& a, const LeafInfo& b);
   void drop_emptied(std::vector<LeafPtr>& next, std::vector<std::uint64_t>* replaced,
                     MergeStats& tally);
   Code merge_leaf(const LeafPtr& l, const BufEntry* from, const BufEntry* to,

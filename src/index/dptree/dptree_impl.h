@@ -484,6 +484,7 @@ void DPTree<P>::merge_middle(Lock& lock) {
   install(std::move(next), replaced, delta, covered);       // M6, trim
   stats_.leaves_created += tally.leaves_created;
   stats_.leaves_dropped += tally.leaves_dropped;
+  stats_.leaves_folded += tally.leaves_folded;
   ++stats_.background_merges;
   middle_.reset();
   middle_puts_ = 0;
@@ -1100,6 +1101,7 @@ Code DPTree<P>::merge_build(const std::vector<BufEntry>& entries, std::vector<Le
     }
   }
   drop_emptied(*next, replaced, tally);
+  fold_sparse(*next, replaced, tally, /*full_pool=*/false);
   return Code::ok;
 }
 
@@ -1142,6 +1144,82 @@ void DPTree<P>::drop_emptied(std::vector<LeafPtr>& next, std::vector<std::uint64
     kept.back() = last;
   }
   next = std::move(kept);
+}
+
+// M1b: sparse neighbours fold (issue 19: removes must make room for keys elsewhere). A leaf of
+// the next chain that holds at most half its slots takes the records of its right neighbour
+// when that one also holds at most half, both together at most 5/8 of the slots (below the
+// 70 % a split fills to, so the next insert does not split the fold again), and one of the
+// two lost records in this merge (so a split's small tail piece is not folded back in by the
+// very next insert-only merge: that churn cost 28 % more PM lines per insert); the neighbour
+// leaves the chain and its range joins the leaf's. Repeated, so a run of sparse leaves folds
+// into its first. Allocates nothing: it runs in the partial merge of a full pool too, and
+// there (`full_pool`) without the loss condition: space matters more than lines, and the
+// refill after removing every key reached 87 % of the fill without it (test_pool_full).
+template <class P>
+void DPTree<P>::fold_sparse(std::vector<LeafPtr>& next, std::vector<std::uint64_t>* replaced,
+                            MergeStats& tally, bool full_pool) {
+  const std::size_t half = slots_ / 2, max = slots_ * 5 / 8;
+  auto lost = [this](const LeafInfo& l) {  // fewer records than in the current version
+    return l.index < chain_.size() && chain_[l.index]->off == l.off &&
+           l.order.size() < chain_[l.index]->order.size();
+  };
+  std::vector<LeafPtr> kept;
+  kept.reserve(next.size());
+  for (LeafPtr& b : next) {
+    if (!kept.empty()) {
+      LeafPtr& a = kept.back();
+      const std::size_t na = a->order.size(), nb = b->order.size();
+      if (na <= half && nb <= half && na + nb <= max && (full_pool || lost(*a) || lost(*b))) {
+        // Copy on write: `a` may be the current chain's LeafInfo, which readers use.
+        auto folded = std::make_shared<LeafInfo>(*a);
+        if (fold_into(*folded, *b)) {
+          a = std::move(folded);
+          replaced->push_back(b->off);  // M6: freed after the flip (unreachable before it)
+          ++tally.leaves_folded;
+          continue;
+        }
+      }
+    }
+    kept.push_back(std::move(b));
+  }
+  next = std::move(kept);
+}
+
+// M1b for one pair: b's records (its next version's slots, all persisted: M1/M2 flushed what
+// this merge wrote) into slots of a that are free in a's next version AND in its current one
+// (a slot this merge's removes cleared still holds a record of version gv until the flip),
+// each in its hash window, written and flushed; a's bitmap and bound become the fold's.
+// False, with nothing written to PM, if some record finds no slot (a's bitmap is then partly
+// changed: the caller drops its copy).
+template <class P>
+bool DPTree<P>::fold_into(LeafInfo& a, const LeafInfo& b) {
+  std::uint64_t used[4];
+  std::memcpy(used, a.bitmap, sizeof(used));
+  const bool current = a.index < chain_.size() && chain_[a.index]->off == a.off;
+  if (current && !P::kFoldIntoCurrentSlots) {  // a fresh leaf (M2) has no current version
+    for (int w = 0; w < 4; ++w) used[w] |= chain_[a.index]->bitmap[w];
+  }
+  const LeafView va = view(a.off), vb = view(b.off);
+  std::vector<std::pair<std::uint32_t, std::uint8_t>> plan;  // (slot of a, slot of b)
+  std::int64_t unused_delta = 0;
+  for (std::uint8_t sb : b.order) {
+    const std::uint32_t s = place_in_window(vb.slot(sb)->key, -1, used, a, &unused_delta);
+    if (s == slots_) return false;
+    plan.emplace_back(s, sb);
+  }
+  std::vector<const char*> lines;
+  for (const auto& [sa, sb] : plan) {  // M1b
+    const Slot rec = *vb.slot(sb);
+    pm::store(&va.fp()[sa], key_fp(key_hash(rec.key)));
+    pm::store(va.slot(sa), rec);
+    lines.push_back(detail::line_of(&va.fp()[sa]));
+    lines.push_back(detail::line_of(va.slot(sa)));
+  }
+  detail::flush_lines(lines);
+  a.bound = b.bound;
+  sort_order(a);
+  return true;
 }
 
 template <class P>
@@ -1225,6 +1303,9 @@ Code DPTree<P>::merge_partial() {
   for (auto& n : next) sort_order(*n);
   std::vector<std::uint64_t> replaced;
   drop_emptied(next, &replaced, stats_);
+  // M1b: at a full pool the only merges are partial ones (the buffer keeps puts that need a
+  // split), so sparse leaves fold here too, and their blocks are free for the next split.
+  fold_sparse(next, &replaced, stats_, /*full_pool=*/true);
   commit(std::move(next), replaced, delta, covered);  // M3-M6, P5
   for (const BufEntry& b : carried) buffer_put(b.key, b.value, false);
   ++stats_.partial_merges;

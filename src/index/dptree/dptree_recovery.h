@@ -361,12 +361,16 @@ Status DPTree<P>::close() {
       const MergeStats& m = stats_;
       std::fprintf(stderr,
                    "dptree: merge %s, %llu merges (%llu in the background, %llu failed, %llu "
-                   "partial), writers blocked by a running merge %llu times, %.3f ms in total\n",
+                   "partial; leaves %llu created, %llu dropped, %llu folded), writers blocked "
+                   "by a running merge %llu times, %.3f ms in total\n",
                    config_.background ? "background" : "synchronous",
                    static_cast<unsigned long long>(m.merges),
                    static_cast<unsigned long long>(m.background_merges),
                    static_cast<unsigned long long>(m.failed_merges),
                    static_cast<unsigned long long>(m.partial_merges),
+                   static_cast<unsigned long long>(m.leaves_created),
+                   static_cast<unsigned long long>(m.leaves_dropped),
+                   static_cast<unsigned long long>(m.leaves_folded),
                    static_cast<unsigned long long>(m.writer_blocks),
                    static_cast<double>(m.writer_blocked_ns) / 1e6);
     }

@@ -24,7 +24,8 @@ crash_kit::SmoTally::Levels dp_levels(const Index& idx) {
   const dptree::MergeStats m = t->merge_stats();
   return {{"merges", m.merges},
           {"leaves", t->base_leaves()},
-          {"log_pages_freed", m.log_pages_freed}};
+          {"log_pages_freed", m.log_pages_freed},
+          {"folded", m.leaves_folded}};
 }
 
 void run(std::uint32_t slots, pm::Mode mode) {
@@ -51,8 +52,8 @@ TEST(CrashDPTree, Slots16Eadr) { run(16, pm::Mode::eadr); }
 template <class Policy>
 class PolicyScenario final : public Scenario {
  public:
-  PolicyScenario(Options o, std::size_t ops)
-      : options_(std::move(o)), ops_(make_workload(7, ops, kKeySpace)) {
+  PolicyScenario(Options o, std::vector<WorkOp> ops)
+      : options_(std::move(o)), ops_(std::move(ops)) {
     entry_ = IndexRegistry::find("dptree");
   }
   Result<Region> setup() override {
@@ -111,13 +112,16 @@ class PolicyScenario final : public Scenario {
   Oracle oracle_;
 };
 
+// A random workload of 240 operations over 160 keys, or `script`.
 template <class Policy>
-ExploreReport explore_policy(pm::Mode mode, const std::string& label) {
+ExploreReport explore_policy(pm::Mode mode, const std::string& label,
+                             std::vector<WorkOp> script = {}) {
   Options o;
   o.kind = "dptree";
   o.node_size = static_cast<std::uint32_t>(dptree::leaf_bytes(8));
   o.persistence = mode;
-  PolicyScenario<Policy> sc(o, 240);
+  if (script.empty()) script = make_workload(7, 240, 160);
+  PolicyScenario<Policy> sc(o, std::move(script));
   ExploreOptions opt;
   opt.label = label;
   opt.mode = mode;
@@ -130,6 +134,9 @@ struct FlipBeforeMeta : dptree::Protocol {
 };
 struct SkipUnchangedMeta : dptree::Protocol {
   static constexpr bool kSkipUnchangedMeta = true;
+};
+struct FoldIntoCurrentSlots : dptree::Protocol {
+  static constexpr bool kFoldIntoCurrentSlots = true;
 };
 
 // The same scenario passes with the production protocol (so the failures below are the
@@ -152,6 +159,40 @@ TEST(CrashDPTree, CatchesFlipBeforeMetadata) {
 TEST(CrashDPTree, CatchesSkippedMetadataOfUnchangedLeaves) {
   const ExploreReport r = explore_policy<SkipUnchangedMeta>(pm::Mode::adr, "dptree.skip_meta");
   EXPECT_FALSE(r.ok()) << "the crash suite missed stale meta[nv] of unchanged leaves";
+}
+
+// Sparse leaves folding into their left neighbours (M1b): the shared sparse-merge script
+// (ascending inserts, every other key removed, then every fourth) over 8-slot leaves; every
+// image of every merge checked, and some merge must have folded a leaf.
+void run_folds(pm::Mode mode) {
+  Options o;
+  o.kind = "dptree";
+  o.node_size = static_cast<std::uint32_t>(dptree::leaf_bytes(8));
+  o.pool_size = 256 * 1024;
+  o.persistence = mode;
+  hybrid_test::ScriptedScenario sc(o, 4 * 8 + 1, hybrid_test::sparse_merge_script(8));
+  crash_kit::SmoTally tally(dp_levels);
+  sc.set_observer(tally.observer());
+  hybrid_test::run_scripted(sc, "dptree.folds." + std::string(pm::to_string(mode)), mode,
+                            {.splits = true, .removals = true, .smos = {"folded+"}}, {}, &tally);
+}
+
+TEST(CrashDPTree, SparseFoldsAdr) { run_folds(pm::Mode::adr); }
+TEST(CrashDPTree, SparseFoldsEadr) { run_folds(pm::Mode::eadr); }
+
+// The known-bad fold (into slots the current version still holds) must be caught in both
+// modes: a crash before the flip shows the overwritten slots in the current version. The same
+// scenario passes with the production protocol.
+TEST(CrashDPTree, CatchesFoldIntoCurrentSlots) {
+  for (pm::Mode mode : {pm::Mode::adr, pm::Mode::eadr}) {
+    const ExploreReport good = explore_policy<dptree::Protocol>(
+        mode, "dptree.fold_protocol", hybrid_test::sparse_merge_script(8));
+    EXPECT_TRUE(good.ok()) << good.to_string();
+    const ExploreReport r = explore_policy<FoldIntoCurrentSlots>(
+        mode, "dptree.fold_current", hybrid_test::sparse_merge_script(8));
+    EXPECT_FALSE(r.ok()) << "the crash suite missed a fold into current slots ("
+                         << pm::to_string(mode) << ")";
+  }
 }
 
 // Leaves emptied and unlinked by merges (and the chain's last leaf taking bound ~0): fill,

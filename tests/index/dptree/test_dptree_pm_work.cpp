@@ -61,7 +61,8 @@ TEST(DPTreeLines, PersistsPerOperation) {
   // Measured 6.37 lines, 3.09 flushes, 1.03 fences per insert (this test, 200k random keys,
   // 74 merges): the log line, then per merged record a slot line and a fingerprint line, and
   // whole leaves rewritten by splits. The bounds leave 10 % for layout changes, not for an
-  // extra persist per record.
+  // extra persist per record, nor for splits and sparse folds undoing each other (M1b: 8.16
+  // lines when insert-only merges folded).
   EXPECT_LE(per(ins.lines_written, n), 7.0);
   EXPECT_LE(per(ins.flushes, n), 3.4);
   EXPECT_LE(per(ins.fences, n), 1.1);
