@@ -18,6 +18,9 @@
 //     a background thread, or the pushing writer in the synchronous mode.
 //   * Key records, out-of-line values and anchors leave through the epoch manager (K3);
 //     every operation pins it while it holds an offset it read without a lock.
+//   * Start-now recovery (PM search layer): the walk (R2, R3, R5, R6) runs on its own thread
+//     or in the first caller that waits for it (walk_mu_, walk_cv_); writers wait for it
+//     (writable()), readers check every node they touch while checking_ is set (R8).
 //   * verify(), close() and the *_for_testing functions expect no concurrent operations.
 // Invariants (checked by verify()):
 //   (1) the list from root.head is in bounds and acyclic; the head alone has kFlagHead; anchors
@@ -118,6 +121,9 @@ class PacTree final : public Index {
     // (R8) reads it as if it were in the list (its stale copies) instead of moving to the
     // survivor the log names.
     bool trust_owed_merged = false;
+    // Start-now recovery: writers do not wait for the walk (R9), which then walks a list
+    // they changed.
+    bool write_before_walk = false;
   };
   void set_faults_for_testing(Faults f) {
     faults_ = f;

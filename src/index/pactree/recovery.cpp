@@ -315,6 +315,9 @@ Status PacTree::wait_recovery_walk() const {
 // R9: writers wait for the walk (it must see the list no writer changes, and no block from
 // before the restart may be freed before it is marked: allocator.h, start-now mode).
 Code PacTree::writable() const {
+  if constexpr (pm::kTracing) {
+    if (faults_.write_before_walk) return Code::ok;  // Faults: no wait
+  }
   if (!walk_done_.load(std::memory_order_acquire)) [[unlikely]]
     (void)wait_recovery_walk();
   return corrupted_.load(std::memory_order_relaxed) ? Code::corrupted : Code::ok;
