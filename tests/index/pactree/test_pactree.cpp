@@ -548,8 +548,8 @@ TEST(PacTreeStartNow, DISABLED_RestartFigures) {
       const auto t2 = Clock::now();
       ASSERT_TRUE(as_pac(*idx).wait_recovery_walk().ok());
       const auto t3 = Clock::now();
-      std::printf("[pactree restart] %llu records, search layer %s, after a %s: open %.3f s, "
-                  "first answer %.3f s, walk ended %.3f s\n",
+      std::printf("[pactree restart] %llu records, search layer %s, after a %s: open %.4f s, "
+                  "first answer %.4f s, walk ended %.3f s\n",
                   static_cast<unsigned long long>(n), search == Search::pm ? "pm" : "dram",
                   crash ? "crash" : "clean close", secs(t0, t1), secs(t0, t2), secs(t0, t3));
       EXPECT_TRUE(idx->close().ok());
