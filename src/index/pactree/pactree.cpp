@@ -912,6 +912,7 @@ void PacTree::print_stats() const {
 // damaged list's counts, and the next open would accept it whole.
 Status PacTree::close() {
   Status walk = wait_recovery_walk();
+  if (walker_.joinable()) walker_.join();  // its exit hands epoch registrations over (drain)
   if (!closed_ && !walk.ok()) {
     updater_.set_mode(UpdaterMode::held);  // nothing was pushed: writes answered corrupted
     closed_ = true;

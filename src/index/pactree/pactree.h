@@ -391,7 +391,9 @@ class PacTree final : public Index {
   std::atomic<bool> checking_{false};   // readers check what they touch (R8)
   std::atomic<bool> corrupted_{false};  // the walk met damage: writes answer corrupted
   Status walk_status_;                  // guarded by walk_mu_
-  std::thread walker_;
+  // Joined by verify() and close() (quiescent calls): the thread's exit hands its epoch
+  // registrations over, which the epoch managers' drain() must not meet.
+  mutable std::thread walker_;
   static std::atomic<WalkMode> walk_mode_for_testing_;
 };
 

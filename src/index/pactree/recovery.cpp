@@ -655,6 +655,7 @@ Status PacTree::verify_search(const std::vector<std::uint64_t>& nodes,
 
 Status PacTree::verify() const {
   if (Status s = wait_recovery_walk(); !s.ok()) return s;  // the start-now walk's damage
+  if (walker_.joinable()) walker_.join();  // its exit hands epoch registrations over
   // The background thread applies what is queued (no operation runs, so nothing is pushed).
   while (updater_.mode() == UpdaterMode::background && updater_.pending() != 0)
     std::this_thread::yield();
