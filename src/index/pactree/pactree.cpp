@@ -51,10 +51,13 @@ const bool kHaveAvx2 = __builtin_cpu_supports("avx2");
 
 }  // namespace
 
+std::atomic<PacTree::WalkMode> PacTree::walk_mode_for_testing_{PacTree::WalkMode::automatic};
+
 PacTree::PacTree(std::unique_ptr<pm::Pool> pool)
     : pool_(std::move(pool)), log_cursor_(new unsigned[pm::kMaxThreadSlots]()) {}
 
 PacTree::~PacTree() {
+  if (walker_.joinable()) walker_.join();  // a deferred walk nobody waited for never runs
   updater_.stop();  // no further application; what is queued stays logged (R1 frees it)
   if (!closed_) print_stats();
 }
@@ -89,21 +92,127 @@ bool PacTree::anchor_le(std::uint64_t off, const Probe& p) const {
   return stored <= p.bytes;
 }
 
+// The trie's answer for p: the node of the greatest anchor <= p it knows (*found 0 if none).
+Code PacTree::seek_jump(const Probe& p, std::uint64_t* found) const {
+  if (bytes_) {
+    const std::string k = search_key(p.bytes);
+    return search_.visit([&](auto& t) { return t.seek_ge(k, nullptr, found); });
+  }
+  // search_key of encode_u64(p.word), built on the stack: the complemented big-endian bytes
+  // (two std::string per lookup cost about 100 instructions of it, callgrind).
+  char k[8];
+  for (unsigned i = 0; i < 8; ++i) k[i] = static_cast<char>(~(p.word >> (56 - 8 * i)));
+  return search_.visit([&](auto& t) { return t.seek_ge(std::string_view(k, 8), nullptr, found); });
+}
+
 // The node of the greatest anchor <= p that the search layer knows, or the head. The search
 // layer may lag behind splits (the last mile walks right from here).
 std::uint64_t PacTree::jump_node(const Probe& p) const {
   std::uint64_t found = 0;
-  if (bytes_) {
-    const std::string k = search_key(p.bytes);
-    (void)search_.visit([&](auto& t) { return t.seek_ge(k, nullptr, &found); });
-  } else {
-    // search_key of encode_u64(p.word), built on the stack: the complemented big-endian bytes
-    // (two std::string per lookup cost about 100 instructions of it, callgrind).
-    char k[8];
-    for (unsigned i = 0; i < 8; ++i) k[i] = static_cast<char>(~(p.word >> (56 - 8 * i)));
-    (void)search_.visit([&](auto& t) { return t.seek_ge(std::string_view(k, 8), nullptr, &found); });
-  }
+  (void)seek_jump(p, &found);
   return found != 0 ? found : root_->head;  // not found (past the last anchor): the head
+}
+
+// R8: jump_node while the start-now walk has not ended well. The trie is not trusted: a node
+// whose trie removal was owed (merged before the crash) is replaced by the live node that
+// took over its range (R7), and a node that fails its checks or lies right of p (a damaged
+// trie) is replaced by the head, from which the last mile finds p's node.
+std::uint64_t PacTree::checked_jump(const Probe& p) const {
+  std::uint64_t found = 0;
+  if (seek_jump(p, &found) != Code::ok || found == 0) return root_->head;
+  bool redirect = true;
+  if constexpr (pm::kTracing) redirect = !faults_.trust_owed_merged;  // Faults
+  if (redirect) {
+    const auto it = merged_at_open_.find(found);
+    if (it != merged_at_open_.end()) found = it->second;
+  }
+  if (!node_sound(found) || !anchor_le(found, p)) return root_->head;
+  return found;
+}
+
+// R8: a data node checked before it is read (the walk may not have reached it): in bounds
+// and aligned, the head flag exactly on the head, no bit beyond the node's slots, next in
+// bounds, and (bytes keys) its anchor record readable. Reads only.
+bool PacTree::node_sound(std::uint64_t off) const {
+  pm::Pool& p = *pool_;
+  const DataNode* n = p.checked<DataNode>(off, node_size_, 256);
+  if (n == nullptr) return false;
+  const std::uint64_t flags = optimistic_read(n->h.flags);
+  if (flags != (off == root_->head ? kFlagHead : 0)) return false;
+  if ((optimistic_read(n->h.bitmap) & ~full_) != 0) return false;
+  const std::uint64_t next = optimistic_read(n->h.next);
+  if (next != 0 && p.checked<DataNode>(next, node_size_, 256) == nullptr) return false;
+  std::string_view stored;
+  return flags != 0 || !bytes_ ||
+         index_common::read_record(p, optimistic_read(n->h.anchor), keys_.max_key(), &stored);
+}
+
+bool PacTree::anchor_above(std::uint64_t next, std::uint64_t off) const {
+  if (off == root_->head) return true;
+  return key_of(optimistic_read(node(next)->h.anchor)) > key_of(optimistic_read(node(off)->h.anchor));
+}
+
+// find while readers check what they touch (R8): the checked jump, every node checked before
+// it is read, the last mile only rightward in anchor order (a cycle of damaged links ends),
+// each candidate key record checked; damage met answers corrupted. OLC as in find: a version
+// that changed (a writer, once the walk ended) restarts the node's visit.
+Code PacTree::find_checked(std::string_view key, std::string* value) const {
+  const Probe p = keys_.probe(key);
+  auto guard = epochs_.pin();
+  std::uint64_t off = checked_jump(p);
+  for (;;) {
+    if (!node_sound(off)) return Code::corrupted;
+    bool restart = false;
+    const index_common::OptimisticLock& lock = versions_->at(off);
+    const std::uint64_t v = lock.readLockOrRestart(restart);
+    if (restart) {  // merged away in this run (after the walk): as find
+      off = after_merged(off, p);
+      continue;
+    }
+    const DataNode* n = node(off);
+    const std::uint64_t next = optimistic_read(n->h.next);
+    if (next != 0) {
+      const bool sound = node_sound(next) && anchor_above(next, off);
+      const bool right = sound && anchor_le(next, p);
+      lock.checkOrRestart(v, restart);
+      if (restart) {
+        index_common::olc_pause();
+        continue;
+      }
+      if (!sound) return Code::corrupted;
+      if (right) {
+        hops_.fetch_add(1, std::memory_order_relaxed);  // relaxed: a statistic
+        off = next;
+        continue;
+      }
+    }
+    int i = -1;
+    bool damaged = false;
+    for (std::uint64_t c = fp_candidates(n, p.fp, optimistic_read(n->h.bitmap)); c != 0;
+         c &= c - 1) {
+      const int j = std::countr_zero(c);
+      const std::uint64_t kw = optimistic_read(n->slots[j].key);
+      std::string_view stored;
+      if (bytes_ && !index_common::read_record(*pool_, kw, keys_.max_key(), &stored)) {
+        damaged = true;
+        break;
+      }
+      if (keys_.matches(kw, p)) {
+        i = j;
+        break;
+      }
+    }
+    const std::uint64_t word = i >= 0 ? optimistic_read(n->slots[i].value) : 0;
+    lock.checkOrRestart(v, restart);
+    if (restart) {
+      index_common::olc_pause();
+      continue;
+    }
+    if (damaged) return Code::corrupted;
+    if (i < 0) return Code::not_found;
+    if (value != nullptr && !values_.read(word, value)) return Code::corrupted;
+    return Code::ok;
+  }
 }
 
 std::uint64_t PacTree::fp_candidates(const DataNode* n, std::uint8_t fp,
@@ -182,6 +291,8 @@ void PacTree::retire_value(std::uint64_t value_word) const {
 
 Code PacTree::find(std::string_view key, std::string* value) const {
   if (Code c = keys_.check(key); c != Code::ok) return c;
+  // acquire: pairs with the walk's release, so R6's trie is seen once checks are off.
+  if (checking_.load(std::memory_order_acquire)) [[unlikely]] return find_checked(key, value);
   const Probe p = keys_.probe(key);
   auto guard = epochs_.pin();  // key records and out-of-line values stay while we read them
   std::uint64_t off = jump_node(p);
@@ -221,6 +332,10 @@ Code PacTree::find(std::string_view key, std::string* value) const {
 void PacTree::find_batch(const std::string_view* keys, std::string* values, Code* codes,
                          std::size_t n) const {
   static_assert(kFindBatch <= 64);  // masks of one word
+  if (checking_.load(std::memory_order_acquire)) [[unlikely]] {  // R8: each key alone
+    for (std::size_t i = 0; i < n; ++i) codes[i] = find(keys[i], values != nullptr ? &values[i] : nullptr);
+    return;
+  }
   Probe p[kFindBatch];
   std::uint8_t at[kFindBatch];  // batch position of the j-th well-formed key
   const std::size_t live = index_common::compact_checked(
@@ -318,6 +433,7 @@ void PacTree::write_slot(DataNode* n, unsigned i, std::uint64_t key_word,
 Code PacTree::insert(std::string_view key, std::string_view value) {
   if (Code c = keys_.check(key); c != Code::ok) return c;
   if (Code c = values_.check(value); c != Code::ok) return c;
+  if (Code c = writable(); c != Code::ok) return c;  // R9
   return count_insert(  // size()
       index_common::retry_after_reclaim(epochs_, [&] { return insert_once(key, value); }));
 }
@@ -361,6 +477,7 @@ Code PacTree::insert_once(std::string_view key, std::string_view value) {
 Code PacTree::update(std::string_view key, std::string_view value) {
   if (Code c = keys_.check(key); c != Code::ok) return c;
   if (Code c = values_.check(value); c != Code::ok) return c;
+  if (Code c = writable(); c != Code::ok) return c;  // R9
   return index_common::retry_after_reclaim(epochs_, [&] { return update_once(key, value); });
 }
 
@@ -390,6 +507,7 @@ Code PacTree::update_once(std::string_view key, std::string_view value) {
 
 Code PacTree::remove(std::string_view key) {
   if (Code c = keys_.check(key); c != Code::ok) return c;
+  if (Code c = writable(); c != Code::ok) return c;  // R9
   const Probe p = keys_.probe(key);
   auto guard = epochs_.pin();
   const std::uint64_t off = lock_node(p);
@@ -417,12 +535,16 @@ std::size_t PacTree::scan(std::string_view start, std::size_t max, ScanBuffer& o
   if (max == 0) return 0;
   const Probe p = keys_.probe(start);  // integer modes: a short start is padded with zeros
   auto guard = epochs_.pin();
-  std::uint64_t off = jump_node(p);
+  // R8: while the walk has not ended well, nodes are checked as find_checked does, and the
+  // scan stops at damage (it has no code to answer with).
+  const bool checking = checking_.load(std::memory_order_acquire);
+  std::uint64_t off = checking ? checked_jump(p) : jump_node(p);
   std::string last;
   bool have_last = false;
   std::vector<std::pair<std::string, std::uint64_t>> recs;
   std::string value;
   while (off != 0 && out.size() < max) {
+    if (checking && !node_sound(off)) break;
     bool restart = false;
     const index_common::OptimisticLock& lock = versions_->at(off);
     const std::uint64_t v = lock.readLockOrRestart(restart);
@@ -431,7 +553,8 @@ std::size_t PacTree::scan(std::string_view start, std::size_t max, ScanBuffer& o
       continue;
     }
     const DataNode* n = node(off);
-    const std::uint64_t next = optimistic_read(n->h.next);
+    std::uint64_t next = optimistic_read(n->h.next);
+    if (checking && next != 0 && (!node_sound(next) || !anchor_above(next, off))) next = 0;
     recs.clear();
     for (std::uint64_t b = optimistic_read(n->h.bitmap) & full_; b != 0; b &= b - 1) {
       const int i = std::countr_zero(b);
@@ -785,7 +908,15 @@ void PacTree::print_stats() const {
                static_cast<unsigned long long>(updater_.overwritten()));
 }
 
+// A pool whose recovery walk met damage is left unclean: a clean close would record the
+// damaged list's counts, and the next open would accept it whole.
 Status PacTree::close() {
+  Status walk = wait_recovery_walk();
+  if (walker_.joinable()) walker_.join();  // its exit hands epoch registrations over (drain)
+  if (!closed_ && !walk.ok()) {
+    updater_.set_mode(UpdaterMode::held);  // nothing was pushed: writes answered corrupted
+    closed_ = true;
+  }
   if (!closed_) {
     // Everything due is applied and the thread joined: a clean pool has no pending entry.
     updater_.set_mode(UpdaterMode::synchronous);
@@ -799,7 +930,7 @@ Status PacTree::close() {
     pool_->close_clean(records, nodes);
     closed_ = true;
   }
-  return Status::Ok();
+  return walk;
 }
 
 }  // namespace pmindex::pactree

@@ -18,6 +18,9 @@
 //     a background thread, or the pushing writer in the synchronous mode.
 //   * Key records, out-of-line values and anchors leave through the epoch manager (K3);
 //     every operation pins it while it holds an offset it read without a lock.
+//   * Start-now recovery (PM search layer): the walk (R2, R3, R5, R6) runs on its own thread
+//     or in the first caller that waits for it (walk_mu_, walk_cv_); writers wait for it
+//     (writable()), readers check every node they touch while checking_ is set (R8).
 //   * verify(), close() and the *_for_testing functions expect no concurrent operations.
 // Invariants (checked by verify()):
 //   (1) the list from root.head is in bounds and acyclic; the head alone has kFlagHead; anchors
@@ -34,6 +37,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -80,7 +84,10 @@ class PacTree final : public Index {
   Code remove(std::string_view key) override;
   std::size_t scan(std::string_view start, std::size_t max, ScanBuffer& out) const override;
   Status verify() const override;
-  RecoveryStats recovery_stats() const override { return recovery_; }
+  RecoveryStats recovery_stats() const override {
+    std::lock_guard<std::mutex> lock(walk_mu_);  // the recovery walk fills records and nodes
+    return recovery_;
+  }
   Footprint footprint() const override;
   Status close() override;
   const pm::Pool& pool() const override { return *pool_; }
@@ -110,6 +117,13 @@ class PacTree final : public Index {
     bool restart_on_merged = false;
     bool apply_on_arrival = false;
     bool reuse_unapplied_log = false;
+    // Start-now recovery: a reader that jumps to a merged node whose trie removal was owed
+    // (R8) reads it as if it were in the list (its stale copies) instead of moving to the
+    // survivor the log names.
+    bool trust_owed_merged = false;
+    // Start-now recovery: writers do not wait for the walk (R9), which then walks a list
+    // they changed.
+    bool write_before_walk = false;
   };
   void set_faults_for_testing(Faults f) {
     faults_ = f;
@@ -119,10 +133,33 @@ class PacTree final : public Index {
   // first node with two or more records, 1 drops a search-layer entry, 2 breaks a fingerprint,
   // 3 breaks the second node's prev hint, 4 leaves a log entry in use (never applied), 5 makes
   // a search-layer entry name the wrong node, 6 (PM search layer only) breaks the trie's top
-  // node's type byte, 7 adds an entry for a key that is no node's anchor.
+  // node's type byte, 7 adds an entry for a key that is no node's anchor, 8 sets a bitmap bit
+  // beyond the last node's slots (nodes of fewer than 64 slots).
   void corrupt_for_testing(int what);
   // Where the search layer lives (Root::search_layer, fixed at creation).
   bool search_in_pm() const { return search_.in_pm(); }
+
+  // Start-now recovery (PM search layer, PROTOCOL.md R7-R9): open returns after R1 and the
+  // walk (R2, R3, R5, finish_recovery, R6) runs after it; readers answer meanwhile with every
+  // node checked as they touch it, writers wait for it. Waits for the walk (running it here
+  // if it was deferred) and returns its status: ok, or the damage it met. Ok at once for a
+  // created pool and for the DRAM search layer (whose recovery blocks).
+  Status wait_recovery_walk() const;
+  // Whether readers still check every node they touch (the walk has not ended well).
+  bool recovery_checking() const { return checking_.load(std::memory_order_acquire); }
+  // At the last open (tests): log entries whose search-layer step was owed (R1), and among
+  // them merged nodes a jump is redirected from (R7).
+  std::size_t owed_at_open() const { return owed_.size(); }
+  std::size_t merged_at_open() const { return merged_at_open_.size(); }
+  bool opened_start_now() const { return started_now_; }  // R7 ran at this open
+  // Where the walk runs: a thread started by open (the default outside the tracing
+  // flavour), or deferred to the first caller that waits for it (a writer, verify(), close(),
+  // wait_recovery_walk(); the tracing flavour's default, so the crash simulator traces the
+  // walk on its thread and tests hold it as long as they like). Tests may choose; read at open.
+  enum class WalkMode { automatic, thread, deferred };
+  static void set_walk_mode_for_testing(WalkMode m) {
+    walk_mode_for_testing_.store(m, std::memory_order_relaxed);  // relaxed: set before opens
+  }
 
  private:
   using Probe = index_common::KeyCodec::Probe;
@@ -285,15 +322,31 @@ class PacTree final : public Index {
   Status repair_logs(Root* r, std::uint64_t* repaired, std::vector<LogEntry*>* owed);
   Status logged_anchor(const LogEntry& e, std::string* anchor) const;
   // R2-R4; *anchors (PM search layer only) receives every live node's search key.
-  Status rebuild(Root* r, Anchors* anchors);
+  Status rebuild(Root* r, Anchors* anchors, std::uint64_t* records, std::uint64_t* nodes);
   // R5 (before finish_recovery): the PM search layer is walked and checked, and every block
   // of it marked; each record must name the live node of its anchor, others go to *stale.
   // A damaged trie marks nothing and is cut off.
-  Status adopt_pm_search(const Anchors& live, Records* stale);
+  // Readers may be in the trie meanwhile (start-now): the full tree.verify is left out (it
+  // expects a quiescent trie), and a cut-off trie waits a grace period of the trie's epochs
+  // before finish_recovery may hand its blocks out again. *repaired counts a cut-off.
+  Status adopt_pm_search(const Anchors& live, Records* stale, std::uint64_t* repaired);
   // R6 (after finish_recovery): stale records removed, missing anchors inserted (the logged
   // SMOs' owed steps among them), then the owed log entries freed.
   Status finish_pm_search(const Anchors& live, const Records& stale,
                           const std::vector<LogEntry*>& owed);
+  // Start-now recovery (PM search layer): R7 at open (the owed merges' survivors), the walk
+  // (R2, R3, R5, finish_recovery, R6) on a thread or deferred, and the readers' checks (R8).
+  Status open_start_now(std::uint64_t root_off);
+  void start_walk();
+  Status run_walk();
+  Code writable() const;
+  Code seek_jump(const Probe& p, std::uint64_t* found) const;
+  std::uint64_t checked_jump(const Probe& p) const;
+  bool node_sound(std::uint64_t off) const;
+  // Whether next's anchor lies beyond off's (off the head: always): the list's order, so a
+  // checked walk along damaged links ends.
+  bool anchor_above(std::uint64_t next, std::uint64_t off) const;
+  [[gnu::noinline]] Code find_checked(std::string_view key, std::string* value) const;
   // Records and nodes on the PM list, read-only (close, quiescent); kNoCount if the list
   // fails its bounded walk.
   void count_list(std::uint64_t* records, std::uint64_t* nodes) const;
@@ -322,9 +375,26 @@ class PacTree final : public Index {
   mutable std::atomic<std::uint64_t> merges_{0};
   mutable std::atomic<std::uint64_t> hops_{0};
   mutable sync::EpochManager epochs_;
-  RecoveryStats recovery_;
+  RecoveryStats recovery_;  // guarded by walk_mu_ while the walk may run
   bool closed_ = false;
   bool print_stats_ = false;  // Options::pactree.stats
+  // Start-now recovery (R7-R9). merged_at_open_: each merged node whose trie removal is owed
+  // -> the live node that took over its range (the end of its survivor chain), read-only
+  // after open. owed_: the log entries R6 frees.
+  std::unordered_map<std::uint64_t, std::uint64_t> merged_at_open_;
+  std::vector<LogEntry*> owed_;
+  mutable std::mutex walk_mu_;
+  mutable std::condition_variable walk_cv_;
+  mutable bool walk_deferred_ = false;  // guarded by walk_mu_: nobody has started it yet
+  bool started_now_ = false;            // set at open
+  std::atomic<bool> walk_done_{true};
+  std::atomic<bool> checking_{false};   // readers check what they touch (R8)
+  std::atomic<bool> corrupted_{false};  // the walk met damage: writes answer corrupted
+  Status walk_status_;                  // guarded by walk_mu_
+  // Joined by verify() and close() (quiescent calls): the thread's exit hands its epoch
+  // registrations over, which the epoch managers' drain() must not meet.
+  mutable std::thread walker_;
+  static std::atomic<WalkMode> walk_mode_for_testing_;
 };
 
 }  // namespace pmindex::pactree

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <thread>
 #include <unordered_set>
 
@@ -28,6 +29,16 @@ std::uint32_t max_key_of(const Options& o) {
 }
 std::size_t block_bytes(std::size_t request) {
   return pm::Allocator::class_size(pm::Allocator::class_of(request));
+}
+// Returns once every thread pinned in `em` at the call has unpinned: a retired marker is
+// collected only then.
+void grace_period(sync::EpochManager& em) {
+  auto passed = std::make_shared<std::atomic<bool>>(false);
+  em.retire([passed] { passed->store(true, std::memory_order_release); });
+  while (!passed->load(std::memory_order_acquire)) {
+    (void)em.collect();
+    std::this_thread::yield();
+  }
 }
 const char* search_name(std::uint32_t placement) { return placement == kSearchPm ? "pm" : "dram"; }
 // The search layer's placement is the pool's (Root::search_layer): an explicit request for
@@ -169,32 +180,147 @@ Result<std::unique_ptr<Index>> PacTree::recover(std::unique_ptr<pm::Pool> pool,
   // past the last open's) plus 16 random bits, so no lock word of an earlier run reads as
   // this run's.
   idx->configure(r, art::run_tag(p.generation()));
-  const bool pm_search = r->search_layer == kSearchPm;
+  if (r->search_layer == kSearchPm) {
+    if (Status s = idx->open_start_now(root_off); !s.ok()) return s;
+    idx->recovery_.seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    idx->updater_.set_mode(initial_updater_mode(o));
+    idx->start_walk();
+    return std::unique_ptr<Index>(std::move(idx));
+  }
+  // The DRAM search layer: blocking recovery (R1-R4); there is no trie to answer from.
   p.allocator().begin_recovery(/*start_now=*/false);
   if (p.allocator().mark_reachable(root_off, sizeof(Root)) != Code::ok)
     return p.error(Code::corrupted, "pactree root object cannot be marked");
-  std::vector<LogEntry*> owed;
+  std::vector<LogEntry*> owed;  // stays empty: every entry is freed at R1
   if (Status s = idx->repair_logs(r, &idx->recovery_.repaired, &owed); !s.ok()) return s;
   Anchors live;
-  if (Status s = idx->rebuild(r, &live); !s.ok()) return s;
-  Records stale;
-  if (pm_search) {
-    if (Status s = idx->adopt_pm_search(live, &stale); !s.ok()) return s;
-  }
+  std::uint64_t records = 0, nodes = 0;
+  if (Status s = idx->rebuild(r, &live, &records, &nodes); !s.ok()) return s;
+  idx->recovery_.records = records;
+  idx->recovery_.nodes = nodes;
+  idx->set_recovered_records(records);  // size()
   // A list cut short after a clean close is refused (before finish_recovery frees anything).
-  if (Status s = index_common::check_close_counts(p, "pactree", idx->recovery_.records,
-                                                  idx->recovery_.nodes);
-      !s.ok())
+  if (Status s = index_common::check_close_counts(p, "pactree", records, nodes); !s.ok())
     return s;
   if (Status s = p.allocator().finish_recovery(); !s.ok()) return s;
-  if (pm_search) {  // allocates trie nodes: only once the allocator knows what is free
-    if (Status s = idx->finish_pm_search(live, stale, owed); !s.ok()) return s;
-  }
   p.commit_open();
   idx->recovery_.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   idx->updater_.set_mode(initial_updater_mode(o));
   return std::unique_ptr<Index>(std::move(idx));
+}
+
+// R7 (PM search layer): the work that must precede any answer, bounded by the log rings and
+// the root, none of it proportional to the pool: the trie's top word is checked (a bad one is
+// cut off, R5's repair done early), the allocator starts now (new blocks above the high-water
+// mark), R1 runs on the logs (at most kLogRing entries per thread slot), the owed merges'
+// survivors are resolved, and the open is committed. The walk follows (start_walk).
+Status PacTree::open_start_now(std::uint64_t root_off) {
+  pm::Pool& p = *pool_;
+  recovery_.records_counted = false;  // the walk counts them after the open returned
+  if (!search_.pm_tree()->check_top().empty()) {
+    pm::publish(&root_->search_top, 0);
+    pm::persist(&root_->search_top, 8);  // R7: a top word out of bounds is cut off (R5)
+    ++recovery_.repaired;
+  }
+  p.allocator().begin_recovery(/*start_now=*/true);
+  if (p.allocator().mark_reachable(root_off, sizeof(Root)) != Code::ok)
+    return p.error(Code::corrupted, "pactree root object cannot be marked");
+  if (Status s = repair_logs(root_, &recovery_.repaired, &owed_); !s.ok()) return s;  // R1
+  // R7: each merged node whose trie removal is owed -> the live node that took over its
+  // range. The log names the survivor (left) of every owed merge; a survivor merged later
+  // (an owed merge of a higher LSN) is followed to its own survivor. The merged node's block
+  // is never read: it was freed at an earlier open's finish_recovery if that open's R6 was cut
+  // short, and may hold anything now.
+  std::unordered_map<std::uint64_t, std::uint64_t> into;
+  for (const LogEntry* e : owed_) {
+    const std::uint64_t stage = stage_of(e->state);
+    if (stage == kStageMergeDone || stage == kStageMergeLogged) into[e->right] = e->left;
+  }
+  for (const auto& [merged, left] : into) {
+    std::uint64_t survivor = left;
+    for (std::size_t hops = 0; into.count(survivor) != 0; ++hops) {
+      if (hops > into.size())
+        return p.error(Code::corrupted, "pactree SMO log: merges name each other in a cycle");
+      survivor = into.at(survivor);
+    }
+    merged_at_open_[merged] = survivor;
+  }
+  p.commit_open();
+  return Status::Ok();
+}
+
+void PacTree::start_walk() {
+  WalkMode m = walk_mode_for_testing_.load(std::memory_order_relaxed);  // relaxed: set
+  // before the open, on this thread
+  if (m == WalkMode::automatic) m = pm::kTracing ? WalkMode::deferred : WalkMode::thread;
+  started_now_ = true;
+  checking_.store(true, std::memory_order_relaxed);    // relaxed: before any reader or the
+  walk_done_.store(false, std::memory_order_relaxed);  // walker exists
+  if (m == WalkMode::deferred) {  // size() counts from 0 until the walk ran: it must not
+    walk_deferred_ = true;        // wait for a walk that only a waiter starts
+    return;
+  }
+  recovered_records_pending();  // size() waits for the walk's count
+  walker_ = std::thread([this] { (void)run_walk(); });
+}
+
+// R2, R3, R5, finish_recovery, R6 while readers answer (R8) and writers wait (R9). Because
+// no writer runs beside it, its counts are exact (check_close_counts) and no block from
+// before the restart is freed before it is marked. Damage anywhere stops it: finish_recovery
+// is not called (unvisited blocks may be live), writes answer corrupted, verify() and close()
+// return the error, and readers go on checking what they touch.
+Status PacTree::run_walk() {
+  pm::Pool& p = *pool_;
+  Anchors live;
+  Records stale;
+  std::uint64_t records = 0, nodes = 0, repaired = 0;
+  Status s = rebuild(root_, &live, &records, &nodes);  // R2, R3
+  if (s.ok()) s = adopt_pm_search(live, &stale, &repaired);  // R5
+  if (s.ok()) s = index_common::check_close_counts(p, "pactree", records, nodes);
+  if (s.ok()) s = p.allocator().finish_recovery();
+  if (s.ok()) s = finish_pm_search(live, stale, owed_);  // R6
+  {
+    std::lock_guard<std::mutex> lock(walk_mu_);
+    recovery_.records = records;
+    recovery_.nodes = nodes;
+    recovery_.repaired += repaired;
+    set_recovered_records(records);  // also after a failed walk: size() must not wait forever
+    if (!s.ok()) corrupted_.store(true, std::memory_order_relaxed);  // relaxed: read after
+    // walk_done_'s acquire
+    walk_status_ = s;
+    // release: a reader that sees checking_ false then sees R6's trie (no stale record left).
+    if (s.ok()) checking_.store(false, std::memory_order_release);
+    walk_done_.store(true, std::memory_order_release);  // pairs with writable()
+  }
+  walk_cv_.notify_all();
+  return s;
+}
+
+Status PacTree::wait_recovery_walk() const {
+  std::unique_lock<std::mutex> lock(walk_mu_);
+  if (walk_deferred_) {  // nobody started it: the first caller runs it (WalkMode::deferred)
+    walk_deferred_ = false;
+    lock.unlock();
+    // The walk repairs the pool (R3, R5, R6): recovery's work, owed by this open; the index
+    // object itself is never const (opened non-const, callers hold a const view).
+    (void)const_cast<PacTree*>(this)->run_walk();
+    lock.lock();
+  }
+  walk_cv_.wait(lock, [&] { return walk_done_.load(std::memory_order_acquire); });
+  return walk_status_;
+}
+
+// R9: writers wait for the walk (it must see the list no writer changes, and no block from
+// before the restart may be freed before it is marked: allocator.h, start-now mode).
+Code PacTree::writable() const {
+  if constexpr (pm::kTracing) {
+    if (faults_.write_before_walk) return Code::ok;  // Faults: no wait
+  }
+  if (!walk_done_.load(std::memory_order_acquire)) [[unlikely]]
+    (void)wait_recovery_walk();
+  return corrupted_.load(std::memory_order_relaxed) ? Code::corrupted : Code::ok;
 }
 
 // R1: every logged split is finished (linked: the moved records leave the old node) or
@@ -306,7 +432,8 @@ Status PacTree::check_node(std::uint64_t off, std::string_view lo, bool has_lo,
 
 // R2-R4: walk the list (bounds, cycles, order), mark every reachable block, repair prev hints
 // and build the DRAM search layer from the anchors (the PM one: collect them for R5-R6).
-Status PacTree::rebuild(Root* r, Anchors* anchors) {
+Status PacTree::rebuild(Root* r, Anchors* anchors, std::uint64_t* records_out,
+                        std::uint64_t* nodes_out) {
   const bool pm_search = search_.in_pm();
   pm::Pool& p = *pool_;
   pm::Allocator& al = p.allocator();
@@ -346,20 +473,22 @@ Status PacTree::rebuild(Root* r, Anchors* anchors) {
     lo = std::move(hi);
     off = n->h.next;
   }
-  recovery_.records = records;
-  set_recovered_records(records);  // size()
-  recovery_.nodes = seen.size();
+  *records_out = records;
+  *nodes_out = seen.size();
   return Status::Ok();
 }
 
-// R5: the PM search layer is checked as the part index's recovery walk does (bounds,
-// alignment, types, depth bounded by the key limit, no node reached twice) and as verify()
-// does (records carry their path, keys in order), and its blocks are marked, all or none. A
+// R5 (in the start-now walk, readers in the trie meanwhile): the PM search layer is checked as
+// the part index's recovery walk does (bounds, alignment, types, depth bounded by the key
+// limit, no node reached twice), and its blocks are marked, all or none. The full check
+// (tree.verify: records carry their path, keys in order) is left out: it expects a quiescent
+// trie, and readers admit its nodes meanwhile (P10). A trie that misroutes costs readers time,
+// not answers (R8), and verify() reports it. A
 // record must name the live node of its anchor; any other (a merged node's anchor whose
 // removal was owed, a damaged value) is listed in *stale. A damaged trie is cut off
 // (search_top = 0, persisted) and none of its blocks is marked, so finish_recovery frees them
 // and R6 builds the trie again from the anchors.
-Status PacTree::adopt_pm_search(const Anchors& live, Records* stale) {
+Status PacTree::adopt_pm_search(const Anchors& live, Records* stale, std::uint64_t* repaired) {
   pm::Pool& p = *pool_;
   art::Tree<art::PmPlacement>& tree = *search_.pm_tree();
   std::vector<std::pair<std::uint64_t, std::size_t>> blocks;
@@ -375,14 +504,14 @@ Status PacTree::adopt_pm_search(const Anchors& live, Records* stale) {
         if (it == live.end() || it->second != value) stale->emplace_back(std::move(key), value);
         return true;
       });
-  // The walk checks each node alone; the full check adds what a descent relies on (every
-  // record's key carries its path, child order), so a trie that would misroute is rebuilt.
-  if (damage.empty()) damage = tree.verify(nullptr, /*allow_stale=*/true, nullptr, nullptr);
   if (!damage.empty()) {
     stale->clear();
     pm::publish(&root_->search_top, 0);
     pm::persist(&root_->search_top, 8);  // R5: the damaged trie is cut off, rebuilt at R6
-    ++recovery_.repaired;
+    ++*repaired;
+    // Readers may still be inside the old trie: its blocks are freed at finish_recovery, so
+    // first every reader pinned now must have left (a grace period of the trie's epochs).
+    grace_period(tree.epochs());
     return Status::Ok();
   }
   for (const auto& [ref, bytes] : blocks)
@@ -413,7 +542,8 @@ Status PacTree::finish_pm_search(const Anchors& live, const Records& stale,
                           "pactree: the PM search layer could not be recovered (" +
                               std::string(to_string(c)) + ")");
   }
-  tree.epochs().drain();  // removed records and replaced nodes are freed before serving
+  // Removed records and replaced nodes wait for the trie's epochs like any retired node
+  // (readers may hold them; drain expects a quiescent trie, verify() drains).
   for (LogEntry* e : owed) {
     pm::publish(&e->state, 0);
     pm::persist(&e->state, 8);  // R6: the entry's search-layer step is done
@@ -524,6 +654,8 @@ Status PacTree::verify_search(const std::vector<std::uint64_t>& nodes,
 }
 
 Status PacTree::verify() const {
+  if (Status s = wait_recovery_walk(); !s.ok()) return s;  // the start-now walk's damage
+  if (walker_.joinable()) walker_.join();  // its exit hands epoch registrations over
   // The background thread applies what is queued (no operation runs, so nothing is pushed).
   while (updater_.mode() == UpdaterMode::background && updater_.pending() != 0)
     std::this_thread::yield();
@@ -588,6 +720,12 @@ void PacTree::corrupt_for_testing(int what) {
     (void)search_.visit([&](auto& t) { return t.insert(search_key(k), last); });
     return;
   }
+  if (what == 8) {  // the last node's bitmap names a slot it does not have
+    std::uint64_t last = root_->head;
+    while (node(last)->h.next != 0) last = node(last)->h.next;
+    if (slots_ < 64) node(last)->h.bitmap |= std::uint64_t{1} << slots_;
+    return;
+  }
   if (what == 6) {  // the PM search layer's top node gets an invalid type byte
     const std::uint64_t top = root_->search_top;
     if (search_.in_pm() && top != 0 && !art::is_record(top))
@@ -633,8 +771,10 @@ IndexRegistry::Entry PacTree::registry_entry() {
            .variable_keys = "pointer (PM key records)",
            .allocator = traits::kPmindexAllocator,
            .numa = "no (one pool and one updater per index object)",
-           .recovery = "SMO log repair, list walk; DRAM search layer rebuilt from anchors, "
-                       "PM search layer walked and owed log entries re-applied"}};
+           .recovery = "DRAM search layer: SMO log repair, list walk, trie rebuilt from the "
+                       "anchors (blocking); PM search layer: instant (SMO log repair at open, "
+                       "readers check nodes at first touch; background list and trie walk, "
+                       "owed log entries re-applied; writers wait for it)"}};
 }
 
 }  // namespace pmindex::pactree

@@ -158,6 +158,14 @@ class ScriptedScenario final : public Scenario {
   // fault of a known-bad variant); recovered images do not get it.
   void set_prepare(std::function<void(Index&)> prepare) { prepare_ = std::move(prepare); }
 
+  // Start-now recovery: each recovered image is queried (the oracle comparison) before the
+  // first verify(), so lookups and scans run before a deferred recovery walk; `recovered` is
+  // called with the index right after recovery (it may check the walk has not run yet).
+  void set_query_before_verify(std::function<Status(Index&)> recovered) {
+    query_first_ = true;
+    recovered_ = std::move(recovered);
+  }
+
   Status check_image(std::span<char> image, const CrashPoint& at, std::uint64_t salt) override {
     auto pool = pm::Pool::open_image(image.data(), image.size(), options_.persistence,
                                      entry_->layout(options_), "crash image");
@@ -166,7 +174,10 @@ class ScriptedScenario final : public Scenario {
     auto rec = entry_->recover(std::move(pool).value(), options_);
     if (!rec.ok()) return Status(rec.status().code(), "recovery failed: " + rec.status().message());
     std::unique_ptr<Index> idx = std::move(rec).value();
-    if (Status s = idx->verify(); !s.ok())
+    if (recovered_) {
+      if (Status s = recovered_(*idx); !s.ok()) return s;
+    }
+    if (Status s = query_first_ ? Status::Ok() : idx->verify(); !s.ok())
       return Status(s.code(), "verify after recovery: " + s.message());
     std::optional<Oracle> after;
     if (!at.completed && at.op > 0) {
@@ -180,7 +191,9 @@ class ScriptedScenario final : public Scenario {
     Oracle state;
     if (Status s = match_contents(*idx, key_space_, oracle_, after ? &*after : nullptr, &state);
         !s.ok())
-      return s;
+      return Status(s.code(), (query_first_ ? "queried before verify: " : "") + s.message());
+    if (Status s = query_first_ ? idx->verify() : Status::Ok(); !s.ok())
+      return Status(s.code(), "verify after the queries: " + s.message());
     const std::vector<WorkOp> more = make_workload(salt, 6, key_space_);
     for (std::size_t k = 0; k < more.size(); ++k)
       if (Status s = apply_checked(*idx, more[k], state, 8); !s.ok())
@@ -217,6 +230,8 @@ class ScriptedScenario final : public Scenario {
   std::size_t splits_ = 0, removals_ = 0;
   std::function<void(const Index&, std::size_t)> observe_;
   std::function<void(Index&)> prepare_;
+  bool query_first_ = false;
+  std::function<Status(Index&)> recovered_;
 };
 
 struct ScriptedExpect {

@@ -6,6 +6,7 @@
 // in DRAM and in PM (Options::pactree.search_layer, the suffix /dram or /pm).
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -430,6 +431,130 @@ TEST_P(PacTree, CorruptedPoolsFailCleanly) {
   }
   std::printf("[pactree corrupt] %d of %d damaged pools opened (the rest refused at open)\n", opened,
               kMutants);
+}
+
+}  // namespace
+}  // namespace pmindex
+
+// Start-now recovery (PM search layer, PROTOCOL.md R7-R9), in this flavour with a real walk
+// thread: readers answer while it runs, a writer waits for it, and afterwards checks are off.
+// The deferred walk (the tracing flavour's default) holds it: readers answer before it, then a
+// writer on another thread runs it while this thread keeps reading.
+namespace pmindex {
+namespace {
+
+void start_now_round(pactree::PacTree::WalkMode mode) {
+  TempDir dir;
+  g_search = Search::pm;
+  Options o = pac_options(8, KeyType::u64);
+  g_search = Search::dram;
+  o.path = dir.file("startnow.pool");
+  constexpr std::uint64_t kKeys = 20000;
+  {
+    auto idx = testing::open_or_die(o);
+    ASSERT_NE(idx, nullptr);
+    for (std::uint64_t k = 0; k < kKeys; ++k) ASSERT_EQ(idx->insert(encode_u64(k * 3), encode_u64(k)), Code::ok);
+    ASSERT_TRUE(idx->close().ok());
+  }
+  pactree::PacTree::set_walk_mode_for_testing(mode);
+  o.open_mode = OpenMode::open;
+  auto idx = testing::open_or_die(o);
+  pactree::PacTree::set_walk_mode_for_testing(pactree::PacTree::WalkMode::automatic);
+  ASSERT_NE(idx, nullptr);
+  auto& t = as_pac(*idx);
+  if (mode == pactree::PacTree::WalkMode::deferred) {
+    ASSERT_TRUE(t.recovery_checking());
+  }
+  std::size_t before_walk = 0;
+  auto read_some = [&](std::uint64_t from, std::uint64_t n) {
+    for (std::uint64_t k = from; k < from + n; ++k) {
+      const bool checking = t.recovery_checking();
+      std::string v;
+      ASSERT_EQ(idx->find(encode_u64(k * 3 % (3 * kKeys)), &v), Code::ok) << k;
+      ASSERT_EQ(decode_u64(v), k % kKeys);
+      ASSERT_EQ(idx->find(encode_u64(k * 3 % (3 * kKeys) + 1), &v), Code::not_found);
+      if (checking) ++before_walk;
+    }
+  };
+  read_some(0, 500);
+  std::thread writer([&] { EXPECT_EQ(idx->insert(encode_u64(1), encode_u64(1)), Code::ok); });
+  read_some(500, 3000);
+  ScanBuffer out;
+  EXPECT_EQ(idx->scan(encode_u64(0), 100, out), 100u);
+  writer.join();
+  EXPECT_FALSE(t.recovery_checking());  // the writer waited for the walk
+  EXPECT_TRUE(t.wait_recovery_walk().ok());
+  EXPECT_EQ(idx->recovery_stats().records, kKeys);
+  if (mode == pactree::PacTree::WalkMode::deferred) {
+    EXPECT_GE(before_walk, 500u);
+  }
+  std::printf("[pactree start-now] %zu of 3500 lookup pairs answered while checking\n", before_walk);
+  EXPECT_TRUE(idx->verify().ok()) << idx->verify().message();
+  EXPECT_EQ(idx->size(), kKeys + 1);
+  EXPECT_TRUE(idx->close().ok());
+}
+
+TEST(PacTreeStartNow, ReadersAnswerWhileTheWalkThreadRuns) {
+  start_now_round(pactree::PacTree::WalkMode::thread);
+}
+TEST(PacTreeStartNow, HeldWalkRunsInTheFirstWriter) {
+  start_now_round(pactree::PacTree::WalkMode::deferred);
+}
+
+}  // namespace
+}  // namespace pmindex
+
+// Restart figures (README "Start-now restart"), not a test: run by hand, one run each, e.g.
+//   PMINDEX_PACTREE_RESTART_RECORDS=1000000 build/asan/tests/test_pactree \
+//     --gtest_also_run_disabled_tests --gtest_filter='*RestartFigures*'
+// For each placement: random u64 keys loaded into a /dev/shm pool (64-slot nodes), closed
+// cleanly or dropped without close (a crash), reopened: seconds until open returns, until the
+// first lookup answered, and until the recovery walk ended (PM placement; full speed: writers
+// run and readers' checks are off).
+namespace pmindex {
+namespace {
+
+TEST(PacTreeStartNow, DISABLED_RestartFigures) {
+  const char* env = std::getenv("PMINDEX_PACTREE_RESTART_RECORDS");
+  const std::uint64_t n = env != nullptr ? std::strtoull(env, nullptr, 10) : 1000000;
+  using Clock = std::chrono::steady_clock;
+  auto secs = [](Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double>(b - a).count();
+  };
+  for (Search search : {Search::dram, Search::pm}) {
+    for (bool crash : {false, true}) {
+      TempDir dir;  // /dev/shm: emulated PM (tmpfs)
+      g_search = search;
+      Options o = pac_options(64, KeyType::u64);
+      g_search = Search::dram;
+      o.path = dir.file("restart.pool");
+      o.pool_size = std::max<std::size_t>(64 << 20, n * 96);
+      std::mt19937_64 rng(42);
+      std::vector<std::uint64_t> keys(n);
+      for (auto& k : keys) k = rng();
+      {
+        auto idx = testing::open_or_die(o);
+        ASSERT_NE(idx, nullptr);
+        for (std::uint64_t k : keys) (void)idx->insert(encode_u64(k), encode_u64(k));
+        if (!crash) ASSERT_TRUE(idx->close().ok());
+      }
+      o.open_mode = OpenMode::open;
+      const auto t0 = Clock::now();
+      auto idx = testing::open_or_die(o);
+      const auto t1 = Clock::now();
+      ASSERT_NE(idx, nullptr);
+      std::string v;
+      ASSERT_EQ(idx->find(encode_u64(keys[n / 2]), &v), Code::ok);
+      const auto t2 = Clock::now();
+      ASSERT_TRUE(as_pac(*idx).wait_recovery_walk().ok());
+      const auto t3 = Clock::now();
+      std::printf("[pactree restart] %llu records, search layer %s, after a %s: open %.4f s, "
+                  "first answer %.4f s, walk ended %.3f s\n",
+                  static_cast<unsigned long long>(n), search == Search::pm ? "pm" : "dram",
+                  crash ? "crash" : "clean close", secs(t0, t1), secs(t0, t2), secs(t0, t3));
+      EXPECT_TRUE(idx->close().ok());
+    }
+  }
 }
 
 }  // namespace

@@ -2,7 +2,9 @@
 // eADR. Data nodes of 4 slots split every few inserts, so every split step (S1-S7, the log
 // entry's two writes, the search-layer apply) and every insert/remove/update step is a crash
 // point; recovery (R1: log repair) runs on each image and is itself crashed. Bytes keys add PM
-// key records and anchor records (K1-K3). Sized by PMINDEX_CRASH_IMAGES (about 1,000 per mode
+// key records and anchor records (K1-K3). With the PM search layer the open is start-now
+// (R7) and its walk (R2, R3, R5, R6) runs in verify() on the traced thread (deferred in this
+// flavour), so the nested images crash inside the walk and R6 too. Sized by PMINDEX_CRASH_IMAGES (about 1,000 per mode
 // in CI; `long` runs 10,000). Replay a failure with the printed token:
 //   PMINDEX_CRASH_REPLAY='pactree4.adr/<seed>/<op>/<point>/<choice>' ./test_pactree_crash
 #include <gtest/gtest.h>
@@ -10,6 +12,7 @@
 #include <cstring>
 #include <functional>
 #include <iostream>
+#include <map>
 
 #include "index/common/hybrid_test_support.h"
 #include "index/pactree/pactree.h"
@@ -297,3 +300,233 @@ TEST(PacTreeInterleave, RingReuseIsCaught) {
 
 }  // namespace
 }  // namespace pmindex::pactree
+
+// --- start-now recovery with the PM search layer (PROTOCOL.md R7-R9) --------------------------
+// In this flavour the recovery walk is deferred to the first caller that waits for it, so
+// everything below queries a recovered pool before the walk ran (recovery_checking()).
+namespace pmindex::crash {
+namespace {
+
+Options start_now_options(pm::Mode mode) {
+  Options o;
+  o.kind = "pactree";
+  o.pactree.search_layer = PacTreeOptions::SearchLayer::pm;
+  o.node_size = pactree::kHeaderBytes + 4 * pactree::kSlotBytes;
+  o.key_type = KeyType::u64;
+  o.max_key_size = 8;
+  o.pool_size = 256 * 1024;
+  o.persistence = mode;
+  return o;
+}
+
+// Every image of a script that splits and merges (sparse_merge_script: ascending inserts,
+// then thinning removes) is recovered and queried (every key, a scan) before the walk: images
+// taken between S4 and the updater's trie insert (the synchronous updater's step inside the
+// split), and between M4 and the trie removal, leave owed entries; readers must answer from
+// the lagging trie and the list exactly as the oracle says. Then the walk runs (verify), and
+// more operations follow.
+void start_now_crash(pm::Mode mode) {
+  const std::uint64_t s = 6;
+  hybrid_test::ScriptedScenario scenario(start_now_options(mode), 4 * s + 1,
+                                         hybrid_test::sparse_merge_script(s));
+  std::size_t images = 0, owed_splits = 0, owed_merges = 0;
+  scenario.set_query_before_verify([&](Index& idx) {
+    auto& t = dynamic_cast<pactree::PacTree&>(idx);
+    if (!t.opened_start_now()) return Status::Ok();  // crashed before the root was published
+    ++images;
+    if (t.merged_at_open() != 0) ++owed_merges;
+    if (t.owed_at_open() > t.merged_at_open()) ++owed_splits;
+    if (!t.recovery_checking())
+      return Status(Code::corrupted, "the recovery walk ran before the queries");
+    return Status::Ok();
+  });
+  const std::string label = "pactree4.startnow." + std::string(pm::to_string(mode));
+  hybrid_test::run_scripted(scenario, label, mode, {}, 400);
+  std::cout << label << ": " << images << " images queried before the walk, " << owed_splits
+            << " with an owed split, " << owed_merges << " with an owed merge\n";
+  if (images >= 100) {  // a replay checks one image
+    EXPECT_GT(owed_splits, 0u);
+    EXPECT_GT(owed_merges, 0u);
+  }
+}
+TEST(StartNowPacTree, ReadersBeforeTheWalkAdr) { start_now_crash(pm::Mode::adr); }
+TEST(StartNowPacTree, ReadersBeforeTheWalkEadr) { start_now_crash(pm::Mode::eadr); }
+
+// A pool on a file, kept after the index object goes without close (a crash).
+struct FilePool {
+  pmindex::testing::TempDir dir;
+  Options o = start_now_options(pm::Mode::adr);
+  FilePool() {
+    o.path = dir.file("startnow.pool");
+    o.pool_size = 4 << 20;
+  }
+  std::unique_ptr<Index> reopen() {
+    Options r = o;
+    r.open_mode = OpenMode::open;
+    auto idx = Index::open(r);
+    EXPECT_TRUE(idx.ok()) << idx.status().message();
+    return idx.ok() ? std::move(idx).value() : nullptr;
+  }
+};
+
+// The held updater leaves merges' trie removals owed; keys removed after they moved into
+// the survivor still sit, stale, in the merged node the trie names. Returns how many lookups
+// of the reopened pool (before the walk) disagree with the oracle.
+std::size_t stale_merge_mismatches(bool trust_owed_merged, std::size_t* owed_merges) {
+  FilePool f;
+  std::map<std::uint64_t, std::uint64_t> oracle;
+  {
+    auto idx = Index::open(f.o);
+    EXPECT_TRUE(idx.ok());
+    if (!idx.ok()) return 0;
+    auto& t = dynamic_cast<pactree::PacTree&>(*idx.value());
+    for (std::uint64_t k = 1; k <= 24; ++k) {
+      EXPECT_EQ(t.insert(encode_u64(k * 10), encode_u64(k)), Code::ok);
+      oracle[k * 10] = k;
+    }
+    t.set_updater_mode(pactree::UpdaterMode::held);  // merges' removals wait (ring of 4)
+    for (std::uint64_t k = 1; k <= 12; ++k) {  // ascending: merged keys are removed later
+      EXPECT_EQ(t.remove(encode_u64(k * 10)), Code::ok);
+      oracle.erase(k * 10);
+    }
+    EXPECT_GT(t.merges(), 0u);
+  }  // no close: a crash with the owed entries in use
+  auto idx = f.reopen();
+  if (idx == nullptr) return 0;
+  auto& t = dynamic_cast<pactree::PacTree&>(*idx);
+  EXPECT_TRUE(t.recovery_checking());
+  *owed_merges = t.merged_at_open();
+  t.set_faults_for_testing({.trust_owed_merged = trust_owed_merged});
+  std::size_t wrong = 0;
+  for (std::uint64_t k = 0; k <= 250; ++k) {
+    std::string v;
+    const Code c = idx->find(encode_u64(k), &v);
+    const auto it = oracle.find(k);
+    if (it == oracle.end() ? c != Code::not_found : c != Code::ok || decode_u64(v) != it->second)
+      ++wrong;
+  }
+  ScanBuffer out;
+  idx->scan(encode_u64(0), 1000, out);
+  if (out.size() != oracle.size()) ++wrong;
+  EXPECT_TRUE(t.recovery_checking());  // all of it before the walk
+  t.set_faults_for_testing({});
+  EXPECT_TRUE(idx->verify().ok());  // runs the walk: R6 removes the stale records
+  EXPECT_FALSE(t.recovery_checking());
+  for (const auto& [k, v] : oracle) {
+    std::string got;
+    EXPECT_EQ(idx->find(encode_u64(k), &got), Code::ok);
+  }
+  return wrong;
+}
+
+TEST(StartNowPacTree, OwedMergeIsReadThroughItsSurvivor) {
+  std::size_t owed = 0;
+  EXPECT_EQ(stale_merge_mismatches(false, &owed), 0u);
+  EXPECT_GT(owed, 0u) << "no merge's trie removal was owed at the reopen";
+}
+
+// Known-bad: a reader that trusts the trie's merged node reads its stale copies.
+TEST(StartNowPacTree, TrustingAnOwedMergedNodeIsCaught) {
+  std::size_t owed = 0;
+  EXPECT_GT(stale_merge_mismatches(true, &owed), 0u);
+}
+
+// Splits whose trie inserts were owed: readers before the walk reach the new nodes through
+// the last mile (hops), and a writer waits for the walk (runs it, in this flavour).
+TEST(StartNowPacTree, OwedSplitsAreReachedThroughTheLastMile) {
+  FilePool f;
+  {
+    auto idx = Index::open(f.o);
+    ASSERT_TRUE(idx.ok());
+    auto& t = dynamic_cast<pactree::PacTree&>(*idx.value());
+    t.set_updater_mode(pactree::UpdaterMode::held);
+    for (std::uint64_t k = 1; k <= 9; ++k) ASSERT_EQ(t.insert(encode_u64(k), encode_u64(k)), Code::ok);
+    ASSERT_GT(t.updater_pending(), 0u);
+  }
+  auto idx = f.reopen();
+  ASSERT_NE(idx, nullptr);
+  auto& t = dynamic_cast<pactree::PacTree&>(*idx);
+  ASSERT_TRUE(t.recovery_checking());
+  EXPECT_GT(t.owed_at_open(), 0u);
+  for (std::uint64_t k = 0; k <= 10; ++k) {
+    std::string v;
+    EXPECT_EQ(idx->find(encode_u64(k), &v), k >= 1 && k <= 9 ? Code::ok : Code::not_found) << k;
+  }
+  EXPECT_GT(t.last_mile_hops(), 0u);
+  std::string values[3];
+  Code codes[3];
+  const std::string keys[3] = {encode_u64(2), encode_u64(8), encode_u64(11)};
+  const std::string_view views[3] = {keys[0], keys[1], keys[2]};
+  ASSERT_EQ(idx->find_many(views, values, codes), Code::ok);
+  EXPECT_EQ(codes[0], Code::ok);
+  EXPECT_EQ(codes[1], Code::ok);
+  EXPECT_EQ(codes[2], Code::not_found);
+  EXPECT_TRUE(t.recovery_checking());
+  EXPECT_EQ(idx->insert(encode_u64(20), encode_u64(20)), Code::ok);  // waits for (runs) the walk
+  EXPECT_FALSE(t.recovery_checking());
+  EXPECT_TRUE(idx->verify().ok()) << idx->verify().message();
+  EXPECT_TRUE(idx->close().ok());
+}
+
+// R9 and its known-bad: a writer before the walk (Faults::write_before_walk) changes the list
+// the walk then counts, so after a clean close the walk's counts differ from close's and the
+// pool is refused as damaged; the real writer waits for (runs) the walk first.
+Code write_then_walk(bool write_before_walk) {
+  FilePool f;
+  {
+    auto idx = Index::open(f.o);
+    EXPECT_TRUE(idx.ok());
+    if (!idx.ok()) return Code::invalid_argument;
+    for (std::uint64_t k = 1; k <= 40; ++k) EXPECT_EQ(idx.value()->insert(encode_u64(k * 10), encode_u64(k)), Code::ok);
+    EXPECT_TRUE(idx.value()->close().ok());
+  }
+  auto idx = f.reopen();
+  if (idx == nullptr) return Code::invalid_argument;
+  auto& t = dynamic_cast<pactree::PacTree&>(*idx);
+  EXPECT_TRUE(t.recovery_checking());
+  t.set_faults_for_testing({.write_before_walk = write_before_walk});
+  EXPECT_EQ(idx->insert(encode_u64(5), encode_u64(5)), Code::ok);
+  EXPECT_EQ(t.recovery_checking(), write_before_walk);  // the real writer ran the walk
+  t.set_faults_for_testing({});
+  return t.wait_recovery_walk().code();
+}
+TEST(StartNowPacTree, WritersWaitForTheWalk) { EXPECT_EQ(write_then_walk(false), Code::ok); }
+TEST(StartNowPacTree, AWriterBeforeTheWalkIsCaught) {
+  EXPECT_EQ(write_then_walk(true), Code::corrupted);
+}
+
+// A damaged node reachable only through the list (its anchor left out of the trie): a reader
+// that touches it first answers corrupted, the walk finds it, writes answer corrupted,
+// verify() reports it, and close leaves the pool unclean, so the next open walks again.
+TEST(StartNowPacTree, DamageOnlyTheListReachesIsCaught) {
+  FilePool f;
+  {
+    auto idx = Index::open(f.o);
+    ASSERT_TRUE(idx.ok());
+    auto& t = dynamic_cast<pactree::PacTree&>(*idx.value());
+    for (std::uint64_t k = 1; k <= 40; ++k) ASSERT_EQ(t.insert(encode_u64(k * 10), encode_u64(k)), Code::ok);
+    ASSERT_TRUE(t.verify().ok());
+    t.corrupt_for_testing(1);  // the last node's anchor leaves the trie
+    t.corrupt_for_testing(8);  // and its bitmap names a slot it does not have
+    ASSERT_TRUE(t.close().ok());  // clean: the next open trusts nothing more for it
+  }
+  for (int open = 0; open < 2; ++open) {
+    auto idx = f.reopen();
+    ASSERT_NE(idx, nullptr);
+    auto& t = dynamic_cast<pactree::PacTree&>(*idx);
+    ASSERT_TRUE(t.recovery_checking());
+    std::string v;
+    EXPECT_EQ(idx->find(encode_u64(400), &v), Code::corrupted);  // in the damaged last node
+    EXPECT_EQ(idx->find(encode_u64(10), &v), Code::ok);          // far from it
+    const Status walk = t.wait_recovery_walk();
+    EXPECT_EQ(walk.code(), Code::corrupted) << walk.message();
+    EXPECT_EQ(idx->insert(encode_u64(5), encode_u64(5)), Code::corrupted);
+    EXPECT_EQ(idx->remove(encode_u64(10)), Code::corrupted);
+    EXPECT_FALSE(idx->verify().ok());
+    EXPECT_FALSE(idx->close().ok());  // unclean: the next open meets the damage again
+    EXPECT_TRUE(t.recovery_checking());
+  }
+}
+
+}  // namespace
+}  // namespace pmindex::crash

@@ -1,11 +1,12 @@
 // PACTree under the kill -9 harness (/dev/shm pool): PMINDEX_KILL_CYCLES cycles (about 30 in CI,
 // hundreds in `long`), half killed at a random time, half at the k-th persistence call (some
 // inside recovery), with the harness's 2 writer threads and acknowledgement log. Data nodes of
-// 4 slots (a split every few inserts) and 64 slots. Scaffolding: hybrid_test_support.h.
+// 4 slots (a split every few inserts) and 64 slots; with the PM search layer, also with the
+// start-now walk on its own thread. Scaffolding: hybrid_test_support.h.
 #include <gtest/gtest.h>
 
 #include "index/common/hybrid_test_support.h"
-#include "index/pactree/layout.h"
+#include "index/pactree/pactree.h"
 
 namespace pmindex::crash {
 namespace {
@@ -34,6 +35,14 @@ TEST_P(KillPacTree, Slots4AdrSynchronousUpdater) {
 INSTANTIATE_TEST_SUITE_P(Search, KillPacTree, ::testing::Values(Search::dram, Search::pm),
                          search_name);
 TEST(KillPacTreeDram, Slots64Adr) { run(64, pm::Mode::adr); }
+// The PM search layer's start-now walk on its own thread (this flavour defers it to the first
+// writer by default; the forked child inherits the choice), so kills land while it runs
+// beside the writers' wait and the readers.
+TEST(KillPacTreePm, Slots4AdrWalkThread) {
+  pactree::PacTree::set_walk_mode_for_testing(pactree::PacTree::WalkMode::thread);
+  run(4, pm::Mode::adr, ".walkthread", PacTreeOptions::Updater::automatic, Search::pm);
+  pactree::PacTree::set_walk_mode_for_testing(pactree::PacTree::WalkMode::automatic);
+}
 
 }  // namespace
 }  // namespace pmindex::crash
