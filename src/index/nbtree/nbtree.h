@@ -275,9 +275,9 @@ class NBTree final : public Index {
   // with it fold away and no known-bad path is compiled in.
   enum class Fault : int {
     none,
-    skip_merge_link_persist,  // M5p without its write-back: a completed merge can be lost (ADR)
     skip_insert_persist,  // I5 without its write-back: a completed insert can be lost (ADR)
     skip_reader_persist,  // R1 skipped: a reader can return a value a crash loses (ADR)
+    skip_merge_link_persist,  // M5p without its write-back: a completed merge can be lost (ADR)
   };
   void set_fault_for_testing(Fault f) {
     if (f != Fault::none && !pm::kTracing) std::abort();  // tracing flavour only
