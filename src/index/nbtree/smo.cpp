@@ -481,14 +481,16 @@ void NBTree::release_merge(MergeDesc* md) {
   }
 }
 
-// M0: a delete left `right` with at most a third of its capacity live (or none): merge it
+// M0: a delete left `right` with a third of its capacity live (or none): merge it
 // into its left neighbour under the same level-1 node when the two fit (an emptied leaf
 // always fits; otherwise at most 3/4 of a leaf: hysteresis against the split). Optional:
 // every obstacle gives up. Child 0 of a level-1 node stays.
 void NBTree::maybe_merge(Leaf* right) {
   if (!merges_on_) return;
+  // Only when the delete made the leaf empty or brought it to a third: at most two attempts
+  // per leaf and delete sequence, so deletes in sparse leaves do not all take inner_mu_.
   const int live_right = live_of(right);
-  if (live_right > cap_ / 3) return;
+  if (live_right != 0 && live_right != cap_ / 3) return;
   if ((right->bitmap.load(std::memory_order_acquire) & Leaf::kSmoBit) != 0) return;
   Leaf* left = nullptr;
   {

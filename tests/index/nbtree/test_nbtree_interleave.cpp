@@ -662,12 +662,11 @@ TEST_P(MergeInterleave, InsertIntoFrozenRightLeafRetriesIntoMergedLeaf) {
   EXPECT_EQ(nb_->merges_linked(), 1u);
 }
 
-// Sparse merge (E keeps one record): an update of P and a delete in E while the merge is
-// published but not yet synced reach the new leaf by sync-on-write (W1).
+// Sparse merge (E keeps two records, a third of 7): an update of P and a delete in E while the
+// merge is published but not yet synced reach the new leaf by sync-on-write (W1).
 TEST_P(MergeInterleave, UpdateOfLeftAndDeleteInRightDuringSync) {
-  del(3100);
   nbtree::Leaf* p = nb_->leaf_for_testing(2200);
-  start_merge_at(HookPoint::smo_after_copy_ptr, 3200);  // E: 3300 stays, 1 live + P's 3
+  start_merge_at(HookPoint::smo_after_copy_ptr, 3100);  // E: 3200, 3300 stay; P: 3
   ASSERT_EQ(idx_->update(K(2200), V(22)), Code::ok);
   oracle_[2200] = 22;
   del(3300);
