@@ -74,7 +74,8 @@ class PoolFull : public ::testing::TestWithParam<Case> {};
 // distribution), and that fill succeeded. 90%, not 100%: splits happen at other points for
 // other keys, so leaf occupancy (and so the node count) differs by a few percent between runs.
 // NBTree, random keys: 75%. It merges a leaf only into its left neighbour under the same
-// inner node, and only once at most a third of it is live (PROTOCOL.md M0), so the new keys
+// inner node, and only when a delete brings it to a third or empties it (PROTOCOL.md M0;
+// measured 41,414 of 41,777 with merges), so the new keys
 // land in the ranges the first fill's keys cut, unevenly (about Poisson), and more leaves hold
 // few keys; measured 83-100% before merges. Ascending keys: 90% like the others (the emptied
 // leaves left of the new keys merge away; 7 of 49,051 before merges).
