@@ -448,8 +448,11 @@ Code NBTree::insert_word(const Probe& p, std::uint64_t key, std::uint64_t word) 
     Leaf* leaf = find_leaf(p);
     std::uint64_t b = leaf->bitmap.load(std::memory_order_acquire);
     if ((b & Leaf::kSmoBit) != 0) {  // C1: cooperative SMO, then retry
+      // Someone else's SMO (a split, or a merge, M): whatever it did, retry. If it rolled
+      // back for want of space (S2x) or gave up (a merge, M2x) the leaf is as before; a full
+      // one sends this insert through its own S1 below, which answers pool_full.
       help_smo(leaf);
-      if (leaf->copy_ptr.load(std::memory_order_acquire) == nullptr) return Code::pool_full;
+      if (leaf->copy_ptr.load(std::memory_order_acquire) == nullptr) spin_pause("nbtree.insert.retry");
       continue;
     }
     if (find_slot(leaf, p, b) >= 0) return Code::already_present;
@@ -513,8 +516,10 @@ Code NBTree::insert_word(const Probe& p, std::uint64_t key, std::uint64_t word) 
         return Code::ok;
       }
     }
+    // I7: the bit is another thread's (this insert claimed a slot below capacity): retry as
+    // C1 does.
     help_smo(leaf);
-    if (leaf->copy_ptr.load(std::memory_order_acquire) == nullptr) return Code::pool_full;
+    if (leaf->copy_ptr.load(std::memory_order_acquire) == nullptr) spin_pause("nbtree.insert.retry");
   }
 }
 
@@ -580,17 +585,21 @@ Code NBTree::remove_key(const Probe& p) {
       }
     }
     pm::persist(e, sizeof(Entry));  // D3
+    bool merge = false;
     if (ok) {
+      leaf->deleted.fetch_add(1, std::memory_order_relaxed);  // M0's live count
       full_fence();
       if ((leaf->bitmap.load(std::memory_order_seq_cst) & Leaf::kSmoBit) == 0) {
         retire_value(v);
         retire_key(key);  // K3 (bytes mode), under V4's rule
+        merge = true;
       }
       if (const SmoDesc* d = leaf->copy_ptr.load(std::memory_order_seq_cst)) {
         sync_slot(leaf, slot, d);  // W1: sync-on-write of the deletion
       }
     }
     leave_write(leaf, slot);  // W2: after W1
+    if (merge) maybe_merge(leaf);  // M0 (optional; after W2, so its drain never waits for us)
     return ok ? Code::ok : Code::not_found;
   }
 }
@@ -837,8 +846,19 @@ void NBTree::find_batch(const std::string_view* keys, std::string* values, Code*
 Code NBTree::remove(std::string_view key) {
   Probe p;
   if (Code c = make_probe(key, &p); c != Code::ok) return c;
-  auto guard = epochs_.pin();
-  return count_remove(!bytes_ && p.word == 0 ? zero_remove() : remove_key(p));
+  Code c;
+  {
+    auto guard = epochs_.pin();
+    c = count_remove(!bytes_ && p.word == 0 ? zero_remove() : remove_key(p));
+  }
+  // M2x for want of space: the blocks of replaced leaves may still wait in the epoch
+  // manager (E2). Run the deferred frees and, if any ran, try the merge once more.
+  if (merge_found_pool_full() && index_common::reclaim_deferred(epochs_)) {
+    auto guard = epochs_.pin();
+    maybe_merge(find_leaf(p));
+    merge_found_pool_full();  // a second failure is not retried
+  }
+  return c;
 }
 
 // Scan: leaf by leaf in key order, re-descending from the root for each leaf (a leaf's range

@@ -11,6 +11,8 @@
 //     in flight on its old leaf to finish their sync-on-write (S8b, W2). The link
 //     phase of an SMO is lock-free and cooperative (CAS into both layers' lists, S9..S12);
 //     only its parent install (S13) takes the inner-node writer lock (no HTM on this CPU).
+//     A merge of two adjacent leaves (M0..M7) is the same SMO with two sources: optional
+//     (any obstacle gives up), cooperative, and its parent write takes the same lock.
 //     Key 0 (u64/f64) lives in a side record guarded by its own spin lock (Z1..Z4). Keys of
 //     KeyType::bytes live in PM key records the entries point to (K1..K5).
 //   * Inner nodes are read without locks: each node has a version (odd = being written) that
@@ -65,9 +67,10 @@ inline std::uint64_t le_to_native(std::uint64_t v) {
 // --- DRAM metadata layer ----------------------------------------------------------------------
 
 struct SmoDesc;
+struct MergeDesc;
 
 // Leaf metadata (DRAM). The range never changes: an SMO replaces the leaf with one or two new
-// leaves instead of resizing it. Range words ("bounds"), see NBTree's order helpers:
+// leaves instead of resizing it, and a merge replaces two adjacent leaves with one (M). Range words ("bounds"), see NBTree's order helpers:
 //   u64/f64: [low, high], both inclusive integers; the first leaf starts at 1 (key 0: Z*).
 //   bytes:   [low, high) by memcmp, low a SeparatorStore word (the first leaf: ""), high the
 //            next leaf's low (the same word) or kNoHigh.
@@ -103,6 +106,9 @@ struct alignas(64) Leaf {
   }
   std::uint64_t data_off = 0;  // the PM block (immutable)
   std::uint64_t low = 1, high = ~std::uint64_t{0};
+  // Committed slots whose key a delete (D2, or a sync's S6 delete) cleared: live records =
+  // popcount(committed) - deleted. Read by the merge trigger (M0) only.
+  std::atomic<std::uint32_t> deleted{0};
   // Fingerprints, eight per word (slot i: byte i % 8 of word i / 8), so a lookup compares
   // eight at a time (SWAR, find_slot). A slot's byte is written once (fetch_or into a zero
   // byte: slots are never reused within a leaf), before the slot's commit CAS (I6).
@@ -124,9 +130,13 @@ struct alignas(64) Leaf {
   // The copy gate (S2g): helpers in S2..S3 (count) | kGateClosed while a roll-back (S2x) runs.
   static constexpr std::uint32_t kGateClosed = std::uint32_t{1} << 31;
   std::atomic<std::uint32_t> copiers{0};
+  // The merge (M) that names this leaf as its left (P) or right (E) source, or null, or a
+  // finished attempt (cancelled / aborted), or kMergeRetired once the leaf was replaced.
+  // Written only by a merger's CAS (M1) and by the replacing SMO's S14 (exchange).
+  std::atomic<MergeDesc*> merge{nullptr};
 };
 
-static_assert(offsetof(Leaf, fpw) == 64 && offsetof(Leaf, high) + 8 <= 64);
+static_assert(offsetof(Leaf, fpw) == 64 && offsetof(Leaf, deleted) + 4 <= 64);
 
 // What an SMO built: copy_ptr points here (S3). Immutable once published.
 struct SmoDesc {
@@ -135,7 +145,29 @@ struct SmoDesc {
   std::uint64_t split = 0;     // two leaves: keys >= split go to leaves[1] (a bound word)
   std::uint8_t map_leaf[kMaxSlots];  // old slot -> new leaf index, 0xff = not copied
   std::uint8_t map_slot[kMaxSlots];
+  // A merge's descriptor (M2): one per source, both naming the one new leaf. The left
+  // source's descriptor owns the right one's (`partner`) until M3 publishes both.
+  MergeDesc* merge = nullptr;
+  SmoDesc* partner = nullptr;
 };
+
+// A merge of two adjacent leaves (M0..M7): `left` (P) and `right` (E) become one new leaf.
+// Referenced by both leaves' `merge` words (refs counts them); freed through the epochs.
+struct MergeDesc {
+  static constexpr std::uint8_t kIntent = 0;     // M1 in progress: a helper may cancel it
+  static constexpr std::uint8_t kConfirmed = 1;  // both smo bits are the merge's
+  static constexpr std::uint8_t kCancelled = 2;  // never confirmed: the bits are ordinary SMOs'
+  static constexpr std::uint8_t kAborted = 3;    // confirmed, then rolled back before M3
+  Leaf* left = nullptr;
+  Leaf* right = nullptr;
+  std::atomic<std::uint8_t> state{kIntent};
+  std::atomic<int> refs{0};
+  bool live() const {
+    const std::uint8_t s = state.load(std::memory_order_seq_cst);
+    return s == kIntent || s == kConfirmed;
+  }
+};
+inline MergeDesc* const kMergeRetired = reinterpret_cast<MergeDesc*>(std::uintptr_t{1});
 
 // Inner node (DRAM). children[i] covers [keys[i], keys[i+1]) (bound words, as Leaf: in u64
 // mode high and the last child's range are inclusive); keys[0] == low. Readers
@@ -227,6 +259,10 @@ class NBTree final : public Index {
     return reader_persists_.load(std::memory_order_relaxed);
   }
   std::size_t leaf_count() const;
+  // Merges that reached M5p (their durability point), for tests' coverage rules.
+  std::uint64_t merges_linked() const { return merges_linked_.load(std::memory_order_relaxed); }
+  // Merges on (default) or off: a test that needs the leaf layout of a split-only tree.
+  void set_merges_for_testing(bool on) { merges_on_ = on; }
   // The leaf that currently covers `key` (quiescent index only).
   Leaf* leaf_for_testing(std::uint64_t key) const;
   // The PM value word of `key` among `leaf`'s committed slots (any state), for white-box checks.
@@ -241,6 +277,7 @@ class NBTree final : public Index {
     none,
     skip_insert_persist,  // I5 without its write-back: a completed insert can be lost (ADR)
     skip_reader_persist,  // R1 skipped: a reader can return a value a crash loses (ADR)
+    skip_merge_link_persist,  // M5p without its write-back: a completed merge can be lost (ADR)
   };
   void set_fault_for_testing(Fault f) {
     if (f != Fault::none && !pm::kTracing) std::abort();  // tracing flavour only
@@ -378,6 +415,7 @@ class NBTree final : public Index {
   void drain_writers(Leaf* leaf) const;          // S8b
 
   // SMO
+  // Helps the SMO that owns `leaf`'s smo bit (C1): a split or copy, or a merge (M).
   void help_smo(Leaf* leaf);
   SmoDesc* copy_and_publish(Leaf* leaf);  // S2g, S2, S3 (or S2x)
   SmoDesc* roll_back_smo(Leaf* leaf);     // S2x
@@ -387,6 +425,25 @@ class NBTree final : public Index {
   void help_link(Leaf* leaf);
   Leaf* new_leaf(std::uint64_t low, std::uint64_t high, Code* code);
   void destroy_unpublished(SmoDesc* d);
+
+  // merge SMO (M0..M7, smo.cpp)
+  void maybe_merge(Leaf* right);                 // M0: after a delete emptied `right`
+  bool start_merge(Leaf* left, Leaf* right);     // M1; false: gave up
+  bool merge_inner_left(const std::vector<Inner*>& path);  // M0b (inner_mu_ held)
+  MergeDesc* confirmed_merge(Leaf* leaf) const;  // the merge owning leaf's smo bit, or null
+  void help_merge(MergeDesc* md);                // M2..M7, cooperative
+  SmoDesc* merge_copy_and_publish(MergeDesc* md);  // M2, M3 on the left leaf (its gate)
+  SmoDesc* merge_copy_phase(MergeDesc* md, Code* code);
+  SmoDesc* abort_merge(MergeDesc* md);           // M2x (inside the left leaf's gate)
+  void undo_freeze(Leaf* leaf);                  // S2x on one leaf (enters its gate)
+  void destroy_unpublished_merge(SmoDesc* d);
+  void merge_link(MergeDesc* md, SmoDesc* d);    // M5..M7
+  bool adjacent_in_parent(const Leaf* left, const Leaf* right) const;  // inner_mu_ held
+  void install_merge_in_parent(Leaf* left, Leaf* right, Leaf* merged);  // M6
+  void release_merge(MergeDesc* md);             // a leaf word's reference dropped
+  // Whether this thread's last merge gave up for want of space (M2x); clears the mark.
+  static bool merge_found_pool_full();
+  bool merge_pair(const void* a, const void* b) const;  // published merge a|b (inner split)
 
   // inner nodes
   void install_in_parent(Leaf* old_leaf, SmoDesc* d);
@@ -486,12 +543,14 @@ class NBTree final : public Index {
   // Declared before epochs_: the epoch manager's last deleters return leaves to it.
   pm::DramArena dram_;
   index_common::KeyCodec keys_;        // the key mode (bytes: PM key records, K1..K5)
-  // Bytes mode: DRAM copies of range bounds. Bounds are never removed from the tree (leaves
-  // are not merged), so a published one lives as long as the index; an SMO that lost S3
+  // Bytes mode: DRAM copies of range bounds. A merge retires the bound between its two leaves
+  // (M7); other published bounds live as long as the index; an SMO that lost S3
   // retires its unpublished split bound. Declared before epochs_ (SeparatorStore (3)).
   index_common::SeparatorStore seps_;
   mutable sync::EpochManager epochs_;  // E1: replaced leaves and value records
   mutable std::atomic<std::uint64_t> reader_persists_{0};  // relaxed: a statistic
+  std::atomic<std::uint64_t> merges_linked_{0};            // relaxed: a statistic
+  bool merges_on_ = true;
   RecoveryStats recovery_;
   bool closed_ = false;
 };

@@ -2,6 +2,7 @@
 // sync of one slot (shared by the sync phase, sync-on-write and sync-on-read) and the inner
 // nodes (N1..N3). See PROTOCOL.md.
 #include <algorithm>
+#include <bit>
 #include <thread>
 
 #include "index/nbtree/nbtree.h"
@@ -195,6 +196,7 @@ void NBTree::sync_slot(Leaf* old_leaf, int slot, const SmoDesc* d) const {
         end_write(nl, m, ne);
         if (ok) {
           wrote = true;
+          nl->deleted.fetch_add(1, std::memory_order_relaxed);  // M0's live count
           full_fence();
           if ((nl->bitmap.load(std::memory_order_seq_cst) & Leaf::kSmoBit) == 0) {
             self->retire_value(v);
@@ -232,6 +234,10 @@ void NBTree::sync_slot(Leaf* old_leaf, int slot, const SmoDesc* d) const {
 
 void NBTree::help_smo(Leaf* leaf) {
   hook(HookPoint::smo_started, leaf);
+  if (MergeDesc* md = confirmed_merge(leaf)) {  // M: the bit is a merge's; help it
+    help_merge(md);
+    return;
+  }
   SmoDesc* d = leaf->copy_ptr.load(std::memory_order_acquire);
   if (d == nullptr) {
     d = copy_and_publish(leaf);
@@ -331,6 +337,11 @@ void NBTree::drain_writers(Leaf* leaf) const {
 // lock, as every inner-node write does (N1).
 void NBTree::link_phase(Leaf* leaf, SmoDesc* d) {
   if ((leaf->flag.load(std::memory_order_acquire) & Leaf::kLinked) != 0) return;
+  if (d->merge != nullptr) {  // a merge's source (M5: succ's link helps the merge)
+    MergeDesc* md = d->merge;
+    merge_link(md, md->left->copy_ptr.load(std::memory_order_acquire));
+    return;
+  }
   // S9: freeze the old leaf's next (tag bit), so the link of its right neighbour's SMO cannot
   // change it any more; that SMO helps this one and then links into our last new leaf.
   Leaf* n = leaf->next.load(std::memory_order_acquire);
@@ -398,6 +409,8 @@ void NBTree::link_phase(Leaf* leaf, SmoDesc* d) {
     return;
   }
   hook(HookPoint::smo_done, leaf);
+  // A finished merge attempt this leaf still names loses the leaf's reference (M1).
+  release_merge(leaf->merge.exchange(kMergeRetired, std::memory_order_seq_cst));
   // E1: the old leaf (DRAM metadata and PM block) and the descriptor go once no pinned
   // thread can still reach them. Its value records now belong to the new leaves (V4).
   const std::uint64_t off = leaf->data_off;
@@ -413,6 +426,509 @@ void NBTree::link_phase(Leaf* leaf, SmoDesc* d) {
 void NBTree::help_link(Leaf* leaf) {
   SmoDesc* d = leaf->copy_ptr.load(std::memory_order_acquire);
   link_phase(leaf, d);
+}
+
+// --- merge SMO (M0..M7, PROTOCOL.md "Merge SMO") ---------------------------------------------------
+//
+// Two adjacent leaves P (left) and E (right) of one level-1 node become one new leaf N with
+// range [P.low, E.high]. It is the split's SMO with two sources: each source gets its own
+// descriptor (both naming N), so the sync (S4..S8b), sync-on-write/read and resolve work on
+// each source as for a split; the link switches P's predecessor from P to N (M5p) after N's
+// next took E's successor, and the parent loses E's separator in the same node write that
+// replaces P by N (M6).
+
+namespace {
+// Live records of a leaf by its DRAM counters (a snapshot; exact on a quiescent leaf).
+int live_of(const Leaf* l) {
+  const std::uint64_t b = l->bitmap.load(std::memory_order_acquire) & ~Leaf::kSmoBit;
+  return std::popcount(b) - static_cast<int>(l->deleted.load(std::memory_order_acquire));
+}
+// M1: the smo bit set by CAS from clear, so the caller knows it is the bit's owner.
+bool claim_smo_bit(Leaf* l) {
+  std::uint64_t b = l->bitmap.load(std::memory_order_seq_cst);
+  for (;;) {
+    if ((b & Leaf::kSmoBit) != 0) return false;
+    pm::yield_point("nbtree.merge.freeze");
+    if (l->bitmap.compare_exchange_weak(b, b | Leaf::kSmoBit, std::memory_order_seq_cst)) {
+      return true;
+    }
+  }
+}
+// M1: name the merge in a leaf's merge word, replacing nothing or a finished attempt.
+bool name_merge(Leaf* l, MergeDesc* md, MergeDesc** replaced) {
+  MergeDesc* cur = l->merge.load(std::memory_order_seq_cst);
+  if (cur == kMergeRetired || (cur != nullptr && cur->live())) return false;
+  if (!l->merge.compare_exchange_strong(cur, md, std::memory_order_seq_cst)) return false;
+  *replaced = cur;
+  return true;
+}
+}  // namespace
+
+namespace {
+thread_local bool t_merge_pool_full = false;  // this thread's last merge copy found no space
+}  // namespace
+
+bool NBTree::merge_found_pool_full() {
+  const bool was = t_merge_pool_full;
+  t_merge_pool_full = false;
+  return was;
+}
+
+void NBTree::release_merge(MergeDesc* md) {
+  if (md == nullptr || md == kMergeRetired) return;
+  if (md->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    epochs_.retire([md] { delete md; });  // a pinned helper may still read it
+  }
+}
+
+// M0: a delete left `right` with a third of its capacity live (or none): merge it
+// into its left neighbour under the same level-1 node when the two fit (an emptied leaf
+// always fits; otherwise at most 3/4 of a leaf: hysteresis against the split). Optional:
+// every obstacle gives up. Child 0 of a level-1 node stays.
+void NBTree::maybe_merge(Leaf* right) {
+  if (!merges_on_) return;
+  // Only when the delete made the leaf empty or brought it to a third: at most two attempts
+  // per leaf and delete sequence, so deletes in sparse leaves do not all take inner_mu_.
+  const int live_right = live_of(right);
+  if (live_right != 0 && live_right != cap_ / 3) return;
+  if ((right->bitmap.load(std::memory_order_acquire) & Leaf::kSmoBit) != 0) return;
+  Leaf* left = nullptr;
+  {
+    std::lock_guard<sync::SpinLock> lock(inner_mu_);
+    std::vector<Inner*> path = path_to(right->low);
+    if (path.back()->children[0].load(std::memory_order_relaxed) == right &&
+        merge_inner_left(path)) {
+      path = path_to(right->low);  // M0b: right is no longer a child 0
+    }
+    Inner* x = path.back();
+    const int n = x->count.load(std::memory_order_relaxed);
+    for (int i = 1; i < n; ++i) {
+      if (x->children[i].load(std::memory_order_relaxed) == right) {
+        left = static_cast<Leaf*>(x->children[i - 1].load(std::memory_order_relaxed));
+      }
+    }
+  }
+  if (left == nullptr) return;  // child 0, or the leaf was replaced meanwhile
+  const int limit = live_right == 0 ? cap_ : cap_ * 3 / 4;
+  if (live_of(left) + live_right > limit) return;
+  if (left->next.load(std::memory_order_acquire) != right) return;  // in a link phase
+  start_merge(left, right);
+}
+
+// M0b (inner_mu_ held): the last node of `path` (Y) moves all its entries into its left
+// sibling X under the same parent when they fit, so Y's child 0 gets a left neighbour in its
+// own node. Two node writes (N1): X takes Y's entries, high key and sibling; then the parent
+// drops Y's separator. Between them the parent still routes Y's range to Y, which is never
+// changed again and stays consistent (a reader that reaches it later, holding an older
+// snapshot, finds leaves that resolve as before); a reader of X above its old high finds the
+// keys in X instead of moving right. Y is not freed before close (all_inner_). DRAM only.
+bool NBTree::merge_inner_left(const std::vector<Inner*>& path) {
+  if (path.size() < 2) return false;
+  Inner* y = path.back();
+  Inner* parent = path[path.size() - 2];
+  const int pn = parent->count.load(std::memory_order_relaxed);
+  int ypos = -1;
+  for (int i = 1; i < pn; ++i) {
+    if (parent->children[i].load(std::memory_order_relaxed) == y) ypos = i;
+  }
+  if (ypos < 1) return false;  // Y is its parent's child 0 (or reached by a B-link move)
+  auto* x = static_cast<Inner*>(parent->children[ypos - 1].load(std::memory_order_relaxed));
+  const int xn = x->count.load(std::memory_order_relaxed);
+  const int yn = y->count.load(std::memory_order_relaxed);
+  if (x->sibling.load(std::memory_order_relaxed) != y || xn + yn > fanout_) return false;
+  {
+    InnerWrite w(x);
+    for (int i = 0; i < yn; ++i) {
+      x->keys[xn + i].store(y->keys[i].load(std::memory_order_relaxed), std::memory_order_release);
+      x->children[xn + i].store(y->children[i].load(std::memory_order_relaxed),
+                                std::memory_order_relaxed);
+    }
+    x->count.store(xn + yn, std::memory_order_relaxed);
+    x->high.store(y->high.load(std::memory_order_relaxed), std::memory_order_release);
+    x->sibling.store(y->sibling.load(std::memory_order_relaxed), std::memory_order_release);
+  }
+  hook(HookPoint::inner_node_written, nullptr);
+  {
+    InnerWrite w(parent);
+    for (int i = ypos; i + 1 < pn; ++i) {
+      parent->keys[i].store(parent->keys[i + 1].load(std::memory_order_relaxed),
+                            std::memory_order_release);
+      parent->children[i].store(parent->children[i + 1].load(std::memory_order_relaxed),
+                                std::memory_order_relaxed);
+    }
+    parent->count.store(pn - 1, std::memory_order_relaxed);
+  }
+  hook(HookPoint::inner_node_written, nullptr);
+  return true;
+}
+
+// M1: freeze P, then E, each by a CAS of its smo bit from clear, after naming the merge in
+// the leaf's merge word. A helper that meets a bit whose merge is still an intent cancels the
+// intent (confirmed_merge), so the bit is then an ordinary SMO's; the merger confirms only if
+// no helper cancelled. Any obstacle undoes the bits this merger set (S2x through the gate).
+bool NBTree::start_merge(Leaf* left, Leaf* right) {
+  auto* md = new MergeDesc;
+  md->left = left;
+  md->right = right;
+  md->refs.store(2, std::memory_order_relaxed);  // left's and right's merge words
+  MergeDesc* replaced = nullptr;
+  if (!name_merge(left, md, &replaced)) {
+    delete md;
+    return false;
+  }
+  release_merge(replaced);
+  auto give_up = [&](bool undo_left, bool undo_right) {
+    std::uint8_t st = MergeDesc::kIntent;
+    md->state.compare_exchange_strong(st, MergeDesc::kCancelled, std::memory_order_seq_cst);
+    if (undo_left) undo_freeze(left);
+    if (undo_right) undo_freeze(right);
+    return false;
+  };
+  if (!claim_smo_bit(left)) {
+    release_merge(md);  // right's reference: never named there
+    return give_up(false, false);
+  }
+  if (!name_merge(right, md, &replaced)) {
+    release_merge(md);
+    return give_up(true, false);
+  }
+  release_merge(replaced);
+  if (!claim_smo_bit(right)) return give_up(true, false);
+  std::uint8_t st = MergeDesc::kIntent;
+  if (!md->state.compare_exchange_strong(st, MergeDesc::kConfirmed, std::memory_order_seq_cst)) {
+    return give_up(true, true);  // a helper cancelled: the bits are ordinary SMOs' now
+  }
+  help_merge(md);
+  return left->copy_ptr.load(std::memory_order_acquire) != nullptr;
+}
+
+// The merge that owns `leaf`'s smo bit, or null (an ordinary SMO's bit). An intent found here
+// is cancelled: its merger had not confirmed, so the bit is treated as an ordinary SMO's.
+MergeDesc* NBTree::confirmed_merge(Leaf* leaf) const {
+  MergeDesc* md = leaf->merge.load(std::memory_order_seq_cst);
+  if (md == nullptr || md == kMergeRetired) return nullptr;
+  std::uint8_t st = md->state.load(std::memory_order_seq_cst);
+  if (st == MergeDesc::kIntent) {
+    md->state.compare_exchange_strong(st, MergeDesc::kCancelled, std::memory_order_seq_cst);
+  }
+  return st == MergeDesc::kConfirmed ? md : nullptr;
+}
+
+// S2x on one leaf by a thread outside its gate: enter, then roll back (a published copy, if a
+// helper made one meanwhile, goes on as an ordinary SMO).
+void NBTree::undo_freeze(Leaf* leaf) {
+  leaf->copiers.fetch_add(1, std::memory_order_seq_cst);
+  roll_back_smo(leaf);
+}
+
+// M2..M7, cooperative: any thread that meets either smo bit of a confirmed merge runs it.
+void NBTree::help_merge(MergeDesc* md) {
+  Leaf* const p = md->left;
+  Leaf* const e = md->right;
+  SmoDesc* d = p->copy_ptr.load(std::memory_order_acquire);
+  if (d == nullptr) {
+    d = merge_copy_and_publish(md);
+    if (d == nullptr) return;  // aborted (M2x): both leaves are back as they were
+  }
+  // Aborted earlier and P has since begun an ordinary SMO of its own: not this merge's.
+  if (d->merge != md) return;
+  // M3 on E: the same new leaf, E's own slot map. Until this CAS E is latest for its keys
+  // (R2); its writes after the copy are carried by E's sync below.
+  SmoDesc* expected = nullptr;
+  pm::yield_point("nbtree.merge.copy_ptr_right");
+  e->copy_ptr.compare_exchange_strong(expected, d->partner, std::memory_order_seq_cst);
+  full_fence();
+  hook(HookPoint::smo_after_copy_ptr, p);
+  if ((e->flag.load(std::memory_order_acquire) & Leaf::kSynced) == 0) {
+    // M4: S8a, S4..S7, S8b, S8 on both sources.
+    pm::yield_point("nbtree.smo.seal");
+    p->flag.fetch_or(Leaf::kSealed, std::memory_order_seq_cst);
+    e->flag.fetch_or(Leaf::kSealed, std::memory_order_seq_cst);
+    for (Leaf* src : {p, e}) {
+      const SmoDesc* sd = src->copy_ptr.load(std::memory_order_acquire);
+      const std::uint64_t b = src->bitmap.load(std::memory_order_acquire) & ~Leaf::kSmoBit;
+      for (std::uint64_t bits = b; bits != 0; bits &= bits - 1) {
+        sync_slot(src, __builtin_ctzll(bits), sd);
+      }
+    }
+    drain_writers(p);
+    drain_writers(e);
+    pm::yield_point("nbtree.smo.flag");
+    p->flag.fetch_or(Leaf::kSynced, std::memory_order_acq_rel);
+    e->flag.fetch_or(Leaf::kSynced, std::memory_order_acq_rel);
+    hook(HookPoint::smo_after_sync, p);
+  }
+  merge_link(md, d);
+}
+
+// M2/M3 inside P's copy gate (S2g): build N from both committed sets, then, under inner_mu_,
+// check that P and E are still adjacent children of one level-1 node (M6's precondition:
+// after this check an inner split keeps them together, merge_pair) and publish on P.
+SmoDesc* NBTree::merge_copy_and_publish(MergeDesc* md) {
+  Leaf* const p = md->left;
+  auto leave = [p] { p->copiers.fetch_sub(1, std::memory_order_seq_cst); };
+  if ((p->copiers.fetch_add(1, std::memory_order_seq_cst) & Leaf::kGateClosed) != 0) {
+    leave();  // an abort (or a pool_full roll-back) runs
+    return nullptr;
+  }
+  SmoDesc* d = p->copy_ptr.load(std::memory_order_seq_cst);
+  if (d != nullptr || (p->bitmap.load(std::memory_order_seq_cst) & Leaf::kSmoBit) == 0 ||
+      md->state.load(std::memory_order_seq_cst) != MergeDesc::kConfirmed) {
+    leave();  // published, or aborted meanwhile
+    return d;
+  }
+  Code code = Code::ok;
+  SmoDesc* mine = merge_copy_phase(md, &code);
+  if (mine == nullptr) {  // too many records, or the pool is full
+    if (code == Code::pool_full) t_merge_pool_full = true;
+    return abort_merge(md);
+  }
+  hook(HookPoint::smo_before_copy_ptr_cas, p);
+  pm::yield_point("nbtree.smo.copy_ptr");
+  bool published = false;
+  {
+    std::lock_guard<sync::SpinLock> lock(inner_mu_);
+    if (adjacent_in_parent(p, md->right)) {
+      SmoDesc* expected = nullptr;
+      published = p->copy_ptr.compare_exchange_strong(expected, mine, std::memory_order_seq_cst);
+      d = published ? mine : expected;
+    }
+  }
+  if (!published) {
+    destroy_unpublished_merge(mine);
+    if (d == nullptr) return abort_merge(md);  // no longer adjacent
+  }
+  leave();
+  return d;
+}
+
+// M2: the live committed entries of P then E (each sorted) into one new zeroed block, copy
+// bits set, persisted before M3 can publish it. Null if they exceed the limit (3/4 of a leaf
+// unless a source is empty) or the pool is full.
+SmoDesc* NBTree::merge_copy_phase(MergeDesc* md, Code* code) {
+  struct Rec {
+    std::uint64_t key, word;
+    int slot;
+    std::string_view bytes;
+  };
+  std::vector<Rec> recs[2];
+  const Leaf* const src[2] = {md->left, md->right};
+  for (int si = 0; si < 2; ++si) {
+    const std::uint64_t b = src[si]->bitmap.load(std::memory_order_acquire) & ~Leaf::kSmoBit;
+    const Entry* e = entries(src[si]);
+    for (std::uint64_t bits = b; bits != 0; bits &= bits - 1) {
+      const int i = __builtin_ctzll(bits);
+      const std::uint64_t k1 = pm::load_acquire(&e[i].key);
+      const std::uint64_t w = pm::load_acquire(&e[i].value);
+      const std::uint64_t k2 = pm::load_acquire(&e[i].key);
+      if (k1 == 0 || k1 != k2) continue;
+      recs[si].push_back({k1, w, i, bytes_ ? probe_of_word(k1).bytes : std::string_view()});
+    }
+    if (bytes_) {
+      std::sort(recs[si].begin(), recs[si].end(),
+                [](const Rec& a, const Rec& c) { return a.bytes < c.bytes; });
+    } else {
+      std::sort(recs[si].begin(), recs[si].end(),
+                [](const Rec& a, const Rec& c) { return a.key < c.key; });
+    }
+  }
+  const std::size_t total = recs[0].size() + recs[1].size();
+  const bool one_empty = recs[0].empty() || recs[1].empty();
+  if (total > static_cast<std::size_t>(one_empty ? cap_ : cap_ * 3 / 4)) return nullptr;
+  Leaf* n = new_leaf(md->left->low, md->right->high, code);
+  if (n == nullptr) return nullptr;
+  SmoDesc* d[2] = {new SmoDesc, new SmoDesc};
+  for (SmoDesc* x : d) {
+    std::fill(std::begin(x->map_leaf), std::end(x->map_leaf), 0xff);
+    std::fill(std::begin(x->map_slot), std::end(x->map_slot), 0xff);
+    x->count = 1;
+    x->leaves[0] = n;
+    x->merge = md;
+  }
+  d[0]->partner = d[1];
+  Entry* ne = entries(n);
+  std::uint64_t bitmap = 0;
+  int s = 0;
+  for (int si = 0; si < 2; ++si) {
+    for (const Rec& r : recs[si]) {
+      pm::store(&ne[s], Entry{r.key, payload_of(r.word) | kCopyBit});
+      n->keys[s].store(r.key, std::memory_order_relaxed);
+      n->set_fp(s, src[si]->fp(r.slot));
+      n->state[s].store(Leaf::kDone, std::memory_order_relaxed);
+      bitmap |= std::uint64_t{1} << s;
+      d[si]->map_leaf[r.slot] = 0;
+      d[si]->map_slot[r.slot] = static_cast<std::uint8_t>(s);
+      ++s;
+    }
+  }
+  n->num.store(static_cast<std::uint32_t>(s), std::memory_order_relaxed);
+  n->bitmap.store(bitmap, std::memory_order_relaxed);
+  pm::persist(block(n), node_size_);  // M2: the whole block, before M3 publishes it
+  return d[0];
+}
+
+void NBTree::destroy_unpublished_merge(SmoDesc* d) {
+  pm_free(d->leaves[0]->data_off, node_size_);
+  drop_dram(d->leaves[0]);
+  delete d->partner;
+  delete d;
+}
+
+// M2x (inside P's gate): no copy can be published: close P's gate, wait until no helper is
+// inside, and if P has no copy, mark the merge aborted before clearing P's bit, then undo E's
+// freeze the same way (S2x). Helpers that read the merge as confirmed find P's gate closed,
+// P's bit clear, or the state aborted, and leave; inserters then retry on the leaves as they
+// were. Only DRAM words change.
+SmoDesc* NBTree::abort_merge(MergeDesc* md) {
+  Leaf* const p = md->left;
+  pm::yield_point("nbtree.merge.abort");
+  const std::uint32_t g = p->copiers.fetch_or(Leaf::kGateClosed, std::memory_order_seq_cst);
+  p->copiers.fetch_sub(1, std::memory_order_seq_cst);
+  if ((g & Leaf::kGateClosed) != 0) return nullptr;  // another helper aborts
+  while ((p->copiers.load(std::memory_order_seq_cst) & ~Leaf::kGateClosed) != 0)
+    spin_pause("nbtree.merge.abort");
+  SmoDesc* d = p->copy_ptr.load(std::memory_order_seq_cst);
+  if (d == nullptr) {
+    md->state.store(MergeDesc::kAborted, std::memory_order_seq_cst);
+    p->bitmap.fetch_and(~Leaf::kSmoBit, std::memory_order_seq_cst);
+  }
+  p->copiers.fetch_and(~Leaf::kGateClosed, std::memory_order_seq_cst);
+  if (d == nullptr) undo_freeze(md->right);
+  return d;
+}
+
+// inner_mu_ held: P and E are children i and i + 1 of one level-1 node.
+bool NBTree::adjacent_in_parent(const Leaf* left, const Leaf* right) const {
+  Inner* x = path_to(left->low).back();
+  const int n = x->count.load(std::memory_order_relaxed);
+  for (int i = 0; i + 1 < n; ++i) {
+    if (x->children[i].load(std::memory_order_relaxed) == left) {
+      return x->children[i + 1].load(std::memory_order_relaxed) == right;
+    }
+  }
+  return false;
+}
+
+// inner_mu_ held (an inner split): a and b are a published merge's P and E.
+bool NBTree::merge_pair(const void* a, const void* b) const {
+  const auto* l = static_cast<const Leaf*>(a);
+  const SmoDesc* d = l->copy_ptr.load(std::memory_order_acquire);
+  return d != nullptr && d->merge != nullptr && d->merge->left == l && d->merge->right == b;
+}
+
+// M5..M7, lock-free and cooperative like S9..S14.
+void NBTree::merge_link(MergeDesc* md, SmoDesc* d) {
+  Leaf* const p = md->left;
+  Leaf* const e = md->right;
+  Leaf* const merged = d->leaves[0];
+  if ((p->flag.load(std::memory_order_acquire) & Leaf::kLinked) != 0) return;
+  // M5 (S9 on E): freeze E's next; N continues where E did, in both layers.
+  Leaf* n = e->next.load(std::memory_order_acquire);
+  while (!Leaf::frozen(n)) {
+    pm::yield_point("nbtree.link.freeze");
+    if (e->next.compare_exchange_weak(n, Leaf::with_frozen(n), std::memory_order_acq_rel,
+                                      std::memory_order_acquire)) {
+      break;
+    }
+  }
+  Leaf* const succ = Leaf::untag(n);
+  Leaf* unset = nullptr;
+  pm::yield_point("nbtree.link.last_next");
+  merged->next.compare_exchange_strong(unset, succ, std::memory_order_acq_rel,
+                                       std::memory_order_acquire);
+  std::uint64_t zero = 0;
+  pm::cas(&block(merged)->next, zero, succ != nullptr ? succ->data_off : 0);
+  pm::persist(&block(merged)->next, sizeof(std::uint64_t));
+  // M5 (S9 on P): P's next (E) is frozen too; only E's link could change it, and that is this.
+  Leaf* pn = p->next.load(std::memory_order_acquire);
+  while (!Leaf::frozen(pn)) {
+    if (p->next.compare_exchange_weak(pn, Leaf::with_frozen(pn), std::memory_order_acq_rel,
+                                      std::memory_order_acquire)) {
+      break;
+    }
+  }
+  // M5p: P's predecessor from P to N, DRAM then PM (the merge's durability point): one
+  // 8-byte CAS takes both P and E out of the PM chain.
+  for (;;) {
+    if ((p->flag.load(std::memory_order_acquire) & Leaf::kLinked) != 0) return;
+    Leaf* pred = p->low != first_low_ ? find_leaf_before(p->low) : nullptr;
+    std::atomic<Leaf*>& link = pred != nullptr ? pred->next : head_;
+    Leaf* cur = link.load(std::memory_order_acquire);
+    if (cur == p) {
+      pm::yield_point("nbtree.link.pred_cas");
+      if (!link.compare_exchange_strong(cur, merged, std::memory_order_acq_rel,
+                                        std::memory_order_acquire)) {
+        continue;
+      }
+      cur = merged;
+    }
+    if (Leaf::untag(cur) == p) {
+      help_link(pred);  // the predecessor's own link phase took P along: finish it first
+      continue;
+    }
+    if (Leaf::untag(cur) != merged) break;  // N already linked and replaced (S10's rule)
+    hook(HookPoint::smo_link_before_pm, p);
+    std::uint64_t* pm_link = pred != nullptr ? &block(pred)->next : &root_->head;
+    std::uint64_t expected = p->data_off;
+    if (pm::cas(pm_link, expected, merged->data_off)) {  // M5p
+      merges_linked_.fetch_add(1, std::memory_order_relaxed);
+    }
+    if (fault_ != Fault::skip_merge_link_persist) [[likely]] {
+      pm::persist(pm_link, sizeof(std::uint64_t));
+    }
+    break;
+  }
+  hook(HookPoint::smo_link_after_list, p);
+  install_merge_in_parent(p, e, merged);  // M6
+  pm::yield_point("nbtree.smo.linked");
+  // M7: S14 on both; the helper that sets P's flag retires both leaves.
+  e->flag.fetch_or(Leaf::kLinked, std::memory_order_acq_rel);
+  if ((p->flag.fetch_or(Leaf::kLinked, std::memory_order_acq_rel) & Leaf::kLinked) != 0) return;
+  hook(HookPoint::smo_done, p);
+  // Both merge words name md (a confirmed merge is never replaced): its two references go
+  // with the leaves.
+  p->merge.exchange(kMergeRetired, std::memory_order_seq_cst);
+  e->merge.exchange(kMergeRetired, std::memory_order_seq_cst);
+  // Bytes mode: E's low (P's high) left the tree with M6's write.
+  if (bytes_) seps_.retire(e->low, epochs_);
+  SmoDesc* de = e->copy_ptr.load(std::memory_order_acquire);
+  const std::uint32_t bytes = node_size_;
+  epochs_.retire([this, p, e, d, de, md, bytes] {
+    pm_free(p->data_off, bytes);
+    pm_free(e->data_off, bytes);
+    drop_dram(p);
+    drop_dram(e);
+    delete d;
+    delete de;
+    delete md;
+  });
+}
+
+// M6: one inner-node write replaces child P by N and removes E's separator and child (E is
+// P's right neighbour in the same node: checked at M3 under inner_mu_, kept by merge_pair).
+// Idempotent: a helper that no longer finds P returns.
+void NBTree::install_merge_in_parent(Leaf* left, Leaf* right, Leaf* merged) {
+  std::lock_guard<sync::SpinLock> lock(inner_mu_);
+  Inner* x = path_to(left->low).back();
+  const int n = x->count.load(std::memory_order_relaxed);
+  int pos = -1;
+  for (int i = 0; i < n; ++i) {
+    if (x->children[i].load(std::memory_order_relaxed) == left) pos = i;
+  }
+  if (pos < 0) return;  // installed by another helper
+  // M3's check and merge_pair keep E right of P in this node: anything else is a bug.
+  if (pos + 1 >= n || x->children[pos + 1].load(std::memory_order_relaxed) != right) std::abort();
+  {
+    InnerWrite w(x);  // N1
+    x->children[pos].store(merged, std::memory_order_relaxed);
+    for (int i = pos + 1; i + 1 < n; ++i) {
+      x->keys[i].store(x->keys[i + 1].load(std::memory_order_relaxed), std::memory_order_release);
+      x->children[i].store(x->children[i + 1].load(std::memory_order_relaxed),
+                           std::memory_order_relaxed);
+    }
+    x->count.store(n - 1, std::memory_order_relaxed);
+  }
+  hook(HookPoint::inner_node_written, nullptr);
 }
 
 // --- inner nodes (inner_mu_ held) ---------------------------------------------------------------
@@ -513,7 +1029,12 @@ void NBTree::insert_into_inner(std::vector<Inner*>& path, int idx, std::uint64_t
                                 return bound_less(k, e.first);
                               }),
              {key, child});
-  const int left_n = static_cast<int>(all.size()) / 2;
+  int left_n = static_cast<int>(all.size()) / 2;
+  // M6: a split never separates the two sources of a published merge, so the merge's parent
+  // write (one node) always finds them side by side.
+  if (node->level == 1 && merge_pair(all[left_n - 1].second, all[left_n].second)) {
+    left_n += left_n + 1 < static_cast<int>(all.size()) ? 1 : -1;
+  }
   auto* right = make_dram<Inner>();
   all_inner_.push_back(right);
   right->level = node->level;
@@ -591,7 +1112,9 @@ void NBTree::build_inner_from_leaves(const std::vector<Leaf*>& leaves) {
 void NBTree::free_dram() {
   Leaf* l = head_.load(std::memory_order_acquire);
   while (l != nullptr) {
-    Leaf* next = l->next.load(std::memory_order_acquire);
+    Leaf* next = Leaf::untag(l->next.load(std::memory_order_acquire));
+    MergeDesc* md = l->merge.load(std::memory_order_relaxed);
+    if (md != nullptr && md != kMergeRetired && md->refs.fetch_sub(1) == 1) delete md;
     drop_dram(l);
     l = next;
   }

@@ -512,15 +512,208 @@ TEST(NBTreeInnerInstall, EveryInnerWriteLeavesEveryKeyCovered) {
     for (std::uint64_t k = CoverCheck::kMax - 1; k >= 1 && k < CoverCheck::kMax; k -= 2) {
       ASSERT_EQ(idx->insert(K(k), V(k)), Code::ok);
     }
-    nb->set_hooks(nullptr);
     EXPECT_GT(check.writes, 20);  // leaf splits and inner splits happened
+    EXPECT_EQ(check.uncovered, 0) << check.first;
+    // Merges (M6 removes a child, M0b merges a level-1 node into its left sibling): every key
+    // stays covered after each of their writes too. All but every 25th key removed.
+    const int before = check.writes;
+    std::size_t kept = 0;
+    for (std::uint64_t k = 1; k <= CoverCheck::kMax; ++k) {
+      if (k % 25 == 0) {
+        ++kept;
+        continue;
+      }
+      ASSERT_EQ(idx->remove(K(k)), Code::ok);
+    }
+    nb->set_hooks(nullptr);
+    EXPECT_GT(nb->merges_linked(), 10u);
+    EXPECT_GT(check.writes, before + 10);
     EXPECT_EQ(check.uncovered, 0) << check.first;
     Status s = idx->verify();
     EXPECT_TRUE(s.ok()) << s.to_string();
     ScanBuffer buf;
-    EXPECT_EQ(idx->scan(K(1), 1000, buf), CoverCheck::kMax);
+    EXPECT_EQ(idx->scan(K(1), 1000, buf), kept);
   }
 }
+
+// --- merges (PROTOCOL.md M0..M7) ------------------------------------------------------------------
+
+// Twelve bulk-loaded leaves of three keys (1000 j + 100, 200, 300), six per level-1 node (fanout
+// 8). P = leaf 2, E = leaf 3: children 2 and 3 of the first level-1 node. Merges are off while
+// the test prepares the leaves and on for the worker's delete.
+class MergeInterleave : public ::testing::TestWithParam<pm::Mode> {
+ protected:
+  void SetUp() override {
+    Options o;
+    o.kind = "nbtree";
+    o.pool_size = 16 << 20;
+    o.node_size = 128;  // leaf capacity 7, inner fanout 8
+    o.persistence = GetParam();
+    auto r = Index::open(o);
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    idx_ = std::move(r).value();
+    nb_ = dynamic_cast<nbtree::NBTree*>(idx_.get());
+    std::vector<std::string> keys;
+    std::vector<KeyValue> kv;
+    for (std::uint64_t j = 0; j < 12; ++j) {
+      for (std::uint64_t i = 1; i <= 3; ++i) oracle_[1000 * j + 100 * i] = 1000 * j + 100 * i;
+    }
+    for (const auto& entry : oracle_) keys.push_back(K(entry.first));
+    for (const std::string& k : keys) kv.push_back({k, k});
+    ASSERT_TRUE(idx_->bulk_load(kv, 0.45).ok());
+    ASSERT_EQ(nb_->leaf_count(), 12u);
+    nb_->set_merges_for_testing(false);
+    nb_->set_hooks(&pauser_);
+  }
+  void TearDown() override {
+    if (worker_.joinable()) worker_.join();
+    nb_->set_hooks(nullptr);
+    Status s = idx_->verify();
+    EXPECT_TRUE(s.ok()) << s.to_string();
+    for (std::uint64_t k = 10; k <= 13000; k += 10) {
+      std::string v;
+      const auto it = oracle_.find(k);
+      const Code c = idx_->find(K(k), &v);
+      if (it == oracle_.end()) {
+        EXPECT_EQ(c, Code::not_found) << "key " << k;
+      } else {
+        ASSERT_EQ(c, Code::ok) << "key " << k;
+        EXPECT_EQ(decode_u64(v), it->second) << "key " << k;
+      }
+    }
+    ScanBuffer buf;
+    EXPECT_EQ(idx_->scan(K(0), 1000, buf), oracle_.size());
+  }
+  void put(std::uint64_t k, std::uint64_t v) {
+    ASSERT_EQ(idx_->insert(K(k), V(v)), Code::ok);
+    oracle_[k] = v;
+  }
+  void del(std::uint64_t k) {
+    ASSERT_EQ(idx_->remove(K(k)), Code::ok);
+    oracle_.erase(k);
+  }
+  // The worker removes `k` with merges on: its delete starts the merge (M0) and pauses at `at`.
+  void start_merge_at(HookPoint at, std::uint64_t k) {
+    nb_->set_merges_for_testing(true);
+    pauser_.arm(at);
+    oracle_.erase(k);
+    worker_ = std::thread([this, k] {
+      tl_target = true;
+      EXPECT_EQ(idx_->remove(K(k)), Code::ok);
+      tl_target = false;
+    });
+    ASSERT_TRUE(pauser_.wait_arrivals(1));
+  }
+  // Splits leaves 0, 4 and 5 (five inserts each): the first level-1 node then holds nine
+  // children and splits after its fourth, which is P, unless a published merge keeps P and E
+  // together (M6).
+  void split_first_inner_node() {
+    for (std::uint64_t base : {0u, 4000u, 5000u}) {
+      for (std::uint64_t i = 1; i <= 5; ++i) put(base + 110 + 10 * i, i);
+    }
+  }
+
+  std::unique_ptr<Index> idx_;
+  nbtree::NBTree* nb_ = nullptr;
+  Pauser pauser_;
+  std::thread worker_;
+  std::map<std::uint64_t, std::uint64_t> oracle_;
+};
+
+// M6's open point, settled: an inner split between M1 and M3 that puts P and E under two
+// level-1 nodes makes the merge give up at M3 (checked under inner_mu_), leaving both leaves
+// as they were (E empty, still in the tree).
+TEST_P(MergeInterleave, InnerSplitBeforePublishMakesTheMergeGiveUp) {
+  del(3100);
+  del(3200);
+  start_merge_at(HookPoint::smo_before_copy_ptr_cas, 3300);
+  split_first_inner_node();
+  pauser_.release();
+  worker_.join();
+  EXPECT_EQ(nb_->merges_linked(), 0u);
+  EXPECT_EQ(nb_->leaf_count(), 15u);  // 12 + 3 splits; E stays
+  put(3150, 7);                        // E takes inserts again (its smo bit was undone)
+}
+
+// After M3 an inner split keeps a published merge's P and E in one node (merge_pair), so M6
+// removes E with one node write.
+TEST_P(MergeInterleave, InnerSplitAfterPublishKeepsThePair) {
+  del(3100);
+  del(3200);
+  start_merge_at(HookPoint::smo_after_copy_ptr, 3300);
+  split_first_inner_node();
+  pauser_.release();
+  worker_.join();
+  EXPECT_EQ(nb_->merges_linked(), 1u);
+  EXPECT_EQ(nb_->leaf_count(), 14u);  // 12 + 3 splits - 1 merge
+}
+
+// An insert into E after M1 meets E's smo bit, runs the whole merge itself (C1) and retries
+// into the new leaf; the paused merger loses M3 and finds the merge done.
+TEST_P(MergeInterleave, InsertIntoFrozenRightLeafRetriesIntoMergedLeaf) {
+  del(3100);
+  del(3200);
+  start_merge_at(HookPoint::smo_before_copy_ptr_cas, 3300);
+  put(3150, 31);
+  EXPECT_EQ(nb_->merges_linked(), 1u);
+  EXPECT_EQ(nb_->leaf_count(), 11u);
+  pauser_.release();
+  worker_.join();
+  EXPECT_EQ(nb_->merges_linked(), 1u);
+}
+
+// Sparse merge (E keeps two records, a third of 7): an update of P and a delete in E while the
+// merge is published but not yet synced reach the new leaf by sync-on-write (W1).
+TEST_P(MergeInterleave, UpdateOfLeftAndDeleteInRightDuringSync) {
+  nbtree::Leaf* p = nb_->leaf_for_testing(2200);
+  start_merge_at(HookPoint::smo_after_copy_ptr, 3100);  // E: 3200, 3300 stay; P: 3
+  ASSERT_EQ(idx_->update(K(2200), V(22)), Code::ok);
+  oracle_[2200] = 22;
+  del(3300);
+  const nbtree::SmoDesc* d = p->copy_ptr.load();
+  ASSERT_NE(d, nullptr);
+  ASSERT_NE(d->merge, nullptr);
+  std::uint64_t w = 0;
+  ASSERT_TRUE(nb_->peek_for_testing(d->leaves[0], 2200, &w));
+  EXPECT_EQ(nbtree::payload_of(w), 22u);
+  EXPECT_FALSE(nb_->peek_for_testing(d->leaves[0], 3300, &w));
+  pauser_.release();
+  worker_.join();
+  EXPECT_EQ(nb_->merges_linked(), 1u);
+  EXPECT_EQ(nb_->leaf_count(), 11u);
+}
+
+// succ's link racing M5: the merge stopped after freezing E's next and switching P's
+// predecessor in DRAM, before M5p; a split of succ (leaf 4) finds its predecessor E frozen,
+// finishes the merge's link itself (M5p, M6, M7), then links into N. The stalled merger's
+// late M5p CAS fails harmlessly.
+TEST_P(MergeInterleave, SuccessorSplitFinishesAStalledMergeLink) {
+  del(3100);
+  del(3200);
+  start_merge_at(HookPoint::smo_link_before_pm, 3300);
+  for (std::uint64_t i = 1; i <= 5; ++i) put(4110 + 10 * i, i);  // splits leaf 4
+  EXPECT_EQ(nb_->merges_linked(), 1u);
+  pauser_.release();
+  worker_.join();
+  EXPECT_EQ(nb_->merges_linked(), 1u);
+  EXPECT_EQ(nb_->leaf_count(), 12u);  // 12 - 1 merge + 1 split
+}
+
+// succ's split links first (it switches E's next to its first new leaf before the merge
+// freezes E's next): N's next takes the new leaf.
+TEST_P(MergeInterleave, SuccessorSplitBeforeMergeLink) {
+  del(3100);
+  del(3200);
+  start_merge_at(HookPoint::smo_after_sync, 3300);
+  for (std::uint64_t i = 1; i <= 5; ++i) put(4110 + 10 * i, i);  // splits leaf 4
+  pauser_.release();
+  worker_.join();
+  EXPECT_EQ(nb_->merges_linked(), 1u);
+  EXPECT_EQ(nb_->leaf_count(), 12u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, MergeInterleave, ::testing::Values(pm::Mode::adr, pm::Mode::eadr),
+                         [](const auto& p) { return std::string(pm::to_string(p.param)); });
 
 }  // namespace
 }  // namespace pmindex

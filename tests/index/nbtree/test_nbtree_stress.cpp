@@ -197,10 +197,11 @@ void run(pm::Mode mode, KeyType kt = KeyType::u64) {
   }
   ScanBuffer buf;
   EXPECT_EQ(idx->scan("", 1 << 20, buf), expected);
-  std::printf("%s%s: %llu ops, %zu leaves, %llu reads persisted a line written by another "
-              "thread (R1)\n",
+  std::printf("%s%s: %llu ops, %zu leaves, %llu merges, %llu reads persisted a line written by "
+              "another thread (R1)\n",
               std::string(pm::to_string(mode)).c_str(), kt == KeyType::bytes ? " bytes keys" : "",
               static_cast<unsigned long long>(ops.load()), nb->leaf_count(),
+              static_cast<unsigned long long>(nb->merges_linked()),
               static_cast<unsigned long long>(nb->reader_persists()));
 }
 
@@ -286,8 +287,8 @@ void run_hot(pm::Mode mode) {
                 (last[0][h].empty() && last[1][h].empty()))
         << "hot key " << hot_key(h) << " ends with a value that a later update replaced";
   }
-  std::printf("%s hot keys: %zu leaves\n", std::string(pm::to_string(mode)).c_str(),
-              nb->leaf_count());
+  std::printf("%s hot keys: %zu leaves, %llu merges\n", std::string(pm::to_string(mode)).c_str(),
+              nb->leaf_count(), static_cast<unsigned long long>(nb->merges_linked()));
 }
 
 TEST(NBTreeStress, HotKeysDuringSmosAdr) { run_hot(pm::Mode::adr); }
