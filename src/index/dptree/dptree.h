@@ -144,7 +144,7 @@ Result<std::unique_ptr<Index>> recover(std::unique_ptr<pm::Pool> pool, const Opt
 // What merges did so far (tests' SMO tally, pmbench).
 struct MergeStats {
   std::uint64_t merges = 0;
-  std::uint64_t leaves_created = 0;  // by splits in merges (and bulk loads)
+  std::uint64_t leaves_created = 0;  // by splits in committed merges (and bulk loads)
   std::uint64_t leaves_dropped = 0;  // emptied and unlinked
   std::uint64_t leaves_folded = 0;   // sparse, records moved into the left neighbour (M1b)
   std::uint64_t log_pages_freed = 0;

@@ -1114,10 +1114,14 @@ Code DPTree<P>::merge() {
   std::vector<LeafPtr> next;
   std::vector<std::uint64_t> replaced;
   std::int64_t delta = 0;
-  if (Code c = merge_build(entries, &next, &replaced, &delta, stats_); c != Code::ok) {
+  MergeStats tally;  // counted only if the merge commits (a failed one's leaves are freed)
+  if (Code c = merge_build(entries, &next, &replaced, &delta, tally); c != Code::ok) {
     ++stats_.failed_merges;
     return c;
   }
+  stats_.leaves_created += tally.leaves_created;
+  stats_.leaves_dropped += tally.leaves_dropped;
+  stats_.leaves_folded += tally.leaves_folded;
   commit(std::move(next), replaced, delta, next_lsn_ - 1);
   release_reserve();  // an empty buffer needs no re-log space
   bg_failed_ = false;
