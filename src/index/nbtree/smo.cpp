@@ -16,6 +16,21 @@ inline void spin_pause(const char* tag) {
   std::this_thread::yield();
 }
 
+// S9 / M5: sets the frozen bit of l's next (never cleared), so no other link phase changes it
+// any more; returns the successor it names. acq_rel: the successor's initialisation is seen,
+// and the freeze is seen by whoever reads the word next.
+Leaf* freeze_next(Leaf* l) {
+  Leaf* n = l->next.load(std::memory_order_acquire);
+  while (!Leaf::frozen(n)) {
+    pm::yield_point("nbtree.link.freeze");
+    if (l->next.compare_exchange_weak(n, Leaf::with_frozen(n), std::memory_order_acq_rel,
+                                      std::memory_order_acquire)) {
+      break;
+    }
+  }
+  return Leaf::untag(n);
+}
+
 // N1: seqlock writer side (inner_mu_ held). The version is odd while the node changes.
 class InnerWrite {
  public:
@@ -344,15 +359,7 @@ void NBTree::link_phase(Leaf* leaf, SmoDesc* d) {
   }
   // S9: freeze the old leaf's next (tag bit), so the link of its right neighbour's SMO cannot
   // change it any more; that SMO helps this one and then links into our last new leaf.
-  Leaf* n = leaf->next.load(std::memory_order_acquire);
-  while (!Leaf::frozen(n)) {
-    pm::yield_point("nbtree.link.freeze");
-    if (leaf->next.compare_exchange_weak(n, Leaf::with_frozen(n), std::memory_order_acq_rel,
-                                         std::memory_order_acquire)) {
-      break;
-    }
-  }
-  Leaf* const succ = Leaf::untag(n);
+  Leaf* const succ = freeze_next(leaf);
   // S9: the last new leaf continues where the old one did, in both layers. CAS from the
   // unlinked state (null / 0): once the successor's own SMO has moved it on, a late helper
   // fails here.
@@ -823,15 +830,7 @@ void NBTree::merge_link(MergeDesc* md, SmoDesc* d) {
   Leaf* const merged = d->leaves[0];
   if ((p->flag.load(std::memory_order_acquire) & Leaf::kLinked) != 0) return;
   // M5 (S9 on E): freeze E's next; N continues where E did, in both layers.
-  Leaf* n = e->next.load(std::memory_order_acquire);
-  while (!Leaf::frozen(n)) {
-    pm::yield_point("nbtree.link.freeze");
-    if (e->next.compare_exchange_weak(n, Leaf::with_frozen(n), std::memory_order_acq_rel,
-                                      std::memory_order_acquire)) {
-      break;
-    }
-  }
-  Leaf* const succ = Leaf::untag(n);
+  Leaf* const succ = freeze_next(e);
   Leaf* unset = nullptr;
   pm::yield_point("nbtree.link.last_next");
   merged->next.compare_exchange_strong(unset, succ, std::memory_order_acq_rel,
@@ -840,13 +839,7 @@ void NBTree::merge_link(MergeDesc* md, SmoDesc* d) {
   pm::cas(&block(merged)->next, zero, succ != nullptr ? succ->data_off : 0);
   pm::persist(&block(merged)->next, sizeof(std::uint64_t));
   // M5 (S9 on P): P's next (E) is frozen too; only E's link could change it, and that is this.
-  Leaf* pn = p->next.load(std::memory_order_acquire);
-  while (!Leaf::frozen(pn)) {
-    if (p->next.compare_exchange_weak(pn, Leaf::with_frozen(pn), std::memory_order_acq_rel,
-                                      std::memory_order_acquire)) {
-      break;
-    }
-  }
+  (void)freeze_next(p);
   // M5p: P's predecessor from P to N, DRAM then PM (the merge's durability point): one
   // 8-byte CAS takes both P and E out of the PM chain.
   for (;;) {
