@@ -452,7 +452,9 @@ Code NBTree::insert_word(const Probe& p, std::uint64_t key, std::uint64_t word) 
       // back for want of space (S2x) or gave up (a merge, M2x) the leaf is as before; a full
       // one sends this insert through its own S1 below, which answers pool_full.
       help_smo(leaf);
-      if (leaf->copy_ptr.load(std::memory_order_acquire) == nullptr) spin_pause("nbtree.insert.retry");
+      if (leaf->copy_ptr.load(std::memory_order_acquire) == nullptr) {
+        spin_pause("nbtree.insert.retry");
+      }
       continue;
     }
     if (find_slot(leaf, p, b) >= 0) return Code::already_present;
@@ -519,7 +521,9 @@ Code NBTree::insert_word(const Probe& p, std::uint64_t key, std::uint64_t word) 
     // I7: the bit is another thread's (this insert claimed a slot below capacity): retry as
     // C1 does.
     help_smo(leaf);
-    if (leaf->copy_ptr.load(std::memory_order_acquire) == nullptr) spin_pause("nbtree.insert.retry");
+    if (leaf->copy_ptr.load(std::memory_order_acquire) == nullptr) {
+      spin_pause("nbtree.insert.retry");
+    }
   }
 }
 

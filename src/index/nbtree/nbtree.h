@@ -70,7 +70,8 @@ struct SmoDesc;
 struct MergeDesc;
 
 // Leaf metadata (DRAM). The range never changes: an SMO replaces the leaf with one or two new
-// leaves instead of resizing it, and a merge replaces two adjacent leaves with one (M). Range words ("bounds"), see NBTree's order helpers:
+// leaves instead of resizing it, and a merge replaces two adjacent leaves with one (M). Range
+// words ("bounds"), see NBTree's order helpers:
 //   u64/f64: [low, high], both inclusive integers; the first leaf starts at 1 (key 0: Z*).
 //   bytes:   [low, high) by memcmp, low a SeparatorStore word (the first leaf: ""), high the
 //            next leaf's low (the same word) or kNoHigh.

@@ -435,7 +435,7 @@ void NBTree::help_link(Leaf* leaf) {
   link_phase(leaf, d);
 }
 
-// --- merge SMO (M0..M7, PROTOCOL.md "Merge SMO") ---------------------------------------------------
+// --- merge SMO (M0..M7, PROTOCOL.md "Merge SMO") -------------------------------------------
 //
 // Two adjacent leaves P (left) and E (right) of one level-1 node become one new leaf N with
 // range [P.low, E.high]. It is the split's SMO with two sources: each source gets its own

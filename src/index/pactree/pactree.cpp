@@ -149,7 +149,8 @@ bool PacTree::node_sound(std::uint64_t off) const {
 
 bool PacTree::anchor_above(std::uint64_t next, std::uint64_t off) const {
   if (off == root_->head) return true;
-  return key_of(optimistic_read(node(next)->h.anchor)) > key_of(optimistic_read(node(off)->h.anchor));
+  return key_of(optimistic_read(node(next)->h.anchor)) >
+         key_of(optimistic_read(node(off)->h.anchor));
 }
 
 // find while readers check what they touch (R8): the checked jump, every node checked before
@@ -333,7 +334,9 @@ void PacTree::find_batch(const std::string_view* keys, std::string* values, Code
                          std::size_t n) const {
   static_assert(kFindBatch <= 64);  // masks of one word
   if (checking_.load(std::memory_order_acquire)) [[unlikely]] {  // R8: each key alone
-    for (std::size_t i = 0; i < n; ++i) codes[i] = find(keys[i], values != nullptr ? &values[i] : nullptr);
+    for (std::size_t i = 0; i < n; ++i) {
+      codes[i] = find(keys[i], values != nullptr ? &values[i] : nullptr);
+    }
     return;
   }
   Probe p[kFindBatch];

@@ -536,7 +536,7 @@ TEST(NBTreeInnerInstall, EveryInnerWriteLeavesEveryKeyCovered) {
   }
 }
 
-// --- merges (PROTOCOL.md M0..M7) ------------------------------------------------------------------
+// --- merges (PROTOCOL.md M0..M7) --------------------------------------------------------------
 
 // Twelve bulk-loaded leaves of three keys (1000 j + 100, 200, 300), six per level-1 node (fanout
 // 8). P = leaf 2, E = leaf 3: children 2 and 3 of the first level-1 node. Merges are off while

@@ -57,7 +57,9 @@ TEST_P(PacTree, AbsentKeysAreNotFound) {
   ASSERT_NE(idx, nullptr);
   std::string v = "untouched";
   EXPECT_EQ(idx->find(encode_u64(5), &v), Code::not_found);  // empty index
-  for (std::uint64_t k = 10; k < 200; k += 10) ASSERT_EQ(idx->insert(encode_u64(k), encode_u64(k)), Code::ok);
+  for (std::uint64_t k = 10; k < 200; k += 10) {
+    ASSERT_EQ(idx->insert(encode_u64(k), encode_u64(k)), Code::ok);
+  }
   for (std::uint64_t k = 0; k < 210; ++k) {
     const Code c = idx->find(encode_u64(k), &v);
     EXPECT_EQ(c, (k % 10 == 0 && k >= 10 && k < 200) ? Code::ok : Code::not_found) << k;
@@ -184,7 +186,9 @@ TEST_P(PacTree, VerifyFindsDamage) {
     if (what == 6 && GetParam() != Search::pm) continue;
     auto idx = testing::open_or_die(pac_options(4, KeyType::u64));
     ASSERT_NE(idx, nullptr);
-    for (std::uint64_t k = 0; k < 40; ++k) ASSERT_EQ(idx->insert(encode_u64(k * 3), encode_u64(k)), Code::ok);
+    for (std::uint64_t k = 0; k < 40; ++k) {
+      ASSERT_EQ(idx->insert(encode_u64(k * 3), encode_u64(k)), Code::ok);
+    }
     ASSERT_TRUE(idx->verify().ok());
     as_pac(*idx).corrupt_for_testing(what);
     EXPECT_FALSE(idx->verify().ok()) << "damage " << what;
@@ -229,7 +233,9 @@ TEST_P(PacTree, UpdaterModeFromOptionsAndLag) {
   auto& t = as_pac(*idx);
   EXPECT_EQ(t.updater_mode(), pactree::UpdaterMode::synchronous);
   t.set_updater_mode(pactree::UpdaterMode::held);
-  for (std::uint64_t k = 0; k < 400; ++k) ASSERT_EQ(idx->insert(encode_u64(k), encode_u64(k)), Code::ok);
+  for (std::uint64_t k = 0; k < 400; ++k) {
+    ASSERT_EQ(idx->insert(encode_u64(k), encode_u64(k)), Code::ok);
+  }
   EXPECT_GT(t.updater_pending(), 0u);
   const std::uint64_t before = t.last_mile_hops();
   for (std::uint64_t k = 0; k < 400; ++k) ASSERT_EQ(idx->find(encode_u64(k), nullptr), Code::ok);
@@ -270,7 +276,9 @@ TEST_P(PacTree, StatsLineOnlyWhenAsked) {
     o.pactree.stats = stats;
     auto idx = testing::open_or_die(o);
     ASSERT_NE(idx, nullptr);
-    for (std::uint64_t k = 0; k < 40; ++k) ASSERT_EQ(idx->insert(encode_u64(k), encode_u64(k)), Code::ok);
+    for (std::uint64_t k = 0; k < 40; ++k) {
+      ASSERT_EQ(idx->insert(encode_u64(k), encode_u64(k)), Code::ok);
+    }
     ::testing::internal::CaptureStderr();
     const Status closed = idx->close();
     const std::string err = ::testing::internal::GetCapturedStderr();
@@ -287,7 +295,9 @@ TEST_P(PacTree, StatsLineOnlyWhenAsked) {
 TEST_P(PacTree, LastMileToleratesALaggingSearchLayer) {
   auto idx = testing::open_or_die(pac_options(4, KeyType::u64));
   ASSERT_NE(idx, nullptr);
-  for (std::uint64_t k = 0; k < 40; ++k) ASSERT_EQ(idx->insert(encode_u64(k), encode_u64(k)), Code::ok);
+  for (std::uint64_t k = 0; k < 40; ++k) {
+    ASSERT_EQ(idx->insert(encode_u64(k), encode_u64(k)), Code::ok);
+  }
   as_pac(*idx).corrupt_for_testing(1);  // the last node is known only through the list
   const std::uint64_t before = as_pac(*idx).last_mile_hops();
   std::string v;
@@ -307,7 +317,9 @@ TEST_P(PacTree, SearchLayerIsChosenAtCreation) {
     auto idx = testing::open_or_die(o);
     ASSERT_NE(idx, nullptr);
     EXPECT_EQ(as_pac(*idx).search_in_pm(), mine == Search::pm);
-    for (std::uint64_t k = 0; k < 200; ++k) ASSERT_EQ(idx->insert(encode_u64(k), encode_u64(k)), Code::ok);
+    for (std::uint64_t k = 0; k < 200; ++k) {
+      ASSERT_EQ(idx->insert(encode_u64(k), encode_u64(k)), Code::ok);
+    }
     ASSERT_TRUE(idx->close().ok());
   }
   std::ifstream in(o.path, std::ios::binary);
@@ -345,7 +357,9 @@ TEST_P(PacTree, RecoveryRepairsTheSearchLayer) {
     {
       auto idx = testing::open_or_die(o);
       ASSERT_NE(idx, nullptr);
-      for (std::uint64_t k = 0; k < 300; ++k) ASSERT_EQ(idx->insert(encode_u64(k * 5), encode_u64(k)), Code::ok);
+      for (std::uint64_t k = 0; k < 300; ++k) {
+        ASSERT_EQ(idx->insert(encode_u64(k * 5), encode_u64(k)), Code::ok);
+      }
       ASSERT_TRUE(idx->verify().ok());
       as_pac(*idx).corrupt_for_testing(what);
       if (what != 6 || GetParam() == Search::pm) {
@@ -453,7 +467,9 @@ void start_now_round(pactree::PacTree::WalkMode mode) {
   {
     auto idx = testing::open_or_die(o);
     ASSERT_NE(idx, nullptr);
-    for (std::uint64_t k = 0; k < kKeys; ++k) ASSERT_EQ(idx->insert(encode_u64(k * 3), encode_u64(k)), Code::ok);
+    for (std::uint64_t k = 0; k < kKeys; ++k) {
+      ASSERT_EQ(idx->insert(encode_u64(k * 3), encode_u64(k)), Code::ok);
+    }
     ASSERT_TRUE(idx->close().ok());
   }
   pactree::PacTree::set_walk_mode_for_testing(mode);
@@ -488,7 +504,8 @@ void start_now_round(pactree::PacTree::WalkMode mode) {
   if (mode == pactree::PacTree::WalkMode::deferred) {
     EXPECT_GE(before_walk, 500u);
   }
-  std::printf("[pactree start-now] %zu of 3500 lookup pairs answered while checking\n", before_walk);
+  std::printf("[pactree start-now] %zu of 3500 lookup pairs answered while checking\n",
+              before_walk);
   EXPECT_TRUE(idx->verify().ok()) << idx->verify().message();
   EXPECT_EQ(idx->size(), kKeys + 1);
   EXPECT_TRUE(idx->close().ok());
@@ -505,8 +522,8 @@ TEST(PacTreeStartNow, HeldWalkRunsInTheFirstWriter) {
 }  // namespace pmindex
 
 // Restart figures (README "Start-now restart"), not a test: run by hand, one run each, e.g.
-//   PMINDEX_PACTREE_RESTART_RECORDS=1000000 build/asan/tests/test_pactree \
-//     --gtest_also_run_disabled_tests --gtest_filter='*RestartFigures*'
+//   PMINDEX_PACTREE_RESTART_RECORDS=1000000 build/asan/tests/test_pactree
+//     --gtest_also_run_disabled_tests --gtest_filter='*RestartFigures*'   (one command line)
 // For each placement: random u64 keys loaded into a /dev/shm pool (64-slot nodes), closed
 // cleanly or dropped without close (a crash), reopened: seconds until open returns, until the
 // first lookup answered, and until the recovery walk ended (PM placement; full speed: writers
@@ -536,7 +553,9 @@ TEST(PacTreeStartNow, DISABLED_RestartFigures) {
         auto idx = testing::open_or_die(o);
         ASSERT_NE(idx, nullptr);
         for (std::uint64_t k : keys) (void)idx->insert(encode_u64(k), encode_u64(k));
-        if (!crash) ASSERT_TRUE(idx->close().ok());
+        if (!crash) {
+          ASSERT_TRUE(idx->close().ok());
+        }
       }
       o.open_mode = OpenMode::open;
       const auto t0 = Clock::now();

@@ -4,8 +4,8 @@
 // point; recovery (R1: log repair) runs on each image and is itself crashed. Bytes keys add PM
 // key records and anchor records (K1-K3). With the PM search layer the open is start-now
 // (R7) and its walk (R2, R3, R5, R6) runs in verify() on the traced thread (deferred in this
-// flavour), so the nested images crash inside the walk and R6 too. Sized by PMINDEX_CRASH_IMAGES (about 1,000 per mode
-// in CI; `long` runs 10,000). Replay a failure with the printed token:
+// flavour), so the nested images crash inside the walk and R6 too. Sized by
+// PMINDEX_CRASH_IMAGES (about 1,000 per mode in CI; `long` runs 10,000). Replay a failure with the printed token:
 //   PMINDEX_CRASH_REPLAY='pactree4.adr/<seed>/<op>/<point>/<choice>' ./test_pactree_crash
 #include <gtest/gtest.h>
 
@@ -281,7 +281,9 @@ std::uint64_t ring_run(PacTree::Faults faults, std::string* message) {
   EXPECT_GT(t.splits(), 3 * kLogRing);
   EXPECT_GT(t.updater_pending(), 0u);  // held: the latest entries still wait
   t.set_updater_mode(UpdaterMode::synchronous);
-  for (std::uint64_t k = 1; k <= 60; ++k) EXPECT_EQ(idx->find(encode_u64(k * 10), nullptr), Code::ok);
+  for (std::uint64_t k = 1; k <= 60; ++k) {
+    EXPECT_EQ(idx->find(encode_u64(k * 10), nullptr), Code::ok);
+  }
   *message = idx->verify().message();
   return t.log_overwritten();
 }
@@ -440,7 +442,9 @@ TEST(StartNowPacTree, OwedSplitsAreReachedThroughTheLastMile) {
     ASSERT_TRUE(idx.ok());
     auto& t = dynamic_cast<pactree::PacTree&>(*idx.value());
     t.set_updater_mode(pactree::UpdaterMode::held);
-    for (std::uint64_t k = 1; k <= 9; ++k) ASSERT_EQ(t.insert(encode_u64(k), encode_u64(k)), Code::ok);
+    for (std::uint64_t k = 1; k <= 9; ++k) {
+      ASSERT_EQ(t.insert(encode_u64(k), encode_u64(k)), Code::ok);
+    }
     ASSERT_GT(t.updater_pending(), 0u);
   }
   auto idx = f.reopen();
@@ -477,7 +481,9 @@ Code write_then_walk(bool write_before_walk) {
     auto idx = Index::open(f.o);
     EXPECT_TRUE(idx.ok());
     if (!idx.ok()) return Code::invalid_argument;
-    for (std::uint64_t k = 1; k <= 40; ++k) EXPECT_EQ(idx.value()->insert(encode_u64(k * 10), encode_u64(k)), Code::ok);
+    for (std::uint64_t k = 1; k <= 40; ++k) {
+      EXPECT_EQ(idx.value()->insert(encode_u64(k * 10), encode_u64(k)), Code::ok);
+    }
     EXPECT_TRUE(idx.value()->close().ok());
   }
   auto idx = f.reopen();
@@ -504,7 +510,9 @@ TEST(StartNowPacTree, DamageOnlyTheListReachesIsCaught) {
     auto idx = Index::open(f.o);
     ASSERT_TRUE(idx.ok());
     auto& t = dynamic_cast<pactree::PacTree&>(*idx.value());
-    for (std::uint64_t k = 1; k <= 40; ++k) ASSERT_EQ(t.insert(encode_u64(k * 10), encode_u64(k)), Code::ok);
+    for (std::uint64_t k = 1; k <= 40; ++k) {
+      ASSERT_EQ(t.insert(encode_u64(k * 10), encode_u64(k)), Code::ok);
+    }
     ASSERT_TRUE(t.verify().ok());
     t.corrupt_for_testing(1);  // the last node's anchor leaves the trie
     t.corrupt_for_testing(8);  // and its bitmap names a slot it does not have
