@@ -293,6 +293,7 @@ class DPTree final : public Index {
   Code merge_partial();
   std::uint32_t place_in_window(std::uint64_t key, int old, std::uint64_t* used, LeafInfo& n,
                                 std::int64_t* delta) const;
+  void count_leaves(const MergeStats& tally);
   void fold_sparse(std::vector<LeafPtr>& next, std::vector<std::uint64_t>* replaced,
                    MergeStats& tally, bool full_pool);
   bool fold_into(LeafInfo& a, const LeafInfo& b);

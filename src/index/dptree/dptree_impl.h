@@ -482,9 +482,7 @@ void DPTree<P>::merge_middle(Lock& lock) {
   }
   flip(next, covered, /*meta_written=*/!P::kFlipBeforeMeta);  // B4: M4, M5
   install(std::move(next), replaced, delta, covered);       // M6, trim
-  stats_.leaves_created += tally.leaves_created;
-  stats_.leaves_dropped += tally.leaves_dropped;
-  stats_.leaves_folded += tally.leaves_folded;
+  count_leaves(tally);
   ++stats_.background_merges;
   middle_.reset();
   middle_puts_ = 0;
@@ -878,6 +876,15 @@ std::size_t DPTree<P>::scan(std::string_view start, std::size_t max, ScanBuffer&
 
 // --- merge -------------------------------------------------------------------------------------
 
+// A committed merge's leaf counts into stats_ (a merge tallies them locally: one that fails
+// frees the leaves it built and counts nothing).
+template <class P>
+void DPTree<P>::count_leaves(const MergeStats& tally) {
+  stats_.leaves_created += tally.leaves_created;
+  stats_.leaves_dropped += tally.leaves_dropped;
+  stats_.leaves_folded += tally.leaves_folded;
+}
+
 template <class P>
 Code DPTree<P>::merge_for_testing() {
   Lock lock(mu_);
@@ -1119,9 +1126,7 @@ Code DPTree<P>::merge() {
     ++stats_.failed_merges;
     return c;
   }
-  stats_.leaves_created += tally.leaves_created;
-  stats_.leaves_dropped += tally.leaves_dropped;
-  stats_.leaves_folded += tally.leaves_folded;
+  count_leaves(tally);
   commit(std::move(next), replaced, delta, next_lsn_ - 1);
   release_reserve();  // an empty buffer needs no re-log space
   bg_failed_ = false;
