@@ -279,6 +279,7 @@ class NBTree final : public Index {
     skip_insert_persist,  // I5 without its write-back: a completed insert can be lost (ADR)
     skip_reader_persist,  // R1 skipped: a reader can return a value a crash loses (ADR)
     skip_merge_link_persist,  // M5p without its write-back: a completed merge can be lost (ADR)
+    skip_sync_stop_persist,   // S5b skipped: a helper links before another's sync write-back
   };
   void set_fault_for_testing(Fault f) {
     if (f != Fault::none && !pm::kTracing) std::abort();  // tracing flavour only

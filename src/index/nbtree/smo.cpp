@@ -235,7 +235,19 @@ void NBTree::sync_slot(Leaf* old_leaf, int slot, const SmoDesc* d) const {
         }
       }
     }
-    if (!wrote) return;
+    if (!wrote) {
+      // S5b, ADR: this helper found the new entry synced (or deleted), possibly by another
+      // thread's CAS that is not written back yet; it may link the new leaf (S11) before that
+      // write-back, after which a crash keeps the new block. R1 applied to the new entry: the
+      // other writer's pending increment is sequenced before its CAS, so a helper that read
+      // the CAS's result sees the increment or the decrement after the write-back.
+      if (adr() && nl->pending[m].load(std::memory_order_seq_cst) != 0 &&
+          fault_ != Fault::skip_sync_stop_persist) [[unlikely]] {
+        pm::persist(ne, sizeof(Entry));
+        reader_persists_.fetch_add(1, std::memory_order_relaxed);
+      }
+      return;
+    }
     full_fence();
     const SmoDesc* next = nl->copy_ptr.load(std::memory_order_seq_cst);
     if (next == nullptr) return;

@@ -63,6 +63,9 @@ Totals sweep(pm::Mode mode, std::size_t threads, nbtree::NBTree::Fault fault,
                                  ? std::string()
                                  : ".bad" + std::to_string(static_cast<int>(fault)));
   ExploreOptions opt = ExploreOptions::from_env(label, mode, 20261122, 1000);
+  // S5b's known-bad is a rare race (2 of 4 base seeds catch it within 400 schedules): it
+  // always starts from the base seed whose 36th schedule catches it, whatever CI's seed.
+  if (fault == nbtree::NBTree::Fault::skip_sync_stop_persist) opt.seed = 20261122;
   Totals t;
   if (opt.replay) {
     opt.seed = opt.replay->seed;
@@ -140,6 +143,16 @@ TEST(MtCrashNBTree, SkippedReaderPersistIsCaught) {
 TEST(MtCrashNBTree, SkippedMergeLinkPersistIsCaught) {
   const Totals t = sweep(pm::Mode::adr, 2, nbtree::NBTree::Fault::skip_merge_link_persist, 200);
   EXPECT_GT(t.failed_runs, 0u) << "the skipped M5p write-back went unnoticed";
+  std::cout << "[caught] " << t.first_failure.substr(0, 600) << "\n";
+}
+
+// S5b skipped: a helper that finds a new entry already synced by another thread's CAS, not
+// yet written back, links the new leaves (S11) first; an ADR image then keeps the new block
+// without the sync (a completed remove came back). Found by MtCrashNBTree.Adr3Threads once
+// tagged links had shifted its schedules (issue 18).
+TEST(MtCrashNBTree, SkippedSyncStopPersistIsCaught) {
+  const Totals t = sweep(pm::Mode::adr, 3, nbtree::NBTree::Fault::skip_sync_stop_persist, 400);
+  EXPECT_GT(t.failed_runs, 0u) << "the skipped S5b write-back went unnoticed";
   std::cout << "[caught] " << t.first_failure.substr(0, 600) << "\n";
 }
 
