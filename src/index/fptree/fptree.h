@@ -34,7 +34,6 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <random>
 #include <span>
 #include <string>
 #include <string_view>
@@ -220,12 +219,7 @@ class FPTree final : public Index {
   static void set_fp(LeafT* l, unsigned s, std::uint8_t fp);
   static std::uint8_t get_fp(const LeafT* l, unsigned s);
 
-  // A fresh leaf tag (leaf.h): a counter from a random start, so a link damaged into naming
-  // another leaf fails its check but for 1 in 65,534.
-  std::uint64_t new_tag() {
-    // relaxed: a counter; the tag is published with its leaf (persisted before the link NAW).
-    return 1 + tags_.fetch_add(1, std::memory_order_relaxed) % (kEndTag - 1);
-  }
+  std::uint64_t new_tag() { return tags_.next(); }  // a fresh leaf tag (common/chain_tag.h)
 
   // recovery
   Status rebuild(unsigned threads);
@@ -256,7 +250,7 @@ class FPTree final : public Index {
   bool closed_ = false;
   bool has_records_ = false;              // bytes keys or out-of-line values
   bool search_avx2_ = false;  // find's search form: isa::search_level() at open (docs/isa.md)
-  std::atomic<std::uint64_t> tags_{std::random_device{}()};
+  index_common::TagSource tags_;
   std::atomic<std::uint64_t> merges_{0};  // merges(); written under the inner tree's SMO mutex
   struct NoFault {
     constexpr operator Fault() const { return Fault::none; }

@@ -29,6 +29,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "index/common/chain_tag.h"
+
 namespace pmindex::fptree {
 
 constexpr std::size_t fp_bytes_for(unsigned n) { return (32 + n + 63) / 64 * 64 - 32; }
@@ -49,21 +51,14 @@ struct Leaf {
   std::uint64_t kv[N][2];
 };
 
-// Links carry the tag of the leaf they name (docs/pool-format.md, "unclean shutdown"): a link
-// zeroed or redirected to another leaf by damage no longer matches, after any end, and costs
-// no extra line (the tag rides in the 8-byte link a split or delete already writes with one
-// NAW; the new leaf's own tag is written with the rest of the leaf before it is linked).
-inline constexpr unsigned kTagShift = 48;
-inline constexpr std::uint64_t kEndTag = 0xffff;
-inline constexpr std::uint64_t kChainEnd = kEndTag << kTagShift;
-constexpr std::uint64_t link_off(std::uint64_t link) {
-  return link & ((std::uint64_t{1} << kTagShift) - 1);
-}
-constexpr std::uint64_t link_tag(std::uint64_t link) { return link >> kTagShift; }
-constexpr std::uint64_t make_link(std::uint64_t off, std::uint64_t tag) {
-  return off | tag << kTagShift;
-}
-constexpr bool valid_tag(std::uint64_t tag) { return tag != 0 && tag < kEndTag; }
+// Links carry the tag of the leaf they name (common/chain_tag.h): a link zeroed or redirected
+// to another leaf by damage no longer matches, after any end, at no extra line.
+using index_common::kChainEnd;
+using index_common::kEndTag;
+using index_common::link_off;
+using index_common::link_tag;
+using index_common::make_link;
+using index_common::valid_tag;
 
 // True if slot s's fingerprint word lies in line 0, the bitmap's line (leaves are 256 B
 // aligned): slots 0..31, i.e. every slot for N <= 32.

@@ -7,12 +7,14 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "index/common/chain_tag.h"
 #include "index/common/root_stamp.h"
 
 namespace pmindex::nbtree {
 
 // Root object (64 B, one line).
-//   [ 0, 8) magic "BNTREE02" (02: value words with the little_endian bit)       [ 8,16) head: offset of the first key-value block
+//   [ 0, 8) magic "BNTREE03" (02: value words with the little_endian bit; 03: tagged links)
+//   [ 8,16) head: link to the first key-value block (offset and tag, common/chain_tag.h)
 //   [16,24) zero_present: 1 if key 0 is live (key 0 lives here, not in a leaf: 0 = empty slot)
 //   [24,32) zero_value: key 0's value word (same encoding as a leaf value)
 //   [32,36) node_size              [36,40) max_value_size
@@ -34,7 +36,8 @@ static_assert(offsetof(Root, head) == 8 && offsetof(Root, zero_value) == 24 &&
               offsetof(Root, node_size) == 32 && offsetof(Root, max_key_size) == 40);
 static_assert(offsetof(Root, stamp) == 44, "the layout stamp sits in the old reserved tail");
 static_assert(std::is_standard_layout_v<Root> && std::is_trivially_copyable_v<Root>);
-inline constexpr std::uint64_t kRootMagic = 0x3230454552544e42ull;  // "BNTREE02" little-endian
+inline constexpr std::uint64_t kRootMagic = 0x3330454552544e42ull;  // "BNTREE03" little-endian
+inline constexpr std::uint64_t kRootMagicUntagged = 0x3230454552544e42ull;  // "BNTREE02": refused
 
 // Key-value entry (16 B; four per cache line, never straddling one).
 //   [0,8) key word: 0 = empty (never written, or deleted)    [8,16) value word (below)
@@ -48,14 +51,16 @@ static_assert(sizeof(Entry) == 16 && offsetof(Entry, value) == 8);
 static_assert(std::is_standard_layout_v<Entry> && std::is_trivially_copyable_v<Entry>);
 
 // Key-value block: one per leaf, node_size bytes (64..1024), 64 B aligned (256 B from 256 B).
-//   [0,8) next: offset of the next block in key order, 0 at the end
-//   [8,16) reserved (0)
+//   [0,8) next: link to the next block in key order (common/chain_tag.h: its offset in bits
+//         0-47, its tag in bits 48-63; kChainEnd after the last block; 0 only while a new
+//         block is not yet linked, S9/M5)
+//   [8,16) tag: the block's own tag (1..kEndTag-1), written with the zeroed block (S2, B1, C1)
 //   [16, node_size) entries[capacity], capacity = node_size / 16 - 1 (63 for 1 KiB)
 struct BlockHeader {
   std::uint64_t next;
-  std::uint64_t reserved;
+  std::uint64_t tag;
 };
-static_assert(sizeof(BlockHeader) == 16);
+static_assert(sizeof(BlockHeader) == 16 && offsetof(BlockHeader, tag) == 8);
 static_assert(std::is_standard_layout_v<BlockHeader> && std::is_trivially_copyable_v<BlockHeader>);
 
 // Value word. Bits: 63 copy_bit | 62 sync_bit | 61 out_of_line | 60 little_endian | 59..0.

@@ -329,6 +329,11 @@ class NBTree final : public Index {
     return reinterpret_cast<Entry*>(pool_->at<char>(leaf->data_off) + sizeof(BlockHeader));
   }
   BlockHeader* block(const Leaf* leaf) const { return pool_->at<BlockHeader>(leaf->data_off); }
+  // The PM link naming `leaf` (its offset and its block's tag), or the chain's end mark.
+  std::uint64_t link_to(const Leaf* leaf) const {
+    return leaf != nullptr ? index_common::make_link(leaf->data_off, block(leaf)->tag)
+                           : index_common::kChainEnd;
+  }
   static std::uint8_t fingerprint(std::uint64_t key);
   bool adr() const { return mode_ == pm::Mode::adr; }
   void hook(HookPoint p, const Leaf* leaf) const {
@@ -426,6 +431,7 @@ class NBTree final : public Index {
   void link_phase(Leaf* leaf, SmoDesc* d);
   void help_link(Leaf* leaf);
   Leaf* new_leaf(std::uint64_t low, std::uint64_t high, Code* code);
+  void continue_chain(Leaf* last, Leaf* succ);  // S9 / M5: the new chain's last link
   void destroy_unpublished(SmoDesc* d);
 
   // merge SMO (M0..M7, smo.cpp)
@@ -519,6 +525,7 @@ class NBTree final : public Index {
   std::uint32_t max_value_;
   std::atomic<Inner*> root_node_{nullptr};
   std::atomic<Leaf*> head_{nullptr};
+  index_common::TagSource tags_;  // new blocks' own tags (new_leaf)
   // The installed Hooks in the tracing flavour; elsewhere an empty stand-in that holds none.
   struct NoHooks {
     Hooks* load(std::memory_order) const { return nullptr; }

@@ -59,13 +59,14 @@ Status NBTree::init_root() {
   Code code = Code::ok;
   Leaf* first = new_leaf(first_low_, kMaxKey, &code);  // C1: zeroed block
   if (first == nullptr) return p.error(code, "no space for the first nbtree leaf");
+  pm::store(&block(first)->next, index_common::kChainEnd);
   pm::persist(block(first), node_size_);
   const std::uint64_t off = p.allocator().allocate(sizeof(Root), &code);
   if (off == 0) return p.error(code, "no space for the nbtree root");
   Root* r = p.at<Root>(off);
   Root init{};
   init.magic = kRootMagic;
-  init.head = first->data_off;
+  init.head = link_to(first);
   init.node_size = node_size_;
   init.max_value_size = max_value_;
   init.max_key_size = bytes_ ? keys_.max_key() : 0;
@@ -87,6 +88,11 @@ Result<std::unique_ptr<Index>> NBTree::recover(std::unique_ptr<pm::Pool> pool, c
   const std::uint64_t root_off = p.root();
   Root* r = root_off != 0 ? p.checked<Root>(root_off, sizeof(Root), 64) : nullptr;
   const bool bytes = p.info().layout.key_mode == KeyType::bytes;
+  if (r != nullptr && r->magic == kRootMagicUntagged) {
+    return p.error(Code::corrupted,
+                   "nbtree root is of format BNTREE02 (links without tags, before pmindex "
+                   "adopted tagged links): load the records into a new pool");
+  }
   if (root_off != 0 && (r == nullptr || r->magic != kRootMagic || r->node_size != ns ||
                         r->max_value_size > kMaxValueSize || r->max_value_size < 8 ||
                         (bytes && r->max_key_size > kMaxKeyBytes))) {
@@ -221,8 +227,9 @@ Status NBTree::finish_rebuild(std::vector<Leaf*>& leaves, const Repairs& repairs
     Code code = Code::ok;
     Leaf* first = new_leaf(first_low_, kMaxKey, &code);
     if (first == nullptr) return p.error(code, "no space for the first nbtree leaf");
+    pm::store(&block(first)->next, index_common::kChainEnd);
     pm::persist(block(first), node_size_);
-    pm::publish(&root_->head, first->data_off);
+    pm::publish(&root_->head, link_to(first));
     pm::persist(&root_->head, sizeof(std::uint64_t));
     if (p.allocator().mark_reachable(first->data_off, node_size_) != Code::ok)
       return p.error(Code::corrupted, "nbtree: fresh first block overlaps a marked block");
@@ -255,16 +262,23 @@ Status NBTree::rebuild() {
   std::vector<std::uint64_t> visited(p.size() / align / 64 + 1, 0);
   std::size_t walked = 0;
   std::uint64_t* link = &root_->head;
-  std::uint64_t off = root_->head;
+  std::uint64_t word = root_->head;  // a link word: offset and tag (common/chain_tag.h)
   std::uint64_t prev_max = 0;
   std::string_view prev_max_bytes;  // bytes mode (views into PM records)
   auto fail = [&](const std::string& what) {
     for (Leaf* l : leaves) drop_dram(l);
     return p.error(Code::corrupted, what);
   };
-  while (off != 0) {
+  while (word != index_common::kChainEnd) {
+    const std::uint64_t off = index_common::link_off(word);
+    if (word == 0) return fail("nbtree block chain ends without its end mark (a zeroed link)");
     auto* hdr = p.checked<BlockHeader>(off, node_size_, align);  // X2
     if (hdr == nullptr) return fail("nbtree block offset " + std::to_string(off) + " is invalid");
+    // X2t: the link carries the tag of the block it names, after any end (a link damaged or
+    // redirected to another valid block does not, but for 1 in 65,534).
+    if (!index_common::valid_tag(hdr->tag) || index_common::link_tag(word) != hdr->tag)
+      return fail("nbtree: the link to the block at offset " + std::to_string(off) +
+                  " does not carry the tag of the block it names (a damaged or redirected link)");
     std::uint64_t& seen = visited[off / align / 64];
     const std::uint64_t bit = std::uint64_t{1} << (off / align % 64);
     if ((seen & bit) != 0) return fail("nbtree block chain has a cycle");  // X2
@@ -272,19 +286,20 @@ Status NBTree::rebuild() {
     ++walked;
     // The chain is in split order, not address order: start loading the next block's lines
     // while this one is decoded (recovery time is this walk's cache misses).
-    if (const auto* nx = p.checked<BlockHeader>(hdr->next, node_size_, align); nx != nullptr)
+    const std::uint64_t next_off = index_common::link_off(hdr->next);
+    if (const auto* nx = p.checked<BlockHeader>(next_off, node_size_, align); nx != nullptr)
       index_common::prefetch_lines(nx, node_size_);
     auto* leaf = make_dram<Leaf>();
     leaf->data_off = off;
     BlockKeys k;
     const std::string bad =
         load_block_entries(off, reinterpret_cast<const Entry*>(hdr + 1), leaf, &k, &repairs);
-    const std::uint64_t next_off = hdr->next;
-    if (bad.empty() && k.live == 0 && !(leaves.empty() && next_off == 0)) {
+    const std::uint64_t next_word = hdr->next;
+    if (bad.empty() && k.live == 0 && !(leaves.empty() && next_word == index_common::kChainEnd)) {
       // X4: an empty block carries no range; unlink it (it is not marked, so it is freed).
-      repairs.push_back({link, next_off});
+      repairs.push_back({link, next_word});
       drop_dram(leaf);
-      off = next_off;
+      word = next_word;
       continue;
     }
     std::string why = bad;
@@ -314,7 +329,7 @@ Status NBTree::rebuild() {
     ++recovery_.nodes;
     leaves.push_back(leaf);
     link = &hdr->next;
-    off = next_off;
+    word = next_word;
     if (walked > p.size() / node_size_) return fail("nbtree block chain is too long");
   }
   return finish_rebuild(leaves, repairs, walked);
@@ -441,10 +456,10 @@ Status NBTree::fill_bulk_leaves(const std::vector<BulkRecord>& recs, std::size_t
 void NBTree::publish_bulk(const std::vector<Leaf*>& leaves, Leaf* old_head) {
   for (std::size_t i = leaves.size(); i-- > 0;) {  // B2: back to front
     Leaf* l = leaves[i];
-    pm::store(&block(l)->next, i + 1 < leaves.size() ? leaves[i + 1]->data_off : 0);
+    pm::store(&block(l)->next, link_to(i + 1 < leaves.size() ? leaves[i + 1] : nullptr));
     pm::persist(block(l), node_size_);
   }
-  pm::publish(&root_->head, leaves[0]->data_off);  // B3: one switch
+  pm::publish(&root_->head, link_to(leaves[0]));  // B3: one switch
   pm::persist(&root_->head, sizeof(std::uint64_t));
   pm_free(old_head->data_off, node_size_);  // B4
   drop_dram(old_head);
@@ -545,25 +560,26 @@ Status NBTree::verify() const {
   if (root_->zero_present > 1) return p.error(Code::corrupted, "verify: zero_present not 0/1");
   std::vector<const Leaf*> chain;
   const Leaf* l = head_.load(std::memory_order_acquire);
-  std::uint64_t pm_off = root_->head;
+  std::uint64_t pm_link = root_->head;
   std::uint64_t expect_low = first_low_;
   std::uint64_t live = 0;
   const std::size_t bound = p.size() / node_size_ + 1;
   while (l != nullptr) {
     if (chain.size() > bound) return p.error(Code::corrupted, "verify: leaf chain has a cycle");
-    if (l->data_off != pm_off)
-      return p.error(Code::corrupted, "verify: PM block chain differs from the leaf chain");
+    if (!index_common::valid_tag(block(l)->tag) || pm_link != link_to(l))
+      return p.error(Code::corrupted, "verify: PM links (offset, tag) differ from the leaf chain");
     const bool nonempty = bytes_ ? l->high == kMaxKey || bound_less(l->low, l->high)
                                  : l->high >= l->low;
     if (!bound_eq(l->low, expect_low) || !nonempty)
       return p.error(Code::corrupted, "verify: leaf ranges do not tile the key space");
     if (Status s = verify_leaf(l, &live); !s.ok()) return s;
     chain.push_back(l);
-    pm_off = block(l)->next;
+    pm_link = block(l)->next;
     const Leaf* next = l->next.load(std::memory_order_acquire);
     if (next == nullptr) {
       if (l->high != kMaxKey) return p.error(Code::corrupted, "verify: last leaf does not end at max");
-      if (pm_off != 0) return p.error(Code::corrupted, "verify: PM chain longer than leaf chain");
+      if (pm_link != index_common::kChainEnd)
+        return p.error(Code::corrupted, "verify: PM chain does not end with the last leaf");
     } else {
       expect_low = bytes_ ? l->high : l->high + 1;  // bytes: high is exclusive
     }
@@ -649,8 +665,9 @@ void NBTree::count_chain(std::uint64_t* records, std::uint64_t* blocks) const {
   const pm::Pool& p = *pool_;
   *records = root_->zero_present == 1 ? 1 : 0;
   *blocks = 0;
-  for (std::uint64_t off = root_->head; off != 0;) {
-    const auto* hdr = p.checked<BlockHeader>(off, node_size_, block_align(node_size_));
+  for (std::uint64_t word = root_->head; word != index_common::kChainEnd;) {
+    const auto* hdr =
+        p.checked<BlockHeader>(index_common::link_off(word), node_size_, block_align(node_size_));
     if (hdr == nullptr || *blocks > p.size() / node_size_) {
       *records = *blocks = pm::kNoCount;
       return;
@@ -658,7 +675,7 @@ void NBTree::count_chain(std::uint64_t* records, std::uint64_t* blocks) const {
     const Entry* e = reinterpret_cast<const Entry*>(hdr + 1);
     for (int i = 0; i < cap_; ++i) *records += e[i].key != 0 ? 1 : 0;
     ++*blocks;
-    off = hdr->next;
+    word = hdr->next;
   }
 }
 

@@ -66,11 +66,26 @@ Leaf* NBTree::new_leaf(std::uint64_t low, std::uint64_t high, Code* code) {
   const std::uint64_t off = pm_allocate(node_size_, code);
   if (off == 0) return nullptr;
   pm::zero(pool_->at<char>(off), node_size_);  // the allocator does not zero (S2)
+  pm::store(&pool_->at<BlockHeader>(off)->tag, tags_.next());  // persisted with the block
   auto* leaf = make_dram<Leaf>();
   leaf->data_off = off;
   leaf->low = low;
   leaf->high = high;
   return leaf;
+}
+
+// S9 / M5: the last new leaf continues where the frozen old leaf did (`succ`, null at the end),
+// in both layers. CAS from the unlinked state (null / 0): once the successor's own SMO has
+// moved it on, a late helper fails here. When the PM CAS succeeds succ is still live (its own
+// link phase helps this one to finish first), so reading its tag is safe.
+void NBTree::continue_chain(Leaf* last, Leaf* succ) {
+  Leaf* unset = nullptr;
+  pm::yield_point("nbtree.link.last_next");
+  last->next.compare_exchange_strong(unset, succ, std::memory_order_acq_rel,
+                                     std::memory_order_acquire);
+  std::uint64_t zero = 0;
+  pm::cas(&block(last)->next, zero, link_to(succ));
+  pm::persist(&block(last)->next, sizeof(std::uint64_t));
 }
 
 void NBTree::destroy_unpublished(SmoDesc* d) {
@@ -156,7 +171,7 @@ SmoDesc* NBTree::copy_phase(Leaf* leaf) {
     if (two && li == 0) {
       // Left's next is right, in both layers; right's next is set in the link phase (S9).
       n->next.store(d->leaves[1], std::memory_order_relaxed);
-      pm::store(&block(n)->next, d->leaves[1]->data_off);
+      pm::store(&block(n)->next, link_to(d->leaves[1]));
     }
     pm::persist(block(n), node_size_);  // S2: the whole new block, before S3 publishes it
   }
@@ -372,17 +387,7 @@ void NBTree::link_phase(Leaf* leaf, SmoDesc* d) {
   // S9: freeze the old leaf's next (tag bit), so the link of its right neighbour's SMO cannot
   // change it any more; that SMO helps this one and then links into our last new leaf.
   Leaf* const succ = freeze_next(leaf);
-  // S9: the last new leaf continues where the old one did, in both layers. CAS from the
-  // unlinked state (null / 0): once the successor's own SMO has moved it on, a late helper
-  // fails here.
-  Leaf* last = d->leaves[d->count - 1];
-  Leaf* unset = nullptr;
-  pm::yield_point("nbtree.link.last_next");
-  last->next.compare_exchange_strong(unset, succ, std::memory_order_acq_rel,
-                                     std::memory_order_acquire);
-  std::uint64_t zero = 0;
-  pm::cas(&block(last)->next, zero, succ != nullptr ? succ->data_off : 0);
-  pm::persist(&block(last)->next, sizeof(std::uint64_t));
+  continue_chain(d->leaves[d->count - 1], succ);  // S9
   // S10-S12: switch the predecessor (the current leaf covering low - 1, or the head) from the
   // old leaf to the first new leaf: DRAM CAS, then PM CAS (S11, the SMO's durability point) and
   // its write-back. DRAM `next` words are read only by link phases, so switching DRAM first
@@ -415,8 +420,8 @@ void NBTree::link_phase(Leaf* leaf, SmoDesc* d) {
     }
     hook(HookPoint::smo_link_before_pm, leaf);
     std::uint64_t* pm_link = pred != nullptr ? &block(pred)->next : &root_->head;
-    std::uint64_t expected = leaf->data_off;
-    pm::cas(pm_link, expected, first->data_off);  // S11: the SMO's durability point
+    std::uint64_t expected = link_to(leaf);
+    pm::cas(pm_link, expected, link_to(first));  // S11: the SMO's durability point
     pm::persist(pm_link, sizeof(std::uint64_t));
     break;
   }
@@ -842,14 +847,7 @@ void NBTree::merge_link(MergeDesc* md, SmoDesc* d) {
   Leaf* const merged = d->leaves[0];
   if ((p->flag.load(std::memory_order_acquire) & Leaf::kLinked) != 0) return;
   // M5 (S9 on E): freeze E's next; N continues where E did, in both layers.
-  Leaf* const succ = freeze_next(e);
-  Leaf* unset = nullptr;
-  pm::yield_point("nbtree.link.last_next");
-  merged->next.compare_exchange_strong(unset, succ, std::memory_order_acq_rel,
-                                       std::memory_order_acquire);
-  std::uint64_t zero = 0;
-  pm::cas(&block(merged)->next, zero, succ != nullptr ? succ->data_off : 0);
-  pm::persist(&block(merged)->next, sizeof(std::uint64_t));
+  continue_chain(merged, freeze_next(e));
   // M5 (S9 on P): P's next (E) is frozen too; only E's link could change it, and that is this.
   (void)freeze_next(p);
   // M5p: P's predecessor from P to N, DRAM then PM (the merge's durability point): one
@@ -874,8 +872,8 @@ void NBTree::merge_link(MergeDesc* md, SmoDesc* d) {
     if (Leaf::untag(cur) != merged) break;  // N already linked and replaced (S10's rule)
     hook(HookPoint::smo_link_before_pm, p);
     std::uint64_t* pm_link = pred != nullptr ? &block(pred)->next : &root_->head;
-    std::uint64_t expected = p->data_off;
-    if (pm::cas(pm_link, expected, merged->data_off)) {  // M5p
+    std::uint64_t expected = link_to(p);
+    if (pm::cas(pm_link, expected, link_to(merged))) {  // M5p
       merges_linked_.fetch_add(1, std::memory_order_relaxed);
     }
     if (fault_ != Fault::skip_merge_link_persist) [[likely]] {

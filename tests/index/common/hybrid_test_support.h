@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "crash/workload.h"
+#include "index/common/chain_tag.h"
 #include "pmindex/crash/explorer.h"
 #include "pmindex/crash/index_driver.h"
 #include "pmindex/crash/kill_harness.h"
@@ -318,6 +319,7 @@ inline std::uint64_t head_leaf(std::span<const char> image, std::size_t head_fie
   root = pm::image_root(image.data());
   if (root == 0 || root + head_field + 8 > image.size()) return 0;
   std::memcpy(&head, image.data() + root + head_field, 8);
+  head = index_common::link_off(head);  // fptree and nbtree links carry a tag (chain_tag.h)
   return head == 0 || head + leaf_bytes > image.size() ? 0 : head;
 }
 

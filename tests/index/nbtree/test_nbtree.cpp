@@ -242,11 +242,12 @@ TEST(NBTree, RecoveryRefusesDamagedChains) {
       const nbtree::Leaf* leaf = nb->leaf_for_testing(5);
       char* base = idx->pool().base();
       const std::uint64_t off = leaf->data_off;
+      auto* hdr = reinterpret_cast<nbtree::BlockHeader*>(base + off);
       if (kind == 0) {
-        std::memcpy(base + off, &off, 8);
+        hdr->next = index_common::make_link(off, hdr->tag);  // the right tag: the cycle check
       } else if (kind == 1) {
-        const std::uint64_t bad = idx->pool().size() + 4096;
-        std::memcpy(base + off, &bad, 8);
+        hdr->next = index_common::make_link(idx->pool().size() + 4096,
+                                            index_common::link_tag(hdr->next));
       } else {
         auto* e = reinterpret_cast<nbtree::Entry*>(base + off + sizeof(nbtree::BlockHeader));
         int live = -1, empty = -1;
@@ -281,6 +282,43 @@ TEST(NBTree, RecoveryRefusesDamagedChains) {
       EXPECT_EQ(got, encode_u64(5)) << "the lower slot is kept";
       EXPECT_TRUE(idx->verify().ok()) << idx->verify().to_string();
     }
+  }
+}
+
+// Issue 18, unclean shutdown: every link (root.head and each block's next) carries the tag of
+// the block it names (common/chain_tag.h), so a link zeroed, or redirected past a block, is
+// refused after an end that left no close counts to compare; without the tags the redirected
+// chain is in key order and would open, silently missing a block's records.
+TEST(NBTree, RecoveryAfterAnUncleanEndRefusesADamagedLink) {
+  for (const bool zero : {true, false}) {
+    TempDir dir;
+    const std::string path = dir.file("link.pool");
+    Options o = nb_options(128, pm::Mode::adr, path);
+    o.pool_size = 1 << 20;
+    {
+      auto idx = open_or_die(o);
+      ASSERT_NE(idx, nullptr);
+      for (std::uint64_t k = 1; k <= 60; ++k)
+        ASSERT_EQ(idx->insert(encode_u64(k), encode_u64(k)), Code::ok);
+      char* base = idx->pool().base();
+      auto* root = reinterpret_cast<nbtree::Root*>(base + idx->pool().root());
+      auto* head =
+          reinterpret_cast<nbtree::BlockHeader*>(base + index_common::link_off(root->head));
+      const auto* second =
+          reinterpret_cast<const nbtree::BlockHeader*>(base + index_common::link_off(head->next));
+      const std::uint64_t third = index_common::link_off(second->next);
+      ASSERT_NE(third, 0u) << "the test needs three blocks";
+      // Redirected: the offset names the third block, the tag is still the second's.
+      head->next = zero ? 0 : index_common::make_link(third, index_common::link_tag(head->next));
+    }  // no close(): an unclean end, so no counts are stored
+    auto info = pm::Pool::inspect(path);
+    ASSERT_TRUE(info.ok());
+    ASSERT_FALSE(info->clean_shutdown);
+    auto r = Index::open(o);
+    ASSERT_FALSE(r.ok()) << (zero ? "zeroed" : "redirected") << " link not seen";
+    EXPECT_EQ(r.status().code(), Code::corrupted);
+    EXPECT_NE(r.status().message().find(zero ? "end mark" : "tag of the block"), std::string::npos)
+        << r.status().to_string();
   }
 }
 
@@ -505,8 +543,9 @@ TEST(NBTreeBytes, RecoveryRefusesDamagedKeyRecords) {
       ASSERT_GT(as_nb(idx.get())->leaf_count(), 2u);
       char* base = idx->pool().base();
       const auto* root = reinterpret_cast<const nbtree::Root*>(base + idx->pool().root());
-      const std::uint64_t head = root->head;
-      const std::uint64_t second = reinterpret_cast<const nbtree::BlockHeader*>(base + head)->next;
+      const std::uint64_t head = index_common::link_off(root->head);
+      const std::uint64_t second = index_common::link_off(
+          reinterpret_cast<const nbtree::BlockHeader*>(base + head)->next);
       auto entries_of = [&](std::uint64_t block) {
         return reinterpret_cast<nbtree::Entry*>(base + block + sizeof(nbtree::BlockHeader));
       };

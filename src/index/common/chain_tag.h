@@ -1,0 +1,48 @@
+// Tagged links of a PM leaf chain (docs/pool-format.md, "Unclean shutdown: tagged links"):
+// every leaf carries its own 16-bit tag, written with the rest of the leaf before the leaf is
+// linked, and every link to a leaf repeats that tag beside the offset. Recovery checks each
+// link against the leaf it reaches, after any end, so a link zeroed or redirected to another
+// valid leaf by damage is refused, with no extra line and no extra store: offsets are below
+// 2^48, so one 8-byte NAW still publishes a link.
+//
+//   link word: bits 0-47 the leaf's pool offset, bits 48-63 its tag (1..kEndTag-1)
+//   kChainEnd: offset 0, tag kEndTag; the last leaf's link. A link of 0 is always damage.
+//
+// Used by fptree (Leaf::next) and nbtree (BlockHeader::next and Root::head).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <random>
+
+namespace pmindex::index_common {
+
+inline constexpr unsigned kTagShift = 48;
+inline constexpr std::uint64_t kEndTag = 0xffff;
+inline constexpr std::uint64_t kChainEnd = kEndTag << kTagShift;
+
+constexpr std::uint64_t link_off(std::uint64_t link) {
+  return link & ((std::uint64_t{1} << kTagShift) - 1);
+}
+constexpr std::uint64_t link_tag(std::uint64_t link) { return link >> kTagShift; }
+constexpr std::uint64_t make_link(std::uint64_t off, std::uint64_t tag) {
+  return off | tag << kTagShift;
+}
+constexpr bool valid_tag(std::uint64_t tag) { return tag != 0 && tag < kEndTag; }
+static_assert(link_off(make_link(0x123456789abcull, 7)) == 0x123456789abcull &&
+              link_tag(make_link(0x123456789abcull, 7)) == 7 && link_off(kChainEnd) == 0);
+
+// Fresh leaf tags: a counter from a random start each session, so a link damaged into naming
+// another leaf fails its check but for 1 in 65,534.
+class TagSource {
+ public:
+  std::uint64_t next() {
+    // relaxed: a counter; a tag is published with its leaf (persisted before the link's NAW).
+    return 1 + counter_.fetch_add(1, std::memory_order_relaxed) % (kEndTag - 1);
+  }
+
+ private:
+  std::atomic<std::uint64_t> counter_{std::random_device{}()};
+};
+
+}  // namespace pmindex::index_common
