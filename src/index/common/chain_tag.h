@@ -8,7 +8,8 @@
 //   link word: bits 0-47 the leaf's pool offset, bits 48-63 its tag (1..kEndTag-1)
 //   kChainEnd: offset 0, tag kEndTag; the last leaf's link. A link of 0 is always damage.
 //
-// Used by fptree (Leaf::next) and nbtree (BlockHeader::next and Root::head).
+// Used by fptree (Leaf::next) and nbtree (BlockHeader::next and Root::head); lbtree packs an
+// 8-bit form into its sibling words (lbtree/leaf.h) and uses TagSource.
 #pragma once
 
 #include <atomic>
@@ -32,16 +33,19 @@ constexpr bool valid_tag(std::uint64_t tag) { return tag != 0 && tag < kEndTag; 
 static_assert(link_off(make_link(0x123456789abcull, 7)) == 0x123456789abcull &&
               link_tag(make_link(0x123456789abcull, 7)) == 7 && link_off(kChainEnd) == 0);
 
-// Fresh leaf tags: a counter from a random start each session, so a link damaged into naming
-// another leaf fails its check but for 1 in 65,534.
+// Fresh leaf tags 1..end-1: a counter from a random start each session, so a link damaged into
+// naming another leaf fails its check but for 1 in end-1 (65,534 for the 16-bit tags above;
+// lbtree's 8-bit tags pass end 0xff).
 class TagSource {
  public:
+  explicit TagSource(std::uint64_t end = kEndTag) : end_(end) {}
   std::uint64_t next() {
     // relaxed: a counter; a tag is published with its leaf (persisted before the link's NAW).
-    return 1 + counter_.fetch_add(1, std::memory_order_relaxed) % (kEndTag - 1);
+    return 1 + counter_.fetch_add(1, std::memory_order_relaxed) % (end_ - 1);
   }
 
  private:
+  const std::uint64_t end_;
   std::atomic<std::uint64_t> counter_{std::random_device{}()};
 };
 

@@ -44,6 +44,9 @@ Status LBTree<M>::init_root(const Options& o) {
   const std::uint64_t head = p.allocator().allocate(LeafT::kBytes, &code);
   if (head == 0) return p.error(code, "no space for the first leaf");
   pm::zero(p.at<char>(head), LeafT::kBytes);  // P0: an empty leaf (bitmaps 0, no sibling)
+  const std::uint64_t end = make_sibling(0, kEndTag8, tags_.next());  // its tag, the end mark
+  pm::store(&p.at<LeafT>(head)->block[0].tail[0], end);
+  pm::store(&p.at<LeafT>(head)->block[0].tail[1], end);
   pm::persist(p.at<char>(head), LeafT::kBytes);
   const std::uint64_t off = p.allocator().allocate(sizeof(Root), &code);
   if (off == 0) return p.error(code, "no space for the index root");
@@ -82,6 +85,10 @@ Result<std::unique_ptr<Index>> LBTree<M>::recover(std::unique_ptr<pm::Pool> pool
       p, &t.recovery_, [&] { return t.init_root(o); },  // crash before P0: nothing reachable
       [&](std::uint64_t root_off) -> Status {
         Root* r = p.checked<Root>(root_off, sizeof(Root), 64);
+        if (r != nullptr && r->magic == kRootMagicUntagged)
+          return p.error(Code::corrupted,
+                         "lbtree root is of format LBTREE01 (sibling words without tags, before "
+                         "pmindex adopted tagged links): load the records into a new pool");
         if (r == nullptr || r->magic != kRootMagic)
           return p.error(Code::corrupted, "lbtree root object is missing or has a wrong magic");
         if (Status st = index_common::check_root_stamp(r->stamp, p); !st.ok()) return st;
@@ -138,6 +145,26 @@ void LBTree<M>::summarise_leaf(std::uint64_t off, index_common::LeafSummary* in)
   }
 }
 
+// A sibling word zeroed, or redirected to another valid leaf, after any end (clean or not) no
+// longer names its successor's own tag; the last leaf's must carry the end mark (leaf.h).
+template <unsigned M>
+Status LBTree<M>::check_sibling_tags(const std::vector<std::uint64_t>& leaves) const {
+  for (std::size_t i = 0; i < leaves.size(); ++i) {
+    const std::uint64_t w = active_sibling(leaf_at(leaves[i]));
+    const bool last = i + 1 == leaves.size();
+    const std::uint64_t want =
+        last ? kEndTag8 : sib_own_tag(active_sibling(leaf_at(leaves[i + 1])));
+    if (!valid_tag8(sib_own_tag(w)) || (!last && !valid_tag8(want)) || sib_succ_tag(w) != want)
+      return pool_->error(Code::corrupted,
+                          "lbtree recovery: the sibling word of the leaf at offset " +
+                              std::to_string(leaves[i]) +
+                              (last ? " ends the chain without its end mark"
+                                    : " does not carry the tag of the leaf it names") +
+                              " (a damaged or redirected sibling pointer)");
+  }
+  return Status::Ok();
+}
+
 // Recovery (PROTOCOL.md R1..R5). Pass 1 only reads PM (a refused pool stays unchanged);
 // repairs happen after commit_open.
 template <unsigned M>
@@ -150,6 +177,7 @@ Status LBTree<M>::rebuild(unsigned threads) {
       p, head_, LeafT::kBytes, 256,
       [&](std::uint64_t off) { return next_leaf(off); },
       &leaves);
+  if (s.ok()) s = check_sibling_tags(leaves);  // R1b
   if (!s.ok()) {
     (void)p.allocator().finish_recovery();
     return s;
@@ -244,6 +272,7 @@ Status LBTree<M>::verify() const {
       p, head_, LeafT::kBytes, 256,
       [&](std::uint64_t off) { return next_leaf(off); },
       &chain.leaves);
+  if (s.ok()) s = check_sibling_tags(chain.leaves);
   if (!s.ok()) return s;
   std::uint64_t reachable =
       block_bytes(sizeof(Root)) + chain.leaves.size() * block_bytes(LeafT::kBytes);

@@ -42,6 +42,7 @@
 #include <string_view>
 #include <vector>
 
+#include "index/common/chain_tag.h"
 #include "index/common/inner_tree.h"
 #include "index/common/key_codec.h"
 #include "index/common/close_counts.h"
@@ -58,7 +59,8 @@
 namespace pmindex::lbtree {
 
 // Root object (64 B, one line), written once at creation (P0).
-//   [ 0, 8) magic "LBTREE01"   [ 8,16) head: offset of the first leaf (never changes)
+//   [ 0, 8) magic "LBTREE02" (02: tagged sibling words, leaf.h)
+//   [ 8,16) head: offset of the first leaf (never changes)
 //   [16,20) node_size (256 M)  [20,24) key_mode
 //   [24,28) max_key_size       [28,32) max_value_size (8 = inline values)
 //   [32,64) reserved (0)
@@ -77,7 +79,8 @@ static_assert(offsetof(Root, head) == 8 && offsetof(Root, node_size) == 16 &&
               offsetof(Root, max_value_size) == 28);
 static_assert(offsetof(Root, stamp) == 32, "the layout stamp sits in the old reserved tail");
 static_assert(std::is_standard_layout_v<Root> && std::is_trivially_copyable_v<Root>);
-inline constexpr std::uint64_t kRootMagic = 0x313045455254424Cull;  // "LBTREE01"
+inline constexpr std::uint64_t kRootMagic = 0x323045455254424Cull;  // "LBTREE02"
+inline constexpr std::uint64_t kRootMagicUntagged = 0x313045455254424Cull;  // "LBTREE01": refused
 
 // Documented limits (README / PROTOCOL.md): keys of KeyType::bytes are 0..kMaxKeyBytes bytes
 // (the empty key included); values are exactly 8 bytes inline (max_value_size = 8), or
@@ -184,8 +187,13 @@ class LBTree final : public Index {
     return alt ? l->block[b].front : l->block[b].tail;
   }
   [[gnu::always_inline]] static inline DWord load_header(const std::uint64_t* h);
-  // The successor the alt bit selects (0 at the end of the chain).
-  std::uint64_t next_leaf(std::uint64_t off) const;
+  // The sibling word the alt bit selects (leaf.h: successor offset and tag, own tag).
+  static std::uint64_t active_sibling(const LeafT* l);
+  // Its successor's offset (0 at the end of the chain).
+  std::uint64_t next_leaf(std::uint64_t off) const { return sib_off(active_sibling(leaf_at(off))); }
+  // R1b / verify: every active sibling word names its successor's own tag, the last one the
+  // end mark (leaf.h), so a sibling word damaged or redirected is refused after any end.
+  Status check_sibling_tags(const std::vector<std::uint64_t>& leaves) const;
   static unsigned header_line(unsigned b, bool alt) { return (b == 0 || !alt) ? 0 : 3; }
   SlotRef find_slot(LeafT* l, const Probe& p) const;
   template <class Match>
@@ -302,6 +310,7 @@ class LBTree final : public Index {
   bool closed_ = false;
   bool traditional_ = false;  // set_traditional_inserts
   std::atomic<std::uint64_t> merges_{0};  // merges(); written under the inner tree's SMO mutex
+  index_common::TagSource tags_{kEndTag8};  // new leaves' own tags (leaf.h sibling words)
   struct NoFault {
     constexpr operator Fault() const { return Fault::none; }
     NoFault& operator=(Fault) { return *this; }

@@ -74,8 +74,7 @@ inline DWord LBTree<M>::load_header(const std::uint64_t* h) {
 }
 
 template <unsigned M>
-std::uint64_t LBTree<M>::next_leaf(std::uint64_t off) const {
-  LeafT* l = leaf_at(off);
+std::uint64_t LBTree<M>::active_sibling(const LeafT* l) {
   const bool alt = (optimistic_read(l->block[0].front[0]) & kAltBit) != 0;
   return optimistic_read(l->block[0].tail[alt ? 1 : 0]);
 }
@@ -575,7 +574,7 @@ std::size_t LBTree<M>::scan(std::string_view start, std::size_t max, ScanBuffer&
           sc.gather(k, value);
         }
       }
-      const std::uint64_t next = optimistic_read(l->block[0].tail[alt ? 1 : 0]);
+      const std::uint64_t next = sib_off(optimistic_read(l->block[0].tail[alt ? 1 : 0]));
       std::optional<std::uint64_t> nv = 0;
       if (next != 0 && !(nv = versions_.read(next))) restart = true;
       if (!versions_.unchanged(off, v)) restart = true;

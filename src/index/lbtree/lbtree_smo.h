@@ -60,7 +60,11 @@ Code LBTree<M>::split_insert(std::uint64_t off, std::uint64_t key_word,
     detail::put(&nl->block[b].tail[0], 0);
     detail::put(&nl->block[b].tail[1], 0);
   }
-  detail::put(&nl->block[0].tail[0], optimistic_read(l->block[0].tail[alt ? 1 : 0]));
+  // The new leaf continues where `l` did, under its own new tag (leaf.h sibling words).
+  const std::uint64_t l_sib = optimistic_read(l->block[0].tail[alt ? 1 : 0]);
+  const std::uint64_t new_tag = tags_.next();
+  detail::put(&nl->block[0].tail[0], reowned(l_sib, new_tag));
+  detail::put(&nl->block[0].tail[1], make_sibling(0, 0, new_tag));
   // S2: write the new leaf back. Its fence is S5's: S3 and S4 write unused space too, so one
   // fence makes S1-S4 durable before S6 links the new leaf (a split waits for one write-back
   // round trip fewer).
@@ -74,7 +78,7 @@ Code LBTree<M>::split_insert(std::uint64_t off, std::uint64_t key_word,
     detail::put(h + 1, od[b].w[1]);
     pm::flush(h, 16);
   }
-  detail::put(&l->block[0].tail[alt ? 0 : 1], new_off);
+  detail::put(&l->block[0].tail[alt ? 0 : 1], make_sibling(new_off, new_tag, sib_own_tag(l_sib)));
   pm::flush(&l->block[0].tail[0], 16);
   pm::fence();  // S5: S1-S4 are durable before the commit
   // S6: NAW - block 0's word0 with the moved bits cleared and alt flipped switches the sibling
@@ -172,7 +176,8 @@ void LBTree<M>::build_upper_half(LeafT* l, DWord (&od)[M], const SplitItems& ite
   }
 }
 
-// U1..U3 on leaf `a` (locked, or recovery): make `next` its successor with one NAW.
+// U1..U3 on leaf `a` (locked, or recovery): make what `next` names (another leaf's sibling
+// word: the successor's offset and tag) its successor with one NAW.
 template <unsigned M>
 void LBTree<M>::switch_sibling(LeafT* a, std::uint64_t next) {
   const DWord a0 = load_header(a->block[0].front);
@@ -186,7 +191,7 @@ void LBTree<M>::switch_sibling(LeafT* a, std::uint64_t next) {
     detail::put(h + 1, d.w[1]);
     pm::flush(h, 16);
   }
-  detail::put(&a->block[0].tail[alt ? 0 : 1], next);
+  detail::put(&a->block[0].tail[alt ? 0 : 1], reowned(next, sib_own_tag(active_sibling(a))));
   pm::flush(&a->block[0].tail[0], 16);
   pm::fence();  // U2
   // U3: NAW - flip alt: the removed leaf is no longer reachable.
@@ -236,7 +241,7 @@ void LBTree<M>::merge_into(LeafT* a, LeafT* l, std::uint64_t next) {
     detail::put(h + 1, ad[b].w[1]);
   }
   detail::put(&a->block[0].front[1], ad[0].w[1]);
-  detail::put(&a->block[0].tail[alt ? 0 : 1], next);
+  detail::put(&a->block[0].tail[alt ? 0 : 1], reowned(next, sib_own_tag(active_sibling(a))));
   // J3: write back everything J1/J2 touched (the whole leaf: up to M x 4 lines), one fence.
   pm::flush(a, LeafT::kBytes);
   pm::fence();
@@ -271,7 +276,7 @@ void LBTree<M>::try_merge(std::uint64_t off, const Probe& p) {
   LeafT* a = leaf_at(a_off);
   LeafT* l = leaf_at(off);
   const bool a_alt = (optimistic_read(a->block[0].front[0]) & kAltBit) != 0;
-  if (optimistic_read(a->block[0].tail[a_alt ? 1 : 0]) != off)
+  if (sib_off(optimistic_read(a->block[0].tail[a_alt ? 1 : 0])) != off)
     index_common::fatal("lbtree",
                         "merge: the inner tree's left neighbour is not the chain predecessor");
   const unsigned n = entry_count(l);
@@ -416,6 +421,9 @@ void LBTree<M>::bulk_fill_leaf(std::span<const KeyValue> sorted, const BulkPlan&
 template <unsigned M>
 void LBTree<M>::bulk_write_chain(std::span<const KeyValue> sorted, const BulkPlan& plan) {
   const std::size_t n_leaves = plan.leaves.size();
+  // Each new leaf's own tag, known before the leaf before it names it (leaf.h).
+  std::vector<std::uint64_t> tag(n_leaves + 1, kEndTag8);
+  for (std::size_t j = 1; j < n_leaves; ++j) tag[j] = tags_.next();
   for (std::size_t j = 1; j < n_leaves; ++j) {
     LeafT* l = leaf_at(plan.leaves[j]);
     index_common::recycle_unlocked(versions_.at(plan.leaves[j]));
@@ -427,7 +435,9 @@ void LBTree<M>::bulk_write_chain(std::span<const KeyValue> sorted, const BulkPla
       detail::put(&l->block[b].tail[0], 0);
       detail::put(&l->block[b].tail[1], 0);
     }
-    detail::put(&l->block[0].tail[0], j + 1 < n_leaves ? plan.leaves[j + 1] : 0);
+    detail::put(&l->block[0].tail[0],
+                make_sibling(j + 1 < n_leaves ? plan.leaves[j + 1] : 0, tag[j + 1], tag[j]));
+    detail::put(&l->block[0].tail[1], make_sibling(0, 0, tag[j]));
     pm::flush(l, LeafT::kBytes);
   }
   pm::fence();
@@ -447,7 +457,11 @@ void LBTree<M>::bulk_commit_head(std::span<const KeyValue> sorted, const BulkPla
     detail::put(h, hd[b].w[0]);
     detail::put(h + 1, hd[b].w[1]);
   }
-  detail::put(&head->block[0].tail[alt ? 0 : 1], plan.leaves.size() > 1 ? plan.leaves[1] : 0);
+  const std::uint64_t head_tag = sib_own_tag(active_sibling(head));
+  const std::uint64_t next = plan.leaves.size() > 1 ? plan.leaves[1] : 0;
+  const std::uint64_t next_tag =
+      next != 0 ? sib_own_tag(leaf_at(next)->block[0].tail[0]) : kEndTag8;
+  detail::put(&head->block[0].tail[alt ? 0 : 1], make_sibling(next, next_tag, head_tag));
   detail::put(&head->block[0].front[1], hd[0].w[1]);  // fingerprints of unused slots only
   pm::flush(head, LeafT::kBytes);
   pm::fence();

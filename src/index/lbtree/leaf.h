@@ -9,7 +9,7 @@
 //   line 1  units 4-7   [ 64,128)  slots 3 .. 6
 //   line 2  units 8-11  [128,192)  slots 7 .. 10
 //   line 3  units 12-14 [192,240)  slots 11, 12, 13
-//           unit 15     [240,256)  block 0: sibling[0], sibling[1] (pool offsets, 0 = none)
+//           unit 15     [240,256)  block 0: sibling[0], sibling[1] (sibling words, below)
 //                                  block b>0: back (alternative) header (word0, word1)
 //
 // Header word0 (little-endian u64):
@@ -23,6 +23,16 @@
 // the 16 bytes against the search fingerprint yields the candidate slots in mask bits 2..15.
 // Block b>0 headers keep bits 14-15 zero.
 //
+// Sibling word (tagged links, docs/pool-format.md "Unclean shutdown", common/chain_tag.h in an
+// 8-bit form: block 0 has no spare word for a 16-bit own tag):
+//   bits  0-47  the successor's pool offset (0 at the end of the chain)
+//   bits 48-55  the successor's own tag (kEndTag8 at the end)
+//   bits 56-63  this leaf's own tag (1..kEndTag8-1), the same in both words, written with the
+//               new leaf before it is linked and copied into every word a switch writes.
+// Recovery checks that each active word names its successor's own tag and that the last one
+// carries the end mark: a sibling word zeroed or redirected by damage is refused after any
+// end (but for 1 in 254 redirects). A word of 0 (own tag 0) is always damage.
+//
 // Slot entry: word 0 = key word (u64/f64: the key's big-endian bytes read as an integer;
 // bytes: pool offset of a PM key record), word 1 = value (8 raw bytes, or the pool offset of
 // a PM value record when the pool stores values out of line).
@@ -33,6 +43,24 @@
 #include <type_traits>
 
 namespace pmindex::lbtree {
+
+inline constexpr std::uint64_t kOffMask = (std::uint64_t{1} << 48) - 1;
+inline constexpr std::uint64_t kEndTag8 = 0xff;
+constexpr std::uint64_t sib_off(std::uint64_t w) { return w & kOffMask; }
+constexpr std::uint64_t sib_succ_tag(std::uint64_t w) { return (w >> 48) & 0xff; }
+constexpr std::uint64_t sib_own_tag(std::uint64_t w) { return w >> 56; }
+constexpr std::uint64_t make_sibling(std::uint64_t succ_off, std::uint64_t succ_tag,
+                                     std::uint64_t own_tag) {
+  return succ_off | succ_tag << 48 | own_tag << 56;
+}
+constexpr bool valid_tag8(std::uint64_t tag) { return tag != 0 && tag < kEndTag8; }
+// The word `own` would hold to name what `from` (another leaf's sibling word) names.
+constexpr std::uint64_t reowned(std::uint64_t from, std::uint64_t own_tag) {
+  return (from & ~(std::uint64_t{0xff} << 56)) | own_tag << 56;
+}
+static_assert(sib_off(make_sibling(0x123456789a00ull, 7, 9)) == 0x123456789a00ull &&
+              sib_succ_tag(make_sibling(1, 7, 9)) == 7 && sib_own_tag(make_sibling(1, 7, 9)) == 9 &&
+              sib_own_tag(reowned(make_sibling(1, 7, 9), 3)) == 3);
 
 inline constexpr unsigned kSlotsPerBlock = 14;
 inline constexpr std::uint64_t kBitmapMask = 0x3FFF;

@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "index/common/map_checker.h"
+#include "index/lbtree/leaf.h"
 #include "pmindex/index.h"
 #include "support/temp_dir.h"
 
@@ -321,7 +322,12 @@ TEST(LBTree, RecoveryRefusesACycle) {
     std::uint64_t w0;
     std::memcpy(&w0, leaf, 8);
     const int alt = (w0 >> 15) & 1;
-    std::memcpy(leaf + 240 + 8 * alt, &head, 8);  // the head points at itself
+    std::uint64_t sib;
+    std::memcpy(&sib, leaf + 240 + 8 * alt, 8);
+    // The head points at itself, with the right tags (so the cycle check is what refuses it).
+    const std::uint64_t self =
+        lbtree::make_sibling(head, lbtree::sib_own_tag(sib), lbtree::sib_own_tag(sib));
+    std::memcpy(leaf + 240 + 8 * alt, &self, 8);
     ASSERT_FALSE(idx->verify().ok());
   }
   auto r = Index::open(o);
@@ -351,6 +357,43 @@ TEST(LBTree, RecoveryRefusesLeavesOutOfKeyOrder) {
   EXPECT_EQ(r.status().code(), Code::corrupted);
   EXPECT_NE(r.status().message().find("out of key order"), std::string::npos)
       << r.status().to_string();
+}
+
+// Issue 18, unclean shutdown: every sibling word names its successor's own tag (leaf.h), so a
+// sibling word zeroed, or redirected past a leaf, is refused after an end that left no close
+// counts to compare; without the tags the redirected chain is in key order and would open,
+// silently missing a leaf's records.
+TEST(LBTree, RecoveryAfterAnUncleanEndRefusesADamagedLink) {
+  for (const bool zero : {true, false}) {
+    TempDir dir;
+    Options o = lbtree_options(256, KeyType::u64);
+    o.path = dir.file("link.pool");
+    {
+      auto idx = open_or_die(o);
+      for (std::uint64_t k = 0; k < 100; ++k)
+        ASSERT_EQ(idx->insert(encode_u64(k), encode_u64(k)), Code::ok);
+      const pm::Pool& pool = idx->pool();
+      auto active = [&](std::uint64_t off) -> std::uint64_t& {
+        auto* l = pool.at<lbtree::Leaf<1>>(off);
+        return l->block[0].tail[(l->block[0].front[0] & lbtree::kAltBit) != 0 ? 1 : 0];
+      };
+      const std::uint64_t head = *pool.at<std::uint64_t>(pool.root() + 8);
+      const std::uint64_t second = lbtree::sib_off(active(head));
+      const std::uint64_t third = lbtree::sib_off(active(second));
+      ASSERT_NE(third, 0u) << "the test needs three leaves";
+      // Redirected: the offset names the third leaf, the tags are still the second's.
+      std::uint64_t& w = active(head);
+      w = zero ? 0 : (w & ~lbtree::kOffMask) | third;
+    }  // no close(): an unclean end, so no counts are stored
+    auto info = pm::Pool::inspect(o.path);
+    ASSERT_TRUE(info.ok());
+    ASSERT_FALSE(info->clean_shutdown);
+    auto r = Index::open(o);
+    ASSERT_FALSE(r.ok()) << (zero ? "zeroed" : "redirected") << " sibling word not seen";
+    EXPECT_EQ(r.status().code(), Code::corrupted);
+    EXPECT_NE(r.status().message().find(zero ? "end mark" : "tag of the leaf"), std::string::npos)
+        << r.status().to_string();
+  }
 }
 
 }  // namespace
