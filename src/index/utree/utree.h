@@ -81,6 +81,10 @@ struct Protocol {
   // check that prev still names it and that its last key lies below the key (L4), so a leaf
   // removed and reused meanwhile (L3) hands out a start node to the right of the key.
   static constexpr bool kUncheckedLeafReuse = false;
+  // A scan steps to the leaf its current leaf's next named without checking the current leaf
+  // again after reading the next one's version (L4): a next removed and reused meanwhile
+  // sends the scan to wherever the reused leaf now lies.
+  static constexpr bool kUncoupledScan = false;
 };
 
 // Registry entry points.

@@ -879,8 +879,7 @@ std::size_t UTree<P>::scan(std::string_view start, std::size_t max, ScanBuffer& 
   if (max == 0) return 0;
   Probe p = probe(start);
   bool after = false;      // skip an entry equal to p (a resumed scan)
-  std::string resume;      // the bytes p names once resumed
-  std::uint64_t last = 0;  // the last key out: key word or key record offset
+  std::string resume;      // the last key out, which p names once resumed
   const auto guard = pin_for_records();
   struct Item {
     std::uint64_t key;    // key word (integer modes) or key record offset
@@ -926,11 +925,12 @@ std::size_t UTree<P>::scan(std::string_view start, std::size_t max, ScanBuffer& 
         }
         if (!values_.read(it.value, &value)) continue;
         out.append(key_view, value);
-        last = it.key;
       }
       if (out.size() >= max || next == nullptr) break;
+      pm::yield_point("utree.scan_next");
       const std::uint64_t nv = next->h.lock.readLockOrRestart(restart);
-      l->h.lock.checkOrRestart(v, restart);  // next is still l's right neighbour
+      // L4: next is still l's right neighbour (not removed, not reused elsewhere)
+      if constexpr (!P::kUncoupledScan) l->h.lock.checkOrRestart(v, restart);
       if (!restart) {
         l = next;
         v = nv;
@@ -940,14 +940,7 @@ std::size_t UTree<P>::scan(std::string_view start, std::size_t max, ScanBuffer& 
     // Descend again: from the start, or from just after the last key out.
     olc_pause();
     if (out.size() != 0) {
-      std::string_view key_view;
-      if (bytes_) {
-        if (!index_common::read_record(*pool_, last, keys_.max_key(), &key_view))
-          index_common::fatal("utree", "scan: a key record it read is unreadable");
-        resume.assign(key_view);
-      } else {
-        resume = encode_u64(last);
-      }
+      resume.assign(out.key(out.size() - 1));
       p = probe(resume);
       after = true;
     }
