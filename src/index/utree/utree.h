@@ -14,26 +14,40 @@
 //     a leaf to the left. Inserters find it by walking the list (Harris-style: mark bit on
 //     next, CAS to link and unlink) from a node read in a validated leaf snapshot; a dirty bit
 //     on a fresh link makes anyone who walks or builds on it persist it first (W1).
-//   * Lock order: a leaf, then the InnerTree SMO mutex. A writer reads leaves to its LEFT
-//     optimistically (spinning while they are locked) and never waits for a leaf to its
-//     right, so waits form no cycle.
+//   * Lock order: a leaf, then its left neighbour (only to remove an emptied leaf, L1), then
+//     the InnerTree SMO mutex. A writer reads leaves to its LEFT optimistically (spinning
+//     while they are locked) and never waits for a leaf to its right, so waits form no cycle;
+//     it waits for the leaf its prev hint names only while the hint still names it (a stale
+//     hint may name a leaf reused to its right).
 //   * Nodes, key records and value records leave through the epoch manager (U9/K3): writers
 //     (list walkers) are pinned while they hold an offset, readers while they read records
 //     (pin_for_records); a reader of integer keys with inline values reads only node words,
 //     which are pool memory even if freed, and its validation fails if the node was removed.
-//   * DRAM leaves are never freed while the tree lives (an emptied leaf stays until the next
-//     recovery rebuilds the array layer), so a stale leaf pointer is always a live leaf.
+//   * DRAM leaves are type-stable (L1-L4): a remove that empties a leaf other than the first,
+//     or leaves it at most a quarter full with room in its left neighbour (a merge), takes it
+//     out of the chain and the inner tree and unlocks it obsolete (every optimistic reader of
+//     it restarts); it goes to a free list that new_leaf draws from before the
+//     arena, and its lock word only grows. So a stale leaf pointer (an unpinned reader's, a
+//     prev hint, a scan's next) always names a leaf, whose version tells whether it changed:
+//     descents validate the parent after the leaf's version, scans re-check the left leaf's
+//     version after reading the next one's, and walk_start accepts a start node from the leaf
+//     its prev hint named only if the hint still names it and the node's key lies below the
+//     key (L4). Chosen over retiring leaves through the epochs, which would make every reader
+//     pin (the argument: PROTOCOL.md, L1-L4).
 //   * verify(), bulk_load() and close() expect no concurrent operations.
 // Invariants (checked by verify()):
 //   (1) the list from root.head is in bounds, keys strictly increase, no mark or dirty bit;
 //   (2) the DRAM leaves, left to right, hold exactly the list's nodes in list order, each
 //       entry's key word equal to its node's; the inner tree's leaves are the leaf chain and
-//       every key lies within its inner fences; prev hints agree with the chain;
+//       every key lies within its inner fences; prev hints agree with the chain; no leaf but
+//       the first is empty (L1);
 //   (3) the PM bytes reachable from the root equal the allocator's bytes in use.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -47,6 +61,7 @@
 #include "pmindex/index.h"
 #include "pmindex/pm/dram_arena.h"
 #include "pmindex/sync/epoch.h"
+#include "pmindex/sync/spin_lock.h"
 
 namespace pmindex::utree {
 
@@ -62,6 +77,14 @@ struct Protocol {
   // U3 after the unlock: the key is in the DRAM leaf (readers find it, inserters link behind
   // it) before its link is durable.
   static constexpr bool kUnlockBeforePersist = false;
+  // walk_start trusts the leaf its prev hint names once that leaf's snapshot validates: no
+  // check that prev still names it and that its last key lies below the key (L4), so a leaf
+  // removed and reused meanwhile (L3) hands out a start node to the right of the key.
+  static constexpr bool kUncheckedLeafReuse = false;
+  // A scan steps to the leaf its current leaf's next named without checking the current leaf
+  // again after reading the next one's version (L4): a next removed and reused meanwhile
+  // sends the scan to wherever the reused leaf now lies.
+  static constexpr bool kUncoupledScan = false;
 };
 
 // Registry entry points.
@@ -98,10 +121,22 @@ class UTree final : public Index {
 
   // Tests: the keys of the PM list in list order (quiescent), and deliberate damage so a test
   // can see verify() notice it: 0 swaps two list keys, 1 points a DRAM entry at another node,
-  // 2 leaves a dirty bit on a link.
+  // 2 leaves a dirty bit on a link, 3 empties the second DRAM leaf (L1 not done).
   std::vector<std::string> list_keys_for_testing() const;
   void corrupt_for_testing(int what);
   std::uint32_t leaf_capacity() const { return cap_; }
+  // Leaves removed from the array layer while open (L1; merged: those that still had entries),
+  // and those now on the free list.
+  std::uint64_t leaves_unlinked_for_testing() const {
+    return leaves_unlinked_.load(std::memory_order_relaxed);
+  }
+  std::uint64_t leaves_merged_for_testing() const {
+    return leaves_merged_.load(std::memory_order_relaxed);
+  }
+  std::size_t free_leaves_for_testing() const {
+    std::lock_guard<sync::SpinLock> g(free_leaves_mu_);
+    return free_leaves_.size();
+  }
   // Skip hints (R0/R4): the stride used when hints are written next (tests use small ones),
   // and what the last recovery did with the hints it found.
   void set_hint_stride_for_testing(std::uint64_t stride) { hint_stride_ = stride; }
@@ -162,9 +197,10 @@ class UTree final : public Index {
   Leaf* split(Leaf* l, const Probe& p);
   void enter(Leaf* l, unsigned pos, std::uint64_t word, NodeOff node);
   void erase(Leaf* l, unsigned pos);
+  bool leave_or_merge(Leaf* l, const Probe& p);
 
   // the list
-  NodeOff walk_start(const Leaf* l, unsigned pos) const;
+  NodeOff walk_start(const Leaf* l, unsigned pos, const Probe& p) const;
   bool walk(NodeOff start, const Probe& p, Pred* out);
   std::uint64_t settle(std::uint64_t* link, std::uint64_t w);
   Pred find_pred(const Leaf* l, unsigned pos, const Probe& p);
@@ -214,6 +250,12 @@ class UTree final : public Index {
   index_common::InnerTree inner_;
   index_common::SeparatorStore seps_;
   Leaf* first_leaf_ = nullptr;
+  // Leaves removed while open (L2), reused by new_leaf before the arena (L3): type-stable, a
+  // leaf's memory stays a leaf and its lock word only grows while the tree lives.
+  mutable sync::SpinLock free_leaves_mu_;
+  std::vector<Leaf*> free_leaves_;
+  std::atomic<std::uint64_t> leaves_unlinked_{0};
+  std::atomic<std::uint64_t> leaves_merged_{0};
   // Retired nodes and records. Declared after pool_ and seps_: destroyed first, its pending
   // deleters still find them.
   mutable sync::EpochManager epochs_;

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <bit>
 #include <cstring>
+#include <tuple>
 
 #include "index/common/key_group.h"
 #include "index/common/hybrid_checks.h"
@@ -199,10 +200,31 @@ void UTree<P>::free_node(void* self, std::uint64_t off) {
 
 template <class P>
 Leaf* UTree<P>::new_leaf(bool locked) {
+  Leaf* l = nullptr;
+  {
+    std::lock_guard<sync::SpinLock> g(free_leaves_mu_);
+    if (!free_leaves_.empty()) {
+      l = free_leaves_.back();
+      free_leaves_.pop_back();
+    }
+  }
+  if (l != nullptr) {
+    // L3: a removed leaf again (type-stable: stale optimistic readers and walkers may still
+    // read it). Its word restarts above every word it had (olc.h (3)), and it is filled under
+    // its own lock, so a stale reader restarts or sees it whole. A stale thread may take the
+    // fresh lock for an instant (it then finds the leaf is not what it looked for): wait.
+    index_common::recycle_unlocked(l->h.lock);
+    while (!index_common::try_write_lock(l->h.lock)) olc_pause();
+    locked_write(l->h.count, 0u);
+    locked_write(l->h.next, std::uint64_t{0});
+    set_prev_hint(l, nullptr);
+    if (!locked) l->h.lock.writeUnlock();
+    return l;
+  }
   void* mem = arena_.allocate(node_size_);
   if (mem == nullptr) return nullptr;
   std::memset(mem, 0, node_size_);  // never-written slots name offset 0 (mapped, harmless)
-  Leaf* l = static_cast<Leaf*>(mem);
+  l = static_cast<Leaf*>(mem);
   l->h.capacity = cap_;
   index_common::recycle_unlocked(l->h.lock);
   if (locked) index_common::recycle_locked(l->h.lock);
@@ -341,13 +363,15 @@ Leaf* UTree<P>::split(Leaf* l, const Probe& p) {
     return nullptr;
   }
   const unsigned cnt = l->h.count, half = cnt / 2;
-  for (unsigned i = half; i < cnt; ++i) {  // S1: r is not reachable yet
-    r->keys()[i - half] = l->keys()[i];
-    r->nodes()[i - half] = l->nodes()[i];
+  // S1: r is not reachable from the tree yet, but a recycled r (L3) may still be read by stale
+  // optimistic readers: release stores, as under any leaf lock.
+  for (unsigned i = half; i < cnt; ++i) {
+    locked_write(r->keys()[i - half], l->keys()[i]);
+    locked_write(r->nodes()[i - half], l->nodes()[i]);
   }
-  r->h.count = cnt - half;
+  locked_write(r->h.count, cnt - half);
   Leaf* next = leaf_of(l->h.next);
-  r->h.next = reinterpret_cast<std::uint64_t>(next);
+  locked_write(r->h.next, reinterpret_cast<std::uint64_t>(next));
   set_prev_hint(r, l);
   if (next != nullptr) set_prev_hint(next, r);                   // S2: still left of next
   locked_write(l->h.next, reinterpret_cast<std::uint64_t>(r));  // S2: r in the chain
@@ -373,30 +397,145 @@ Leaf* UTree<P>::split(Leaf* l, const Probe& p) {
   return right ? r : l;
 }
 
+// L1-L2 (DRAM only): l (write-locked, just shrunk by a remove, not the first leaf) leaves the
+// array layer if it is empty, or if its entries fit into its left neighbour with room to
+// spare (a merge). Returns false, l still locked, if it stays. Lock order: l, then its left
+// neighbour (waited for only while l's prev hint names it, so never a leaf to l's right),
+// then the InnerTree SMO lock. The left neighbour is confirmed under its lock: its next is l
+// and l's prev names it (a stale prev may name a leaf removed and reused meanwhile, L3, whose
+// old next still says l).
+template <class P>
+bool UTree<P>::leave_or_merge(Leaf* l, const Probe& p) {
+  const unsigned n = l->h.count;
+  if (l == first_leaf_ || n > cap_ / 4) return false;
+  const unsigned merge_max = cap_ * 3 / 4;  // a merged leaf keeps a quarter free for inserts
+  auto fits = [&](const Leaf* left) { return n + optimistic_read(left->h.count) <= merge_max; };
+  if (n > 0) {  // a look without the lock first: a full neighbour is left alone, unlocked
+    const Leaf* left = prev_hint(l);
+    if (left == nullptr || !fits(left)) return false;
+  }
+  Leaf* left = nullptr;
+  for (;;) {
+    left = prev_hint(l);
+    if (left == nullptr) index_common::fatal("utree", "a leaf other than the first has no prev");
+    pm::yield_point("utree.unlink_leaf");
+    bool restart = false;
+    std::uint64_t v = left->h.lock.tryReadLockOrRestart(restart);
+    if (restart) {
+      if (sync::OptimisticLock::isObsolete(v) || prev_hint(l) != left) {
+        olc_pause();
+        continue;
+      }
+      restart = false;
+      v = left->h.lock.readLockOrRestart(restart);
+      if (restart) {
+        olc_pause();
+        continue;
+      }
+    }
+    left->h.lock.upgradeToWriteLockOrRestart(v, restart);
+    if (restart) {
+      olc_pause();
+      continue;
+    }
+    if (leaf_of(left->h.next) == l && prev_hint(l) == left) break;
+    left->h.lock.writeUnlock();  // a split or removal changed l's left neighbour: look again
+    olc_pause();
+  }
+  if (n > 0 && !fits(left)) {  // filled up meanwhile: both stay
+    left->h.lock.writeUnlock();
+    return false;
+  }
+  // L1: l's entries (their keys all above left's) appended to left: both locked, so no list
+  // node in either range changes meanwhile.
+  const unsigned lc = left->h.count;
+  for (unsigned i = 0; i < n; ++i) {
+    locked_write(left->keys()[lc + i], l->keys()[i]);
+    locked_write(left->nodes()[lc + i], l->nodes()[i]);
+  }
+  locked_write(left->h.count, lc + n);
+  // L1: out of the chain. Readers that follow left's next validate left (scan), walkers that
+  // follow right's prev check it still names their leaf (walk_start).
+  Leaf* right = leaf_of(l->h.next);
+  locked_write(left->h.next, reinterpret_cast<std::uint64_t>(right));
+  if (right != nullptr) set_prev_hint(right, left);
+  std::uint64_t dropped = 0;
+  {
+    auto smo = inner_.smo_lock();  // L1: out of the inner tree; its range joins left's
+    index_common::InnerTree::Path path;
+    if (!bytes_) {
+      inner_.path_to(index_common::WordProbe{p.word}, &path);
+    } else {
+      inner_.path_to(
+          [&p](std::uint64_t s) { return p.bytes < index_common::SeparatorStore::view(s); },
+          &path);
+    }
+    if (!inner_.remove_leaf(path, reinterpret_cast<std::uint64_t>(l), &dropped,
+                            /*join_left=*/true))
+      index_common::fatal("utree", "a leaf that leaves is not in the inner tree");
+  }
+  if (bytes_) seps_.retire(dropped, epochs_);  // bytes-mode descents are all pinned
+  // L2: obsolete, so every optimistic reader of l restarts; then onto the free list (L3).
+  l->h.lock.writeUnlockObsolete();
+  left->h.lock.writeUnlock();
+  {
+    std::lock_guard<sync::SpinLock> g(free_leaves_mu_);
+    free_leaves_.push_back(l);
+  }
+  leaves_unlinked_.fetch_add(1, std::memory_order_relaxed);
+  if (n > 0) leaves_merged_.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
 // --- the list ---------------------------------------------------------------------------------
 
-// A node whose key is below every key of l's range from pos on, and that was linked and
-// unmarked when read: the entry before pos, else the last entry of the nearest non-empty leaf
-// to the left (a validated snapshot), else root.head (0).
+// A node whose key is below p (p in l's range, l locked by the caller) and that was linked
+// and unmarked when read: the entry before pos, else the last entry of l's left neighbour (a
+// validated snapshot), else root.head (0). The left neighbour is named by l's prev hint, which
+// may name a leaf removed meanwhile (L1) and reused anywhere (L3): the snapshot counts only if
+// prev still names that leaf after its validation and its last key is below p (L4);
+// otherwise look again. A locked left leaf is waited for only while prev still names it (a
+// leaf to the left: lock order), never a stale one, which may now lie to the right.
 template <class P>
-typename UTree<P>::NodeOff UTree<P>::walk_start(const Leaf* l, unsigned pos) const {
+typename UTree<P>::NodeOff UTree<P>::walk_start(const Leaf* l, unsigned pos,
+                                                const Probe& p) const {
   if (pos > 0) return node_offset(l->nodes()[pos - 1]);
-  const Leaf* left = prev_hint(l);
-  while (left != nullptr) {
+  for (;;) {
+    const Leaf* left = prev_hint(l);
+    if (left == nullptr) return 0;
+    pm::yield_point("utree.prev");
     bool restart = false;
-    const std::uint64_t v = left->h.lock.readLockOrRestart(restart);
+    std::uint64_t v = left->h.lock.tryReadLockOrRestart(restart);
+    if (restart) {  // locked or obsolete
+      if (sync::OptimisticLock::isObsolete(v) || prev_hint(l) != left) {
+        olc_pause();
+        continue;
+      }
+      restart = false;
+      v = left->h.lock.readLockOrRestart(restart);
+      if (restart) {
+        olc_pause();
+        continue;
+      }
+    }
     const unsigned cnt = optimistic_read(left->h.count);
     const std::uint32_t idx = cnt > 0 && cnt <= cap_ ? optimistic_read(left->nodes()[cnt - 1]) : 0;
-    const Leaf* further = prev_hint(left);
     left->h.lock.checkOrRestart(v, restart);
     if (restart) {
       olc_pause();
       continue;
     }
-    if (cnt > 0) return node_offset(idx);
-    left = further;
+    // Only the first leaf is ever empty unlocked (L1), and root.head is always a valid start.
+    if (cnt == 0) return 0;
+    const NodeOff off = node_offset(idx);
+    if constexpr (!P::kUncheckedLeafReuse) {
+      if (prev_hint(l) != left || !node_in_pool(off) || compare_node(p, off) <= 0) {
+        olc_pause();  // L4: left was removed (and maybe reused) since prev named it
+        continue;
+      }
+    }
+    return off;
   }
-  return 0;
 }
 
 // W1: a dirty link is persisted before anyone acts on it, then cleaned. Returns the word now
@@ -439,7 +578,7 @@ bool UTree<P>::walk(NodeOff start, const Probe& p, Pred* out) {
 template <class P>
 typename UTree<P>::Pred UTree<P>::find_pred(const Leaf* l, unsigned pos, const Probe& p) {
   Pred pred;
-  while (!walk(walk_start(l, pos), p, &pred)) olc_pause();
+  while (!walk(walk_start(l, pos, p), p, &pred)) olc_pause();
   return pred;
 }
 
@@ -479,7 +618,7 @@ Code UTree<P>::insert_once(std::string_view key, std::string_view value) {
     pos = search(l, p, &found);
   }
   if constexpr (P::kPublishBeforeLink) {
-    const NodeOff start = walk_start(l, pos);  // the original's DRAM snapshot
+    const NodeOff start = walk_start(l, pos, p);  // the original's DRAM snapshot
     enter(l, pos, p.word, node);
     l->h.lock.writeUnlock();
     link_published_first(start, node);
@@ -599,7 +738,7 @@ Code UTree<P>::remove(std::string_view key) {
     olc_pause();
   }
   erase(l, pos);  // D4
-  l->h.lock.writeUnlock();
+  if (!leave_or_merge(l, p)) l->h.lock.writeUnlock();  // L1-L2 unlock l themselves
   epochs_.retire(this, &UTree::free_node, node);  // U9: node and records, once unobserved
   return this->count_remove(Code::ok);
 }
@@ -730,12 +869,17 @@ void UTree<P>::find_batch(const std::string_view* keys, std::string* values, Cod
 
 // Leaf by leaf: node offsets and value words copied under the leaf's version, every node's
 // line prefetched at once (one batch per leaf instead of one miss per next pointer), then
-// validated; records named by validated words stay readable while pinned.
+// validated; records named by validated words stay readable while pinned. The step to the
+// next leaf couples versions: its version is read, then the current leaf's is checked again,
+// so the next leaf is still the right neighbour (removing it locks this leaf, L1) and not a
+// leaf reused elsewhere (L3). Any failure descends again from just after the last key out.
 template <class P>
 std::size_t UTree<P>::scan(std::string_view start, std::size_t max, ScanBuffer& out) const {
   out.clear();
   if (max == 0) return 0;
-  const Probe p = probe(start);
+  Probe p = probe(start);
+  bool after = false;      // skip an entry equal to p (a resumed scan)
+  std::string resume;      // the last key out, which p names once resumed
   const auto guard = pin_for_records();
   struct Item {
     std::uint64_t key;    // key word (integer modes) or key record offset
@@ -750,7 +894,8 @@ std::size_t UTree<P>::scan(std::string_view start, std::size_t max, ScanBuffer& 
     bool found = false;
     unsigned cnt = optimistic_read(l->h.count);
     if (cnt > cap_) cnt = 0;
-    const unsigned from = search(l, p, &found);
+    unsigned from = search(l, p, &found);
+    if (after && found) ++from;
     const std::size_t want = std::min<std::size_t>(cnt - std::min(from, cnt), max - out.size());
     for (std::size_t i = 0; i < want; ++i) {
       const NodeOff off = node_offset(optimistic_read(l->nodes()[from + i]));
@@ -767,29 +912,40 @@ std::size_t UTree<P>::scan(std::string_view start, std::size_t max, ScanBuffer& 
     const Leaf* next = leaf_of(optimistic_read(l->h.next));
     bool restart = bad;
     l->h.lock.checkOrRestart(v, restart);
-    if (restart) {
-      olc_pause();
-      bool obsolete = false;
-      v = l->h.lock.readLockOrRestart(obsolete);
-      continue;
-    }
-    std::string value;
-    for (const Item& it : items) {
-      std::string_view key_view;
-      std::string key_buf;
-      if (bytes_) {
-        if (!index_common::read_record(*pool_, it.key, keys_.max_key(), &key_view)) continue;
-      } else {
-        key_buf = encode_u64(it.key);
-        key_view = key_buf;
+    if (!restart) {
+      std::string value;
+      for (const Item& it : items) {
+        std::string_view key_view;
+        std::string key_buf;
+        if (bytes_) {
+          if (!index_common::read_record(*pool_, it.key, keys_.max_key(), &key_view)) continue;
+        } else {
+          key_buf = encode_u64(it.key);
+          key_view = key_buf;
+        }
+        if (!values_.read(it.value, &value)) continue;
+        out.append(key_view, value);
       }
-      if (!values_.read(it.value, &value)) continue;
-      out.append(key_view, value);
+      if (out.size() >= max || next == nullptr) break;
+      pm::yield_point("utree.scan_next");
+      const std::uint64_t nv = next->h.lock.readLockOrRestart(restart);
+      // L4: next is still l's right neighbour (not removed, not reused elsewhere)
+      if constexpr (!P::kUncoupledScan) l->h.lock.checkOrRestart(v, restart);
+      if (!restart) {
+        l = next;
+        v = nv;
+        continue;
+      }
     }
-    if (out.size() >= max || next == nullptr) break;
-    l = next;
-    bool obsolete = false;
-    v = l->h.lock.readLockOrRestart(obsolete);
+    // Descend again: from the start, or from just after the last key out.
+    olc_pause();
+    if (out.size() != 0) {
+      resume.assign(out.key(out.size() - 1));
+      p = probe(resume);
+      after = true;
+    }
+    std::tie(lw, v) = descend_read(p);
+    l = leaf_of(lw);
   }
   return out.size();
 }

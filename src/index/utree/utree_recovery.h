@@ -544,6 +544,8 @@ Status UTree<P>::verify() const {
     if (prev_hint(l) != prev) return index_common::leaf_error(p, lw, "prev hint is not the left neighbour");
     if (sync::OptimisticLock::isLocked(l->h.lock.peek())) return index_common::leaf_error(p, lw, "left locked");
     if (l->h.count > cap_) return index_common::leaf_error(p, lw, "count above capacity");
+    if (l->h.count == 0 && l != first_leaf_)
+      return index_common::leaf_error(p, lw, "an empty leaf other than the first (L1)");
     chain.leaves.push_back(lw);
     chain.keys.emplace_back();
     for (unsigned i = 0; i < l->h.count; ++i, ++j) {
@@ -630,6 +632,8 @@ void UTree<P>::corrupt_for_testing(int what) {
     first_leaf_->nodes()[0] = first_leaf_->nodes()[1];
   } else if (what == 2) {
     pm::publish(&root_->head, root_->head | kDirtyBit);
+  } else if (what == 3 && first_leaf_->h.next != 0) {
+    leaf_of(first_leaf_->h.next)->h.count = 0;  // a remove that left its emptied leaf in (L1)
   }
 }
 
