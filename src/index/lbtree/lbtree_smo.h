@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "index/common/hybrid_checks.h"
+#include "index/common/prefetch.h"
 #include "index/lbtree/lbtree_ops.h"
 
 namespace pmindex::lbtree {
@@ -26,7 +27,7 @@ Code LBTree<M>::split_insert(std::uint64_t off, std::uint64_t key_word,
   if (new_off == 0) return code;
   // Fetched while the entries are sorted: the new leaf's DRAM version, which the split locks
   // first (a cache miss the paper's design does not have), and the lines it then writes.
-  __builtin_prefetch(&versions_.at(new_off), 1);
+  index_common::prefetch_lines_for_write(&versions_.at(new_off), 64);
   index_common::prefetch_lines_for_write(leaf_at(new_off), LeafT::kBytes);
   LeafT* l = leaf_at(off);
   const DWord d0 = load_header(l->block[0].front);
