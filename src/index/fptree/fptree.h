@@ -49,7 +49,7 @@
 #include "index/common/leaf_versions.h"
 #include "index/common/separator_store.h"
 #include "index/common/value_codec.h"
-#include "index/fptree/leaf.h"
+#include "index/fptree/layout.h"
 #include "pmindex/index.h"
 #include "pmindex/pm/dram_arena.h"
 #include "pmindex/pm/persist.h"
@@ -220,7 +220,7 @@ class FPTree final : public Index {
   static void set_fp(LeafT* l, unsigned s, std::uint8_t fp);
   static std::uint8_t get_fp(const LeafT* l, unsigned s);
 
-  // A fresh leaf tag (leaf.h): a counter from a random start, so a link damaged into naming
+  // A fresh leaf tag (layout.h): a counter from a random start, so a link damaged into naming
   // another leaf fails its check but for 1 in 65,534.
   std::uint64_t new_tag() {
     // relaxed: a counter; the tag is published with its leaf (persisted before the link NAW).

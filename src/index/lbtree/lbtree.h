@@ -50,7 +50,7 @@
 #include "index/common/leaf_versions.h"
 #include "index/common/scan_assembly.h"
 #include "index/common/separator_store.h"
-#include "index/lbtree/leaf.h"
+#include "index/lbtree/layout.h"
 #include "pmindex/index.h"
 #include "pmindex/pm/dram_arena.h"
 #include "pmindex/sync/epoch.h"
