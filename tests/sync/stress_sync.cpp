@@ -212,97 +212,122 @@ void free_shared_object(void* ctx, std::uint64_t /*arg*/) {
   delete object;
 }
 
-TEST(EpochStress, NoReaderSeesAFreedObjectAndEveryObjectIsFreedOnce) {
-  constexpr std::size_t kMaxObjects = 4'000'000;
-  FreeTracker tracker(kMaxObjects);
-  std::atomic<std::uint64_t> bad_frees{0};
-  std::atomic<std::uint64_t> bad_reads{0};
-  std::atomic<std::uint64_t> next_id{0};
-  std::atomic<std::uint64_t> reads{0};
-  std::atomic<std::uint64_t> churn_threads{0};
-  StopFlag stop;
+// One EpochStress run's world: the shared object (published with release, read with acquire, so
+// readers see its initialised fields), the ids handed out, and the tallies the checks read. The
+// thread bodies run until `stop`; the EpochManager under test is passed in, so that the checks
+// after its destruction can still read the tallies.
+class EpochWorld {
+ public:
+  static constexpr std::size_t kMaxObjects = 4'000'000;
 
-  auto make_object = [&]() -> SharedObject* {
-    const std::uint64_t id = next_id.fetch_add(1, std::memory_order_relaxed);
+  EpochWorld() : tracker_(kMaxObjects), current_(make_object()) {}
+
+  // Pins and reads the shared object until stopped.
+  void reader(EpochManager& epochs, const StopFlag& stop) {
+    auto me = epochs.attach();
+    std::uint64_t n = 0, bad = 0;
+    while (!stop.stopped()) {
+      auto guard = me.pin();
+      const SharedObject* object = current_.load(std::memory_order_acquire);
+      if (object->canary != kAlive || object->payload != object->id * 3) ++bad;
+      ++n;
+    }
+    reads_.fetch_add(n, std::memory_order_relaxed);
+    bad_reads_.fetch_add(bad, std::memory_order_relaxed);
+  }
+
+  // Swaps on one pin in four and reads on the others, so the id space lasts the time box.
+  void swapper(EpochManager& epochs, const StopFlag& stop) {
+    auto me = epochs.attach();
+    for (std::uint64_t i = 0; !stop.stopped(); ++i) {
+      auto guard = me.pin();
+      const SharedObject* object = current_.load(std::memory_order_acquire);
+      if (object->canary != kAlive) bad_reads_.fetch_add(1, std::memory_order_relaxed);
+      if (i % 4 == 0 && !swap_once(guard)) break;
+    }
+  }
+
+  // Short-lived threads: attach (sometimes only through pin()), swap a little, read a little,
+  // exit with items still pending, which the manager must take over.
+  void churner(EpochManager& epochs, const StopFlag& stop) {
+    std::uint64_t round = 0;
+    while (!stop.stopped()) {
+      std::thread([&, round] { churn_once(epochs, stop, round); }).join();
+      ++round;
+    }
+    churn_threads_.store(round, std::memory_order_relaxed);
+  }
+
+  std::uint64_t reads() const { return reads_.load(); }
+  std::uint64_t churn_threads() const { return churn_threads_.load(); }
+
+  // After the manager is gone (every retired object freed): no bad read or free, every object
+  // but the live one freed exactly once. Frees the live object.
+  void check_and_free_live() {
+    const std::uint64_t created = std::min<std::uint64_t>(next_id_.load(), kMaxObjects);
+    SharedObject* live = current_.load(std::memory_order_relaxed);
+    EXPECT_EQ(bad_reads_.load(), 0u);
+    EXPECT_EQ(bad_frees_.load(), 0u);
+    EXPECT_EQ(tracker_.check(created, live->id), "");
+    delete live;
+  }
+
+ private:
+  SharedObject* make_object() {
+    const std::uint64_t id = next_id_.fetch_add(1, std::memory_order_relaxed);
     if (id >= kMaxObjects) return nullptr;
     auto* object = new SharedObject;
     object->id = id;
     object->payload = id * 3;
-    object->tracker = &tracker;
-    object->bad_frees = &bad_frees;
+    object->tracker = &tracker_;
+    object->bad_frees = &bad_frees_;
     return object;
-  };
+  }
 
-  // Published with release, read with acquire: readers see the object's initialised fields.
-  std::atomic<SharedObject*> current{make_object()};
+  // Replaces the shared object once; false when the id space is used up.
+  template <class Retirer>
+  bool swap_once(Retirer& retire_into) {
+    SharedObject* fresh = make_object();
+    if (fresh == nullptr) return false;
+    SharedObject* old = current_.exchange(fresh, std::memory_order_acq_rel);
+    retire_into.retire(old, &free_shared_object, 0);
+    return true;
+  }
 
+  // One short-lived thread's work: even rounds retire through their pin, odd rounds unpinned
+  // through the manager's thread lookup (an orphan here).
+  void churn_once(EpochManager& epochs, const StopFlag& stop, std::uint64_t round) {
+    for (int i = 0; i < 50 && !stop.stopped(); ++i) {
+      auto guard = epochs.pin();  // self-attaching pin
+      const SharedObject* object = current_.load(std::memory_order_acquire);
+      if (object->canary != kAlive) bad_reads_.fetch_add(1, std::memory_order_relaxed);
+      if (round % 2 == 0) {
+        if (!swap_once(guard)) break;
+      } else if (!swap_once(epochs)) {
+        break;
+      }
+    }
+  }
+
+  FreeTracker tracker_;
+  std::atomic<std::uint64_t> bad_frees_{0};
+  std::atomic<std::uint64_t> bad_reads_{0};
+  std::atomic<std::uint64_t> next_id_{0};
+  std::atomic<std::uint64_t> reads_{0};
+  std::atomic<std::uint64_t> churn_threads_{0};
+  std::atomic<SharedObject*> current_;
+};
+
+TEST(EpochStress, NoReaderSeesAFreedObjectAndEveryObjectIsFreedOnce) {
+  EpochWorld world;
+  StopFlag stop;
   {
     EpochManager epochs;
-
-    // Replaces the shared object once; false when the id space is used up.
-    auto swap_once = [&](auto& retire_into) {
-      SharedObject* fresh = make_object();
-      if (fresh == nullptr) return false;
-      SharedObject* old = current.exchange(fresh, std::memory_order_acq_rel);
-      retire_into.retire(old, &free_shared_object, 0);
-      return true;
-    };
-
-    auto reader = [&] {
-      auto me = epochs.attach();
-      std::uint64_t n = 0, bad = 0;
-      while (!stop.stopped()) {
-        auto guard = me.pin();
-        const SharedObject* object = current.load(std::memory_order_acquire);
-        if (object->canary != kAlive || object->payload != object->id * 3) ++bad;
-        ++n;
-      }
-      reads.fetch_add(n, std::memory_order_relaxed);
-      bad_reads.fetch_add(bad, std::memory_order_relaxed);
-    };
-
-    // Swaps on one pin in four and reads on the others, so the id space lasts the time box.
-    auto swapper = [&] {
-      auto me = epochs.attach();
-      for (std::uint64_t i = 0; !stop.stopped(); ++i) {
-        auto guard = me.pin();
-        const SharedObject* object = current.load(std::memory_order_acquire);
-        if (object->canary != kAlive) bad_reads.fetch_add(1, std::memory_order_relaxed);
-        if (i % 4 == 0 && !swap_once(guard)) break;
-      }
-    };
-
-    // Short-lived threads: attach (sometimes only through pin()), swap a little, read a
-    // little, exit with items still pending, which the manager must take over.
-    auto churner = [&] {
-      std::uint64_t round = 0;
-      while (!stop.stopped()) {
-        std::thread([&, round] {
-          for (int i = 0; i < 50 && !stop.stopped(); ++i) {
-            auto guard = epochs.pin();  // self-attaching pin
-            const SharedObject* object = current.load(std::memory_order_acquire);
-            if (object->canary != kAlive) bad_reads.fetch_add(1, std::memory_order_relaxed);
-            if (round % 2 == 0) {
-              if (!swap_once(guard)) break;
-            } else {
-              // Unpinned retire through the manager's thread lookup (an orphan here).
-              SharedObject* fresh = make_object();
-              if (fresh == nullptr) break;
-              SharedObject* old = current.exchange(fresh, std::memory_order_acq_rel);
-              epochs.retire(old, &free_shared_object, 0);
-            }
-          }
-        }).join();
-        ++round;
-      }
-      churn_threads.store(round, std::memory_order_relaxed);
-    };
-
     std::vector<std::thread> threads;
-    threads.emplace_back(reader);
-    threads.emplace_back(reader);
-    threads.emplace_back(swapper);
-    threads.emplace_back(churner);
+    threads.emplace_back([&] { world.reader(epochs, stop); });
+    threads.emplace_back([&] { world.reader(epochs, stop); });
+    threads.emplace_back([&] { world.swapper(epochs, stop); });
+    threads.emplace_back([&] { world.churner(epochs, stop); });
     std::this_thread::sleep_for(stress_duration());
     stop.stop();
     for (auto& t : threads) t.join();
@@ -315,21 +340,15 @@ TEST(EpochStress, NoReaderSeesAFreedObjectAndEveryObjectIsFreedOnce) {
     EXPECT_EQ(s.retired, s.freed);
     std::printf("epoch: %llu reads, %llu objects retired, %llu churn threads, epoch %llu, "
                 "%llu records\n",
-                static_cast<unsigned long long>(reads.load()),
+                static_cast<unsigned long long>(world.reads()),
                 static_cast<unsigned long long>(s.retired),
-                static_cast<unsigned long long>(churn_threads.load()),
+                static_cast<unsigned long long>(world.churn_threads()),
                 static_cast<unsigned long long>(s.epoch),
                 static_cast<unsigned long long>(s.records));
-    EXPECT_GT(reads.load(), 0u);
+    EXPECT_GT(world.reads(), 0u);
     EXPECT_GT(s.retired, 0u);
   }
-
-  const std::uint64_t created = std::min<std::uint64_t>(next_id.load(), kMaxObjects);
-  SharedObject* live = current.load(std::memory_order_relaxed);
-  EXPECT_EQ(bad_reads.load(), 0u);
-  EXPECT_EQ(bad_frees.load(), 0u);
-  EXPECT_EQ(tracker.check(created, live->id), "");
-  delete live;
+  world.check_and_free_live();
 }
 
 // Spin-lock protected counter under contention, with more threads than cores so that lock

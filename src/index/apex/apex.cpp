@@ -1,6 +1,7 @@
 // APEX public operations: key checks, traversal, insert/update/upsert/find/remove/scan.
 // Persistence steps (A<n>) are defined in PROTOCOL.md.
 #include "index/apex/apex.h"
+#include "index/common/prefetch.h"
 
 #include <algorithm>
 #include <bit>
@@ -465,7 +466,7 @@ void Apex::find_batch(const std::string_view* keys, std::string* values, Code* c
         case Step::inner: {  // route; the child slot is read next round
           const auto* im = static_cast<const InnerMeta*>(c.node);
           c.slot = search_slot(im->model, x_of(c.key, im->model.lo));
-          __builtin_prefetch(&im->child[c.slot]);
+          index_common::prefetch_lines(&im->child[c.slot], 64);
           c.step = Step::child;
           break;
         }
@@ -477,11 +478,11 @@ void Apex::find_batch(const std::string_view* keys, std::string* values, Code* c
             give_up = true;
           } else if ((ch & kInnerTag) != 0) {
             c.node = reinterpret_cast<const InnerMeta*>(ch & ~kInnerTag);
-            __builtin_prefetch(c.node);
+            index_common::prefetch_lines(c.node, 64);
             c.step = Step::inner;
           } else {
             c.node = reinterpret_cast<const DataMeta*>(ch);
-            __builtin_prefetch(c.node);  // model, range, PA address
+            index_common::prefetch_lines(c.node, 64);  // model, range, PA address
             c.step = Step::data;
           }
           break;
@@ -493,8 +494,8 @@ void Apex::find_batch(const std::string_view* keys, std::string* values, Code* c
             break;
           }
           c.span = lock_span(*dm, c.key);
-          __builtin_prefetch(&dm->locks[c.span.first]);
-          __builtin_prefetch(&dm->locks[c.span.last]);
+          index_common::prefetch_lines(&dm->locks[c.span.first], 64);
+          index_common::prefetch_lines(&dm->locks[c.span.last], 64);
           c.step = Step::probe;
           break;
         }

@@ -54,6 +54,7 @@
 
 #include "index/apex/layout.h"
 #include "index/apex/model.h"
+#include "index/common/prefetch.h"
 #include "pmindex/index.h"
 #include "pmindex/sync/epoch.h"
 #include "pmindex/sync/optimistic_lock.h"
@@ -415,8 +416,7 @@ class Apex final : public Index {
     // Start loading the predicted PA lines now: the caller reads the span's lock next (usually
     // a DRAM miss of its own), and the key is almost always in the first two lines (§4.1).
     const char* rec = reinterpret_cast<const char*>(&m.pa[p]);
-    __builtin_prefetch(rec);
-    __builtin_prefetch(rec + 64);
+    index_common::prefetch_lines(rec, 128);
     return {p / 256, end / 256, p};
   }
   // Locks the span left to right; false (nothing held) if the node is obsolete.

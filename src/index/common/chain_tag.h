@@ -9,7 +9,7 @@
 //   kChainEnd: offset 0, tag kEndTag; the last leaf's link. A link of 0 is always damage.
 //
 // Used by fptree (Leaf::next) and nbtree (BlockHeader::next and Root::head); lbtree packs an
-// 8-bit form into its sibling words (lbtree/leaf.h) and uses TagSource.
+// 8-bit form into its sibling words (lbtree/layout.h) and uses TagSource.
 #pragma once
 
 #include <atomic>

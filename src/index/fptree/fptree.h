@@ -48,7 +48,7 @@
 #include "index/common/leaf_versions.h"
 #include "index/common/separator_store.h"
 #include "index/common/value_codec.h"
-#include "index/fptree/leaf.h"
+#include "index/fptree/layout.h"
 #include "pmindex/index.h"
 #include "pmindex/pm/dram_arena.h"
 #include "pmindex/pm/persist.h"

@@ -8,6 +8,7 @@
 #include "index/common/key_group.h"
 #include "index/common/node_search.h"
 #include "index/common/pm_record.h"
+#include "index/common/prefetch.h"
 #include "index/common/reclaim.h"
 #include "index/common/scan_assembly.h"
 #include "index/fptree/fptree.h"
@@ -110,8 +111,7 @@ std::optional<std::uint64_t> FPTree<N>::on_leaf(std::uint64_t leaf) const {
   // The leaf's bitmap and fingerprint lines are read next: start fetching them now (a hint
   // only, no effect on correctness), before the version's own miss.
   const char* lp = pool_->at<const char>(leaf);
-  __builtin_prefetch(lp);
-  if constexpr (offsetof(LeafT, kv) > 64) __builtin_prefetch(lp + 64);
+  index_common::prefetch_lines(lp, offsetof(LeafT, kv) > 64 ? 128 : 64);
   return versions_->read(leaf);
 }
 
@@ -279,9 +279,8 @@ void FPTree<N>::find_batch_general(const std::string_view* keys, std::string* va
       live, [&](std::size_t j) { return Below{&keys_, &p[j]}; },
       [&](std::uint64_t off) {
         const char* lp = pool_->at<const char>(off);
-        __builtin_prefetch(lp);
-        if constexpr (offsetof(LeafT, kv) > 64) __builtin_prefetch(lp + 64);
-        __builtin_prefetch(&versions_->at(off));
+        index_common::prefetch_lines(lp, offsetof(LeafT, kv) > 64 ? 128 : 64);
+        index_common::prefetch_lines(&versions_->at(off), 64);
       },
       [&](std::uint64_t off) { return versions_->read(off); }, leaf);
   std::string tmp;
@@ -323,9 +322,8 @@ void FPTree<N>::find_batch_word(const std::string_view* keys, std::string* value
       [&](std::uint64_t off) {
         // The bitmap and fingerprint lines and the DRAM version: read in the next round.
         const char* lp = pool_->at<const char>(off);
-        __builtin_prefetch(lp);
-        if constexpr (offsetof(LeafT, kv) > 64) __builtin_prefetch(lp + 64);
-        __builtin_prefetch(&versions_->at(off));
+        index_common::prefetch_lines(lp, offsetof(LeafT, kv) > 64 ? 128 : 64);
+        index_common::prefetch_lines(&versions_->at(off), 64);
       },
       [&](std::uint64_t off) { return versions_->read(off); }, leaf);
   for (std::size_t j = 0; j < live; ++j) {

@@ -146,7 +146,7 @@ void LBTree<M>::summarise_leaf(std::uint64_t off, index_common::LeafSummary* in)
 }
 
 // A sibling word zeroed, or redirected to another valid leaf, after any end (clean or not) no
-// longer names its successor's own tag; the last leaf's must carry the end mark (leaf.h).
+// longer names its successor's own tag; the last leaf's must carry the end mark (layout.h).
 template <unsigned M>
 Status LBTree<M>::check_sibling_tags(const std::vector<std::uint64_t>& leaves) const {
   for (std::size_t i = 0; i < leaves.size(); ++i) {

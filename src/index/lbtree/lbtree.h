@@ -51,7 +51,7 @@
 #include "index/common/leaf_versions.h"
 #include "index/common/scan_assembly.h"
 #include "index/common/separator_store.h"
-#include "index/lbtree/leaf.h"
+#include "index/lbtree/layout.h"
 #include "pmindex/index.h"
 #include "pmindex/pm/dram_arena.h"
 #include "pmindex/sync/epoch.h"
@@ -59,7 +59,7 @@
 namespace pmindex::lbtree {
 
 // Root object (64 B, one line), written once at creation (P0).
-//   [ 0, 8) magic "LBTREE02" (02: tagged sibling words, leaf.h)
+//   [ 0, 8) magic "LBTREE02" (02: tagged sibling words, layout.h)
 //   [ 8,16) head: offset of the first leaf (never changes)
 //   [16,20) node_size (256 M)  [20,24) key_mode
 //   [24,28) max_key_size       [28,32) max_value_size (8 = inline values)
@@ -187,12 +187,12 @@ class LBTree final : public Index {
     return alt ? l->block[b].front : l->block[b].tail;
   }
   [[gnu::always_inline]] static inline DWord load_header(const std::uint64_t* h);
-  // The sibling word the alt bit selects (leaf.h: successor offset and tag, own tag).
+  // The sibling word the alt bit selects (layout.h: successor offset and tag, own tag).
   static std::uint64_t active_sibling(const LeafT* l);
   // Its successor's offset (0 at the end of the chain).
   std::uint64_t next_leaf(std::uint64_t off) const { return sib_off(active_sibling(leaf_at(off))); }
   // R1b / verify: every active sibling word names its successor's own tag, the last one the
-  // end mark (leaf.h), so a sibling word damaged or redirected is refused after any end.
+  // end mark (layout.h), so a sibling word damaged or redirected is refused after any end.
   Status check_sibling_tags(const std::vector<std::uint64_t>& leaves) const;
   static unsigned header_line(unsigned b, bool alt) { return (b == 0 || !alt) ? 0 : 3; }
   SlotRef find_slot(LeafT* l, const Probe& p) const;
@@ -310,7 +310,7 @@ class LBTree final : public Index {
   bool closed_ = false;
   bool traditional_ = false;  // set_traditional_inserts
   std::atomic<std::uint64_t> merges_{0};  // merges(); written under the inner tree's SMO mutex
-  index_common::TagSource tags_{kEndTag8};  // new leaves' own tags (leaf.h sibling words)
+  index_common::TagSource tags_{kEndTag8};  // new leaves' own tags (layout.h sibling words)
   struct NoFault {
     constexpr operator Fault() const { return Fault::none; }
     NoFault& operator=(Fault) { return *this; }

@@ -276,7 +276,7 @@ void LBTree<M>::find_batch_general(const std::string_view* keys, std::string* va
       live, [&](std::size_t j) { return Below{&keys_, &p[j]}; },
       [&](std::uint64_t off) {
         index_common::prefetch_lines(leaf_at(off), LeafT::kBytes);
-        __builtin_prefetch(&versions_.at(off));
+        index_common::prefetch_lines(&versions_.at(off), 64);
       },
       [&](std::uint64_t off) { return versions_.read(off); }, leaf);
   std::string tmp;
@@ -319,7 +319,7 @@ void LBTree<M>::find_batch_word(const std::string_view* keys, std::string* value
       [&](std::uint64_t off) {
         // The leaf's lines and its DRAM version: both read in the next round.
         index_common::prefetch_lines(leaf_at(off), LeafT::kBytes);
-        __builtin_prefetch(&versions_.at(off));
+        index_common::prefetch_lines(&versions_.at(off), 64);
       },
       [&](std::uint64_t off) { return versions_.read(off); }, leaf);
   for (std::size_t j = 0; j < live; ++j) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "index/common/hybrid_checks.h"
+#include "index/common/prefetch.h"
 #include "index/lbtree/lbtree_ops.h"
 
 namespace pmindex::lbtree {
@@ -26,7 +27,7 @@ Code LBTree<M>::split_insert(std::uint64_t off, std::uint64_t key_word,
   if (new_off == 0) return code;
   // Fetched while the entries are sorted: the new leaf's DRAM version, which the split locks
   // first (a cache miss the paper's design does not have), and the lines it then writes.
-  __builtin_prefetch(&versions_.at(new_off), 1);
+  index_common::prefetch_lines_for_write(&versions_.at(new_off), 64);
   index_common::prefetch_lines_for_write(leaf_at(new_off), LeafT::kBytes);
   LeafT* l = leaf_at(off);
   const DWord d0 = load_header(l->block[0].front);
@@ -60,7 +61,7 @@ Code LBTree<M>::split_insert(std::uint64_t off, std::uint64_t key_word,
     detail::put(&nl->block[b].tail[0], 0);
     detail::put(&nl->block[b].tail[1], 0);
   }
-  // The new leaf continues where `l` did, under its own new tag (leaf.h sibling words).
+  // The new leaf continues where `l` did, under its own new tag (layout.h sibling words).
   const std::uint64_t l_sib = optimistic_read(l->block[0].tail[alt ? 1 : 0]);
   const std::uint64_t new_tag = tags_.next();
   detail::put(&nl->block[0].tail[0], reowned(l_sib, new_tag));
@@ -421,7 +422,7 @@ void LBTree<M>::bulk_fill_leaf(std::span<const KeyValue> sorted, const BulkPlan&
 template <unsigned M>
 void LBTree<M>::bulk_write_chain(std::span<const KeyValue> sorted, const BulkPlan& plan) {
   const std::size_t n_leaves = plan.leaves.size();
-  // Each new leaf's own tag, known before the leaf before it names it (leaf.h).
+  // Each new leaf's own tag, known before the leaf before it names it (layout.h).
   std::vector<std::uint64_t> tag(n_leaves + 1, kEndTag8);
   for (std::size_t j = 1; j < n_leaves; ++j) tag[j] = tags_.next();
   for (std::size_t j = 1; j < n_leaves; ++j) {

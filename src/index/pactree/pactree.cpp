@@ -377,8 +377,8 @@ std::uint64_t PacTree::probe_batch(const Probe* p, std::size_t n, std::uint64_t*
   const std::uint64_t all = n == 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << n) - 1;
   for (std::size_t j = 0; j < n; ++j) {
     off[j] = jump_node(p[j]);
-    __builtin_prefetch(node(off[j]));
-    __builtin_prefetch(&versions_->at(off[j]));
+    index_common::prefetch_lines(node(off[j]), 64);
+    index_common::prefetch_lines(&versions_->at(off[j]), 64);
   }
   for (std::size_t j = 0; j < n; ++j) {
     bool restart = false;
@@ -389,8 +389,8 @@ std::uint64_t PacTree::probe_batch(const Probe* p, std::size_t n, std::uint64_t*
     }
     const DataNode* d = node(off[j]);
     next[j] = optimistic_read(d->h.next);
-    if (next[j] != 0) __builtin_prefetch(node(next[j]));
-    __builtin_prefetch(d->fp_words);
+    if (next[j] != 0) index_common::prefetch_lines(node(next[j]), 64);
+    index_common::prefetch_lines(d->fp_words, 64);
   }
   for (std::uint64_t m = all & ~alone; m != 0; m &= m - 1) {
     const auto j = static_cast<std::size_t>(std::countr_zero(m));
@@ -401,7 +401,7 @@ std::uint64_t PacTree::probe_batch(const Probe* p, std::size_t n, std::uint64_t*
     const DataNode* d = node(off[j]);
     for (std::uint64_t c = fp_candidates(d, p[j].fp, optimistic_read(d->h.bitmap)); c != 0;
          c &= c - 1)
-      __builtin_prefetch(&d->slots[std::countr_zero(c)]);
+      index_common::prefetch_lines(&d->slots[std::countr_zero(c)], 64);
   }
   for (std::uint64_t m = all & ~alone; m != 0; m &= m - 1) {
     const auto j = static_cast<std::size_t>(std::countr_zero(m));

@@ -930,7 +930,7 @@ std::uint64_t Roart::probe_batch(const std::string_view* keys, std::size_t n,
     got[j] = locate(keys[j], &w[j]);
     if (got[j] != Code::ok) continue;
     arr[j] = array(w[j].array);
-    __builtin_prefetch(arr[j]);
+    index_common::prefetch_lines(arr[j], 64);
     fp[j] = fingerprint(keys[j]);
     live |= std::uint64_t{1} << j;
   }
@@ -952,7 +952,7 @@ std::uint64_t Roart::probe_batch(const std::string_view* keys, std::size_t n,
     const std::uint64_t* s = slot_words(arr[j]);
     for (std::uint64_t b = load_word(arr[j]->bitmap); b != 0; b &= b - 1) {
       const std::uint64_t sw = load_word(s[std::countr_zero(b)]);
-      if (sw != 0 && fp_of(sw) == fp[j]) __builtin_prefetch(record(sw));
+      if (sw != 0 && fp_of(sw) == fp[j]) index_common::prefetch_lines(record(sw), 64);
     }
   }
   for (std::uint64_t m = live; m != 0; m &= m - 1) {

@@ -127,15 +127,7 @@ TEST(CrashApex, DriverAndKillHarnessCatchLostRecords) {
   Options o;
   o.kind = "apex";
   o.node_size = 1024;
-  hybrid_test::expect_checkers_catch(o, [](std::span<char> image) {
-    // Format v2 refuses a lost root word, so the tamper forges a consistent "creation never
-    // published a root" state (both copies checksummed): recovery then builds an empty index.
-    pm::HeaderState st{};
-    if (!pm::image_state(image.data(), &st)) return;
-    st.root = 0;
-    st.flags = pm::kStateBuilding;
-    pm::set_image_state(image.data(), st);
-  }, "apex");
+  hybrid_test::expect_checkers_catch(o, hybrid_test::forget_root, "apex");
 }
 
 

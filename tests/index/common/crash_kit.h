@@ -13,7 +13,8 @@
 // runs fails, and so does one that names crashes during recovery but explored none.
 //
 // The multi-threaded driver (run_index_crash_concurrent) is held to the same rules per
-// schedule through SweepTotals and expect_swept, with the same SmoTally.
+// schedule: every suite spends its budget through sweep (SweepPlan) and checks the totals with
+// expect_swept, with the same SmoTally.
 //
 // Thread safety: test code, single-threaded (the multi-threaded driver calls observers from
 // one simulated thread at a time).
@@ -21,7 +22,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <iostream>
 #include <map>
@@ -148,6 +151,51 @@ struct SweepTotals {
            std::to_string(short_runs) + " short of their budget";
   }
 };
+
+// How a suite spends its image budget on the multi-threaded driver: schedules of `per_run`
+// images over consecutive seeds (base, base + 7919, ...), as many as `budget_share` of the
+// budget pays for (a suite that runs two thread counts gives each half).
+struct SweepPlan {
+  std::size_t per_run = 125;
+  std::size_t budget_share = 2;
+  // Non-zero: at most this many schedules; with stop_at_failure exactly this many (a known-bad
+  // variant must be caught whatever the budget), stopping at the first that fails.
+  std::size_t max_seeds = 0;
+  bool stop_at_failure = false;
+};
+
+// Explores one schedule: `opt` carries its seed and its per-schedule budget.
+using Schedule = std::function<ExploreReport(const ExploreOptions&)>;
+
+// The one sweep loop of the multi-threaded suites: runs the plan's schedules from opt.seed
+// (a replay, PMINDEX_CRASH_REPLAY, runs its one schedule: only a violation counts) and returns
+// the totals for expect_swept.
+inline SweepTotals sweep(ExploreOptions opt, const SweepPlan& plan, const Schedule& schedule) {
+  SweepTotals t;
+  if (opt.replay) {
+    opt.seed = opt.replay->seed;
+    const ExploreReport r = schedule(opt);
+    std::cout << opt.label << " replay: " << r.to_string() << "\n";
+    if (!r.ok()) t.add(r, opt);
+    else ++t.runs;
+    return t;
+  }
+  std::size_t seeds =
+      std::max<std::size_t>(1, opt.images_budget / plan.budget_share / plan.per_run);
+  if (plan.max_seeds != 0)
+    seeds = plan.stop_at_failure ? plan.max_seeds : std::min(seeds, plan.max_seeds);
+  const std::uint64_t base = opt.seed;
+  opt.images_budget = plan.per_run;
+  opt.max_failures = 1;
+  for (std::size_t i = 0; i < seeds; ++i) {
+    opt.seed = base + i * 7919;
+    const ExploreReport r = schedule(opt);
+    t.add(r, opt);
+    if (!r.ok() && plan.stop_at_failure) break;
+  }
+  std::cout << opt.label << " base seed " << base << ": " << t.to_string() << "\n";
+  return t;
+}
 
 // A clean sweep: schedules ran, none failed, none short of its budget, and every SMO the suite
 // names ran in some schedule.

@@ -2,7 +2,9 @@
 // update / remove / find / scan against per-thread oracles. Thread t owns the keys with
 // key % 2 == t, so both threads write the same leaves (leaf locks, splits, empty-leaf
 // removal with the neighbour try-lock, inner-node SMOs race) while each thread can still check
-// its own keys exactly; finds of the other thread's keys just race. At the end: verify() and a
+// its own keys exactly. Values name their key (keyed_value), so what a thread reads of the
+// other's keys (finds and scans) must be a whole value written for that key: a value of
+// another key or the halves of two writes (a torn read) fail. At the end: verify() and a
 // full scan against the union of the oracles. Time-boxed by PMINDEX_STRESS_SECONDS (default 2)
 // and meant to run under TSan (cmake --preset tsan) for the race check.
 //
@@ -19,6 +21,7 @@
 #include <map>
 #include <random>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -39,6 +42,22 @@ inline double stress_seconds() {
   return s != nullptr ? std::max(0.1, std::atof(s)) : 2.0;
 }
 
+// An 8-byte value that names its key: the high half random (top bit set), the low half a mix
+// of the high half and the key. Halves of two different writes of one key, or a value written
+// for another key, fail is_keyed_value (but for a 2^-32 chance).
+inline std::uint64_t keyed_low_half(std::uint64_t high, std::uint64_t key) {
+  return ((high ^ key) * 0x9E3779B97F4A7C15ull) >> 32;
+}
+inline std::string keyed_value(std::uint64_t key, std::uint64_t random) {
+  const std::uint64_t high = (random >> 32) | 0x80000000u;
+  return encode_u64(high << 32 | keyed_low_half(high, key));
+}
+inline bool is_keyed_value(std::uint64_t key, std::string_view v) {
+  if (v.size() != 8) return false;
+  const std::uint64_t w = decode_u64(v);
+  return (w >> 63) != 0 && (w & 0xFFFFFFFFu) == keyed_low_half(w >> 32, key);
+}
+
 class StressWorker {
  public:
   StressWorker(Index& idx, int id, std::uint64_t key_range, StressMix mix, std::uint64_t seed,
@@ -48,7 +67,7 @@ class StressWorker {
   void step() {
     const std::uint64_t kn = (rng_() % range_) * 2 + static_cast<std::uint64_t>(id_);
     const std::string k = encode_u64(kn);
-    const std::string v = encode_u64(rng_() | (std::uint64_t{1} << 63));  // top bit set
+    const std::string v = keyed_value(kn, rng_());
     const auto it = mine_.find(k);
     const bool present = it != mine_.end();
     unsigned pick = static_cast<unsigned>(rng_() % mix_.total());
@@ -65,7 +84,9 @@ class StressWorker {
       std::string got;
       const Code c = idx_.find(k, &got);
       expect(present ? c == Code::ok && got == it->second : c == Code::not_found, "find", kn);
-      (void)idx_.find(encode_u64(kn ^ 1), &got);  // the other thread's key: just race
+      const Code other = idx_.find(encode_u64(kn ^ 1), &got);  // the other thread's key
+      expect(other == Code::not_found || (other == Code::ok && is_keyed_value(kn ^ 1, got)),
+             "find of the other thread's key (a torn or foreign value)", kn ^ 1);
     } else {
       check_scan(k, kn);
     }
@@ -80,7 +101,11 @@ class StressWorker {
     auto it = mine_.lower_bound(k);
     for (std::size_t j = 0; j < buf_.size(); ++j) {
       expect(j == 0 || buf_.key(j - 1) < buf_.key(j), "scan order", kn);
-      if (decode_u64(buf_.key(j)) % 2 != static_cast<std::uint64_t>(id_)) continue;
+      const std::uint64_t key = decode_u64(buf_.key(j));
+      if (key % 2 != static_cast<std::uint64_t>(id_)) {  // the other thread's: a whole value
+        expect(is_keyed_value(key, buf_.value(j)), "scan of the other thread's key", key);
+        continue;
+      }
       if (it == mine_.end() || it->first != buf_.key(j) || it->second != buf_.value(j)) {
         expect(false, "scan content", kn);
         return;
@@ -108,21 +133,18 @@ class StressWorker {
   ScanBuffer buf_;
 };
 
-// Two workers for `seconds` (at least 200 steps each) on a fresh index opened with `o`.
-inline void run_two_thread_stress(const Options& o, std::uint64_t key_range, double seconds,
-                                  StressMix mix, std::uint64_t seed, const std::string& label) {
-  auto r = Index::open(o);
-  ASSERT_TRUE(r.ok()) << r.status().to_string();
-  std::unique_ptr<Index> idx = std::move(r).value();
+// Two workers for `seconds` (at least 200 steps each) on the empty `idx`, then the final checks.
+inline void stress_two_threads(Index& idx, std::uint64_t key_range, double seconds,
+                               StressMix mix, std::uint64_t seed, const std::string& label) {
   std::atomic<int> failures{0};
   std::atomic<std::uint64_t> total{0};
   const auto until = std::chrono::steady_clock::now() +
                      std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                          std::chrono::duration<double>(seconds));
   std::vector<StressWorker> workers;
-  for (int id = 0; id < 2; ++id) workers.emplace_back(*idx, id, key_range, mix, seed, failures);
+  for (int id = 0; id < 2; ++id) workers.emplace_back(idx, id, key_range, mix, seed, failures);
   auto body = [&](int id) {
-    auto scope = idx->attach_thread();
+    auto scope = idx.attach_thread();
     std::uint64_t n = 0;
     for (; n < 200 || std::chrono::steady_clock::now() < until; ++n) workers[id].step();
     total.fetch_add(n);
@@ -131,12 +153,12 @@ inline void run_two_thread_stress(const Options& o, std::uint64_t key_range, dou
   t0.join();
   t1.join();
   EXPECT_EQ(failures.load(), 0);
-  const Status s = idx->verify();
+  const Status s = idx.verify();
   ASSERT_TRUE(s.ok()) << s.to_string();
   Map all = workers[0].oracle();
   all.insert(workers[1].oracle().begin(), workers[1].oracle().end());
   ScanBuffer out;
-  ASSERT_EQ(idx->scan({}, all.size() + 1, out), all.size());
+  ASSERT_EQ(idx.scan({}, all.size() + 1, out), all.size());
   std::size_t i = 0;
   for (const auto& [k, v] : all) {
     ASSERT_EQ(out.key(i), k);
@@ -145,6 +167,14 @@ inline void run_two_thread_stress(const Options& o, std::uint64_t key_range, dou
   }
   std::printf("%s: %llu ops, %zu keys at the end\n", label.c_str(),
               static_cast<unsigned long long>(total.load()), all.size());
+}
+
+// stress_two_threads on a fresh index opened with `o`.
+inline void run_two_thread_stress(const Options& o, std::uint64_t key_range, double seconds,
+                                  StressMix mix, std::uint64_t seed, const std::string& label) {
+  auto r = Index::open(o);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  stress_two_threads(**r, key_range, seconds, mix, seed, label);
 }
 
 // Writer t owns keys [t R, (t + 1) R). A round: insert the range ascending (half-full leaves),

@@ -13,6 +13,7 @@
 //  * expect_driver_catches: the driver must fail on an image that a tamper function damages.
 //  * run_kill: the kill -9 harness on a /dev/shm pool (PMINDEX_KILL_CYCLES).
 //  * expect_kill_catches: the kill harness must fail on a pool file a tamper function damages.
+//  * forget_root: a tamper every index's checkers must catch (the pool's root forgotten).
 // Replay any crash failure with PMINDEX_CRASH_REPLAY='<printed token>'.
 //
 // Thread safety: test code, single-threaded.
@@ -29,6 +30,7 @@
 #include <iterator>
 #include <iostream>
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -39,6 +41,7 @@
 #include "pmindex/crash/index_driver.h"
 #include "pmindex/crash/kill_harness.h"
 #include "pmindex/index.h"
+#include "pmindex/pm/layout.h"
 #include "support/temp_dir.h"
 #include "index/common/crash_kit.h"
 
@@ -307,6 +310,17 @@ inline void run_kill(const std::string& kind, std::uint32_t node_size, pm::Mode 
   std::cout << label << " seed " << cfg.seed << ": " << r.to_string() << "\n";
   EXPECT_TRUE(r.ok()) << r.to_string();
   EXPECT_EQ(r.cycles, cfg.cycles);
+}
+
+// A known-bad tamper for any index: the pool forgets its root. Format v2 refuses a bare root
+// word of 0, so this forges a consistent "creation never published a root" state (both header
+// copies checksummed): recovery then builds an empty index, which loses acknowledged records.
+inline void forget_root(std::span<char> image) {
+  pm::HeaderState st{};
+  if (image.size() < pm::kHeaderSize || !pm::image_state(image.data(), &st)) return;
+  st.root = 0;
+  st.flags = pm::kStateBuilding;
+  pm::set_image_state(image.data(), st);
 }
 
 // The offset of the head leaf in a crash image or pool file: the index root's word at

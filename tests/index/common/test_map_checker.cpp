@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "index/common/forwarding_index.h"
 #include "index/common/map_checker.h"
 #include "pmindex/index.h"
 
@@ -19,29 +20,27 @@ using namespace pmindex::testing;
 enum class Fault { none, lost_insert, ignored_update, kept_remove, skipped_scan, bad_verify };
 
 // Forwards to a real index, except for the one planted defect (every 5th call of the kind).
-class Faulty final : public Index {
+class Faulty final : public ForwardingIndex {
  public:
-  Faulty(std::unique_ptr<Index> inner, Fault fault) : in_(std::move(inner)), fault_(fault) {}
-  std::string_view kind() const override { return in_->kind(); }
+  Faulty(std::unique_ptr<Index> inner, Fault fault)
+      : ForwardingIndex(std::move(inner)), fault_(fault) {}
   Code insert(std::string_view k, std::string_view v) override {
-    if (fault_ == Fault::lost_insert && in_->find(k, nullptr) == Code::not_found && hit())
+    if (fault_ == Fault::lost_insert && inner().find(k, nullptr) == Code::not_found && hit())
       return Code::ok;
-    return in_->insert(k, v);
+    return inner().insert(k, v);
   }
   Code update(std::string_view k, std::string_view v) override {
-    if (fault_ == Fault::ignored_update && in_->find(k, nullptr) == Code::ok && hit())
+    if (fault_ == Fault::ignored_update && inner().find(k, nullptr) == Code::ok && hit())
       return Code::ok;
-    return in_->update(k, v);
+    return inner().update(k, v);
   }
-  Code upsert(std::string_view k, std::string_view v) override { return in_->upsert(k, v); }
-  Code find(std::string_view k, std::string* v) const override { return in_->find(k, v); }
   Code remove(std::string_view k) override {
-    if (fault_ == Fault::kept_remove && in_->find(k, nullptr) == Code::ok && hit())
+    if (fault_ == Fault::kept_remove && inner().find(k, nullptr) == Code::ok && hit())
       return Code::ok;
-    return in_->remove(k);
+    return inner().remove(k);
   }
   std::size_t scan(std::string_view start, std::size_t max, ScanBuffer& out) const override {
-    const std::size_t n = in_->scan(start, max, out);
+    const std::size_t n = inner().scan(start, max, out);
     if (fault_ != Fault::skipped_scan || n < 3) return n;
     ScanBuffer all = out;  // drop the second record
     out.clear();
@@ -52,16 +51,11 @@ class Faulty final : public Index {
   Status verify() const override {
     if (fault_ == Fault::bad_verify && hit())
       return Status(Code::corrupted, "planted: verify() reports damage");
-    return in_->verify();
+    return inner().verify();
   }
-  RecoveryStats recovery_stats() const override { return in_->recovery_stats(); }
-  Footprint footprint() const override { return in_->footprint(); }
-  Status close() override { return in_->close(); }
-  const pm::Pool& pool() const override { return in_->pool(); }
 
  private:
   bool hit() const { return ++calls_ % 5 == 0; }
-  std::unique_ptr<Index> in_;
   Fault fault_;
   mutable std::uint64_t calls_ = 0;
 };

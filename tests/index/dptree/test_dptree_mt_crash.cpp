@@ -11,6 +11,7 @@
 
 #include <iostream>
 
+#include "index/common/crash_kit.h"
 #include "index/dptree/dptree_recovery.h"
 #include "pmindex/crash/index_driver.h"
 
@@ -59,56 +60,32 @@ ConcurrentCrashConfig config(Tally* tally) {
 }
 
 struct Outcome {
-  std::size_t schedules = 0, images = 0, failed = 0, short_runs = 0;
-  std::string first_failure, first_short;
+  crash_kit::SweepTotals totals;
   Tally tally;
 };
 
-// PMINDEX_CRASH_IMAGES images (default 1,000; CI 1,000) per mode, in schedules of 100.
+// PMINDEX_CRASH_IMAGES images (default 1,000; CI 1,000) per mode, in schedules of 100. A
+// known-bad protocol stops at its first failing schedule.
 template <class P>
-Outcome explore_mode(pm::Mode mode, const std::string& label, std::size_t max_failures) {
-  ExploreOptions opt = ExploreOptions::from_env(label, mode, 20261127, 1000);
+Outcome explore_mode(pm::Mode mode, const std::string& label, bool known_bad) {
   Outcome out;
-  if (opt.replay) {
-    opt.seed = opt.replay->seed;
-    const ExploreReport r = run_index_crash_concurrent(config<P>(&out.tally), opt);
-    out.schedules = 1;
-    out.images = r.images_checked;
-    if (!r.ok()) {
-      out.failed = 1;
-      out.first_failure = r.to_string();
-    }
-    return out;
-  }
-  const std::size_t per_run = 100;
-  const std::size_t seeds = std::max<std::size_t>(1, opt.images_budget / per_run);
-  const std::uint64_t base = opt.seed;
-  opt.images_budget = per_run;
-  opt.max_failures = 1;
-  for (std::size_t i = 0; i < seeds && out.failed < max_failures; ++i) {
-    opt.seed = base + i * 7919;
-    const ExploreReport r = run_index_crash_concurrent(config<P>(&out.tally), opt);
-    ++out.schedules;
-    out.images += r.images_checked;
-    if (!r.ok() && out.failed++ == 0) out.first_failure = r.to_string();
-    if (r.ok() && r.coverage(opt) == ExploreReport::Coverage::short_of_budget &&
-        out.short_runs++ == 0)
-      out.first_short = r.coverage_text(opt);
-  }
-  std::cout << label << " base seed " << base << ": " << out.schedules << " schedules, "
-            << out.images << " images, " << out.failed << " failed, " << out.short_runs
-            << " short; " << out.tally.background_merges << " background merges, "
+  out.totals = crash_kit::sweep(
+      ExploreOptions::from_env(label, mode, 20261127, 1000),
+      {.per_run = 100, .budget_share = 1, .stop_at_failure = known_bad},
+      [&](const ExploreOptions& opt) {
+        return run_index_crash_concurrent(config<P>(&out.tally), opt);
+      });
+  std::cout << label << ": " << out.tally.background_merges << " background merges, "
             << out.tally.writer_blocks << " writer waits\n";
   return out;
 }
 
 void expect_clean(pm::Mode mode) {
   const std::string label = "dptree.mt.bg." + std::string(pm::to_string(mode));
-  const Outcome o = explore_mode<dptree::Protocol>(mode, label, SIZE_MAX);
-  EXPECT_EQ(o.failed, 0u) << o.first_failure;
-  EXPECT_EQ(o.short_runs, 0u) << o.first_short;
+  const Outcome o = explore_mode<dptree::Protocol>(mode, label, false);
+  crash_kit::expect_swept(o.totals, label);
   // The schedules must have run background merges (else this test shows nothing).
-  EXPECT_GE(o.tally.background_merges, 2 * o.schedules) << "too few background merges";
+  EXPECT_GE(o.tally.background_merges, 2 * o.totals.runs) << "too few background merges";
 }
 
 TEST(MtCrashDPTree, AdrBackgroundMerge) { expect_clean(pm::Mode::adr); }
@@ -119,9 +96,10 @@ TEST(MtCrashDPTree, EadrBackgroundMerge) { expect_clean(pm::Mode::eadr); }
 TEST(MtCrashDPTree, CatchesFlipBeforeMetaInBackground) {
   for (pm::Mode mode : {pm::Mode::adr, pm::Mode::eadr}) {
     const std::string label = "dptree.mt.bg.flip_before_meta." + std::string(pm::to_string(mode));
-    const Outcome o = explore_mode<FlipBeforeMeta>(mode, label, 1);
-    EXPECT_GT(o.failed, 0u) << "a flip before M3 in the background merge was not caught ("
-                            << pm::to_string(mode) << ")";
+    const Outcome o = explore_mode<FlipBeforeMeta>(mode, label, true);
+    EXPECT_GT(o.totals.failed_runs, 0u)
+        << "a flip before M3 in the background merge was not caught (" << pm::to_string(mode)
+        << ")";
   }
 }
 

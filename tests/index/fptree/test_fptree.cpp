@@ -246,7 +246,7 @@ TEST(FPTree, RecoveryRefusesACycle) {
   EXPECT_EQ(r.status().code(), Code::corrupted);
 }
 
-// Issue 18, unclean shutdown: every link carries the tag of the leaf it names (leaf.h), so a
+// Issue 18, unclean shutdown: every link carries the tag of the leaf it names (layout.h), so a
 // next pointer zeroed, or redirected past a leaf, is refused after an end that left no close
 // counts to compare.
 TEST(FPTree, RecoveryAfterAnUncleanEndRefusesADamagedLink) {

@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "index/common/hybrid_test_support.h"
-#include "index/fptree/leaf.h"
+#include "index/fptree/layout.h"
 
 namespace pmindex::crash {
 namespace {

@@ -7,7 +7,7 @@
 
 #include <iostream>
 
-#include "index/fptree/leaf.h"
+#include "index/fptree/layout.h"
 #include "pmindex/crash/kill_harness.h"
 #include "support/temp_dir.h"
 

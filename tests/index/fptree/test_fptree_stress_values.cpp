@@ -13,7 +13,7 @@
 #include <random>
 #include <thread>
 
-#include "index/fptree/leaf.h"
+#include "index/fptree/layout.h"
 #include "pmindex/index.h"
 
 namespace pmindex {

@@ -10,7 +10,7 @@
 #include <tuple>
 
 #include "index/common/map_checker.h"
-#include "index/lbtree/leaf.h"
+#include "index/lbtree/layout.h"
 #include "pmindex/index.h"
 #include "support/temp_dir.h"
 

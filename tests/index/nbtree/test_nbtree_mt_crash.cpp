@@ -63,41 +63,20 @@ Totals sweep(pm::Mode mode, std::size_t threads, nbtree::NBTree::Fault fault,
                                  ? std::string()
                                  : ".bad" + std::to_string(static_cast<int>(fault)));
   ExploreOptions opt = ExploreOptions::from_env(label, mode, 20261122, 1000);
-  // S5b's known-bad is a rare race (2 of 4 base seeds catch it within 400 schedules): it
+  // S5b's known-bad is a rare race (2 of 4 base seeds caught it within 400 schedules): it
   // always starts from the base seed whose 36th schedule catches it, whatever CI's seed.
   if (fault == nbtree::NBTree::Fault::skip_sync_stop_persist) opt.seed = 20261122;
-  Totals t;
-  if (opt.replay) {
-    opt.seed = opt.replay->seed;
-    ConcurrentCrashConfig cfg = config(threads, fault, kt);
-    if (tally != nullptr) cfg.observe = tally->observer();
-    const ExploreReport r = run_index_crash_concurrent(cfg, opt);
-    std::cout << label << " replay: " << r.to_string() << "\n";
-    if (!r.ok()) t.add(r, opt);  // a replay checks one image: only a violation counts
-    else ++t.runs;
-    return t;
-  }
-  const std::size_t per_run = 125;
-  // Half of the budget for each thread count.
-  std::size_t seeds = std::max<std::size_t>(1, opt.images_budget / 2 / per_run);
-  // A known-bad variant must be caught whatever the base seed: it gets max_seeds schedules
-  // (not the image budget) and stops at the first one that fails.
+  // Half of the budget for each thread count. A known-bad variant must be caught whatever the
+  // base seed: it gets max_seeds schedules (not the image budget) and stops at the first that
+  // fails.
   const bool bad = fault != nbtree::NBTree::Fault::none;
-  if (bad) seeds = max_seeds;
-  else if (max_seeds != 0) seeds = std::min(seeds, max_seeds);
-  const std::uint64_t base = opt.seed;
-  opt.images_budget = per_run;
-  opt.max_failures = 1;
-  for (std::size_t i = 0; i < seeds; ++i) {
-    opt.seed = base + i * 7919;
-    ConcurrentCrashConfig cfg = config(threads, fault, kt);
-    if (tally != nullptr) cfg.observe = tally->observer();
-    const ExploreReport r = run_index_crash_concurrent(cfg, opt);
-    t.add(r, opt);
-    if (!r.ok() && bad) break;
-  }
-  std::cout << label << " base seed " << base << ": " << t.to_string() << "\n";
-  return t;
+  return crash_kit::sweep(
+      opt, {.per_run = 125, .budget_share = 2, .max_seeds = max_seeds, .stop_at_failure = bad},
+      [&](const ExploreOptions& one) {
+        ConcurrentCrashConfig cfg = config(threads, fault, kt);
+        if (tally != nullptr) cfg.observe = tally->observer();
+        return run_index_crash_concurrent(cfg, one);
+      });
 }
 
 // The kit's rules per schedule (crash_kit::expect_swept): no violation, every schedule checked

@@ -73,6 +73,157 @@ std::string key_of(KeyType kt, std::uint64_t k) {
   return s;
 }
 
+// One thread of `run`: owns the keys of its parity (oracle `mine`, sequence numbers `seq_of`)
+// and remembers the highest sequence it has seen of each of the other thread's keys. The first
+// failure of either thread stops both (`failed`).
+class OwnerWorker {
+ public:
+  OwnerWorker(Index& idx, KeyType kt, int t, std::atomic<bool>& failed)
+      : idx_(idx), kt_(kt), t_(t), failed_(failed), rng_(1234 + t) {}
+
+  // Steps until the deadline or a failure; `ops` counts the steps that ran an operation.
+  void run_until(std::chrono::steady_clock::time_point deadline, std::atomic<std::uint64_t>& ops) {
+    const Index::ThreadScope scope = idx_.attach_thread();
+    std::uint64_t n = 0;
+    while (!failed_.load(std::memory_order_relaxed)) {
+      if ((++n & 63) == 0 && std::chrono::steady_clock::now() > deadline) break;
+      if (step()) ops.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  const std::map<std::uint64_t, std::string>& mine() const { return mine_; }
+
+ private:
+  // One random operation: 70% on my keys, 20% reads of the other's, 7% on the shared keys, 3%
+  // short scans. False when the step picked none of the other's keys (no operation ran).
+  bool step() {
+    const unsigned op = static_cast<unsigned>(rng_() % 100);
+    std::uint64_t k = 1 + rng_() % kKeys;
+    if (op < 70) {
+      own_op(k);
+    } else if (op < 90) {
+      return foreign_read(k);
+    } else if (op < 97) {
+      shared_op();
+    } else {
+      scan_op(k);
+    }
+    return true;
+  }
+
+  // Insert / update / remove / find of one of my keys (the nearest one of my parity to k): the
+  // answers are exact, I am the only writer.
+  void own_op(std::uint64_t k) {
+    const auto me = static_cast<std::uint64_t>(t_);
+    if (k % 2 != me) k = k == kKeys ? 2 - me : k + 1;
+    if (k % 2 != me) k = 2 - me;
+    const std::uint64_t seq = ++seq_of_[k];
+    const bool ool = rng_() % 8 == 0;
+    const std::string v = make_value(k, seq, ool);
+    const bool present = mine_.count(k) != 0;
+    const unsigned kind = static_cast<unsigned>(rng_() % 10);
+    if (kind < 4) {
+      const Code c = idx_.insert(key_of(kt_, k), v);
+      if (c != (present ? Code::already_present : Code::ok)) fail("insert result");
+      if (!present) mine_[k] = v;
+    } else if (kind < 7) {
+      const Code c = idx_.update(key_of(kt_, k), v);
+      if (c != (present ? Code::ok : Code::not_found)) fail("update result");
+      if (present) mine_[k] = v;
+    } else if (kind < 9) {
+      const Code c = idx_.remove(key_of(kt_, k));
+      if (c != (present ? Code::ok : Code::not_found)) fail("remove result");
+      mine_.erase(k);
+    } else {
+      const Code c = idx_.find(key_of(kt_, k), &got_);
+      if (present != (c == Code::ok)) fail("own find presence for key " + std::to_string(k));
+      if (present && got_ != mine_[k]) fail("own find value for key " + std::to_string(k));
+    }
+  }
+
+  // A read of the other thread's key next to k: its value belongs to it and its sequence never
+  // goes back in time. False when k and k + 1 are both mine (no read).
+  bool foreign_read(std::uint64_t k) {
+    const auto me = static_cast<std::uint64_t>(t_);
+    if (k % 2 == me) k = k == kKeys ? 1 + me : k + 1;
+    if (k % 2 == me) return false;
+    if (idx_.find(key_of(kt_, k), &got_) == Code::ok) {
+      std::uint64_t vk = 0, seq = 0;
+      if (!parse_value(got_, &vk, &seq) || vk != k) {
+        fail("foreign value is garbage for key " + std::to_string(k));
+      } else {
+        if (seq < seen_other_[k]) fail("stale read for key " + std::to_string(k));
+        seen_other_[k] = seq;
+      }
+    }
+    return true;
+  }
+
+  // Both threads upsert and remove the shared keys: an upsert always succeeds.
+  void shared_op() {
+    const std::uint64_t sk = kKeys + 1 + rng_() % kShared;
+    if (rng_() % 2 == 0) {
+      const Code c = idx_.upsert(key_of(kt_, sk), make_value(sk, 1, rng_() % 4 == 0));
+      if (c != Code::ok) fail("shared upsert");
+    } else {
+      const Code c = idx_.remove(key_of(kt_, sk));
+      if (c != Code::ok && c != Code::not_found) fail("shared remove");
+    }
+  }
+
+  // A short scan from k: keys ascend from k, values belong to their keys.
+  void scan_op(std::uint64_t k) {
+    const std::size_t cnt = idx_.scan(key_of(kt_, k), 8, buf_);
+    for (std::size_t i = 0; i < cnt; ++i) {
+      std::uint64_t vk = 0, seq = 0;
+      const std::uint64_t key = decode_u64(buf_.key(i).substr(0, 8));
+      if (key < k || (i > 0 && key <= decode_u64(buf_.key(i - 1).substr(0, 8))))
+        fail("scan order");
+      if (!parse_value(std::string(buf_.value(i)), &vk, &seq) || vk != key) fail("scan value");
+    }
+  }
+
+  void fail(const std::string& what) {
+    if (!failed_.exchange(true)) ADD_FAILURE() << "thread " << t_ << ": " << what;
+  }
+
+  Index& idx_;
+  KeyType kt_;
+  int t_;
+  std::atomic<bool>& failed_;
+  std::mt19937_64 rng_;
+  std::map<std::uint64_t, std::string> mine_;          // my keys: their last value
+  std::map<std::uint64_t, std::uint64_t> seq_of_;      // my keys: last sequence written
+  std::map<std::uint64_t, std::uint64_t> seen_other_;  // other's keys: highest seq seen
+  std::string got_;
+  ScanBuffer buf_;
+};
+
+// After the run: each owner's keys hold exactly its final map, and a full scan counts those
+// plus the shared keys present.
+void expect_owners_contents(Index& idx, KeyType kt, const OwnerWorker (&workers)[2]) {
+  std::string got;
+  std::size_t expected = 0;
+  for (int t = 0; t < 2; ++t) {
+    for (std::uint64_t k = 1; k <= kKeys; ++k) {
+      if (k % 2 != static_cast<std::uint64_t>(t)) continue;
+      auto it = workers[t].mine().find(k);
+      const Code c = idx.find(key_of(kt, k), &got);
+      if (it == workers[t].mine().end()) {
+        EXPECT_EQ(c, Code::not_found) << k;
+      } else {
+        ++expected;
+        ASSERT_EQ(c, Code::ok) << k;
+        EXPECT_EQ(got, it->second) << k;
+      }
+    }
+  }
+  for (std::uint64_t sk = kKeys + 1; sk <= kKeys + kShared; ++sk) {
+    if (idx.find(key_of(kt, sk), &got) == Code::ok) ++expected;
+  }
+  ScanBuffer buf;
+  EXPECT_EQ(idx.scan("", 1 << 20, buf), expected);
+}
+
 void run(pm::Mode mode, KeyType kt = KeyType::u64) {
   Options o;
   o.kind = "nbtree";
@@ -90,113 +241,21 @@ void run(pm::Mode mode, KeyType kt = KeyType::u64) {
   set_delays(*nb, &delays);
 
   const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::duration<double>(stress_seconds());
+      std::chrono::steady_clock::now() +
+      std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+          std::chrono::duration<double>(stress_seconds()));
   std::atomic<bool> failed{false};
-  std::map<std::uint64_t, std::string> final_state[2];
   std::atomic<std::uint64_t> ops{0};
-
-  auto worker = [&](int t) {
-    const Index::ThreadScope scope = idx->attach_thread();
-    std::mt19937_64 rng(1234 + t);
-    std::map<std::uint64_t, std::string>& mine = final_state[t];
-    std::map<std::uint64_t, std::uint64_t> seq_of;      // my keys: last sequence written
-    std::map<std::uint64_t, std::uint64_t> seen_other;  // other's keys: highest seq seen
-    std::string got;
-    auto fail = [&](const std::string& what) {
-      if (!failed.exchange(true)) ADD_FAILURE() << "thread " << t << ": " << what;
-    };
-    std::uint64_t n = 0;
-    while (!failed.load(std::memory_order_relaxed)) {
-      if ((++n & 63) == 0 && std::chrono::steady_clock::now() > deadline) break;
-      const unsigned op = static_cast<unsigned>(rng() % 100);
-      std::uint64_t k = 1 + rng() % kKeys;
-      if (op < 70) {
-        if (k % 2 != static_cast<std::uint64_t>(t)) k = k == kKeys ? 2 - t : k + 1;
-        if (k % 2 != static_cast<std::uint64_t>(t)) k = 2 - t;
-        const std::uint64_t seq = ++seq_of[k];
-        const bool ool = rng() % 8 == 0;
-        const std::string v = make_value(k, seq, ool);
-        const bool present = mine.count(k) != 0;
-        const unsigned kind = static_cast<unsigned>(rng() % 10);
-        if (kind < 4) {
-          const Code c = idx->insert(key_of(kt, k), v);
-          if (c != (present ? Code::already_present : Code::ok)) fail("insert result");
-          if (!present) mine[k] = v;
-        } else if (kind < 7) {
-          const Code c = idx->update(key_of(kt, k), v);
-          if (c != (present ? Code::ok : Code::not_found)) fail("update result");
-          if (present) mine[k] = v;
-        } else if (kind < 9) {
-          const Code c = idx->remove(key_of(kt, k));
-          if (c != (present ? Code::ok : Code::not_found)) fail("remove result");
-          mine.erase(k);
-        } else {
-          const Code c = idx->find(key_of(kt, k), &got);
-          if (present != (c == Code::ok)) fail("own find presence for key " + std::to_string(k));
-          if (present && got != mine[k]) fail("own find value for key " + std::to_string(k));
-        }
-      } else if (op < 90) {  // read the other thread's keys: never back in time
-        if (k % 2 == static_cast<std::uint64_t>(t)) k = k == kKeys ? 1 + t : k + 1;
-        if (k % 2 == static_cast<std::uint64_t>(t)) continue;
-        if (idx->find(key_of(kt, k), &got) == Code::ok) {
-          std::uint64_t vk = 0, seq = 0;
-          if (!parse_value(got, &vk, &seq) || vk != k) {
-            fail("foreign value is garbage for key " + std::to_string(k));
-          } else {
-            if (seq < seen_other[k]) fail("stale read for key " + std::to_string(k));
-            seen_other[k] = seq;
-          }
-        }
-      } else if (op < 97) {  // shared keys: both threads upsert/remove
-        const std::uint64_t sk = kKeys + 1 + rng() % kShared;
-        if (rng() % 2 == 0) {
-          const Code c = idx->upsert(key_of(kt, sk), make_value(sk, 1, rng() % 4 == 0));
-          if (c != Code::ok) fail("shared upsert");
-        } else {
-          const Code c = idx->remove(key_of(kt, sk));
-          if (c != Code::ok && c != Code::not_found) fail("shared remove");
-        }
-      } else {  // short scans: keys ascend, values belong to their keys
-        ScanBuffer buf;
-        const std::size_t cnt = idx->scan(key_of(kt, k), 8, buf);
-        for (std::size_t i = 0; i < cnt; ++i) {
-          std::uint64_t vk = 0, seq = 0;
-          const std::uint64_t key = decode_u64(buf.key(i).substr(0, 8));
-          if (key < k || (i > 0 && key <= decode_u64(buf.key(i - 1).substr(0, 8)))) fail("scan order");
-          if (!parse_value(std::string(buf.value(i)), &vk, &seq) || vk != key) fail("scan value");
-        }
-      }
-      ops.fetch_add(1, std::memory_order_relaxed);
-    }
-  };
-  std::thread a(worker, 0), b(worker, 1);
+  OwnerWorker workers[2] = {{*idx, kt, 0, failed}, {*idx, kt, 1, failed}};
+  std::thread a([&] { workers[0].run_until(deadline, ops); });
+  std::thread b([&] { workers[1].run_until(deadline, ops); });
   a.join();
   b.join();
   set_delays(*nb, nullptr);
   ASSERT_FALSE(failed.load());
   Status s = idx->verify();
   ASSERT_TRUE(s.ok()) << s.to_string();
-  std::string got;
-  std::size_t expected = 0;
-  for (int t = 0; t < 2; ++t) {
-    for (std::uint64_t k = 1; k <= kKeys; ++k) {
-      if (k % 2 != static_cast<std::uint64_t>(t)) continue;
-      auto it = final_state[t].find(k);
-      const Code c = idx->find(key_of(kt, k), &got);
-      if (it == final_state[t].end()) {
-        EXPECT_EQ(c, Code::not_found) << k;
-      } else {
-        ++expected;
-        ASSERT_EQ(c, Code::ok) << k;
-        EXPECT_EQ(got, it->second) << k;
-      }
-    }
-  }
-  for (std::uint64_t sk = kKeys + 1; sk <= kKeys + kShared; ++sk) {
-    if (idx->find(key_of(kt, sk), &got) == Code::ok) ++expected;
-  }
-  ScanBuffer buf;
-  EXPECT_EQ(idx->scan("", 1 << 20, buf), expected);
+  expect_owners_contents(*idx, kt, workers);
   std::printf("%s%s: %llu ops, %zu leaves, %llu merges, %llu reads persisted a line written by "
               "another thread (R1)\n",
               std::string(pm::to_string(mode)).c_str(), kt == KeyType::bytes ? " bytes keys" : "",

@@ -60,14 +60,15 @@ INSTANTIATE_TEST_SUITE_P(Search, CrashPacTree, ::testing::Values(Search::dram, S
 TEST(CrashPacTreeDram, Slots4Eadr) { run(4, KeyType::u64, pm::Mode::eadr, 500); }
 TEST(CrashPacTreeDram, Slots4BytesAdr) { run(4, KeyType::bytes, pm::Mode::adr, 500); }
 
-// The driver must catch a pactree-specific loss: cutting the list after the head in every
-// image drops records that completed operations wrote.
-TEST(CrashPacTree, DriverCatchesLostRecords) {
+// The driver and the kill harness must catch a pactree-specific loss: cutting the list after
+// the head (in every crash image, in the pool file after every kill) drops records that
+// completed operations wrote.
+TEST(CrashPacTree, DriverAndKillHarnessCatchLostRecords) {
   Options o;
   o.kind = "pactree";
   o.node_size = pactree::kHeaderBytes + 4 * pactree::kSlotBytes;
-  hybrid_test::expect_driver_catches(
-      o, 40,
+  hybrid_test::expect_checkers_catch(
+      o,
       [](std::span<char> image) {
         const std::uint64_t root = pm::image_root(image.data());
         std::uint64_t head = 0;
@@ -76,7 +77,7 @@ TEST(CrashPacTree, DriverCatchesLostRecords) {
         if (head == 0 || head + 16 > image.size()) return;
         std::memset(image.data() + head + offsetof(pactree::NodeHeader, next), 0, 8);
       },
-      "pactree.tampered");
+      "pactree");
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "index/common/crash_kit.h"
+#include "index/common/hybrid_test_support.h"
 #include "pmindex/crash/index_driver.h"
 
 namespace pmindex::crash {
@@ -50,15 +51,7 @@ TEST(CrashPart, AdrSparse) { run(pm::Mode::adr, 70000, "part_sparse", 0.5); }
 TEST(CrashPart, DriverCatchesLostRecords) {
   IndexCrashConfig cfg = part_config(400);
   cfg.ops = 60;
-  cfg.tamper_image = [](std::span<char> image) {
-    // Format v2 refuses a lost root word, so the tamper forges a consistent "creation never
-    // published a root" state (both copies checksummed): recovery then builds an empty index.
-    pm::HeaderState st{};
-    if (!pm::image_state(image.data(), &st)) return;
-    st.root = 0;
-    st.flags = pm::kStateBuilding;
-    pm::set_image_state(image.data(), st);
-  };
+  cfg.tamper_image = hybrid_test::forget_root;
   ExploreOptions opt;
   opt.label = "part.tampered";
   opt.images_budget = 100;

@@ -9,6 +9,7 @@
 
 #include <iostream>
 
+#include "index/common/crash_kit.h"
 #include "pmindex/crash/index_driver.h"
 
 namespace pmindex::crash {
@@ -28,32 +29,13 @@ ConcurrentCrashConfig config(std::size_t threads, std::uint64_t key_space) {
 void expect_clean(pm::Mode mode, std::size_t threads, std::uint64_t key_space) {
   const std::string label = "part.mt." + std::string(pm::to_string(mode)) + "." +
                             std::to_string(threads) + "t.k" + std::to_string(key_space);
-  ExploreOptions opt = ExploreOptions::from_env(label, mode, 20261126, 1000);
-  if (opt.replay) {
-    opt.seed = opt.replay->seed;
-    const ExploreReport r = run_index_crash_concurrent(config(threads, key_space), opt);
-    EXPECT_TRUE(r.ok()) << r.to_string();
-    return;
-  }
-  const std::size_t per_run = 125;
-  const std::size_t seeds = std::max<std::size_t>(1, opt.images_budget / 2 / per_run);
-  const std::uint64_t base = opt.seed;
-  opt.images_budget = per_run;
-  opt.max_failures = 1;
-  std::size_t images = 0, failed = 0, short_runs = 0;
-  std::string first_failure, first_short;
-  for (std::size_t i = 0; i < seeds; ++i) {
-    opt.seed = base + i * 7919;
-    const ExploreReport r = run_index_crash_concurrent(config(threads, key_space), opt);
-    images += r.images_checked;
-    if (!r.ok() && failed++ == 0) first_failure = r.to_string();
-    if (r.ok() && r.coverage(opt) == ExploreReport::Coverage::short_of_budget && short_runs++ == 0)
-      first_short = r.coverage_text(opt);
-  }
-  std::cout << label << " base seed " << base << ": " << seeds << " schedules, " << images
-            << " images, " << failed << " failed, " << short_runs << " short\n";
-  EXPECT_EQ(failed, 0u) << first_failure;
-  EXPECT_EQ(short_runs, 0u) << first_short;
+  // Half of the budget for each thread count, in schedules of 125 images.
+  const crash_kit::SweepTotals t = crash_kit::sweep(
+      ExploreOptions::from_env(label, mode, 20261126, 1000), {.per_run = 125, .budget_share = 2},
+      [&](const ExploreOptions& opt) {
+        return run_index_crash_concurrent(config(threads, key_space), opt);
+      });
+  crash_kit::expect_swept(t, label);
 }
 
 // 14 keys share 7 bytes: one node grows and shrinks under two writers; 600 keys: prefix

@@ -47,15 +47,7 @@ TEST(CrashRefList, DriverCatchesLostRecords) {
   IndexCrashConfig cfg;
   cfg.options.kind = "reflist";
   cfg.ops = 40;
-  cfg.tamper_image = [](std::span<char> image) {
-    // Format v2 refuses a lost root word, so the tamper forges a consistent "creation never
-    // published a root" state (both copies checksummed): recovery then builds an empty index.
-    pm::HeaderState st{};
-    if (!pm::image_state(image.data(), &st)) return;
-    st.root = 0;
-    st.flags = pm::kStateBuilding;
-    pm::set_image_state(image.data(), st);
-  };
+  cfg.tamper_image = hybrid_test::forget_root;
   ExploreOptions opt;
   opt.label = "reflist.tampered";
   opt.images_budget = 200;

@@ -16,6 +16,7 @@
 #include <optional>
 
 #include "index/common/crash_kit.h"
+#include "index/common/hybrid_test_support.h"
 #include "index/roart/roart.h"
 #include "pmindex/crash/index_driver.h"
 #include "pmindex/pm/pool.h"
@@ -451,13 +452,7 @@ TEST(CrashRoart, WalkRefusesAForgedMergeIntent) {
 TEST(CrashRoart, DriverCatchesLostRecords) {
   IndexCrashConfig cfg = roart_config(400);
   cfg.ops = 60;
-  cfg.tamper_image = [](std::span<char> image) {
-    pm::HeaderState st{};
-    if (!pm::image_state(image.data(), &st)) return;
-    st.root = 0;
-    st.flags = pm::kStateBuilding;
-    pm::set_image_state(image.data(), st);
-  };
+  cfg.tamper_image = hybrid_test::forget_root;
   ExploreOptions opt;
   opt.label = "roart.tampered";
   opt.images_budget = 100;

@@ -3,6 +3,8 @@
 // failed (nothing was changed), with o.damaged set when it met a damaged node.
 #pragma once
 
+#include "index/common/prefetch.h"
+
 namespace pmindex::art {
 
 // --- insert -----------------------------------------------------------------------------------
@@ -441,7 +443,7 @@ void Tree<P>::find_batch(const std::string_view* keys, std::size_t n, std::uint6
       continue;
     }
     cur[i] = Cursor{root_lock_, pv, load_word(*root_word_), 0};
-    if (cur[i].w != 0) __builtin_prefetch(at<const char>(cur[i].w));
+    if (cur[i].w != 0) index_common::prefetch_lines(at<const char>(cur[i].w), 64);
     live |= bit;
   }
   while (live != 0) {
@@ -493,7 +495,7 @@ void Tree<P>::find_batch(const std::string_view* keys, std::size_t n, std::uint6
         ++depth;
       }
       c = Cursor{&nd->lock, v, next, depth};
-      if (next != 0) __builtin_prefetch(at<const char>(next));
+      if (next != 0) index_common::prefetch_lines(at<const char>(next), 64);
     }
   }
   for (; alone != 0; alone &= alone - 1) {
