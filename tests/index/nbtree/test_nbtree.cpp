@@ -18,6 +18,7 @@
 
 #include "index/nbtree/nbtree.h"
 #include "index/common/node_search.h"
+#include "index/common/damage_checks.h"
 #include "index/common/map_checker.h"
 #include "pmindex/index.h"
 #include "support/temp_dir.h"
@@ -26,6 +27,7 @@ namespace pmindex {
 namespace {
 
 using pmindex::testing::TempDir;
+using pmindex::testing::expect_refused_after_unclean_end;
 using pmindex::testing::grow_phase;
 using pmindex::testing::MapChecker;
 using pmindex::testing::open_or_die;
@@ -311,14 +313,8 @@ TEST(NBTree, RecoveryAfterAnUncleanEndRefusesADamagedLink) {
       // Redirected: the offset names the third block, the tag is still the second's.
       head->next = zero ? 0 : index_common::make_link(third, index_common::link_tag(head->next));
     }  // no close(): an unclean end, so no counts are stored
-    auto info = pm::Pool::inspect(path);
-    ASSERT_TRUE(info.ok());
-    ASSERT_FALSE(info->clean_shutdown);
-    auto r = Index::open(o);
-    ASSERT_FALSE(r.ok()) << (zero ? "zeroed" : "redirected") << " link not seen";
-    EXPECT_EQ(r.status().code(), Code::corrupted);
-    EXPECT_NE(r.status().message().find(zero ? "end mark" : "tag of the block"), std::string::npos)
-        << r.status().to_string();
+    expect_refused_after_unclean_end(o, zero ? "zeroed link" : "redirected link",
+                                     zero ? "end mark" : "tag of the block");
   }
 }
 
