@@ -35,15 +35,8 @@ std::string_view to_string(HookPoint p) {
   return "?";
 }
 
-namespace {
-// The full fence of the Dekker-style handshakes between a writer of an old leaf and the SMO
-// that publishes copy_ptr / sets the smo bit (W1, S3): each side stores, fences, then loads.
-inline void full_fence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
-inline void spin_pause(const char* tag) {
-  pm::yield_point(tag);
-  std::this_thread::yield();
-}
-}  // namespace
+using detail::full_fence;
+using detail::spin_pause;
 
 NBTree::NBTree(std::unique_ptr<pm::Pool> pool, std::uint32_t node_size, std::uint32_t max_value,
                std::uint32_t max_key)

@@ -30,6 +30,7 @@
 #pragma once
 
 #include <atomic>
+#include <thread>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
@@ -49,11 +50,23 @@
 #include "index/common/separator_store.h"
 #include "index/nbtree/layout.h"
 #include "pmindex/pm/dram_arena.h"
+#include "pmindex/pm/persist.h"
 #include "pmindex/index.h"
 #include "pmindex/sync/epoch.h"
 #include "pmindex/sync/spin_lock.h"
 
 namespace pmindex::nbtree {
+
+namespace detail {
+// The full fence of the Dekker-style handshakes between a writer of an old leaf and the SMO
+// that publishes copy_ptr / sets the smo bit (W1, S3): each side stores, fences, then loads.
+inline void full_fence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+// One round of a wait: a scheduling point for the crash simulator, then a yield.
+inline void spin_pause(const char* tag) {
+  pm::yield_point(tag);
+  std::this_thread::yield();
+}
+}  // namespace detail
 
 // The "no upper bound" value of a leaf's or inner node's `high` (both key modes).
 inline constexpr std::uint64_t kNoHigh = ~std::uint64_t{0};

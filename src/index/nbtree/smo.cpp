@@ -9,12 +9,10 @@
 
 namespace pmindex::nbtree {
 
+using detail::full_fence;
+using detail::spin_pause;
+
 namespace {
-inline void full_fence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
-inline void spin_pause(const char* tag) {
-  pm::yield_point(tag);
-  std::this_thread::yield();
-}
 
 // S9 / M5: sets the frozen bit of l's next (never cleared), so no other link phase changes it
 // any more; returns the successor it names. acq_rel: the successor's initialisation is seen,
