@@ -9,6 +9,7 @@
 #include <mutex>
 
 #include "index/common/hybrid_checks.h"
+#include "index/common/prefetch.h"
 #include "index/dptree/dptree.h"
 
 namespace pmindex::dptree {
@@ -680,7 +681,9 @@ void DPTree<P>::find_batch(const std::string_view* keys, std::string* values, Co
   std::pair<std::uint64_t, std::uint64_t> found[kFindBatch];
   const std::uint64_t alone = inner_.descend_batch(
       base, [&](std::size_t j) { return index_common::WordProbe{k[j]}; },
-      [](std::uint64_t info) { __builtin_prefetch(reinterpret_cast<const LeafInfo*>(info)); },
+      [](std::uint64_t info) {
+        index_common::prefetch_lines(reinterpret_cast<const LeafInfo*>(info), 64);
+      },
       [](std::uint64_t) -> std::optional<std::uint64_t> { return 0; }, found);
   const LeafInfo* l[kFindBatch];
   const std::uint32_t mask = slots_ - 1, win = window(slots_);
@@ -689,8 +692,8 @@ void DPTree<P>::find_batch(const std::string_view* keys, std::string* values, Co
                                  : reinterpret_cast<const LeafInfo*>(found[j].first);
     const std::uint8_t* fp = view(l[j]->off).fp();
     const auto home = static_cast<std::uint32_t>(key_hash(k[j]));
-    __builtin_prefetch(fp + (home & mask));              // the window's first line
-    __builtin_prefetch(fp + ((home + win - 1) & mask));  // and its last (wrapping)
+    index_common::prefetch_lines(fp + (home & mask), 64);              // the window's first line
+    index_common::prefetch_lines(fp + ((home + win - 1) & mask), 64);  // and its last (wrapping)
   }
   for (std::size_t j = 0; j < base; ++j) {  // slot_of's window walk, prefetching the matches
     const LeafView v = view(l[j]->off);
@@ -698,7 +701,8 @@ void DPTree<P>::find_batch(const std::string_view* keys, std::string* values, Co
     const std::uint8_t fp = key_fp(h);
     for (std::uint32_t i = 0; i < win; ++i) {
       const std::uint32_t s = (static_cast<std::uint32_t>(h) + i) & mask;
-      if (detail::test_bit(l[j]->bitmap, s) && v.fp()[s] == fp) __builtin_prefetch(v.slot(s));
+      if (detail::test_bit(l[j]->bitmap, s) && v.fp()[s] == fp)
+        index_common::prefetch_lines(v.slot(s), 64);
     }
   }
   for (std::size_t j = 0; j < base; ++j) {

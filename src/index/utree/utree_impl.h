@@ -845,7 +845,7 @@ void UTree<P>::find_batch(const std::string_view* keys, std::string* values, Cod
     const unsigned pos = search(l, p[j], &found);
     node[j] = found ? node_offset(optimistic_read(l->nodes()[pos])) : 0;
     if (found && !node_in_pool(node[j])) alone |= std::uint64_t{1} << j;  // find sorts it out
-    else if (found) __builtin_prefetch(&node_at(node[j])->value);
+    else if (found) index_common::prefetch_lines(&node_at(node[j])->value, 64);
   }
   for (std::size_t j = 0; j < live; ++j) {
     if ((alone >> j & 1) != 0) continue;
