@@ -12,6 +12,7 @@
 
 #include <iostream>
 
+#include "index/common/crash_kit.h"
 #include "index/utree/utree_recovery.h"
 #include "pmindex/crash/index_driver.h"
 
@@ -24,9 +25,9 @@ template class UTree<UnlockBeforePersist>;
 
 namespace {
 
+namespace crash_kit = crash::crash_kit;
 using crash::ConcurrentCrashConfig;
 using crash::ExploreOptions;
-using crash::ExploreReport;
 
 ConcurrentCrashConfig config(std::size_t threads, bool bad, KeyType kt) {
   ConcurrentCrashConfig cfg;
@@ -47,59 +48,25 @@ ConcurrentCrashConfig config(std::size_t threads, bool bad, KeyType kt) {
   return cfg;
 }
 
-struct Totals {
-  std::size_t runs = 0, images = 0, failed_runs = 0, short_runs = 0;
-  std::string first_failure, first_short;
-};
-
-Totals sweep(pm::Mode mode, std::size_t threads, bool bad, std::size_t max_seeds,
-             KeyType kt = KeyType::u64) {
+// Half of the budget for each thread count, in schedules of 125 images; a known-bad variant
+// gets max_seeds schedules and stops at the first that fails (crash_kit::sweep).
+crash_kit::SweepTotals sweep(pm::Mode mode, std::size_t threads, bool bad, std::size_t max_seeds,
+                             KeyType kt = KeyType::u64) {
   const std::string label = "utree.mt." + std::string(pm::to_string(mode)) + "." +
                             std::to_string(threads) + "t" +
                             (kt == KeyType::bytes ? ".bytes" : "") + (bad ? ".bad" : "");
-  ExploreOptions opt = ExploreOptions::from_env(label, mode, 20261126, 1000);
-  Totals t;
-  if (opt.replay) {
-    opt.seed = opt.replay->seed;
-    const ExploreReport r = run_index_crash_concurrent(config(threads, bad, kt), opt);
-    std::cout << label << " replay: " << r.to_string() << "\n";
-    t.runs = 1;
-    if (!r.ok()) {
-      t.failed_runs = 1;
-      t.first_failure = r.to_string();
-    }
-    return t;
-  }
-  const std::size_t per_run = 125;
-  std::size_t seeds = std::max<std::size_t>(1, opt.images_budget / 2 / per_run);
-  if (bad) seeds = max_seeds;
-  const std::uint64_t base = opt.seed;
-  opt.images_budget = per_run;
-  opt.max_failures = 1;
-  for (std::size_t i = 0; i < seeds; ++i) {
-    opt.seed = base + i * 7919;
-    const ExploreReport r = run_index_crash_concurrent(config(threads, bad, kt), opt);
-    ++t.runs;
-    t.images += r.images_checked;
-    if (r.ok() && r.coverage(opt) == ExploreReport::Coverage::short_of_budget &&
-        t.short_runs++ == 0)
-      t.first_short = "seed " + std::to_string(opt.seed) + ": " + r.coverage_text(opt);
-    if (!r.ok()) {
-      if (t.failed_runs++ == 0) t.first_failure = r.to_string();
-      if (bad) break;
-    }
-  }
-  std::cout << label << " base seed " << base << ": " << t.runs << " schedules, " << t.images
-            << " images, " << t.failed_runs << " failed, " << t.short_runs
-            << " short of their budget\n";
-  return t;
+  return crash_kit::sweep(
+      ExploreOptions::from_env(label, mode, 20261126, 1000),
+      {.per_run = 125, .budget_share = 2, .max_seeds = max_seeds, .stop_at_failure = bad},
+      [&](const ExploreOptions& opt) {
+        return run_index_crash_concurrent(config(threads, bad, kt), opt);
+      });
 }
 
 void expect_clean(pm::Mode mode, std::size_t threads, KeyType kt = KeyType::u64) {
-  const Totals t = sweep(mode, threads, false, 0, kt);
-  EXPECT_EQ(t.failed_runs, 0u) << t.first_failure;
-  EXPECT_GT(t.runs, 0u);
-  EXPECT_EQ(t.short_runs, 0u) << t.first_short;
+  crash_kit::expect_swept(sweep(mode, threads, false, 0, kt),
+                          "utree.mt." + std::string(pm::to_string(mode)) + "." +
+                              std::to_string(threads) + "t");
 }
 
 TEST(MtCrashUTree, Eadr2Threads) { expect_clean(pm::Mode::eadr, 2); }
@@ -112,7 +79,7 @@ TEST(MtCrashUTree, Adr2ThreadsBytesKeys) { expect_clean(pm::Mode::adr, 2, KeyTyp
 // durable (U3 after the unlock) lets a reader observe, or another insert build on, a link
 // that a crash takes away.
 TEST(MtCrashUTree, UnlockBeforePersistIsCaught) {
-  const Totals t = sweep(pm::Mode::adr, 2, true, 300);
+  const crash_kit::SweepTotals t = sweep(pm::Mode::adr, 2, true, 300);
   EXPECT_GT(t.failed_runs, 0u) << "the unpersisted link went unnoticed";
   std::cout << "[caught] " << t.first_failure.substr(0, 600) << "\n";
 }
