@@ -148,15 +148,10 @@ class PrevSink final : public pm::TraceSink {
   crash::Scheduler& sched_;
 };
 
-struct ReuseOutcome {
-  std::vector<std::string> list;
-  bool verified = false;
-  std::string why;
-  std::uint64_t unlinked = 0;
-};
-
+// The 64 B-leaf tree both leaf-reuse tests start from, bulk-loaded with ten keys:
+// F [10 20] X [30 40] l [44 50] R [60 70] S [80 90].
 template <class Policy>
-ReuseOutcome run_reuse(std::uint64_t seed) {
+std::unique_ptr<Index> reuse_tree() {
   Options o;
   o.kind = "utree";
   o.node_size = 64;
@@ -174,6 +169,19 @@ ReuseOutcome run_reuse(std::uint64_t seed) {
   for (std::uint64_t k : {10, 20, 30, 40, 44, 50, 60, 70, 80, 90}) store.push_back(encode_u64(k));
   for (const std::string& k : store) kvs.push_back({k, k});
   EXPECT_TRUE(idx->bulk_load(kvs, 1.0).ok());
+  return idx;
+}
+
+struct ReuseOutcome {
+  std::vector<std::string> list;
+  bool verified = false;
+  std::string why;
+  std::uint64_t unlinked = 0;
+};
+
+template <class Policy>
+ReuseOutcome run_reuse(std::uint64_t seed) {
+  std::unique_ptr<Index> idx = reuse_tree<Policy>();
   EXPECT_EQ(idx->remove(encode_u64(44)), Code::ok);
   EXPECT_TRUE(idx->verify().ok());
   crash::Scheduler sched(seed);
@@ -248,23 +256,7 @@ TEST(UTreeLeafReuse, CheckedReuseKeepsTheListSorted) {
 // in every scan.
 template <class Policy>
 std::vector<std::string> run_scan(std::uint64_t seed) {
-  Options o;
-  o.kind = "utree";
-  o.node_size = 64;
-  pm::PoolOptions po;
-  po.size = 1 << 20;
-  po.mode = pm::Mode::adr;
-  po.layout = layout_for(o);
-  auto pool = pm::Pool::create(po);
-  EXPECT_TRUE(pool.ok());
-  auto created = UTree<Policy>::create(std::move(pool).value(), o);
-  EXPECT_TRUE(created.ok());
-  std::unique_ptr<Index> idx = std::move(created).value();
-  std::vector<KeyValue> kvs;
-  std::vector<std::string> store;
-  for (std::uint64_t k : {10, 20, 30, 40, 44, 50, 60, 70, 80, 90}) store.push_back(encode_u64(k));
-  for (const std::string& k : store) kvs.push_back({k, k});
-  EXPECT_TRUE(idx->bulk_load(kvs, 1.0).ok());
+  std::unique_ptr<Index> idx = reuse_tree<Policy>();
   crash::Scheduler sched(seed);
   class Sink final : public pm::TraceSink {
    public:
