@@ -60,11 +60,12 @@ struct Outcome {
   bool found_30 = false;
 };
 
+// An empty uTree<Policy> with `node_size`-byte leaves on a 1 MiB ADR pool.
 template <class Policy>
-Outcome run(std::uint64_t seed) {
+std::unique_ptr<Index> new_utree(std::uint32_t node_size) {
   Options o;
   o.kind = "utree";
-  o.node_size = 512;
+  o.node_size = node_size;
   pm::PoolOptions po;
   po.size = 1 << 20;
   po.mode = pm::Mode::adr;
@@ -74,6 +75,12 @@ Outcome run(std::uint64_t seed) {
   auto created = UTree<Policy>::create(std::move(pool).value(), o);
   EXPECT_TRUE(created.ok());
   std::unique_ptr<Index> idx = std::move(created).value();
+  return idx;
+}
+
+template <class Policy>
+Outcome run(std::uint64_t seed) {
+  std::unique_ptr<Index> idx = new_utree<Policy>(512);
   EXPECT_EQ(idx->insert(encode_u64(10), encode_u64(10)), Code::ok);
   EXPECT_EQ(idx->insert(encode_u64(40), encode_u64(40)), Code::ok);
   crash::Scheduler sched(seed);
@@ -152,18 +159,7 @@ class PrevSink final : public pm::TraceSink {
 // F [10 20] X [30 40] l [44 50] R [60 70] S [80 90].
 template <class Policy>
 std::unique_ptr<Index> reuse_tree() {
-  Options o;
-  o.kind = "utree";
-  o.node_size = 64;
-  pm::PoolOptions po;
-  po.size = 1 << 20;
-  po.mode = pm::Mode::adr;
-  po.layout = layout_for(o);
-  auto pool = pm::Pool::create(po);
-  EXPECT_TRUE(pool.ok());
-  auto created = UTree<Policy>::create(std::move(pool).value(), o);
-  EXPECT_TRUE(created.ok());
-  std::unique_ptr<Index> idx = std::move(created).value();
+  std::unique_ptr<Index> idx = new_utree<Policy>(64);
   std::vector<KeyValue> kvs;
   std::vector<std::string> store;
   for (std::uint64_t k : {10, 20, 30, 40, 44, 50, 60, 70, 80, 90}) store.push_back(encode_u64(k));
