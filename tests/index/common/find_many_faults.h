@@ -7,38 +7,23 @@
 #include <span>
 #include <string>
 
+#include "index/common/forwarding_index.h"
 #include "pmindex/index.h"
 
 namespace pmindex::index_test {
 
-class DropsLast final : public Index {
+class DropsLast final : public testing::ForwardingIndex {
  public:
-  explicit DropsLast(std::unique_ptr<Index> in) : in_(std::move(in)) {}
-  std::string_view kind() const override { return in_->kind(); }
-  Code insert(std::string_view k, std::string_view v) override { return in_->insert(k, v); }
-  Code update(std::string_view k, std::string_view v) override { return in_->update(k, v); }
-  Code find(std::string_view k, std::string* v) const override { return in_->find(k, v); }
-  Code remove(std::string_view k) override { return in_->remove(k); }
-  std::size_t scan(std::string_view s, std::size_t max, ScanBuffer& out) const override {
-    return in_->scan(s, max, out);
-  }
-  Status verify() const override { return in_->verify(); }
-  RecoveryStats recovery_stats() const override { return in_->recovery_stats(); }
-  Footprint footprint() const override { return in_->footprint(); }
-  Status close() override { return in_->close(); }
-  const pm::Pool& pool() const override { return in_->pool(); }
+  using ForwardingIndex::ForwardingIndex;
 
  protected:
   void find_batch(const std::string_view* keys, std::string* values, Code* codes,
                   std::size_t n) const override {
-    (void)in_->find_many({keys, n}, values != nullptr ? std::span<std::string>(values, n)
-                                                      : std::span<std::string>(),
-                         {codes, n});
+    (void)inner().find_many({keys, n}, values != nullptr ? std::span<std::string>(values, n)
+                                                         : std::span<std::string>(),
+                            {codes, n});
     if (n > 0) codes[n - 1] = Code::not_found;
   }
-
- private:
-  std::unique_ptr<Index> in_;
 };
 
 }  // namespace pmindex::index_test
