@@ -75,6 +75,14 @@ TEST_P(GrowLoad, RandomInsertsIntoAGrowingPool) {
               mib(pool.size()), mib(touched), mib(fp.pm_reserved), mib(fp.pm_bytes),
               static_cast<double>(touched) / static_cast<double>(fp.pm_bytes),
               static_cast<double>(fp.pm_reserved) / static_cast<double>(fp.pm_bytes));
+  // Where carved-but-free bytes sit: the classes holding free blocks in the central lists.
+  for (const pm::SizeClassStats& c : pool.allocator().stats().classes) {
+    if (c.blocks_free == 0) continue;
+    std::printf("[grow-load]   class %zu B: %llu in use, %llu free (%.1f MiB)\n", c.block_size,
+                static_cast<unsigned long long>(c.blocks_in_use),
+                static_cast<unsigned long long>(c.blocks_free),
+                mib(c.blocks_free * c.block_size));
+  }
   EXPECT_LE(file, pool.size());
   EXPECT_LE(pool.heap_high_water(), file);
   if (n >= 10'000'000) {
