@@ -12,19 +12,55 @@
 namespace pmindex::utree {
 
 // --- link words (root.head, node.next) -------------------------------------------------------
-//   bit 0     mark   the node holding this word is logically deleted (D1); never in root.head
-//   bit 1     dirty  set by the CAS that links a new node (U2) until that word is persisted;
-//                    whoever acts on a dirty word persists it first (W1)
-//   bits 2-3  zero
-//   bits 4-63 pool offset of the next node (16-byte aligned), 0 = end of the list
+//   bit 0      mark   the node holding this word is logically deleted (D1); never in root.head
+//   bit 1      dirty  set by the CAS that links a new node (U2) until that word is persisted;
+//                     whoever acts on a dirty word persists it first (W1)
+//   bits 2-3   zero
+//   bits 4-39  pool offset of the next node (16-byte aligned; below 64 GiB, so bits 36-39 are
+//              zero: a larger offset fails the bounds check)
+//   bits 40-63 the next node's tag, node_tag() of its key word (and key record offset):
+//              1..kEndTag-1, checked by recovery and verify() against the node reached (R1t)
+//   kListEnd   offset 0 with tag kEndTag: the last node's next (with its flags), or root.head of
+//              an empty list. A link word of 0 is never an end: it is damage (R1t).
+// A node's `next` is 0 only before U1 writes it, while nothing links the node.
 inline constexpr std::uint64_t kMarkBit = 1;
 inline constexpr std::uint64_t kDirtyBit = 2;
 inline constexpr std::uint64_t kFlagMask = 0xF;
-constexpr std::uint64_t link_target(std::uint64_t w) { return w & ~kFlagMask; }
-static_assert(link_target(0x1233) == 0x1230);
+inline constexpr unsigned kTagShift = 40;
+inline constexpr std::uint64_t kEndTag = 0xffffff;
+inline constexpr std::uint64_t kListEnd = kEndTag << kTagShift;
+inline constexpr std::uint64_t kTargetMask = ((std::uint64_t{1} << kTagShift) - 1) & ~kFlagMask;
+constexpr std::uint64_t link_target(std::uint64_t w) { return w & kTargetMask; }
+constexpr std::uint64_t link_tag(std::uint64_t w) { return w >> kTagShift; }
+constexpr std::uint64_t make_link(std::uint64_t off, std::uint64_t tag) {
+  return off | tag << kTagShift;
+}
+// The word without its flags: what a link names (offset and tag), or kListEnd.
+constexpr std::uint64_t link_word(std::uint64_t w) { return w & ~kFlagMask; }
+static_assert(link_target(0x1233) == 0x1230 && link_target(kListEnd | kMarkBit) == 0);
+static_assert(link_target(make_link(0xff'ffff'fff0ull, 5)) == 0xff'ffff'fff0ull &&
+              link_tag(make_link(0xff'ffff'fff0ull, 5) | kDirtyBit) == 5);
+
+// R1t: a node's tag, mixed from the words that never change while the node is linked: its key
+// word and (bytes keys; 0 for integer keys) its key record's offset. An update rewrites only
+// `value`; a node's memory is reused only after it is unlinked and persisted so (U9). The mix
+// (murmur3's 64-bit finaliser over the two words, a constant added so that an all-zero node
+// gets no special tag) is spread over 1..kEndTag-1, so a link redirected to another node
+// passes its check by chance about 1 in 2^24.
+constexpr std::uint64_t node_tag(std::uint64_t key, std::uint64_t key_record) {
+  std::uint64_t h = (key + 0x9e3779b97f4a7c15ull) ^ (key_record * 0xc2b2ae3d27d4eb4full);
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdull;
+  h ^= h >> 33;
+  h *= 0xc4ceb9fe1a85ec53ull;
+  h ^= h >> 33;
+  return 1 + (h >> kTagShift) % (kEndTag - 1);
+}
+static_assert(node_tag(0, 0) != node_tag(1, 0) && node_tag(0, 0) >= 1 &&
+              node_tag(~std::uint64_t{0}, 0) < kEndTag);
 
 // Root object (64 B, one line), written once at creation (U0) except `head`.
-//   [ 0, 8) magic "UTREE001"    [ 8,16) head: link word to the first list node
+//   [ 0, 8) magic "UTREE002"    [ 8,16) head: link word to the first list node (kListEnd: empty)
 //   [16,20) node_size (DRAM leaf bytes)   [20,24) key_mode
 //   [24,28) max_key_size        [28,32) max_value_size (8 = inline values)
 //   [32,40) hints: offset of the skip-hint block (0 = none; hints only, R0/R4)
@@ -46,7 +82,9 @@ static_assert(offsetof(Root, head) == 8 && offsetof(Root, node_size) == 16 &&
               offsetof(Root, hints) == 32);
 static_assert(offsetof(Root, stamp) == 40, "the layout stamp sits in the old reserved tail");
 static_assert(std::is_standard_layout_v<Root> && std::is_trivially_copyable_v<Root>);
-inline constexpr std::uint64_t kRootMagic = 0x3130304545525455ull;  // "UTREE001"
+inline constexpr std::uint64_t kRootMagic = 0x3230304545525455ull;  // "UTREE002"
+// Links without tags (before R1t): refused at open with a message, never read as a list.
+inline constexpr std::uint64_t kRootMagicUntagged = 0x3130304545525455ull;  // "UTREE001"
 
 // PM list node: one per record, allocated at its natural size (never rounded up by us):
 //   u64 / f64 keys (24 B):            bytes keys (32 B):

@@ -36,7 +36,8 @@
 //     pin (the argument: PROTOCOL.md, L1-L4).
 //   * verify(), bulk_load() and close() expect no concurrent operations.
 // Invariants (checked by verify()):
-//   (1) the list from root.head is in bounds, keys strictly increase, no mark or dirty bit;
+//   (1) the list from root.head is in bounds, keys strictly increase, no mark or dirty bit,
+//       every link carries the tag of the node it names and the list ends at kListEnd (R1t);
 //   (2) the DRAM leaves, left to right, hold exactly the list's nodes in list order, each
 //       entry's key word equal to its node's; the inner tree's leaves are the leaf chain and
 //       every key lies within its inner fences; prev hints agree with the chain; no leaf but
@@ -85,6 +86,10 @@ struct Protocol {
   // again after reading the next one's version (L4): a next removed and reused meanwhile
   // sends the scan to wherever the reused leaf now lies.
   static constexpr bool kUncoupledScan = false;
+  // Recovery and verify() follow links without R1t's checks: the tag in a link is not compared
+  // with the node it names, and any link naming offset 0 ends the list (the untagged format's
+  // reading), so a zeroed or redirected link reads as a shorter list.
+  static constexpr bool kUncheckedLinks = false;
 };
 
 // Registry entry points.
@@ -175,6 +180,12 @@ class UTree final : public Index {
     return off == 0 ? &root_->head : &node_at(off)->next;
   }
   bool node_in_pool(NodeOff off) const { return off != 0 && off + node_bytes_ <= pool_->extent(); }
+  // R1t: a node's tag (its key word and key record never change while it is linked), and the
+  // clean link word naming the node at off. Quiescent or own (not yet linked) nodes only.
+  std::uint64_t tag_of(const ListNode* n) const {
+    return node_tag(n->key, bytes_ ? n->key_record : 0);
+  }
+  std::uint64_t link_to(NodeOff off) const { return make_link(off, tag_of(node_at(off))); }
   // Sign of (probe - key of node / entry): prefix words first, key records on a tie.
   int compare_node(const Probe& p, NodeOff off) const;
   int compare_entry(const Probe& p, std::uint64_t word, std::uint32_t idx) const;

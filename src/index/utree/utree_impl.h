@@ -75,7 +75,7 @@ Status UTree<P>::init_root(const Options& o) {
   if (off == 0) return p.error(code, "no space for the index root");
   Root init{};
   init.magic = kRootMagic;
-  init.head = 0;
+  init.head = kListEnd;  // R1t: an empty list ends at the end mark, never at 0
   init.node_size = node_size_;
   init.key_mode = static_cast<std::uint32_t>(o.key_type);
   init.max_key_size = o.key_type == KeyType::bytes ? o.max_key_size : 8;
@@ -142,8 +142,9 @@ std::string UTree<P>::node_key(NodeOff off) const {
   return std::string(stored);
 }
 
-// U1: a node with key, key record (K1), value or value record (K1), next = 0; persisted by
-// the caller once next is set (write_next). Nothing allocated is reachable yet.
+// U1: a node with key, key record (K1), value or value record (K1), next = 0 (not linked yet;
+// never a reachable end, R1t); persisted by the caller once next is set (write_next). Nothing
+// allocated is reachable yet.
 template <class P>
 typename UTree<P>::NodeOff UTree<P>::make_node(const Probe& p, std::string_view value,
                                                Code* code) {
@@ -624,20 +625,23 @@ Code UTree<P>::insert_once(std::string_view key, std::string_view value) {
     link_published_first(start, node);
     return Code::ok;
   }
+  // R1t: the link names the node with its tag (from the key the node holds), in the same word:
+  // U2 and U3 CAS exactly the words they did before, no store or line is added.
+  const std::uint64_t tagged = link_to(node);
   for (;;) {
     const Pred pred = find_pred(l, pos, p);
-    write_next(node, pred.word);  // U1: next = successor, node persisted
+    write_next(node, pred.word);  // U1: next = successor (its tag included), node persisted
     std::uint64_t expected = pred.word;
     pm::yield_point("utree.link");
-    if (pm::cas(link_of(pred.node), expected, node | kDirtyBit)) {  // U2: linked
+    if (pm::cas(link_of(pred.node), expected, tagged | kDirtyBit)) {  // U2: linked
       std::uint64_t* link = link_of(pred.node);
       if constexpr (P::kUnlockBeforePersist) {
         enter(l, pos, p.word, node);
         l->h.lock.writeUnlock();
       }
       pm::persist(link, sizeof *link);  // U3: durable before the leaf shows it
-      std::uint64_t dirty = node | kDirtyBit;
-      (void)pm::cas(link, dirty, node);  // U3: clean (a walker may have cleaned it first)
+      std::uint64_t dirty = tagged | kDirtyBit;
+      (void)pm::cas(link, dirty, tagged);  // U3: clean (a walker may have cleaned it first)
       if constexpr (P::kUnlockBeforePersist) return Code::ok;
       break;
     }
@@ -656,9 +660,9 @@ void UTree<P>::link_published_first(NodeOff start, NodeOff node) {
   for (;;) {
     pm::yield_point("utree.link");
     std::uint64_t w = detail::load(*link_of(start));
-    write_next(node, link_target(w));
+    write_next(node, link_word(w));
     std::uint64_t expected = w;
-    if (pm::cas(link_of(start), expected, node)) {
+    if (pm::cas(link_of(start), expected, link_to(node))) {
       pm::persist(link_of(start), 8);
       return;
     }
@@ -724,7 +728,8 @@ Code UTree<P>::remove(std::string_view key) {
     if (pm::cas(next, expected, w | kMarkBit)) break;
   }
   pm::persist(next, sizeof *next);  // D1: the remove is durable (recovery drops marked nodes)
-  const std::uint64_t succ = link_target(detail::load(*next));
+  // D2 copies the successor's word with its tag (R1t), without the mark.
+  const std::uint64_t succ = link_word(detail::load(*next));
   for (;;) {  // D2: unlink
     const Pred pred = find_pred(l, pos, p);
     std::uint64_t expected = pred.word;

@@ -27,6 +27,10 @@ Result<std::unique_ptr<Index>> UTree<P>::recover(std::unique_ptr<pm::Pool> pool,
       p, &t.recovery_, [&] { return t.init_root(o); },  // crash before U0: nothing reachable
       [&](std::uint64_t root_off) -> Status {
         Root* r = p.checked<Root>(root_off, sizeof(Root), 8);
+        if (r != nullptr && r->magic == kRootMagicUntagged)
+          return p.error(Code::corrupted,
+                         "utree root is of format UTREE001 (list links without tags, before "
+                         "pmindex adopted tagged links): load the records into a new pool");
         if (r == nullptr || r->magic != kRootMagic)
           return p.error(Code::corrupted, "utree root object is missing or has a wrong magic");
         if (Status st = index_common::check_root_stamp(r->stamp, p); !st.ok()) return st;
@@ -53,6 +57,9 @@ template <class P>
 struct UTree<P>::Segment {
   NodeOff start = 0;
   NodeOff stop = 0;
+  // Segment 0: root.head, the link that names start (R1t checks it). A hint segment's start
+  // is checked by the segment before, whose walk reaches it through a link (its stop).
+  std::optional<std::uint64_t> in;
   // (key word, offset | flags): bit 0 the node is marked, bit 1 its next word is dirty.
   std::vector<std::pair<std::uint64_t, std::uint64_t>> nodes;
   bool reached_stop = false;  // the walk arrived at `stop` through links
@@ -82,42 +89,57 @@ std::vector<typename UTree<P>::NodeOff> UTree<P>::read_hints(std::uint64_t* raw)
 
 // R1 for one segment: only reads PM (threads walk segments in parallel). Every offset bounds-
 // and alignment-checked, keys strictly increasing (no cycle), key records checked against the
-// prefix.
+// prefix. R1t: every link followed carries the tag of the node it reaches (the stop included),
+// and only the end mark ends the list.
 template <class P>
 void UTree<P>::walk_segment(Segment& seg, NodeOff stop) const {
   const pm::Pool& p = *pool_;
   const std::uint64_t limit = p.size() / kNodeAlign;
   std::string_view prev_key;
   std::uint64_t prev_word = 0;
-  for (NodeOff off = seg.start; off != 0;) {
+  std::optional<std::uint64_t> in = seg.in;  // the link word that led to off
+  NodeOff from = 0;                          // the node holding `in` (0: root.head)
+  auto fail = [&](NodeOff at, const std::string& what) {
+    seg.error = (at == 0 ? std::string("utree root head") : "utree list node at offset " +
+                                                               std::to_string(at)) + ": " + what;
+  };
+  for (NodeOff off = seg.start;;) {
+    if (off == 0) {
+      if (!P::kUncheckedLinks && in.has_value() && link_word(*in) != kListEnd)
+        return fail(from, "its link names offset 0 without the end mark (a zeroed link)");
+      seg.reached_stop = stop == 0;
+      return;
+    }
+    const ListNode* n = p.checked<ListNode>(off, node_bytes_, kNodeAlign);
+    if (n == nullptr) return fail(off, "out of bounds or misaligned");
+    if (!P::kUncheckedLinks && in.has_value() && link_tag(*in) != tag_of(n))
+      return fail(off, "the link to it (from " +
+                           (from == 0 ? std::string("root head") : "offset " + std::to_string(from)) +
+                           ") carries another node's tag: a redirected link or a damaged node");
     if (off == stop) {
       seg.reached_stop = true;
       return;
     }
-    auto fail = [&](const char* what) {
-      seg.error = "utree list node at offset " + std::to_string(off) + ": " + what;
-    };
-    const ListNode* n = p.checked<ListNode>(off, node_bytes_, kNodeAlign);
-    if (n == nullptr) return fail("out of bounds or misaligned");
-    if (seg.nodes.size() > limit) return fail("more nodes than the pool can hold");
+    if (seg.nodes.size() > limit) return fail(off, "more nodes than the pool can hold");
     const std::uint64_t next = n->next;
-    if ((next & kFlagMask & ~(kMarkBit | kDirtyBit)) != 0) return fail("bad link flags");
+    if ((next & kFlagMask & ~(kMarkBit | kDirtyBit)) != 0) return fail(off, "bad link flags");
     if (bytes_) {
       std::string_view key;
       if (!index_common::read_record(p, n->key_record, keys_.max_key(), &key))
-        return fail("bad key record");
-      if (detail::prefix_word(key) != n->key) return fail("key prefix differs from its record");
-      if (!seg.nodes.empty() && !(prev_key < key)) return fail("keys out of order (or a cycle)");
+        return fail(off, "bad key record");
+      if (detail::prefix_word(key) != n->key) return fail(off, "key prefix differs from its record");
+      if (!seg.nodes.empty() && !(prev_key < key)) return fail(off, "keys out of order (or a cycle)");
       prev_key = key;
     } else if (!seg.nodes.empty() && !(prev_word < n->key)) {
-      return fail("keys out of order (or a cycle)");
+      return fail(off, "keys out of order (or a cycle)");
     }
     prev_word = n->key;
     seg.nodes.emplace_back(n->key, off | ((next & kMarkBit) != 0 ? 1 : 0) |
                                        ((next & kDirtyBit) != 0 ? 2 : 0));
+    in = next;
+    from = off;
     off = link_target(next);
   }
-  seg.reached_stop = stop == 0;
 }
 
 // R1 (marking): the live nodes of a used segment and their records; marked nodes stay
@@ -290,7 +312,7 @@ void UTree<P>::repair_links(std::vector<Segment>& segs, const std::vector<LeafRu
         continue;
       }
       if (relink) {
-        pm::publish(link_of(prev_live), off);
+        pm::publish(link_of(prev_live), link_to(off));  // R1t: tagged
         pm::persist(link_of(prev_live), 8);
         ++recovery_.repaired;
       }
@@ -299,7 +321,7 @@ void UTree<P>::repair_links(std::vector<Segment>& segs, const std::vector<LeafRu
     }
   }
   if (relink) {
-    pm::publish(link_of(prev_live), 0);
+    pm::publish(link_of(prev_live), kListEnd);
     pm::persist(link_of(prev_live), 8);
     ++recovery_.repaired;
   }
@@ -329,6 +351,7 @@ Status UTree<P>::rebuild(unsigned threads) {
   for (std::size_t i = 0; i < segs.size(); ++i) {
     segs[i].start = i == 0 ? link_target(head) : hints[i - 1];
     segs[i].stop = i < hints.size() ? hints[i] : 0;
+    if (i == 0) segs[i].in = head;
   }
   recovery_.threads =
       run_parallel(segs.size(), threads, [&](std::size_t i) { walk_segment(segs[i], segs[i].stop); });
@@ -480,16 +503,18 @@ Status UTree<P>::bulk_load(std::span<const KeyValue> sorted, double fill) {
     entries.emplace_back(p.word, node);
   }
   for (std::size_t i = 0; i < entries.size(); ++i)
-    write_next(entries[i].second, i + 1 < entries.size() ? entries[i + 1].second : 0);
-  pm::publish(&root_->head, entries[0].second);  // U5: the whole list at once
+    write_next(entries[i].second,
+               i + 1 < entries.size() ? link_to(entries[i + 1].second) : kListEnd);  // R1t
+  pm::publish(&root_->head, link_to(entries[0].second));  // U5: the whole list at once
   pm::persist(&root_->head, 8);
   build_dram(entries, fill);
   this->count_loaded(sorted.size());
   return Status::Ok();
 }
 
-// The list: in bounds, strictly increasing, no flag bits, records valid; collects the nodes
-// in order and adds their allocator bytes to *reachable.
+// The list: in bounds, strictly increasing, no flag bits, records valid, every link tagged
+// with the node it names and the list ended by the end mark (R1t); collects the nodes in order
+// and adds their allocator bytes to *reachable.
 template <class P>
 Status UTree<P>::verify_list(std::vector<NodeOff>* nodes, std::uint64_t* reachable) const {
   const pm::Pool& p = *pool_;
@@ -501,9 +526,20 @@ Status UTree<P>::verify_list(std::vector<NodeOff>* nodes, std::uint64_t* reachab
   const std::uint64_t head = detail::load(root_->head);
   if ((head & kFlagMask) != 0) return bad(0, "root head has flag bits");
   std::string prev;
-  for (NodeOff off = head; off != 0;) {
+  NodeOff from = 0;
+  for (std::uint64_t in = head;;) {
+    const NodeOff off = link_target(in);
+    if (off == 0) {
+      if (!P::kUncheckedLinks && in != kListEnd)
+        return bad(from, "its link names offset 0 without the end mark");
+      break;
+    }
     const ListNode* n = p.checked<ListNode>(off, node_bytes_, kNodeAlign);
     if (n == nullptr) return bad(off, "out of bounds or misaligned");
+    if (!P::kUncheckedLinks && link_tag(in) != tag_of(n))
+      return bad(off, "the link to it (from " +
+                          (from == 0 ? std::string("root head") : "offset " + std::to_string(from)) +
+                          ") carries another node's tag");
     const std::uint64_t next = detail::load(n->next);
     if ((next & kFlagMask) != 0) return bad(off, "mark or dirty bit left on a live link");
     std::string key;
@@ -523,7 +559,8 @@ Status UTree<P>::verify_list(std::vector<NodeOff>* nodes, std::uint64_t* reachab
     *reachable += (vbytes != 0 ? block_bytes(vbytes) : 0) + block_bytes(node_bytes_);
     nodes->push_back(off);
     prev = std::move(key);
-    off = link_target(next);
+    in = next;
+    from = off;
   }
   return Status::Ok();
 }
@@ -634,6 +671,10 @@ void UTree<P>::corrupt_for_testing(int what) {
     pm::publish(&root_->head, root_->head | kDirtyBit);
   } else if (what == 3 && first_leaf_->h.next != 0) {
     leaf_of(first_leaf_->h.next)->h.count = 0;  // a remove that left its emptied leaf in (L1)
+  } else if (what == 4 && a != 0) {
+    pm::publish(&node_at(a)->next, std::uint64_t{0});  // a zeroed link (R1t)
+  } else if (what == 5 && b != 0) {  // root.head past the first node, its tag left (R1t)
+    pm::publish(&root_->head, make_link(b, link_tag(root_->head)));
   }
 }
 

@@ -269,13 +269,18 @@ TEST(Utree, CorruptedListsAreRefused) {
     std::uint64_t link = 0, link3 = 0;
     const std::uint64_t n9 = node_of(o.path, 9, &link);
     const std::uint64_t n3 = node_of(o.path, 3, &link3);
-    if (what == 0) patch(o.path, n9, std::uint64_t{1} << 40);  // out of bounds
-    if (what == 1) patch(o.path, n9, n3);                        // a cycle back to key 3
-    if (what == 2) patch(o.path, n9, n3 + 8);                    // misaligned
+    // Each link carries the tag its target should have (R1t), so the check named is the one
+    // that refuses it.
+    const std::uint64_t tag3 = utree::node_tag(3, 0);
+    if (what == 0) patch(o.path, n9, utree::make_link(std::uint64_t{1} << 36, tag3));  // bounds
+    if (what == 1) patch(o.path, n9, utree::make_link(n3, tag3));      // a cycle back to key 3
+    if (what == 2) patch(o.path, n9, utree::make_link(n3 + 8, tag3));  // bit 3: a bad flag
     o.open_mode = OpenMode::open;
     auto r = Index::open(o);
     ASSERT_FALSE(r.ok()) << "damage " << what;
     EXPECT_EQ(r.status().code(), Code::corrupted) << r.status().to_string();
+    const char* says[] = {"out of bounds or misaligned", "out of order", "bad link flags"};
+    EXPECT_NE(r.status().message().find(says[what]), std::string::npos) << r.status().to_string();
   }
 }
 

@@ -38,7 +38,8 @@ TEST(CrashUTree, Leaf64BytesAdr) { run(64, KeyType::bytes, pm::Mode::adr, 200); 
 TEST(CrashUTree, Leaf64BytesEadr) { run(64, KeyType::bytes, pm::Mode::eadr, 200); }
 
 // The driver must catch a utree-specific loss: cutting the list after its first node in every
-// image drops records that completed operations wrote.
+// image (its next zeroed) would drop records that completed operations wrote; recovery refuses
+// the zeroed link (R1t), and the driver must report either outcome as a failure.
 TEST(CrashUTree, DriverCatchesLostRecords) {
   Options o;
   o.kind = "utree";
