@@ -13,6 +13,7 @@
 
 #include "crash/workload.h"
 #include "pmindex/crash/index_driver.h"
+#include "pmindex/pm/persist.h"
 
 namespace pmindex::crash {
 
@@ -118,7 +119,6 @@ class ConcurrentIndexScenario final : public ConcurrentScenario {
     if (!idx.ok()) return idx.status();
     index_ = std::move(idx).value();
     if (cfg_.prepare) cfg_.prepare(*index_);
-    if (cfg_.observe) cfg_.observe(*index_, 0);
     // Preload (traced, no crash points): completed inserts before everything else.
     for (std::size_t i = 0; i < cfg_.preload; ++i) {
       OpRec& r = ops_[i];
@@ -129,6 +129,9 @@ class ConcurrentIndexScenario final : public ConcurrentScenario {
         return Status(Code::corrupted, "preload " + r.describe());
     }
     finished_.store(0, std::memory_order_relaxed);
+    returned_.store(0, std::memory_order_relaxed);
+    // Op 0 after the preload: an SMO the preload ran has no crash point, so it is not counted.
+    if (cfg_.observe) cfg_.observe(*index_, 0);
     return region;
   }
 
@@ -171,11 +174,12 @@ class ConcurrentIndexScenario final : public ConcurrentScenario {
                                              r.describe()));
       }
       ctx.op_returned();
+      observe(returned_.fetch_add(1, std::memory_order_relaxed) + 1);
     }
     // The last thread to finish checks the live structure.
     if (finished_.fetch_add(1, std::memory_order_acq_rel) + 1 == cfg_.threads) {
       if (Status s = index_->verify(); !s.ok()) ctx.fail(s);
-      if (cfg_.observe) cfg_.observe(*index_, 1);
+      observe(kObserveEnd);
       finished_.fetch_add(1, std::memory_order_acq_rel);  // the background thread may stop
     }
   }
@@ -225,6 +229,22 @@ class ConcurrentIndexScenario final : public ConcurrentScenario {
 
  private:
   std::uint64_t tick() { return clock_.fetch_add(1, std::memory_order_relaxed); }
+
+  // ConcurrentCrashConfig::observe during the run: by the simulated thread whose operation
+  // just returned, at its own quiescent point (it holds no lock of the index), while the other
+  // threads may be parked anywhere inside theirs; so the observer reads only what the index lets
+  // a concurrent reader read (counters, an epoch-pinned walk). One observer runs at a time: the
+  // probe may reach scheduling points (an epoch pin), and another thread's observer must not
+  // interleave with it. Not a std::mutex, which held across a scheduling point would stop the
+  // baton: a flag, waited for at a scheduling point (uncontended, it adds none, so a suite's
+  // schedules change only by the scheduling points its probe itself reaches).
+  void observe(std::size_t op) {
+    if (!cfg_.observe) return;
+    // acquire / release: one observer's reads and tally happen before the next one's.
+    while (observing_.exchange(true, std::memory_order_acquire)) pm::yield_point("crash.observe");
+    cfg_.observe(*index_, op);
+    observing_.store(false, std::memory_order_release);
+  }
 
   void make_history() {
     ops_.clear();
@@ -315,6 +335,8 @@ class ConcurrentIndexScenario final : public ConcurrentScenario {
   std::vector<OpRec> ops_;
   std::atomic<std::uint64_t> clock_{1};    // relaxed: one simulated thread runs at a time
   std::atomic<std::size_t> finished_{0};
+  std::atomic<std::size_t> returned_{0};  // relaxed: one simulated thread runs at a time
+  std::atomic<bool> observing_{false};
 };
 
 }  // namespace

@@ -92,9 +92,14 @@ struct ConcurrentCrashConfig {
   /// Builds the live index instead of the registry entry's create (e.g. a known-bad template
   /// instantiation that exists only in a test); images are still recovered by the entry.
   std::function<Result<std::unique_ptr<Index>>(std::unique_ptr<pm::Pool>, const Options&)> create;
-  /// Called on the live index with op 0 right after it is created (before the preload) and with
-  /// op 1 when the last thread has finished (after its verify()), so a test can tally the SMOs
-  /// the schedule ran (tests/index/common/crash_kit.h SmoTally). Must not write PM.
+  /// Called on the live index with op 0 after the preload, then during the run by each
+  /// simulated thread right after one of its operations returns, with op = the number of
+  /// operations returned so far (all threads), and once more with kObserveEnd when the last
+  /// thread has finished (after its verify()), so a test can tally the SMOs the schedule ran,
+  /// also those a later one undid (tests/index/common/crash_kit.h SmoTally). One call at a time;
+  /// the other threads may be inside their operations, so it must read only what a concurrent
+  /// reader may (counters, an epoch-pinned walk), must not write PM and must not wait for a
+  /// lock the index's operations hold.
   std::function<void(const Index& index, std::size_t op)> observe;
   /// An index's background work run as one more simulated thread (after the `threads`
   /// operation threads, under the same scheduler), e.g. DPTree's merges with
@@ -103,6 +108,9 @@ struct ConcurrentCrashConfig {
   /// must return soon after that turns true, and wait only at scheduling points.
   std::function<void(Index& index, const std::function<bool()>& ops_done)> background;
 };
+
+/// The `op` of ConcurrentCrashConfig::observe's last call, after the last thread's verify().
+inline constexpr std::size_t kObserveEnd = ~std::size_t{0};
 
 /// Runs `config.threads` simulated threads under the deterministic scheduler (seeded by
 /// options.seed) and checks every crash image for durable linearizability (see above).

@@ -13,8 +13,11 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <random>
+#include <string>
+#include <vector>
 
 namespace pmindex::index_common {
 
@@ -48,5 +51,41 @@ class TagSource {
   const std::uint64_t end_;
   std::atomic<std::uint64_t> counter_{std::random_device{}()};
 };
+
+// A leaf's link as check_chain_tags reads it: the offset it names and the tag it carries.
+struct ChainLink {
+  std::uint64_t off;
+  std::uint64_t tag;
+};
+
+// The one tag check of a recovered leaf chain (recovery and verify() of lbtree and fptree):
+// `leaves` is the chain in order, as walk_leaf_chain found it by following the links' offsets.
+// Every leaf's own tag (`own_tag(off)`) must be a valid tag below `end_tag`, every leaf's link
+// (`link_of(off)`, a ChainLink) must carry the own tag of the next leaf, and the last leaf's
+// link must carry `end_tag`: a link zeroed or redirected by damage fails after any end (but
+// for 1 in end_tag - 1 redirects). Returns "" if the chain passes, else what is wrong, naming
+// the leaf offsets, for the caller to refuse with (`link` names the link word in the message:
+// "link", "sibling word").
+template <class OwnTag, class LinkOf>
+std::string check_chain_tags(const std::vector<std::uint64_t>& leaves, std::uint64_t end_tag,
+                             const char* link, OwnTag own_tag, LinkOf link_of) {
+  const auto valid = [end_tag](std::uint64_t tag) { return tag != 0 && tag < end_tag; };
+  for (std::size_t i = 0; i < leaves.size(); ++i) {
+    const ChainLink l = link_of(leaves[i]);
+    const std::string at = "the " + std::string(link) + " of the leaf at offset " +
+                           std::to_string(leaves[i]) + " (to offset " + std::to_string(l.off) +
+                           ", tag " + std::to_string(l.tag) + ")";
+    if (i + 1 == leaves.size()) {
+      if (l.tag != end_tag) return at + " ends the chain without its end mark";
+    } else if (const std::uint64_t want = own_tag(leaves[i + 1]); !valid(want) || l.tag != want) {
+      return at + " does not carry the tag of the leaf it names (that leaf's own tag is " +
+             std::to_string(want) + ")";
+    }
+    if (const std::uint64_t own = own_tag(leaves[i]); !valid(own))
+      return "the leaf at offset " + std::to_string(leaves[i]) + " has no valid own tag (" +
+             std::to_string(own) + ")";
+  }
+  return {};
+}
 
 }  // namespace pmindex::index_common

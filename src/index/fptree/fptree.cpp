@@ -129,19 +129,15 @@ Result<std::unique_ptr<Index>> FPTree<N>::recover(std::unique_ptr<pm::Pool> pool
 template <unsigned N>
 template <class NextOf>
 Status FPTree<N>::check_links(const std::vector<std::uint64_t>& leaves, NextOf next_of) const {
-  for (std::size_t i = 0; i < leaves.size(); ++i) {
-    const std::uint64_t link = next_of(leaves[i]);
-    const bool last = i + 1 == leaves.size();
-    const std::uint64_t want = last ? kEndTag : leaf_at(leaves[i + 1])->tag;
-    if ((!last && !valid_tag(want)) || link_tag(link) != want)
-      return pool_->error(Code::corrupted,
-                          "fptree recovery: the link of the leaf at offset " +
-                              std::to_string(leaves[i]) +
-                              (last ? " ends the chain without its end mark"
-                                    : " does not carry the tag of the leaf it names") +
-                              " (a damaged or redirected next pointer)");
-  }
-  return Status::Ok();
+  const std::string bad = index_common::check_chain_tags(
+      leaves, kEndTag, "link", [&](std::uint64_t off) { return leaf_at(off)->tag; },
+      [&](std::uint64_t off) {
+        const std::uint64_t link = next_of(off);
+        return index_common::ChainLink{link_off(link), link_tag(link)};
+      });
+  if (bad.empty()) return Status::Ok();
+  return pool_->error(Code::corrupted,
+                      "fptree recovery: " + bad + " (a damaged or redirected next pointer)");
 }
 
 // Recovery (PROTOCOL.md R1..R5). Pass 1 only reads PM and decides (a refused pool stays

@@ -1,4 +1,5 @@
-// FPTree PM leaf (Oukid et al., SIGMOD 2016, §4; survey 000 §3.2) and its micro-logs.
+// FPTree's persistent layout: the root object (below), the PM leaf (Oukid et al., SIGMOD 2016,
+// §4; survey 000 §3.2) and its micro-logs.
 //
 // Leaf<N>, N entries (8, 16, 32 or 64; 64 is the paper's and the survey's setting), one
 // allocator block of max(256, sizeof) bytes (256 B aligned, so LeafVersions' 256 B granules
@@ -30,8 +31,35 @@
 #include <type_traits>
 
 #include "index/common/chain_tag.h"
+#include "index/common/root_stamp.h"
 
 namespace pmindex::fptree {
+
+// Root object (64 B, one line), written once at creation (C1).
+//   [ 0, 8) magic "FPTREE01"   [ 8,16) head: first leaf (never changes)
+//   [16,24) logs: offset of the MicroLog array   [24,28) leaf entries N   [28,32) key_mode
+//   [32,36) max_key_size       [36,40) log entries
+//   [40,44) max_value_size: 8 (or 0, pools made before values went out of line) = exactly
+//           8-byte values inline in the slot; 9..kMaxValueBytes = values of 0..max_value_size
+//           bytes out of line (the slot holds the offset of a PM record, pm_record.h)
+//   [44,64) reserved (0)
+struct Root {
+  std::uint64_t magic;
+  std::uint64_t head;
+  std::uint64_t logs;
+  std::uint32_t entries;
+  std::uint32_t key_mode;
+  std::uint32_t max_key_size;
+  std::uint32_t log_count;
+  std::uint32_t max_value_size;
+  index_common::RootStamp stamp;  // layout id at creation, checked against the header at open
+  std::uint8_t reserved[4];
+};
+static_assert(sizeof(Root) == 64 && offsetof(Root, logs) == 16 && offsetof(Root, entries) == 24 &&
+              offsetof(Root, log_count) == 36 && offsetof(Root, max_value_size) == 40);
+static_assert(offsetof(Root, stamp) == 44, "the layout stamp sits in the old reserved tail");
+static_assert(std::is_standard_layout_v<Root> && std::is_trivially_copyable_v<Root>);
+inline constexpr std::uint64_t kRootMagic = 0x3130454552545046ull;  // "FPTREE01"
 
 constexpr std::size_t fp_bytes_for(unsigned n) { return (32 + n + 63) / 64 * 64 - 32; }
 

@@ -149,20 +149,16 @@ void LBTree<M>::summarise_leaf(std::uint64_t off, index_common::LeafSummary* in)
 // longer names its successor's own tag; the last leaf's must carry the end mark (layout.h).
 template <unsigned M>
 Status LBTree<M>::check_sibling_tags(const std::vector<std::uint64_t>& leaves) const {
-  for (std::size_t i = 0; i < leaves.size(); ++i) {
-    const std::uint64_t w = active_sibling(leaf_at(leaves[i]));
-    const bool last = i + 1 == leaves.size();
-    const std::uint64_t want =
-        last ? kEndTag8 : sib_own_tag(active_sibling(leaf_at(leaves[i + 1])));
-    if (!valid_tag8(sib_own_tag(w)) || (!last && !valid_tag8(want)) || sib_succ_tag(w) != want)
-      return pool_->error(Code::corrupted,
-                          "lbtree recovery: the sibling word of the leaf at offset " +
-                              std::to_string(leaves[i]) +
-                              (last ? " ends the chain without its end mark"
-                                    : " does not carry the tag of the leaf it names") +
-                              " (a damaged or redirected sibling pointer)");
-  }
-  return Status::Ok();
+  const std::string bad = index_common::check_chain_tags(
+      leaves, kEndTag8, "sibling word",
+      [&](std::uint64_t off) { return sib_own_tag(active_sibling(leaf_at(off))); },
+      [&](std::uint64_t off) {
+        const std::uint64_t w = active_sibling(leaf_at(off));
+        return index_common::ChainLink{sib_off(w), sib_succ_tag(w)};
+      });
+  if (bad.empty()) return Status::Ok();
+  return pool_->error(Code::corrupted,
+                      "lbtree recovery: " + bad + " (a damaged or redirected sibling pointer)");
 }
 
 // Recovery (PROTOCOL.md R1..R5). Pass 1 only reads PM (a refused pool stays unchanged);

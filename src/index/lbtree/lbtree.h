@@ -58,30 +58,6 @@
 
 namespace pmindex::lbtree {
 
-// Root object (64 B, one line), written once at creation (P0).
-//   [ 0, 8) magic "LBTREE02" (02: tagged sibling words, layout.h)
-//   [ 8,16) head: offset of the first leaf (never changes)
-//   [16,20) node_size (256 M)  [20,24) key_mode
-//   [24,28) max_key_size       [28,32) max_value_size (8 = inline values)
-//   [32,64) reserved (0)
-struct Root {
-  std::uint64_t magic;
-  std::uint64_t head;
-  std::uint32_t node_size;
-  std::uint32_t key_mode;
-  std::uint32_t max_key_size;
-  std::uint32_t max_value_size;
-  index_common::RootStamp stamp;  // layout id at creation, checked against the header at open
-  std::uint8_t reserved[16];
-};
-static_assert(sizeof(Root) == 64);
-static_assert(offsetof(Root, head) == 8 && offsetof(Root, node_size) == 16 &&
-              offsetof(Root, max_value_size) == 28);
-static_assert(offsetof(Root, stamp) == 32, "the layout stamp sits in the old reserved tail");
-static_assert(std::is_standard_layout_v<Root> && std::is_trivially_copyable_v<Root>);
-inline constexpr std::uint64_t kRootMagic = 0x323045455254424Cull;  // "LBTREE02"
-inline constexpr std::uint64_t kRootMagicUntagged = 0x313045455254424Cull;  // "LBTREE01": refused
-
 // Documented limits (README / PROTOCOL.md): keys of KeyType::bytes are 0..kMaxKeyBytes bytes
 // (the empty key included); values are exactly 8 bytes inline (max_value_size = 8), or
 // 0..kMaxValueBytes bytes out of line (max_value_size > 8).

@@ -611,8 +611,9 @@ Footprint NBTree::footprint() const {
 std::size_t NBTree::leaf_count() const {
   auto guard = epochs_.pin();  // the chain may change (and old leaves be freed) meanwhile
   std::size_t n = 0;
+  // untag: a leaf frozen by an SMO in flight (S9) carries the frozen bit in its next word.
   for (const Leaf* l = head_.load(std::memory_order_acquire); l != nullptr;
-       l = l->next.load(std::memory_order_acquire)) {
+       l = Leaf::untag(l->next.load(std::memory_order_acquire))) {
     ++n;
   }
   return n;

@@ -1,7 +1,9 @@
 // The crash kit's checks must be able to fail (crash_kit.h expect_explored): a suite that names
 // leaf splits but whose workload never splits, and one that names crashes during recovery but
 // explored none, are reported; the same suites with a workload that does split and a nested
-// exploration that runs pass. Small budgets: a few seconds under ASan.
+// exploration that runs pass. The multi-threaded driver observes during the run, so a merge
+// that undid a split is seen (and a sweep that names merges it never ran fails). Small budgets:
+// a few seconds under ASan.
 #include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
 
@@ -79,22 +81,30 @@ TEST(CrashKit, NamedRecoveryCrashesThatNeverRanFail) {
   EXPECT_NE(f.find("no crash during recovery was explored"), std::string::npos) << f;
 }
 
-// The multi-threaded driver's sweep: NBTree with 7-slot leaves and 3 keys never splits, so a
-// sweep that names leaf splits fails (test_nbtree_mt_crash names them with 14 keys and passes).
-TEST(CrashKit, MtSweepNamingSplitsThatNeverHappenFails) {
-  const crash_kit::SmoTally tally([](const Index& idx) -> crash_kit::SmoTally::Levels {
-    return {{"leaves", dynamic_cast<const nbtree::NBTree&>(idx).leaf_count()}};
-  });
+// NBTree's leaf count, read during the run (an epoch-pinned walk: safe beside operations).
+crash_kit::SmoTally::Levels nb_leaves(const Index& idx) {
+  return {{"leaves", dynamic_cast<const nbtree::NBTree&>(idx).leaf_count()}};
+}
+
+// Two schedules (seeds 1 and 2, 40 eADR images each) of NBTree with 7-slot leaves on the
+// multi-threaded driver: two threads of `ops` operations over `keys` keys from one leaf of
+// `preload` keys, merges on or off, observed by `observe`.
+crash_kit::SweepTotals mt_nbtree(std::size_t ops, std::uint64_t keys, std::size_t preload,
+                                 bool merges,
+                                 const std::function<void(const Index&, std::size_t)>& observe) {
   crash_kit::SweepTotals t;
   for (std::uint64_t seed : {1, 2}) {
     ConcurrentCrashConfig cfg;
     cfg.options.kind = "nbtree";
     cfg.options.node_size = 128;
     cfg.threads = 2;
-    cfg.ops_per_thread = 8;
-    cfg.key_space = 3;
-    cfg.preload = 2;
-    cfg.observe = tally.observer();
+    cfg.ops_per_thread = ops;
+    cfg.key_space = keys;
+    cfg.preload = preload;
+    cfg.prepare = [merges](Index& idx) {
+      dynamic_cast<nbtree::NBTree&>(idx).set_merges_for_testing(merges);
+    };
+    cfg.observe = observe;
     ExploreOptions opt;
     opt.label = "crash_kit.mt";
     opt.mode = pm::Mode::eadr;
@@ -102,10 +112,59 @@ TEST(CrashKit, MtSweepNamingSplitsThatNeverHappenFails) {
     opt.images_budget = 40;
     t.add(run_index_crash_concurrent(cfg, opt), opt);
   }
+  return t;
+}
+
+// The multi-threaded driver's sweep: 3 keys never split a 7-slot leaf, so a sweep that names
+// leaf splits fails (test_nbtree_mt_crash names them with 14 keys and passes).
+TEST(CrashKit, MtSweepNamingSplitsThatNeverHappenFails) {
+  const crash_kit::SmoTally tally(nb_leaves);
+  const crash_kit::SweepTotals t = mt_nbtree(8, 3, 2, true, tally.observer());
   const std::string f =
       failures_of([&] { crash_kit::expect_swept(t, "crash_kit.mt", {"leaves+"}, &tally); });
   EXPECT_NE(f.find("no schedule ran the SMO it names (leaves+)"), std::string::npos) << f;
   EXPECT_EQ(t.failed_runs, 0u) << t.first_failure;
+}
+
+// 2 threads of 30 ops over 14 keys from 6 preloaded (test_nbtree_mt_crash's setting): leaves
+// split, and with merges on some merge back. `during` observes as the driver does (after
+// every op); `ends` sees only op 0 and kObserveEnd, what the driver used to observe.
+crash_kit::SweepTotals mt_nbtree_smos(bool merges, const crash_kit::SmoTally& during,
+                                      const crash_kit::SmoTally& ends) {
+  return mt_nbtree(30, 14, 6, merges,
+                   [all = during.observer(), at_ends = ends.observer()](const Index& idx,
+                                                                        std::size_t op) {
+                     all(idx, op);
+                     if (op == 0 || op == kObserveEnd) at_ends(idx, op);
+                   });
+}
+
+// Observed during the run, a sweep sees the leaf splits and the merges that undid some of
+// them. Observed only at its ends (op 0 and kObserveEnd), as the driver did before, it cannot
+// see a merge: every schedule starts from one leaf, so the count at the end is never below it.
+TEST(CrashKit, MtObserveDuringTheRunSeesMergesTheEndsHide) {
+  const crash_kit::SmoTally during(nb_leaves), ends(nb_leaves);
+  const crash_kit::SweepTotals t = mt_nbtree_smos(true, during, ends);
+  EXPECT_EQ(t.failed_runs, 0u) << t.first_failure;
+  EXPECT_EQ(failures_of([&] {
+              crash_kit::expect_swept(t, "crash_kit.mt.during", {"leaves+", "leaves-"}, &during);
+            }),
+            "");
+  const std::string f = failures_of(
+      [&] { crash_kit::expect_swept(t, "crash_kit.mt.ends", {"leaves+", "leaves-"}, &ends); });
+  EXPECT_NE(f.find("no schedule ran the SMO it names (leaves-)"), std::string::npos) << f;
+}
+
+// Known-bad: the same sweep with NBTree's merges switched off splits but never merges, and a
+// suite that names merges ("leaves-") fails although it observes during the run.
+TEST(CrashKit, MtSweepNamingMergesThatNeverHappenFails) {
+  const crash_kit::SmoTally during(nb_leaves), ends(nb_leaves);
+  const crash_kit::SweepTotals t = mt_nbtree_smos(false, during, ends);
+  EXPECT_EQ(t.failed_runs, 0u) << t.first_failure;
+  EXPECT_GT(during.count("leaves+"), 0u) << "the workload should still split leaves";
+  const std::string f = failures_of(
+      [&] { crash_kit::expect_swept(t, "crash_kit.mt.nomerge", {"leaves+", "leaves-"}, &during); });
+  EXPECT_NE(f.find("no schedule ran the SMO it names (leaves-)"), std::string::npos) << f;
 }
 
 }  // namespace

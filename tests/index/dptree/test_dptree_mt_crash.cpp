@@ -51,7 +51,7 @@ ConcurrentCrashConfig config(Tally* tally) {
     }
   };
   cfg.observe = [tally](const Index& idx, std::size_t op) {
-    if (op != 1) return;
+    if (op != kObserveEnd) return;  // the run's totals
     const dptree::MergeStats m = dynamic_cast<const dptree::DPTree<P>&>(idx).merge_stats();
     tally->background_merges += m.background_merges;
     tally->writer_blocks += m.writer_blocks;
