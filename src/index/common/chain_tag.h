@@ -72,13 +72,15 @@ std::string check_chain_tags(const std::vector<std::uint64_t>& leaves, std::uint
   const auto valid = [end_tag](std::uint64_t tag) { return tag != 0 && tag < end_tag; };
   for (std::size_t i = 0; i < leaves.size(); ++i) {
     const ChainLink l = link_of(leaves[i]);
-    const std::string at = "the " + std::string(link) + " of the leaf at offset " +
-                           std::to_string(leaves[i]) + " (to offset " + std::to_string(l.off) +
-                           ", tag " + std::to_string(l.tag) + ")";
+    // The message is built only for a refusal: recovery runs this once per leaf.
+    const auto at = [&] {
+      return "the " + std::string(link) + " of the leaf at offset " + std::to_string(leaves[i]) +
+             " (to offset " + std::to_string(l.off) + ", tag " + std::to_string(l.tag) + ")";
+    };
     if (i + 1 == leaves.size()) {
-      if (l.tag != end_tag) return at + " ends the chain without its end mark";
+      if (l.tag != end_tag) return at() + " ends the chain without its end mark";
     } else if (const std::uint64_t want = own_tag(leaves[i + 1]); !valid(want) || l.tag != want) {
-      return at + " does not carry the tag of the leaf it names (that leaf's own tag is " +
+      return at() + " does not carry the tag of the leaf it names (that leaf's own tag is " +
              std::to_string(want) + ")";
     }
     if (const std::uint64_t own = own_tag(leaves[i]); !valid(own))
