@@ -537,5 +537,70 @@ TEST(StartNowPacTree, DamageOnlyTheListReachesIsCaught) {
   }
 }
 
+// Known-bad for the tagged links (PROTOCOL.md R2t; PacTree::set_ignore_link_tags_for_testing,
+// honoured only in this flavour): with links read as offsets only, as before tagged links, a
+// next zeroed or redirected past a node after an unclean end opens, in both placements, as a
+// list in key order that silently lacks records (verify() passes, finds answer not_found).
+// test_pactree's RecoveryAfterAnUncleanEndRefusesADamagedLink refuses the same damage.
+std::size_t keys_lost_with_tags_ignored(Search search, bool zero) {
+  pmindex::testing::TempDir dir;
+  Options o = start_now_options(pm::Mode::adr);
+  o.pactree.search_layer = search;
+  o.path = dir.file("untagged.pool");
+  o.pool_size = 4 << 20;
+  constexpr std::uint64_t kKeys = 60;
+  {
+    auto r = Index::open(o);
+    EXPECT_TRUE(r.ok()) << r.status().to_string();
+    if (!r.ok()) return 0;
+    auto idx = std::move(r).value();
+    for (std::uint64_t k = 0; k < kKeys; ++k)
+      EXPECT_EQ(idx->insert(encode_u64(k), encode_u64(k)), Code::ok);
+    EXPECT_TRUE(idx->verify().ok());
+    char* base = idx->pool().base();
+    const auto* root = reinterpret_cast<const pactree::Root*>(base + idx->pool().root());
+    auto* head = reinterpret_cast<pactree::DataNode*>(base + root->head);
+    const auto* second =
+        reinterpret_cast<const pactree::DataNode*>(base + pactree::link_off(head->h.next));
+    const std::uint64_t third = pactree::link_off(second->h.next);
+    EXPECT_NE(third, 0u);
+    head->h.next = zero ? 0 : pactree::make_link(third, pactree::link_tag(head->h.next));
+  }  // no close(): an unclean end
+  o.open_mode = OpenMode::open;
+  if (search == Search::dram) {
+    EXPECT_FALSE(Index::open(o).ok()) << "the real check refuses it";
+  }
+  pactree::PacTree::set_ignore_link_tags_for_testing(true);
+  auto r = Index::open(o);
+  std::size_t lost = 0;
+  if (r.ok()) {
+    auto idx = std::move(r).value();
+    const Status v = idx->verify();  // PM search layer: runs the walk
+    EXPECT_TRUE(v.ok()) << v.to_string();
+    for (std::uint64_t k = 0; k < kKeys; ++k) {
+      std::string got;
+      const Code c = idx->find(encode_u64(k), &got);
+      if (c == Code::not_found) {
+        ++lost;
+      } else {
+        EXPECT_EQ(c, Code::ok) << k;
+      }
+    }
+  } else {
+    ADD_FAILURE() << "the damaged pool should open with the check off: " << r.status().to_string();
+  }
+  pactree::PacTree::set_ignore_link_tags_for_testing(false);
+  return lost;
+}
+
+TEST(PacTreeLinkTags, LinkCheckOffOpensAShorterList) {
+  for (Search search : {Search::dram, Search::pm}) {
+    for (bool zero : {true, false}) {
+      EXPECT_GT(keys_lost_with_tags_ignored(search, zero), 0u)
+          << (search == Search::pm ? "pm" : "dram") << (zero ? " zeroed" : " redirected");
+    }
+  }
+}
+
 }  // namespace
 }  // namespace pmindex::crash
