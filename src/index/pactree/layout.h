@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "index/common/chain_tag.h"
 #include "index/common/root_stamp.h"
 #include "pmindex/pm/thread_slot.h"
 
@@ -30,11 +31,15 @@ constexpr std::uint32_t block_of(std::uint32_t node_size) {
 
 // Data node, `node_size` bytes (default 1152 = 18 lines), 256 B aligned:
 //   line 0  [ 0, 8) bitmap: bit i = slot i holds a record (the commit word of inserts/removes)
-//           [ 8,16) next: pool offset of the right neighbour (0 = last node, max = +inf)
-//           [16,24) prev: pool offset of the left neighbour (a hint, repaired by recovery)
+//           [ 8,16) next: tagged link to the right neighbour (common/chain_tag.h): bits 0-47
+//                   its pool offset, bits 48-63 its tag; kChainEnd for the last node (max =
+//                   +inf). A next of 0 is damage (PROTOCOL.md "Tagged links", R2t)
+//           [16,24) prev: pool offset of the left neighbour (a hint, repaired by recovery;
+//                   not tagged: recovery never follows it)
 //           [24,32) anchor: key word of the node's lowest possible key (unused in the head)
 //           [32,40) flags: bit 0 head (anchor = -inf); no other bit is used
-//           [40,64) reserved (0)
+//           [40,48) tag: the node's own tag (1..kEndTag-1), written before anything names it
+//           [48,64) reserved (0)
 //   line 1  [64,128) fingerprints: one byte per slot (mix of the key), valid where the bit is
 //   [128, node_size) slots: {key word, value word} x slots_of(node_size)
 // The node's max key is its next node's anchor: anchors never change while a node lives, so
@@ -45,10 +50,12 @@ struct NodeHeader {
   std::uint64_t prev;
   std::uint64_t anchor;
   std::uint64_t flags;
-  std::uint64_t reserved[3];
+  std::uint64_t tag;
+  std::uint64_t reserved[2];
 };
 static_assert(sizeof(NodeHeader) == 64 && offsetof(NodeHeader, next) == 8 &&
-              offsetof(NodeHeader, anchor) == 24 && offsetof(NodeHeader, flags) == 32);
+              offsetof(NodeHeader, anchor) == 24 && offsetof(NodeHeader, flags) == 32 &&
+              offsetof(NodeHeader, tag) == 40);
 
 struct Slot {
   std::uint64_t key;
@@ -66,10 +73,20 @@ static_assert(std::is_standard_layout_v<DataNode> && std::is_trivially_copyable_
 
 inline constexpr std::uint64_t kFlagHead = 1;
 
+// Links carry the tag of the node they name (common/chain_tag.h).
+using index_common::kChainEnd;
+using index_common::kEndTag;
+using index_common::link_off;
+using index_common::link_tag;
+using index_common::make_link;
+using index_common::valid_tag;
+
 // SMO log entry, 64 B (one line), kLogRing per thread slot in a block named by the root:
 //   [ 0, 8) state: 0 = free | (lsn << 8) | stage   (written last, PROTOCOL.md L2)
-//   [ 8,16) left: the node that splits (merge: the survivor)
-//   [16,24) right: the new node (merge: the right neighbour that leaves the list)
+//   [ 8,16) left: the node that splits (merge: the survivor), as a link word (its offset
+//           and own tag)
+//   [16,24) right: the new node (merge: the right neighbour that leaves the list), as the
+//           link word S4 writes into left's next (merge: left's next as M1 finds it)
 //   [24,32) anchor: the right node's anchor key word
 //   [32,64) reserved
 struct LogEntry {
@@ -91,7 +108,9 @@ constexpr std::uint64_t stage_of(std::uint64_t state) { return state & 0xff; }
 constexpr std::uint64_t lsn_of(std::uint64_t state) { return state >> 8; }
 
 // Root object (4160 B):
-//   [ 0, 8) magic "PACTREE1"   [ 8,16) head: the first data node (anchor -inf), never moves
+//   [ 0, 8) magic "PACTREE2"   [ 8,16) head: the first data node (anchor -inf), never moves;
+//                                      a plain offset (PROTOCOL.md "Tagged links": the head
+//                                      flag tells the head from any other node)
 //   [16,20) node_size          [20,24) max_key_size     [24,28) max_value_size
 //   [28,32) log_ring           [32,48) stamp (the layout id at creation, checked at open)
 //   [48,56) search_top: the PM search layer's root child word (art core; 0 = empty trie, and
@@ -120,7 +139,9 @@ static_assert(offsetof(Root, node_size) == 16 && offsetof(Root, stamp) == 32 &&
               offsetof(Root, logs) == 64 &&
               sizeof(Root) == 64 + 8 * pm::kMaxThreadSlots);
 static_assert(std::is_standard_layout_v<Root> && std::is_trivially_copyable_v<Root>);
-inline constexpr std::uint64_t kRootMagic = 0x3145455254434150ull;  // "PACTREE1"
+inline constexpr std::uint64_t kRootMagic = 0x3245455254434150ull;  // "PACTREE2"
+// Before tagged links (untagged next words, 0 at the end): refused with a message.
+inline constexpr std::uint64_t kRootMagicUntagged = 0x3145455254434150ull;  // "PACTREE1"
 inline constexpr std::uint32_t kSearchDram = 0;
 inline constexpr std::uint32_t kSearchPm = 1;
 

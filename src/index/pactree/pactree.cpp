@@ -52,6 +52,7 @@ const bool kHaveAvx2 = __builtin_cpu_supports("avx2");
 }  // namespace
 
 std::atomic<PacTree::WalkMode> PacTree::walk_mode_for_testing_{PacTree::WalkMode::automatic};
+std::atomic<bool> PacTree::ignore_link_tags_for_testing_{false};
 
 PacTree::PacTree(std::unique_ptr<pm::Pool> pool)
     : pool_(std::move(pool)), log_cursor_(new unsigned[pm::kMaxThreadSlots]()) {}
@@ -131,20 +132,29 @@ std::uint64_t PacTree::checked_jump(const Probe& p) const {
 }
 
 // R8: a data node checked before it is read (the walk may not have reached it): in bounds
-// and aligned, the head flag exactly on the head, no bit beyond the node's slots, next in
-// bounds, and (bytes keys) its anchor record readable. Reads only.
+// and aligned, the head flag exactly on the head, a valid own tag, no bit beyond the node's
+// slots, next the end mark or a valid tag and an offset in bounds (a next of 0 is a zeroed
+// link, R2t), and (bytes keys) its anchor record readable. Reads only.
 bool PacTree::node_sound(std::uint64_t off) const {
   pm::Pool& p = *pool_;
   const DataNode* n = p.checked<DataNode>(off, node_size_, 256);
   if (n == nullptr) return false;
   const std::uint64_t flags = optimistic_read(n->h.flags);
   if (flags != (off == root_->head ? kFlagHead : 0)) return false;
+  if (!valid_tag(optimistic_read(n->h.tag))) return false;
   if ((optimistic_read(n->h.bitmap) & ~full_) != 0) return false;
   const std::uint64_t next = optimistic_read(n->h.next);
-  if (next != 0 && p.checked<DataNode>(next, node_size_, 256) == nullptr) return false;
+  if (next != kChainEnd && (!valid_tag(link_tag(next)) ||
+                            p.checked<DataNode>(link_off(next), node_size_, 256) == nullptr))
+    return false;
   std::string_view stored;
   return flags != 0 || !bytes_ ||
          index_common::read_record(p, optimistic_read(n->h.anchor), keys_.max_key(), &stored);
+}
+
+bool PacTree::link_names(std::uint64_t link) const {
+  const std::uint64_t tag = link_tag(link);
+  return valid_tag(tag) && optimistic_read(node(link_off(link))->h.tag) == tag;
 }
 
 bool PacTree::anchor_above(std::uint64_t next, std::uint64_t off) const {
@@ -171,9 +181,10 @@ Code PacTree::find_checked(std::string_view key, std::string* value) const {
       continue;
     }
     const DataNode* n = node(off);
-    const std::uint64_t next = optimistic_read(n->h.next);
+    const std::uint64_t link = optimistic_read(n->h.next);  // node_sound: the end mark or valid
+    const std::uint64_t next = link_off(link);
     if (next != 0) {
-      const bool sound = node_sound(next) && anchor_above(next, off);
+      const bool sound = node_sound(next) && link_names(link) && anchor_above(next, off);
       const bool right = sound && anchor_le(next, p);
       lock.checkOrRestart(v, restart);
       if (restart) {
@@ -244,7 +255,7 @@ std::uint64_t PacTree::lock_node(const Probe& p) const {
       off = after_merged(off, p);
       continue;
     }
-    const std::uint64_t next = optimistic_read(node(off)->h.next);
+    const std::uint64_t next = link_off(optimistic_read(node(off)->h.next));
     if (next != 0 && anchor_le(next, p)) {  // the last mile: p lies further right
       off = next;
       continue;
@@ -306,7 +317,7 @@ Code PacTree::find(std::string_view key, std::string* value) const {
       continue;
     }
     const DataNode* n = node(off);
-    const std::uint64_t next = optimistic_read(n->h.next);
+    const std::uint64_t next = link_off(optimistic_read(n->h.next));
     if (next != 0 && anchor_le(next, p)) {
       hops_.fetch_add(1, std::memory_order_relaxed);  // relaxed: a statistic
       off = next;
@@ -388,7 +399,7 @@ std::uint64_t PacTree::probe_batch(const Probe* p, std::size_t n, std::uint64_t*
       continue;
     }
     const DataNode* d = node(off[j]);
-    next[j] = optimistic_read(d->h.next);
+    next[j] = link_off(optimistic_read(d->h.next));
     if (next[j] != 0) index_common::prefetch_lines(node(next[j]), 64);
     index_common::prefetch_lines(d->fp_words, 64);
   }
@@ -556,8 +567,11 @@ std::size_t PacTree::scan(std::string_view start, std::size_t max, ScanBuffer& o
       continue;
     }
     const DataNode* n = node(off);
-    std::uint64_t next = optimistic_read(n->h.next);
-    if (checking && next != 0 && (!node_sound(next) || !anchor_above(next, off))) next = 0;
+    const std::uint64_t link = optimistic_read(n->h.next);  // checking: node_sound saw it
+    std::uint64_t next = link_off(link);
+    if (checking && next != 0 &&
+        (!node_sound(next) || !link_names(link) || !anchor_above(next, off)))
+      next = 0;
     recs.clear();
     for (std::uint64_t b = optimistic_read(n->h.bitmap) & full_; b != 0; b &= b - 1) {
       const int i = std::countr_zero(b);
@@ -651,12 +665,14 @@ Code PacTree::split(std::uint64_t off) {
     nfp[to] = xfp[from];
     moved |= std::uint64_t{1} << from;
   }
-  const std::uint64_t old_next = optimistic_read(x->h.next);
+  const std::uint64_t old_next = optimistic_read(x->h.next);  // a tagged link or the end mark
   img.h.bitmap = (keys.size() - half == 64) ? ~std::uint64_t{0}
                                             : (std::uint64_t{1} << (keys.size() - half)) - 1;
   img.h.next = old_next;
   img.h.prev = off;
   img.h.anchor = anchor;
+  img.h.tag = tags_.next();  // its own tag, in the header line persisted here
+  const std::uint64_t new_link = make_link(noff, img.h.tag);
   DataNode* nn = node(noff);
   const std::size_t bytes = kHeaderBytes + (keys.size() - half) * sizeof(Slot);
   pm::copy(nn, &img, bytes);
@@ -665,21 +681,21 @@ Code PacTree::split(std::uint64_t off) {
   // S2, S3 (L2): the log entry, its state word last.
   const std::uint64_t lsn = next_lsn_.fetch_add(1, std::memory_order_relaxed);  // relaxed:
   // a unique number; the updater applies in its order.
-  const std::uint64_t words[3] = {off, noff, anchor};
+  const std::uint64_t words[3] = {make_link(off, optimistic_read(x->h.tag)), new_link, anchor};
   pm::copy(&le->left, words, sizeof words);
   pm::persist(&le->left, sizeof words);
   pm::publish(&le->state, (lsn << 8) | kStageSplitLogged);
   pm::persist(&le->state, 8);
-  // S4: linking the new node commits the split.
-  pm::publish(&x->h.next, noff);
+  // S4: linking the new node (its offset and tag) commits the split.
+  pm::publish(&x->h.next, new_link);
   pm::persist(&x->h.next, 8);
   // S5: the moved records leave the old node.
   pm::publish(&x->h.bitmap, bitmap & ~moved);
   pm::persist(&x->h.bitmap, 8);
   // S6: the right neighbour's prev hint (its owner is this node's lock holder).
-  if (old_next != 0) {
-    pm::publish(&node(old_next)->h.prev, noff);
-    pm::persist(&node(old_next)->h.prev, 8);
+  if (link_off(old_next) != 0) {
+    pm::publish(&node(link_off(old_next))->h.prev, noff);
+    pm::persist(&node(link_off(old_next))->h.prev, 8);
   }
   // S7: the data layer is done; recovery must no longer act on this entry.
   pm::publish(&le->state, (lsn << 8) | kStageSplitDone);
@@ -703,7 +719,8 @@ Code PacTree::split(std::uint64_t off) {
 PacTree::Merge PacTree::maybe_merge(std::uint64_t off) {
   DataNode* x = node(off);
   const std::uint64_t xbits = optimistic_read(x->h.bitmap);
-  const std::uint64_t noff = optimistic_read(x->h.next);
+  const std::uint64_t nlink = optimistic_read(x->h.next);
+  const std::uint64_t noff = link_off(nlink);
   if (noff == 0 || static_cast<unsigned>(std::popcount(xbits)) > slots_ / 4) return {};
   index_common::OptimisticLock& nlock = versions_->at(noff);
   bool restart = false;
@@ -719,11 +736,11 @@ PacTree::Merge PacTree::maybe_merge(std::uint64_t off) {
     return {};
   }
   const std::uint64_t anchor = optimistic_read(n->h.anchor);
-  const std::uint64_t after = optimistic_read(n->h.next);
+  const std::uint64_t after = optimistic_read(n->h.next);  // a tagged link or the end mark
   // M1 (L2): the log entry, its state word last.
   const std::uint64_t lsn = next_lsn_.fetch_add(1, std::memory_order_relaxed);  // relaxed:
   // a unique number; the updater applies in its order.
-  const std::uint64_t words[3] = {off, noff, anchor};
+  const std::uint64_t words[3] = {make_link(off, optimistic_read(x->h.tag)), nlink, anchor};
   pm::copy(&le->left, words, sizeof words);
   pm::persist(&le->left, sizeof words);
   pm::publish(&le->state, (lsn << 8) | kStageMergeLogged);
@@ -749,13 +766,13 @@ PacTree::Merge PacTree::maybe_merge(std::uint64_t off) {
   // every reader still walks to the neighbour for them.
   pm::publish(&x->h.bitmap, xbits | added);
   pm::persist(&x->h.bitmap, 8);
-  // M4: unlinking the neighbour commits the merge.
+  // M4: unlinking the neighbour commits the merge (its link word, tag included, is copied).
   pm::publish(&x->h.next, after);
   pm::persist(&x->h.next, 8);
   // M5: the prev hint of the node after it.
-  if (after != 0) {
-    pm::publish(&node(after)->h.prev, off);
-    pm::persist(&node(after)->h.prev, 8);
+  if (link_off(after) != 0) {
+    pm::publish(&node(link_off(after))->h.prev, off);
+    pm::persist(&node(link_off(after))->h.prev, 8);
   }
   // M6: the data layer is done.
   pm::publish(&le->state, (lsn << 8) | kStageMergeDone);

@@ -24,7 +24,8 @@
 //   * verify(), close() and the *_for_testing functions expect no concurrent operations.
 // Invariants (checked by verify()):
 //   (1) the list from root.head is in bounds and acyclic; the head alone has kFlagHead; anchors
-//       strictly increase; prev names the previous node;
+//       strictly increase; prev names the previous node; every next link carries the tag of
+//       the node it names and the last one is the end mark (PROTOCOL.md R2t);
 //   (2) every valid slot's key k satisfies anchor <= k < next.anchor, keys are distinct, and
 //       the slot's fingerprint is fingerprint(k);
 //   (3) the search layer maps exactly the anchors of the non-head nodes to their nodes once
@@ -134,7 +135,8 @@ class PacTree final : public Index {
   // 3 breaks the second node's prev hint, 4 leaves a log entry in use (never applied), 5 makes
   // a search-layer entry name the wrong node, 6 (PM search layer only) breaks the trie's top
   // node's type byte, 7 adds an entry for a key that is no node's anchor, 8 sets a bitmap bit
-  // beyond the last node's slots (nodes of fewer than 64 slots).
+  // beyond the last node's slots (nodes of fewer than 64 slots), 9 gives the head's next link
+  // another valid tag (its offset kept).
   void corrupt_for_testing(int what);
   // Where the search layer lives (Root::search_layer, fixed at creation).
   bool search_in_pm() const { return search_.in_pm(); }
@@ -159,6 +161,12 @@ class PacTree final : public Index {
   enum class WalkMode { automatic, thread, deferred };
   static void set_walk_mode_for_testing(WalkMode m) {
     walk_mode_for_testing_.store(m, std::memory_order_relaxed);  // relaxed: set before opens
+  }
+  // Known-bad (honoured only in the tracing flavour, compiled out elsewhere): the list walk
+  // (R2t) and verify() read only a link's offset, as before tagged links, so a zeroed link
+  // ends the list and a redirected one is followed. Read at open and by verify().
+  static void set_ignore_link_tags_for_testing(bool on) {
+    ignore_link_tags_for_testing_.store(on, std::memory_order_relaxed);  // relaxed: as above
   }
 
  private:
@@ -343,6 +351,9 @@ class PacTree final : public Index {
   Code seek_jump(const Probe& p, std::uint64_t* found) const;
   std::uint64_t checked_jump(const Probe& p) const;
   bool node_sound(std::uint64_t off) const;
+  // Whether the link word names a node that carries its tag (R8; link not the end mark, its
+  // offset already checked by node_sound of the node that holds it).
+  bool link_names(std::uint64_t link) const;
   // Whether next's anchor lies beyond off's (off the head: always): the list's order, so a
   // checked walk along damaged links ends.
   bool anchor_above(std::uint64_t next, std::uint64_t off) const;
@@ -352,6 +363,8 @@ class PacTree final : public Index {
   void count_list(std::uint64_t* records, std::uint64_t* nodes) const;
   Status check_node(std::uint64_t off, std::string_view lo, bool has_lo,
                     std::string* hi_out) const;
+  // R2t: off's next link is the end mark or names, with a valid tag, the node that carries it.
+  Status check_link(std::uint64_t off) const;
   Status verify_list(std::vector<std::uint64_t>* nodes, std::uint64_t* reachable) const;
   Status verify_search(const std::vector<std::uint64_t>& nodes, std::uint64_t* reachable) const;
 
@@ -365,6 +378,7 @@ class PacTree final : public Index {
   unsigned slots_ = kMaxSlots;
   std::uint64_t full_ = ~std::uint64_t{0};
   std::unique_ptr<index_common::LeafVersions> versions_;
+  index_common::TagSource tags_;  // fresh node tags (C1, S1)
   pm::DramArena arena_;  // the DRAM search layer's nodes and records
   Search search_;
   Updater updater_;
@@ -395,6 +409,7 @@ class PacTree final : public Index {
   // registrations over, which the epoch managers' drain() must not meet.
   mutable std::thread walker_;
   static std::atomic<WalkMode> walk_mode_for_testing_;
+  static std::atomic<bool> ignore_link_tags_for_testing_;
 };
 
 }  // namespace pmindex::pactree

@@ -121,6 +121,8 @@ Status PacTree::init_root(const Options& o) {
   if (root == 0) return pool_->error(code, "no space for the pactree root and head node");
   pm::zero(pool_->at<void>(head), kHeaderBytes);
   pm::store(&node(head)->h.flags, kFlagHead);
+  pm::store(&node(head)->h.tag, tags_.next());
+  pm::store(&node(head)->h.next, kChainEnd);  // the last node's link: the end mark
   pm::persist(pool_->at<void>(head), kHeaderBytes);  // C1: the empty head node
   Root* r = pool_->at<Root>(root);
   pm::zero(r, sizeof(Root));
@@ -166,6 +168,10 @@ Result<std::unique_ptr<Index>> PacTree::recover(std::unique_ptr<pm::Pool> pool,
     return std::unique_ptr<Index>(std::move(idx));
   }
   Root* r = p.checked<Root>(root_off, sizeof(Root), 64);
+  if (r != nullptr && r->magic == kRootMagicUntagged)
+    return p.error(Code::corrupted,
+                   "pactree root is of format PACTREE1 (next links without tags, before pmindex "
+                   "adopted tagged links): load the records into a new pool");
   if (r == nullptr || r->magic != kRootMagic)
     return p.error(Code::corrupted, "pactree root object is missing or has a wrong magic");
   if (Status s = index_common::check_root_stamp(r->stamp, p); !s.ok()) return s;
@@ -175,6 +181,10 @@ Result<std::unique_ptr<Index>> PacTree::recover(std::unique_ptr<pm::Pool> pool,
       !index_common::ValueCodec::valid_limit(r->max_value_size) || r->log_ring != kLogRing ||
       r->search_layer > kSearchPm || (r->search_layer == kSearchDram && r->search_top != 0))
     return p.error(Code::corrupted, "pactree root holds impossible sizes");
+  // R2: the head never moves and is never freed; its flag (checked by R2 and R8) tells it from
+  // any other node, so a head word moved to another node is refused there.
+  if (p.checked<DataNode>(r->head, r->node_size, 256) == nullptr)
+    return p.error(Code::corrupted, "pactree root's head node offset is out of bounds");
   if (Status s = check_search_choice(o, r->search_layer); !s.ok()) return s;  // pool unchanged
   // The PM search layer's lock tag: this open's generation (the one commit_open records, one
   // past the last open's) plus 16 random bits, so no lock word of an earlier run reads as
@@ -236,7 +246,8 @@ Status PacTree::open_start_now(std::uint64_t root_off) {
   std::unordered_map<std::uint64_t, std::uint64_t> into;
   for (const LogEntry* e : owed_) {
     const std::uint64_t stage = stage_of(e->state);
-    if (stage == kStageMergeDone || stage == kStageMergeLogged) into[e->right] = e->left;
+    if (stage == kStageMergeDone || stage == kStageMergeLogged)
+      into[link_off(e->right)] = link_off(e->left);  // offsets only: blocks are not read
   }
   for (const auto& [merged, left] : into) {
     std::uint64_t survivor = left;
@@ -349,15 +360,21 @@ Status PacTree::repair_logs(Root* r, std::uint64_t* repaired, std::vector<LogEnt
       if (stage != kStageSplitLogged && stage != kStageSplitDone &&
           stage != kStageMergeLogged && stage != kStageMergeDone)
         return p.error(Code::corrupted, "pactree SMO log entry in an unknown stage");
-      DataNode* left = p.checked<DataNode>(e.left, node_size_, 256);
-      DataNode* right = p.checked<DataNode>(e.right, node_size_, 256);
+      DataNode* left = p.checked<DataNode>(link_off(e.left), node_size_, 256);
+      DataNode* right = p.checked<DataNode>(link_off(e.right), node_size_, 256);
       if (left == nullptr || right == nullptr)
         return p.error(Code::corrupted, "pactree SMO log names a node out of bounds");
       const bool split = stage == kStageSplitLogged || stage == kStageSplitDone;
       // A split stands once S4 linked the new node; a merge once M4 unlinked the right one.
       bool stands = stage == kStageSplitDone || stage == kStageMergeDone;
       if (stage == kStageSplitLogged || stage == kStageMergeLogged) {
-        const bool linked = left->h.next == e.right;
+        // X was locked from before the entry was logged until its stage left *Logged, so it
+        // is live and carries the tag logged with it (a Done entry's nodes are not read: an
+        // earlier open's cut-short R6 may have let their blocks be reused).
+        if (!valid_tag(link_tag(e.left)) || left->h.tag != link_tag(e.left))
+          return p.error(Code::corrupted,
+                         "pactree SMO log names a node that does not carry the logged tag");
+        const bool linked = left->h.next == e.right;  // whole link words: S4 / before M4
         stands = split ? linked : !linked;
         if (linked) {  // S5 redone (split) or M3 undone (merge): the same bits leave X
           std::string anchor;
@@ -400,9 +417,11 @@ Status PacTree::check_node(std::uint64_t off, std::string_view lo, bool has_lo,
                            std::string* hi_out) const {
   pm::Pool& p = *pool_;
   const DataNode* n = node(off);
+  if (Status s = check_link(off); !s.ok()) return s;  // R2t
+  const std::uint64_t next = link_off(n->h.next);
   std::string hi;
-  if (n->h.next != 0) {
-    const DataNode* nx = p.checked<DataNode>(n->h.next, node_size_, 256);
+  if (next != 0) {
+    const DataNode* nx = p.checked<DataNode>(next, node_size_, 256);
     if (nx == nullptr) return p.error(Code::corrupted, "pactree next link out of bounds");
     if (nx->h.flags != 0) return p.error(Code::corrupted, "pactree node after the head has flags");
     std::string_view stored;
@@ -419,7 +438,7 @@ Status PacTree::check_node(std::uint64_t off, std::string_view lo, bool has_lo,
     if (bytes_ && !index_common::read_record(p, n->slots[i].key, keys_.max_key(), &stored))
       return p.error(Code::corrupted, "pactree key record unreadable");
     std::string k = key_of(n->slots[i].key);
-    if ((has_lo && k < lo) || (n->h.next != 0 && k >= hi))
+    if ((has_lo && k < lo) || (next != 0 && k >= hi))
       return p.error(Code::corrupted, "pactree key outside its node's range");
     keys.push_back(std::move(k));
   }
@@ -430,8 +449,34 @@ Status PacTree::check_node(std::uint64_t off, std::string_view lo, bool has_lo,
   return Status::Ok();
 }
 
-// R2-R4: walk the list (bounds, cycles, order), mark every reachable block, repair prev hints
-// and build the DRAM search layer from the anchors (the PM one: collect them for R5-R6).
+// R2t: the node's own tag is valid, and its next link is the end mark or names, with a valid
+// tag, the node that carries that tag. After any end: a link zeroed, or redirected to another
+// valid node, or naming a node whose header line was lost, is damage.
+Status PacTree::check_link(std::uint64_t off) const {
+  pm::Pool& p = *pool_;
+  const DataNode* n = node(off);
+  if constexpr (pm::kTracing) {
+    // Known-bad: offsets only, as before tagged links (a zeroed link then ends the list).
+    if (ignore_link_tags_for_testing_.load(std::memory_order_relaxed)) return Status::Ok();
+  }
+  const std::uint64_t link = n->h.next;
+  const std::string at = "pactree: the next link of the node at offset " + std::to_string(off);
+  if (!valid_tag(n->h.tag))
+    return p.error(Code::corrupted, "pactree: the node at offset " + std::to_string(off) +
+                                        " has no valid tag (its header line was lost)");
+  if (link == kChainEnd) return Status::Ok();
+  if (link == 0) return p.error(Code::corrupted, at + " is 0, not the end mark (a zeroed link)");
+  const DataNode* nx = p.checked<DataNode>(link_off(link), node_size_, 256);
+  if (nx == nullptr) return p.error(Code::corrupted, "pactree next link out of bounds");
+  if (!valid_tag(link_tag(link)) || nx->h.tag != link_tag(link))
+    return p.error(Code::corrupted, at + " does not carry the tag of the node it names (a "
+                                         "damaged or redirected link)");
+  return Status::Ok();
+}
+
+// R2-R4: walk the list (bounds, cycles, order, every link's tag: R2t in check_node), mark
+// every reachable block, repair prev hints and build the DRAM search layer from the anchors
+// (the PM one: collect them for R5-R6).
 Status PacTree::rebuild(Root* r, Anchors* anchors, std::uint64_t* records_out,
                         std::uint64_t* nodes_out) {
   const bool pm_search = search_.in_pm();
@@ -471,7 +516,7 @@ Status PacTree::rebuild(Root* r, Anchors* anchors, std::uint64_t* records_out,
     }
     prev = off;
     lo = std::move(hi);
-    off = n->h.next;
+    off = link_off(n->h.next);  // check_node: the end mark or a checked link
   }
   *records_out = records;
   *nodes_out = seen.size();
@@ -562,7 +607,7 @@ void PacTree::count_list(std::uint64_t* records, std::uint64_t* nodes) const {
     }
     *records += static_cast<std::uint64_t>(std::popcount(n->h.bitmap & full_));
     ++*nodes;
-    off = n->h.next;
+    off = link_off(n->h.next);
   }
 }
 
@@ -607,7 +652,7 @@ Status PacTree::verify_list(std::vector<std::uint64_t>* nodes, std::uint64_t* re
     nodes->push_back(off);
     prev = off;
     lo = std::move(hi);
-    off = n->h.next;
+    off = link_off(n->h.next);  // check_node: the end mark or a checked link
   }
   return Status::Ok();
 }
@@ -679,17 +724,17 @@ Status PacTree::verify() const {
 
 std::uint64_t PacTree::node_count_for_testing() const {
   std::uint64_t n = 0;
-  for (std::uint64_t off = root_->head; off != 0; off = node(off)->h.next) ++n;
+  for (std::uint64_t off = root_->head; off != 0; off = link_off(node(off)->h.next)) ++n;
   return n;
 }
 
 void PacTree::corrupt_for_testing(int what) {
   std::vector<DataNode*> full;  // nodes with a record
-  for (std::uint64_t off = root_->head; off != 0; off = node(off)->h.next)
+  for (std::uint64_t off = root_->head; off != 0; off = link_off(node(off)->h.next))
     if (node(off)->h.bitmap != 0) full.push_back(node(off));
   if (what == 1) {  // the last node's anchor leaves the search layer
     std::uint64_t last = root_->head;
-    while (node(last)->h.next != 0) last = node(last)->h.next;
+    while (link_off(node(last)->h.next) != 0) last = link_off(node(last)->h.next);
     std::uint64_t old = 0;
     if (last != root_->head)
       (void)search_.visit([&](auto& t) {
@@ -699,7 +744,7 @@ void PacTree::corrupt_for_testing(int what) {
   }
   if (what == 5) {  // the last node's anchor names the head node in the search layer
     std::uint64_t last = root_->head;
-    while (node(last)->h.next != 0) last = node(last)->h.next;
+    while (link_off(node(last)->h.next) != 0) last = link_off(node(last)->h.next);
     std::uint64_t old = 0;
     if (last != root_->head)
       (void)search_.visit([&](auto& t) {
@@ -709,7 +754,7 @@ void PacTree::corrupt_for_testing(int what) {
   }
   if (what == 7) {  // an entry for a key that is no node's anchor (just above the last one)
     std::uint64_t last = root_->head;
-    while (node(last)->h.next != 0) last = node(last)->h.next;
+    while (link_off(node(last)->h.next) != 0) last = link_off(node(last)->h.next);
     if (last == root_->head) return;
     std::string k = key_of(node(last)->h.anchor);
     if (bytes_) {
@@ -722,8 +767,13 @@ void PacTree::corrupt_for_testing(int what) {
   }
   if (what == 8) {  // the last node's bitmap names a slot it does not have
     std::uint64_t last = root_->head;
-    while (node(last)->h.next != 0) last = node(last)->h.next;
+    while (link_off(node(last)->h.next) != 0) last = link_off(node(last)->h.next);
     if (slots_ < 64) node(last)->h.bitmap |= std::uint64_t{1} << slots_;
+    return;
+  }
+  if (what == 9) {  // the head's next link keeps its offset and gets another valid tag
+    std::uint64_t& link = node(root_->head)->h.next;
+    if (link != kChainEnd) link = make_link(link_off(link), link_tag(link) % (kEndTag - 1) + 1);
     return;
   }
   if (what == 6) {  // the PM search layer's top node gets an invalid type byte
@@ -733,7 +783,7 @@ void PacTree::corrupt_for_testing(int what) {
     return;
   }
   if (what == 3) {  // the second node's prev hint names itself
-    const std::uint64_t second = node(root_->head)->h.next;
+    const std::uint64_t second = link_off(node(root_->head)->h.next);
     if (second != 0) node(second)->h.prev = second;
     return;
   }

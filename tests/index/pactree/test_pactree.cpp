@@ -14,6 +14,7 @@
 #include <random>
 #include <thread>
 
+#include "index/common/damage_checks.h"
 #include "index/common/map_checker.h"
 #include "index/pactree/pactree.h"
 #include "support/temp_dir.h"
@@ -21,6 +22,7 @@
 namespace pmindex {
 namespace {
 
+using testing::expect_refused_after_unclean_end;
 using testing::MapChecker;
 using testing::RandomPlan;
 using testing::TempDir;
@@ -182,7 +184,7 @@ INSTANTIATE_TEST_SUITE_P(
 // unapplied on an idle index, a search-layer entry naming the wrong node, and (PM search
 // layer) a trie node with a broken type byte, an entry for a key that is no anchor.
 TEST_P(PacTree, VerifyFindsDamage) {
-  for (int what : {0, 1, 2, 3, 4, 5, 6, 7}) {
+  for (int what : {0, 1, 2, 3, 4, 5, 6, 7, 9}) {
     if (what == 6 && GetParam() != Search::pm) continue;
     auto idx = testing::open_or_die(pac_options(4, KeyType::u64));
     ASSERT_NE(idx, nullptr);
@@ -377,6 +379,121 @@ TEST_P(PacTree, RecoveryRepairsTheSearchLayer) {
     }
     EXPECT_EQ(idx->find(encode_u64(7), nullptr), Code::not_found);
   }
+}
+
+// Issue 18, unclean shutdown (PROTOCOL.md "Tagged links", R2t): every next link carries the
+// tag of the node it names and the last one is the end mark, so after an end that left no
+// close counts to compare, a next zeroed, one redirected past a node with its tag bits left
+// as they were, and a linked node whose header line was zeroed are each refused. Without the
+// tags the first two open as a list in key order that silently lacks a node's records
+// (test_pactree_crash's LinkCheckOffOpensAShorterList).
+enum class LinkDamage { zeroed, redirected, header_lost };
+
+struct DamagedPool {
+  TempDir dir;
+  Options o = pac_options(4, KeyType::u64);
+  std::uint64_t keys = 60;
+};
+
+// Fills a pool of several nodes, lets the updater finish (verify), damages it as `d` says
+// and ends it without close(): the head's next link (zeroed, or naming the third node with
+// the second's tag), or the second node's header line zeroed.
+void damage_after_unclean_end(DamagedPool& dp, LinkDamage d) {
+  dp.o.path = dp.dir.file("link.pool");
+  auto idx = testing::open_or_die(dp.o);
+  ASSERT_NE(idx, nullptr);
+  for (std::uint64_t k = 0; k < dp.keys; ++k)
+    ASSERT_EQ(idx->insert(encode_u64(k), encode_u64(k)), Code::ok);
+  ASSERT_TRUE(idx->verify().ok());  // every anchor in the search layer
+  char* base = idx->pool().base();
+  const auto* root = reinterpret_cast<const pactree::Root*>(base + idx->pool().root());
+  auto* head = reinterpret_cast<pactree::DataNode*>(base + root->head);
+  const std::uint64_t second = pactree::link_off(head->h.next);
+  auto* second_node = reinterpret_cast<pactree::DataNode*>(base + second);
+  const std::uint64_t third = pactree::link_off(second_node->h.next);
+  ASSERT_NE(third, 0u) << "the test needs three nodes";
+  ASSERT_NE(pactree::link_off(reinterpret_cast<pactree::DataNode*>(base + third)->h.next), 0u)
+      << "and a fourth, so the last node is far from the damage";
+  switch (d) {
+    case LinkDamage::zeroed: head->h.next = 0; break;
+    case LinkDamage::redirected:
+      head->h.next = pactree::make_link(third, pactree::link_tag(head->h.next));
+      break;
+    case LinkDamage::header_lost: std::memset(&second_node->h, 0, sizeof second_node->h); break;
+  }
+}  // no close(): an unclean end, so no counts are stored
+
+const char* needle_of(LinkDamage d) {
+  return d == LinkDamage::zeroed ? "end mark" : "tag of the node";
+}
+
+// DRAM search layer: the open walks the list and refuses it. PM search layer: the open returns
+// (start-now, R7); a reader whose walk meets the damaged link answers corrupted (R8) while one
+// whose jump lands beyond it answers; the walk fails, so writes answer corrupted, verify() and
+// close() report it, and the pool stays unclean for the next open.
+TEST_P(PacTree, RecoveryAfterAnUncleanEndRefusesADamagedLink) {
+  for (LinkDamage d : {LinkDamage::zeroed, LinkDamage::redirected, LinkDamage::header_lost}) {
+    SCOPED_TRACE(needle_of(d));
+    DamagedPool dp;
+    damage_after_unclean_end(dp, d);
+    if (::testing::Test::HasFatalFailure()) return;
+    dp.o.open_mode = OpenMode::open;
+    if (GetParam() == Search::dram) {
+      expect_refused_after_unclean_end(dp.o, needle_of(d), needle_of(d));
+      continue;
+    }
+    for (int open = 0; open < 2; ++open) {
+      auto r = Index::open(dp.o);
+      ASSERT_TRUE(r.ok()) << r.status().to_string();
+      auto idx = std::move(r).value();
+      auto& t = as_pac(*idx);
+      ASSERT_TRUE(t.opened_start_now());
+      std::string v;
+      EXPECT_EQ(idx->find(encode_u64(0), &v), Code::corrupted);  // in the head: meets the link
+      EXPECT_EQ(idx->find(encode_u64(dp.keys - 1), &v), Code::ok);  // the last node, via the trie
+      const Status walk = t.wait_recovery_walk();
+      EXPECT_EQ(walk.code(), Code::corrupted);
+      EXPECT_NE(walk.message().find(needle_of(d)), std::string::npos) << walk.to_string();
+      EXPECT_EQ(idx->insert(encode_u64(1000), encode_u64(1)), Code::corrupted);
+      EXPECT_EQ(idx->remove(encode_u64(dp.keys - 1)), Code::corrupted);
+      EXPECT_EQ(idx->verify().code(), Code::corrupted);
+      EXPECT_FALSE(idx->close().ok());
+      EXPECT_TRUE(t.recovery_checking());
+      idx.reset();
+      auto info = pm::Pool::inspect(dp.o.path);
+      ASSERT_TRUE(info.ok());
+      EXPECT_FALSE(info->clean_shutdown) << "a damaged pool must stay unclean";
+    }
+  }
+}
+
+// Pools written before tagged links (root magic PACTREE1) are refused with the way out.
+TEST_P(PacTree, UntaggedFormatIsRefused) {
+  TempDir dir;
+  Options o = pac_options(4, KeyType::u64);
+  o.path = dir.file("old.pool");
+  {
+    auto idx = testing::open_or_die(o);
+    ASSERT_NE(idx, nullptr);
+    ASSERT_EQ(idx->insert(encode_u64(1), encode_u64(1)), Code::ok);
+    ASSERT_TRUE(idx->close().ok());
+  }
+  {
+    std::fstream f(o.path, std::ios::binary | std::ios::in | std::ios::out);
+    std::string header(sizeof(pm::PoolHeader), '\0');  // image_root reads the header only
+    f.read(header.data(), static_cast<std::streamsize>(header.size()));
+    const std::uint64_t magic = pactree::kRootMagicUntagged;
+    f.seekp(static_cast<std::streamoff>(pm::image_root(header.data()) +
+                                        offsetof(pactree::Root, magic)));
+    f.write(reinterpret_cast<const char*>(&magic), sizeof magic);
+    ASSERT_TRUE(f.good());
+  }
+  o.open_mode = OpenMode::open;
+  auto r = Index::open(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::corrupted);
+  EXPECT_NE(r.status().message().find("PACTREE1"), std::string::npos) << r.status().to_string();
+  EXPECT_NE(r.status().message().find("new pool"), std::string::npos) << r.status().to_string();
 }
 
 TEST_P(PacTree, RefusesBadOptions) {

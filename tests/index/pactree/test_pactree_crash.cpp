@@ -9,10 +9,14 @@
 //   PMINDEX_CRASH_REPLAY='pactree4.adr/<seed>/<op>/<point>/<choice>' ./test_pactree_crash
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <iostream>
+#include <iterator>
 #include <map>
+#include <random>
 
 #include "index/common/hybrid_test_support.h"
 #include "index/pactree/pactree.h"
@@ -535,6 +539,144 @@ TEST(StartNowPacTree, DamageOnlyTheListReachesIsCaught) {
     EXPECT_FALSE(idx->close().ok());  // unclean: the next open meets the damage again
     EXPECT_TRUE(t.recovery_checking());
   }
+}
+
+// Known-bad for the tagged links (PROTOCOL.md R2t; PacTree::set_ignore_link_tags_for_testing,
+// honoured only in this flavour): with links read as offsets only, as before tagged links, a
+// next zeroed or redirected past a node after an unclean end opens, in both placements, as a
+// list in key order that silently lacks records (verify() passes, finds answer not_found).
+// test_pactree's RecoveryAfterAnUncleanEndRefusesADamagedLink refuses the same damage.
+std::size_t keys_lost_with_tags_ignored(Search search, bool zero) {
+  pmindex::testing::TempDir dir;
+  Options o = start_now_options(pm::Mode::adr);
+  o.pactree.search_layer = search;
+  o.path = dir.file("untagged.pool");
+  o.pool_size = 4 << 20;
+  constexpr std::uint64_t kKeys = 60;
+  {
+    auto r = Index::open(o);
+    EXPECT_TRUE(r.ok()) << r.status().to_string();
+    if (!r.ok()) return 0;
+    auto idx = std::move(r).value();
+    for (std::uint64_t k = 0; k < kKeys; ++k)
+      EXPECT_EQ(idx->insert(encode_u64(k), encode_u64(k)), Code::ok);
+    EXPECT_TRUE(idx->verify().ok());
+    char* base = idx->pool().base();
+    const auto* root = reinterpret_cast<const pactree::Root*>(base + idx->pool().root());
+    auto* head = reinterpret_cast<pactree::DataNode*>(base + root->head);
+    const auto* second =
+        reinterpret_cast<const pactree::DataNode*>(base + pactree::link_off(head->h.next));
+    const std::uint64_t third = pactree::link_off(second->h.next);
+    EXPECT_NE(third, 0u);
+    head->h.next = zero ? 0 : pactree::make_link(third, pactree::link_tag(head->h.next));
+  }  // no close(): an unclean end
+  o.open_mode = OpenMode::open;
+  if (search == Search::dram) {
+    EXPECT_FALSE(Index::open(o).ok()) << "the real check refuses it";
+  }
+  pactree::PacTree::set_ignore_link_tags_for_testing(true);
+  auto r = Index::open(o);
+  std::size_t lost = 0;
+  if (r.ok()) {
+    auto idx = std::move(r).value();
+    const Status v = idx->verify();  // PM search layer: runs the walk
+    EXPECT_TRUE(v.ok()) << v.to_string();
+    for (std::uint64_t k = 0; k < kKeys; ++k) {
+      std::string got;
+      const Code c = idx->find(encode_u64(k), &got);
+      if (c == Code::not_found) {
+        ++lost;
+      } else {
+        EXPECT_EQ(c, Code::ok) << k;
+      }
+    }
+  } else {
+    ADD_FAILURE() << "the damaged pool should open with the check off: " << r.status().to_string();
+  }
+  pactree::PacTree::set_ignore_link_tags_for_testing(false);
+  return lost;
+}
+
+TEST(PacTreeLinkTags, LinkCheckOffOpensAShorterList) {
+  for (Search search : {Search::dram, Search::pm}) {
+    for (bool zero : {true, false}) {
+      EXPECT_GT(keys_lost_with_tags_ignored(search, zero), 0u)
+          << (search == Search::pm ? "pm" : "dram") << (zero ? " zeroed" : " redirected");
+    }
+  }
+}
+
+// Figures (README "Tagged links"), not a test: run by hand,
+//   build/asan/tests/test_pactree_crash --gtest_also_run_disabled_tests
+//     --gtest_filter='*UncleanDamageFigures*'   (one command line)
+// A pool of 5,000 u64 keys in 16-slot nodes (DRAM search layer) ends without close(), so no
+// close counts; each of 200 mutants zeroes one 4 KiB page of the used heap or swaps two, and
+// is opened with the link checks on and off (set_ignore_link_tags_for_testing): refused,
+// opened with every key right, or opened with keys missing or wrong (silent loss).
+TEST(PacTreeLinkTags, DISABLED_UncleanDamageFigures) {
+  pmindex::testing::TempDir dir;
+  Options o = start_now_options(pm::Mode::adr);
+  o.pactree.search_layer = Search::dram;
+  o.node_size = pactree::kHeaderBytes + 16 * pactree::kSlotBytes;
+  o.path = dir.file("pristine.pool");
+  o.pool_size = 2 << 20;
+  constexpr std::uint64_t kKeys = 5000;
+  std::uint64_t heap_begin = 0, used = 0;
+  {
+    auto r = Index::open(o);
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    auto idx = std::move(r).value();
+    for (std::uint64_t k = 0; k < kKeys; ++k)
+      ASSERT_EQ(idx->insert(encode_u64(k * 7919 % 100003), encode_u64(k)), Code::ok);
+    ASSERT_TRUE(idx->verify().ok());
+    heap_begin = idx->pool().heap_begin();
+    used = idx->footprint().pm_reserved;
+  }  // no close(): an unclean end
+  std::ifstream in(o.path, std::ios::binary);
+  const std::string image((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::mt19937_64 rng(7);
+  const std::uint64_t pages = std::max<std::uint64_t>(1, used / 4096);
+  int counts[2][2][3] = {};  // [check off][mutation][refused, intact, silent loss]
+  for (int m = 0; m < 200; ++m) {
+    std::string bad = image;
+    const std::uint64_t a = heap_begin + rng() % pages * 4096;
+    const std::uint64_t b = heap_begin + rng() % pages * 4096;
+    if (m % 2 == 0) {
+      std::memset(bad.data() + a, 0, 4096);
+    } else {
+      std::string tmp = bad.substr(a, 4096);
+      std::memcpy(bad.data() + a, bad.data() + b, 4096);
+      std::memcpy(bad.data() + b, tmp.data(), 4096);
+    }
+    for (int off = 0; off < 2; ++off) {
+      Options bo = o;
+      bo.path = dir.file("mutant.pool");
+      bo.open_mode = OpenMode::open;
+      std::ofstream(bo.path, std::ios::binary)
+          .write(bad.data(), static_cast<std::streamsize>(bad.size()));
+      pactree::PacTree::set_ignore_link_tags_for_testing(off == 1);
+      auto r = Index::open(bo);
+      int outcome = 0;
+      if (r.ok()) {
+        auto idx = std::move(r).value();
+        bool wrong = false;
+        for (std::uint64_t k = 0; k < kKeys && !wrong; ++k) {
+          std::string v;
+          const Code c = idx->find(encode_u64(k * 7919 % 100003), &v);
+          if (c == Code::ok && decode_u64(v) != k) wrong = true;
+          if (c == Code::not_found) wrong = true;
+        }
+        outcome = wrong ? 2 : 1;
+      }
+      pactree::PacTree::set_ignore_link_tags_for_testing(false);
+      ++counts[off][m % 2][outcome];
+    }
+  }
+  for (int off = 0; off < 2; ++off)
+    for (int mut = 0; mut < 2; ++mut)
+      std::printf("[pactree unclean] link checks %s, %s: refused %d, intact %d, silent loss %d\n",
+                  off ? "off" : "on ", mut ? "swapped pages" : "zeroed page ", counts[off][mut][0],
+                  counts[off][mut][1], counts[off][mut][2]);
 }
 
 }  // namespace
