@@ -460,16 +460,19 @@ Status PacTree::check_link(std::uint64_t off) const {
     if (ignore_link_tags_for_testing_.load(std::memory_order_relaxed)) return Status::Ok();
   }
   const std::uint64_t link = n->h.next;
-  const std::string at = "pactree: the next link of the node at offset " + std::to_string(off);
+  // Built only for a refusal: recovery checks every node.
+  const auto at = [off] {
+    return "pactree: the next link of the node at offset " + std::to_string(off);
+  };
   if (!valid_tag(n->h.tag))
     return p.error(Code::corrupted, "pactree: the node at offset " + std::to_string(off) +
                                         " has no valid tag (its header line was lost)");
   if (link == kChainEnd) return Status::Ok();
-  if (link == 0) return p.error(Code::corrupted, at + " is 0, not the end mark (a zeroed link)");
+  if (link == 0) return p.error(Code::corrupted, at() + " is 0, not the end mark (a zeroed link)");
   const DataNode* nx = p.checked<DataNode>(link_off(link), node_size_, 256);
   if (nx == nullptr) return p.error(Code::corrupted, "pactree next link out of bounds");
   if (!valid_tag(link_tag(link)) || nx->h.tag != link_tag(link))
-    return p.error(Code::corrupted, at + " does not carry the tag of the node it names (a "
+    return p.error(Code::corrupted, at() + " does not carry the tag of the node it names (a "
                                          "damaged or redirected link)");
   return Status::Ok();
 }
