@@ -12,6 +12,13 @@
 
 namespace pmindex::utree {
 
+namespace detail {
+// R1t's refusals name where the failing link lives: root.head (offset 0) or a node's next.
+inline std::string link_origin(std::uint64_t from) {
+  return from == 0 ? std::string("root head") : "offset " + std::to_string(from);
+}
+}  // namespace detail
+
 template <class P>
 Result<std::unique_ptr<Index>> UTree<P>::recover(std::unique_ptr<pm::Pool> pool,
                                                  const Options& o) {
@@ -113,8 +120,7 @@ void UTree<P>::walk_segment(Segment& seg, NodeOff stop) const {
     const ListNode* n = p.checked<ListNode>(off, node_bytes_, kNodeAlign);
     if (n == nullptr) return fail(off, "out of bounds or misaligned");
     if (!P::kUncheckedLinks && in.has_value() && link_tag(*in) != tag_of(n))
-      return fail(off, "the link to it (from " +
-                           (from == 0 ? std::string("root head") : "offset " + std::to_string(from)) +
+      return fail(off, "the link to it (from " + detail::link_origin(from) +
                            ") carries another node's tag: a redirected link or a damaged node");
     if (off == stop) {
       seg.reached_stop = true;
@@ -127,8 +133,10 @@ void UTree<P>::walk_segment(Segment& seg, NodeOff stop) const {
       std::string_view key;
       if (!index_common::read_record(p, n->key_record, keys_.max_key(), &key))
         return fail(off, "bad key record");
-      if (detail::prefix_word(key) != n->key) return fail(off, "key prefix differs from its record");
-      if (!seg.nodes.empty() && !(prev_key < key)) return fail(off, "keys out of order (or a cycle)");
+      if (detail::prefix_word(key) != n->key)
+        return fail(off, "key prefix differs from its record");
+      if (!seg.nodes.empty() && !(prev_key < key))
+        return fail(off, "keys out of order (or a cycle)");
       prev_key = key;
     } else if (!seg.nodes.empty() && !(prev_word < n->key)) {
       return fail(off, "keys out of order (or a cycle)");
@@ -537,8 +545,7 @@ Status UTree<P>::verify_list(std::vector<NodeOff>* nodes, std::uint64_t* reachab
     const ListNode* n = p.checked<ListNode>(off, node_bytes_, kNodeAlign);
     if (n == nullptr) return bad(off, "out of bounds or misaligned");
     if (!P::kUncheckedLinks && link_tag(in) != tag_of(n))
-      return bad(off, "the link to it (from " +
-                          (from == 0 ? std::string("root head") : "offset " + std::to_string(from)) +
+      return bad(off, "the link to it (from " + detail::link_origin(from) +
                           ") carries another node's tag");
     const std::uint64_t next = detail::load(n->next);
     if ((next & kFlagMask) != 0) return bad(off, "mark or dirty bit left on a live link");
