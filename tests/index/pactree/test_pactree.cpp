@@ -467,6 +467,28 @@ TEST_P(PacTree, RecoveryAfterAnUncleanEndRefusesADamagedLink) {
   }
 }
 
+// The root's head word is checked at open (recovery.cpp, before R2): a head of 0 used to open
+// as an empty index over the old nodes; one past the pool's end would be read as a node.
+TEST_P(PacTree, ImpossibleHeadOffsetIsRefused) {
+  for (std::uint64_t bad : {std::uint64_t{0}, ~std::uint64_t{0} << 20}) {
+    SCOPED_TRACE(bad);
+    TempDir dir;
+    Options o = pac_options(4, KeyType::u64);
+    o.path = dir.file("head.pool");
+    {
+      auto idx = testing::open_or_die(o);
+      ASSERT_NE(idx, nullptr);
+      ASSERT_EQ(idx->insert(encode_u64(1), encode_u64(1)), Code::ok);
+      ASSERT_TRUE(idx->verify().ok());
+      char* base = idx->pool().base();
+      reinterpret_cast<pactree::Root*>(base + idx->pool().root())->head = bad;
+    }  // no close(): an unclean end
+    o.open_mode = OpenMode::open;
+    expect_refused_after_unclean_end(o, "a head offset of " + std::to_string(bad),
+                                     "head node offset is out of bounds");
+  }
+}
+
 // Pools written before tagged links (root magic PACTREE1) are refused with the way out.
 TEST_P(PacTree, UntaggedFormatIsRefused) {
   TempDir dir;
