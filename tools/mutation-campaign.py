@@ -18,6 +18,10 @@ Run it on an ASan build so a wild access is a report rather than luck:
 
   tools/mutation-campaign.py --build-dir build/asan --keys 100000 --mutants 1000
 
+`--unclean` builds the pristine pools without close() (pool_exercise --create --unclean), as a
+crash leaves them: no clean mark and no close counts, so the row shows what recovery's own
+checks (tagged links, bounds, order) see after an unclean end.
+
 `--self-test` plants one mutant of each outcome (real pools for intact, clean error and
 silent loss; stub exercisers for crash and hang) and checks the classifier.
 Python 3 standard library only.
@@ -267,9 +271,10 @@ def find_tools(args):
 
 # --- the campaign ------------------------------------------------------------------------------
 
-def make_pristine(tools, kind, path, keys, seed, timeout):
+def make_pristine(tools, kind, path, keys, seed, timeout, unclean=False):
     rc, out, err = run(tools.prefix + tools.exercise + [path, "--create", str(keys), "--kind",
-                                                        kind, "--seed", str(seed)],
+                                                        kind, "--seed", str(seed)]
+                       + (["--unclean"] if unclean else []),
                        timeout, tools.env)
     if rc != 0:
         raise RuntimeError("creating the %s pool failed (rc %s): %s" % (kind, rc, err.strip()[-400:]))
@@ -277,7 +282,8 @@ def make_pristine(tools, kind, path, keys, seed, timeout):
 
 def campaign_kind(tools, kind, args, workdir, fields, log):
     pristine = os.path.join(workdir, kind + ".pristine.pool")
-    make_pristine(tools, kind, pristine, args.keys, args.seed, max(args.timeout, 600))
+    make_pristine(tools, kind, pristine, args.keys, args.seed, max(args.timeout, 600),
+                  args.unclean)
     with open(pristine, "rb") as f:
         original = f.read()
     base, detail = tools.run_exercise(pristine, kind, args.seed, args.keys, args.timeout)
@@ -341,7 +347,7 @@ def campaign(args, tools):
     log = (lambda s: print(s, flush=True)) if args.verbose else (lambda s: None)
     summary = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                "keys": args.keys, "mutants_per_kind": args.mutants, "seed": args.seed,
-               "timeout_s": args.timeout, "mutations": args.mutations,
+               "timeout_s": args.timeout, "mutations": args.mutations, "unclean": args.unclean,
                "pool_exercise": " ".join(tools.exercise), "kinds": {}}
     start = time.time()
     try:
@@ -357,9 +363,10 @@ def campaign(args, tools):
         with open(args.json, "w") as f:
             json.dump(summary, f, indent=1)
     print_table(summary)
-    print("%s: %d keys, %d mutants per kind, seed %d, %.0f s" % (
+    print("%s: %d keys, %d mutants per kind, seed %d, %s pools, %.0f s" % (
         "target met (no crash, no hang)" if not bad else "TARGET MISSED (crash or hang)",
-        args.keys, args.mutants, args.seed, summary["seconds"]))
+        args.keys, args.mutants, args.seed, "unclean-end" if args.unclean else "closed",
+        summary["seconds"]))
     return 1 if bad else 0
 
 
@@ -388,6 +395,17 @@ def self_test(args, tools):
         # intact: the unmodified pool, real exerciser.
         expect("intact (no mutation)", tools.run_exercise(pool, kind, seed, keys, 60)[0], "intact")
         expect("pmpool check on pristine", tools.check(pool, 60), "consistent")
+        # --unclean: the pristine pool carries no clean mark (both state copies), and its
+        # unmodified copy is still intact (recovery after an unclean end loses nothing).
+        unclean = os.path.join(work, "unclean.pool")
+        make_pristine(tools, kind, unclean, keys, seed, 120, unclean=True)
+        with open(unclean, "rb") as f:
+            words = header_words(f.read(), fields)
+        expect("unclean pristine has no clean mark", words["clean_shutdown"], 0)
+        expect("intact (unclean, no mutation)",
+               tools.run_exercise(unclean, kind, seed, keys, 60)[0], "intact")
+        expect("pristine has the clean mark", header_words(original, fields)["clean_shutdown"] != 0,
+               True)
         # clean error: a truncated file and a bad magic are refused at open. The file may be
         # cut anywhere past the heap high-water mark (pools grow, and nothing lies past the
         # mark), so cut below it (state copy 0's mark, at the offset layout.h draws; both
@@ -471,6 +489,8 @@ def main():
     p.add_argument("--keep-bad", help="copy crash/hang/silent-loss mutants into this directory")
     p.add_argument("--no-setarch", action="store_true", help="do not run under setarch -R")
     p.add_argument("--verbose", "-v", action="store_true", help="one line per mutant")
+    p.add_argument("--unclean", action="store_true",
+                   help="pristine pools end without close(), as after a crash")
     p.add_argument("--self-test", action="store_true")
     args = p.parse_args()
     tools = find_tools(args)

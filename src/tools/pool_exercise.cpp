@@ -3,6 +3,8 @@
 // the library did not notice shows up as a wrong answer instead of going unseen.
 //
 //   pool_exercise --create N --kind K --seed S PATH   build a pristine pool of N records, close it
+//     (--unclean: end without close(), as after a crash: no clean mark and no close counts, so
+//     only what recovery checks after an unclean end can see damage in it)
 //   pool_exercise --kind K --seed S --count N PATH    reopen and exercise it (or --keys FILE)
 //
 // Exercising: find every key and compare its value, scans from a few starting points checked for
@@ -207,7 +209,7 @@ void write_some(pmindex::Index& idx, const std::vector<std::uint64_t>& keys, std
 }
 
 int create_pool(const std::string& kind, const std::string& path,
-                const std::vector<std::uint64_t>& keys, std::uint64_t seed) {
+                const std::vector<std::uint64_t>& keys, std::uint64_t seed, bool unclean) {
   pmindex::Options o;
   o.kind = kind;
   o.path = path;
@@ -229,12 +231,15 @@ int create_pool(const std::string& kind, const std::string& path,
     std::cerr << "pool_exercise: verify after create: " << s.to_string() << "\n";
     return 1;
   }
-  if (auto s = (*idx)->close(); !s.ok()) {
+  if (unclean) {
+    (*idx).reset();  // the index is dropped without close(): every acknowledged write is durable
+  } else if (auto s = (*idx)->close(); !s.ok()) {
     std::cerr << "pool_exercise: close: " << s.to_string() << "\n";
     return 1;
   }
   std::cout << "{\"created\":\"" << json_escape(path) << "\",\"kind\":\"" << kind
-            << "\",\"keys\":" << keys.size() << "}" << std::endl;
+            << "\",\"keys\":" << keys.size() << ",\"clean\":" << (unclean ? "false" : "true")
+            << "}" << std::endl;
   return 0;
 }
 
@@ -280,6 +285,9 @@ int main(int argc, char** argv) {
   app.add_option("--count", count, "number of keys the pool was built with");
   app.add_option("--keys", key_file, "file of u64 keys (decimal, whitespace separated)");
   app.add_option("--create", create, "build a pristine pool of this many keys and close it");
+  bool unclean = false;
+  app.add_flag("--unclean", unclean, "with --create: end without close(), as after a crash")
+      ->needs(app.get_option("--create"));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -300,6 +308,6 @@ int main(int argc, char** argv) {
     }
     keys = make_keys(n, seed);
   }
-  if (create > 0) return create_pool(kind, path, keys, seed);
+  if (create > 0) return create_pool(kind, path, keys, seed, unclean);
   return exercise(kind, path, keys, seed);
 }
