@@ -171,7 +171,7 @@ struct SweepPlan {
   // commit: when the budgeted schedules leave `covered` false, up to `max_extra_seeds` more
   // run (same per-run budget, the seed sequence continued) until it turns true. A workload
   // that no longer reaches an SMO still fails expect_swept after them.
-  std::function<bool()> covered;
+  std::function<bool()> covered = nullptr;
   std::size_t max_extra_seeds = 0;
 };
 
