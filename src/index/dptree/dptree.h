@@ -27,6 +27,7 @@
 //       running merge (its fresh leaves are not reachable yet).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -43,6 +44,7 @@
 #include "index/dptree/buffer_tree.h"
 #include "index/dptree/layout.h"
 #include "pmindex/index.h"
+#include "pmindex/pm/allocator.h"
 #include "pmindex/pm/dram_arena.h"
 #include "pmindex/pm/persist.h"
 #include "pmindex/sync/backoff.h"
@@ -242,13 +244,23 @@ class DPTree final : public Index {
   // The log reserve (PROTOCOL.md, "Full pool"): pages held back so a partial merge can always
   // re-log the buffered records it carries, plus one spare page for a remove's record: a
   // tombstone is never re-logged, but without the spare a partial merge whose re-log ends
-  // exactly at a page boundary (the buffer then holds a multiple of 63 puts: where
+  // exactly at a page boundary (the buffer then holds a multiple of a page's records: where
   // room_for_put stops a full pool) gives every page it frees back to the reserve, and no
   // remove could log again (the next partial merge waits for a new record).
-  static std::size_t relog_pages(std::size_t puts) {
-    return (puts + kRecordsPerPage - 1) / kRecordsPerPage;
+  // The log's page size for a new pool (layout.h, "Log page"): a base leaf's allocator block,
+  // at least kMinLogPageBytes.
+  static std::size_t log_page_bytes_for(std::uint32_t slots) {
+    const int cls = pm::Allocator::class_of(leaf_bytes(slots));
+    return std::max(kMinLogPageBytes, pm::Allocator::class_size(cls));
   }
-  static std::size_t reserve_need(std::size_t puts) {
+  void use_log_pages(std::size_t bytes) {
+    log_page_bytes_ = bytes;
+    records_per_page_ = records_per_page(bytes);
+  }
+  std::size_t relog_pages(std::size_t puts) const {
+    return (puts + records_per_page_ - 1) / records_per_page_;
+  }
+  std::size_t reserve_need(std::size_t puts) const {
     return relog_pages(puts) + (Policy::kNoSpareLogPage ? 0 : 1);
   }
   bool top_up_reserve(std::size_t puts) { return top_up_pages(reserve_need(puts)); }
@@ -326,6 +338,8 @@ class DPTree final : public Index {
   Root* root_ = nullptr;
   const std::uint32_t slots_;
   const std::size_t leaf_bytes_;
+  std::size_t log_page_bytes_ = 0;     // root.log_page_bytes (set at C1 or by recovery)
+  std::uint32_t records_per_page_ = 0;  // records_per_page(log_page_bytes_)
   const Config config_;
   index_common::KeyCodec keys_;
   unsigned gv_ = 0;

@@ -56,6 +56,7 @@ template <class P>
 Status DPTree<P>::init_root(const Options& o) {
   pm::Pool& p = *pool_;
   Code code = Code::ok;
+  use_log_pages(log_page_bytes_for(slots_));
   const std::uint64_t off = p.allocator().allocate(sizeof(Root), &code);
   const std::uint64_t leaf = off != 0 ? p.allocator().allocate(leaf_bytes_, &code) : 0;
   if (leaf == 0) {
@@ -75,6 +76,7 @@ Status DPTree<P>::init_root(const Options& o) {
   pm::store(&r->key_mode, static_cast<std::uint32_t>(p.info().layout.key_mode));
   pm::store(&r->max_key_size, std::uint32_t{8});
   pm::store(&r->max_value_size, std::uint32_t{o.max_value_size});
+  pm::store(&r->log_page_bytes, static_cast<std::uint32_t>(log_page_bytes_));
   pm::store(&r->stamp, index_common::make_root_stamp(p.info().layout));
   pm::persist(r, sizeof(Root));
   p.set_root(off);  // C1: published
@@ -244,7 +246,7 @@ template <class P>
 bool DPTree<P>::top_up_pages(std::size_t pages) {
   while (reserve_.size() < pages) {
     Code code = Code::ok;
-    const std::uint64_t off = pm_alloc(kLogPageBytes, &code);
+    const std::uint64_t off = pm_alloc(log_page_bytes_, &code);
     if (off == 0) return false;
     reserve_.push_back(off);
   }
@@ -253,7 +255,7 @@ bool DPTree<P>::top_up_pages(std::size_t pages) {
 
 template <class P>
 void DPTree<P>::release_reserve() {
-  for (std::uint64_t off : reserve_) pm_free(off, kLogPageBytes);
+  for (std::uint64_t off : reserve_) pm_free(off, log_page_bytes_);
   reserve_.clear();
 }
 
@@ -273,7 +275,7 @@ Code DPTree<P>::room_for_put() {
 template <class P>
 Code DPTree<P>::new_log_page(std::size_t keep) {
   Code code = Code::ok;
-  std::uint64_t off = pm_alloc(kLogPageBytes, &code);
+  std::uint64_t off = pm_alloc(log_page_bytes_, &code);
   if (off == 0 && reserve_.size() > keep) {  // P2's re-log (keep = 0), or a spare page
     off = reserve_.back();
     reserve_.pop_back();
@@ -297,7 +299,7 @@ Code DPTree<P>::new_log_page(std::size_t keep) {
 // log pages it covers), and if that cannot split, a partial merge (P1-P5: it frees them too).
 template <class P>
 Code DPTree<P>::log_append(std::uint64_t k, std::uint64_t v, std::uint64_t op) {
-  if (log_pages_.empty() || tail_slot_ == kRecordsPerPage) {
+  if (log_pages_.empty() || tail_slot_ == records_per_page_) {
     // Reserve pages above what the buffer's live records (this one included) need are free
     // to take: a tombstone is never re-logged, so it may take the spare page too.
     auto keep = [&] {
@@ -314,7 +316,7 @@ Code DPTree<P>::log_append(std::uint64_t k, std::uint64_t v, std::uint64_t op) {
       }
       // A partial merge leaves the re-logged records' tail page, maybe with room: the next
       // record goes there (R2 wants every page but the last full).
-      c = log_pages_.empty() || tail_slot_ == kRecordsPerPage ? new_log_page(keep()) : Code::ok;
+      c = log_pages_.empty() || tail_slot_ == records_per_page_ ? new_log_page(keep()) : Code::ok;
     }
     if (c != Code::ok) return c;
   }
@@ -489,7 +491,7 @@ void DPTree<P>::merge_middle(Lock& lock) {
   middle_puts_ = 0;
   merging_ = false;
   while (reserve_.size() > reserve_need(puts_)) {  // the middle needs no re-log space now
-    free_block(reserve_.back(), kLogPageBytes);
+    free_block(reserve_.back(), log_page_bytes_);
     reserve_.pop_back();
   }
   defer_frees_ = false;
@@ -1070,14 +1072,14 @@ void DPTree<P>::trim_log(std::uint64_t covered) {
   std::size_t keep = log_pages_.size();
   if (covered + 1 < next_lsn_) {
     keep = 0;
-    while (pool_->at<LogPageHeader>(log_pages_[keep])->first_lsn + kRecordsPerPage <= covered + 1)
+    while (pool_->at<LogPageHeader>(log_pages_[keep])->first_lsn + records_per_page_ <= covered + 1)
       ++keep;
   }
   if (keep == 0) return;
   const std::uint64_t head = keep < log_pages_.size() ? log_pages_[keep] : 0;
   pm::publish(&root_->log_head, head);
   pm::persist(&root_->log_head, 8);
-  for (std::size_t i = 0; i < keep; ++i) free_block(log_pages_[i], kLogPageBytes);
+  for (std::size_t i = 0; i < keep; ++i) free_block(log_pages_[i], log_page_bytes_);
   stats_.log_pages_freed += keep;
   log_pages_.erase(log_pages_.begin(), log_pages_.begin() + static_cast<std::ptrdiff_t>(keep));
   if (log_pages_.empty()) tail_slot_ = 0;
@@ -1288,14 +1290,14 @@ Code DPTree<P>::merge_partial() {
   }
   // The re-log's pages must all be at hand before any is used: a re-log cut short would spend
   // the reserve on pages that a failed merge cannot give back.
-  const std::size_t room = log_pages_.empty() ? 0 : kRecordsPerPage - tail_slot_;
+  const std::size_t room = log_pages_.empty() ? 0 : records_per_page_ - tail_slot_;
   if (carried.size() > room && !top_up_pages(relog_pages(carried.size() - room))) {
     ++stats_.failed_merges;
     return Code::pool_full;
   }
   for (const BufEntry& b : carried) {  // P2: duplicates of acknowledged records, harmless
     if constexpr (P::kSkipRelog) break;  // known-bad (tests only)
-    if (log_pages_.empty() || tail_slot_ == kRecordsPerPage) {
+    if (log_pages_.empty() || tail_slot_ == records_per_page_) {
       if (Code c = new_log_page(/*keep=*/0); c != Code::ok) {
         ++stats_.failed_merges;  // nothing of version gv changed; the buffer stays
         return c;

@@ -38,10 +38,12 @@ Result<std::unique_ptr<Index>> DPTree<P>::recover(std::unique_ptr<pm::Pool> pool
           return stamp;
         }
         if (r->slots != s || r->key_mode != static_cast<std::uint32_t>(p.info().layout.key_mode) ||
-            r->max_key_size != 8 || r->max_value_size != 8) {
+            r->max_key_size != 8 || r->max_value_size != 8 ||
+            !valid_log_page_bytes(r->log_page_bytes)) {
           (void)p.allocator().finish_recovery();
           return p.error(Code::corrupted, "dptree root holds impossible sizes");
         }
+        t.use_log_pages(r->log_page_bytes);
         t.root_ = r;
         if (p.allocator().mark_reachable(root_off, sizeof(Root)) != Code::ok)
           return p.allocator().finish_recovery();
@@ -122,17 +124,17 @@ Status DPTree<P>::walk_log(std::uint64_t covered, LogScan* out) {
     auto bad = [&](const std::string& what) {
       return p.error(Code::corrupted, "dptree log page at offset " + std::to_string(pg) + ": " + what);
     };
-    const auto* h = p.checked<LogPageHeader>(pg, kLogPageBytes, 64);
+    const auto* h = p.checked<LogPageHeader>(pg, log_page_bytes_, 64);
     if (h == nullptr) return bad("out of bounds or misaligned");
     if (out->pages.empty() ? h->first_lsn > covered + 1 || h->first_lsn == 0
                            : h->first_lsn != expect_first)
       return bad("sequence numbers do not continue the log");
-    if (h->first_lsn + kRecordsPerPage > kMaxLsn) return bad("sequence number out of range");
-    if (p.allocator().mark_reachable(pg, kLogPageBytes) != Code::ok) return bad("overlaps another block");
+    if (h->first_lsn + records_per_page_ > kMaxLsn) return bad("sequence number out of range");
+    if (p.allocator().mark_reachable(pg, log_page_bytes_) != Code::ok) return bad("overlaps another block");
     out->pages.push_back(pg);
     const auto* recs = reinterpret_cast<const LogRecord*>(h + 1);
     std::uint32_t j = 0;
-    for (; j < kRecordsPerPage; ++j) {
+    for (; j < records_per_page_; ++j) {
       const LogRecord& r = recs[j];
       const std::uint64_t lsn = h->first_lsn + j;
       if ((r.op != kOpPut && r.op != kOpDelete) ||
@@ -142,11 +144,11 @@ Status DPTree<P>::walk_log(std::uint64_t covered, LogScan* out) {
     }
     out->tail_slot = j;
     out->next_lsn = std::max(out->next_lsn, h->first_lsn + j);
-    if (j < kRecordsPerPage) {
+    if (j < records_per_page_) {
       out->stale_next = h->next != 0;
       break;
     }
-    expect_first = h->first_lsn + kRecordsPerPage;
+    expect_first = h->first_lsn + records_per_page_;
     pg = h->next;
   }
   return Status::Ok();
@@ -196,7 +198,7 @@ Status DPTree<P>::rebuild() {
   if (!log_pages_.empty() && log.replay.empty()) {  // R3: finish M7
     pm::publish(&root_->log_head, std::uint64_t{0});
     pm::persist(&root_->log_head, 8);
-    for (std::uint64_t off : log_pages_) p.allocator().deallocate(off, kLogPageBytes);
+    for (std::uint64_t off : log_pages_) p.allocator().deallocate(off, log_page_bytes_);
     log_pages_.clear();
     tail_slot_ = 0;
     next_lsn_ = covered + 1;
@@ -321,17 +323,17 @@ Status DPTree<P>::verify() const {
     if (pg != log_pages_[i]) return bad("log page " + std::to_string(i) + " differs");
     const auto* h = p.at<LogPageHeader>(pg);
     const auto* recs = reinterpret_cast<const LogRecord*>(h + 1);
-    const std::uint32_t n = i + 1 == log_pages_.size() ? tail_slot_ : kRecordsPerPage;
+    const std::uint32_t n = i + 1 == log_pages_.size() ? tail_slot_ : records_per_page_;
     for (std::uint32_t j = 0; j < n; ++j)
       if (recs[j].validity != validity_word(recs[j].key, recs[j].value, recs[j].op, h->first_lsn + j))
         return bad("log record " + std::to_string(h->first_lsn + j) + " does not check");
     if (i + 1 == log_pages_.size() && h->first_lsn + n != next_lsn_)
       return bad("log tail differs from the next sequence number");
-    reachable += index_common::block_bytes(kLogPageBytes);
+    reachable += index_common::block_bytes(log_page_bytes_);
     pg = h->next;
   }
   if (pg != 0) return bad("the PM log is longer than the DRAM log");
-  reachable += reserve_.size() * index_common::block_bytes(kLogPageBytes);  // held back, DRAM
+  reachable += reserve_.size() * index_common::block_bytes(log_page_bytes_);  // held back, DRAM
   for (const auto& d : deferred_) reachable += index_common::block_bytes(d.second);  // to free
   if (Status s = buffer_->verify(p); !s.ok()) return s;
   return index_common::check_reachable(p, reachable);

@@ -19,7 +19,8 @@ namespace pmindex::dptree {
 //   [32,40) log_head: first log page (0 = empty log)
 //   [40,44) slots per leaf     [44,48) key_mode
 //   [48,52) max_key_size       [52,56) max_value_size
-//   [56,64) reserved (0)
+//   [56,60) log_page_bytes: the log's page size, fixed at creation (log_page_bytes_for)
+//   [60,64) reserved (0)
 //   [64,80) stamp: the layout id at creation (index_common::RootStamp), checked at open
 //   [80,128) reserved (0)
 struct Root {
@@ -31,14 +32,15 @@ struct Root {
   std::uint32_t key_mode;
   std::uint32_t max_key_size;
   std::uint32_t max_value_size;
-  std::uint64_t reserved;
+  std::uint32_t log_page_bytes;
+  std::uint32_t reserved;
   index_common::RootStamp stamp;  // layout id at creation, checked against the header at open
   std::uint8_t reserved2[48];
 };
 static_assert(sizeof(Root) == 128 && offsetof(Root, stamp) == 64);
 static_assert(offsetof(Root, state) == 8 && offsetof(Root, head) == 16 &&
               offsetof(Root, log_head) == 32 && offsetof(Root, slots) == 40 &&
-              offsetof(Root, max_value_size) == 52);
+              offsetof(Root, max_value_size) == 52 && offsetof(Root, log_page_bytes) == 56);
 static_assert(std::is_standard_layout_v<Root> && std::is_trivially_copyable_v<Root>);
 inline constexpr std::uint64_t kRootMagic = 0x3130454552545044ull;  // "DPTREE01"
 constexpr std::uint64_t state_word(std::uint64_t covered, unsigned gv) {
@@ -53,8 +55,6 @@ constexpr std::uint64_t state_covered(std::uint64_t s) { return s >> 1; }
 //   [40,48) next: the next leaf of this version's chain (0 = last)
 //   [48,56) count: popcount of bitmap (checked at recovery)
 //   [56,64) reserved (0)
-//   [64,80) stamp: the layout id at creation (index_common::RootStamp), checked at open
-//   [80,128) reserved (0)
 // The sorted order of the live slots (the paper's order array) is DRAM-only, rebuilt at
 // recovery by sorting at most S keys.
 struct Meta {
@@ -120,12 +120,26 @@ constexpr std::uint64_t key_hash(std::uint64_t k) {
 constexpr std::uint8_t key_fp(std::uint64_t h) { return static_cast<std::uint8_t>(h >> 56); }
 
 // --- write-ahead log -------------------------------------------------------------------------
-// Log page (4 KiB): a header line, then 63 records of one line each.
+// Log page (root.log_page_bytes, a multiple of 64 B): a header line, then one-line records.
 //   header [0,8) next page (0 = last)   [8,16) first_lsn: sequence number of record 0
 //          [16,64) reserved
 // Record j of a page carries sequence number first_lsn + j.
-inline constexpr std::size_t kLogPageBytes = 4096;
-inline constexpr std::uint32_t kRecordsPerPage = kLogPageBytes / 64 - 1;
+// The page size is chosen at creation (log_page_bytes_for): the allocator's block for a base
+// leaf when that is at least kMinLogPageBytes (256 slots: 4,480 B leaves in 5,120 B blocks, so
+// pages of 5,120 B with 79 records), else kMinLogPageBytes. Log pages and leaves then share one
+// size class, and the pages a merge frees serve the next merge's leaves and the reverse: with 4
+// KiB pages, 660 MiB of freed pages sat unusable beside the leaves at 100M records (issue 19,
+// docs/allocator.md). Recording the size in the root keeps the log's format independent of the
+// allocator's class table.
+inline constexpr std::size_t kMinLogPageBytes = 4096;
+inline constexpr std::size_t kMaxLogPageBytes = 64 * 1024;
+constexpr bool valid_log_page_bytes(std::uint64_t b) {
+  return b % 64 == 0 && b >= kMinLogPageBytes && b <= kMaxLogPageBytes;
+}
+constexpr std::uint32_t records_per_page(std::size_t page_bytes) {
+  return static_cast<std::uint32_t>(page_bytes / 64 - 1);
+}
+static_assert(records_per_page(kMinLogPageBytes) == 63 && records_per_page(5120) == 79);
 struct LogPageHeader {
   std::uint64_t next;
   std::uint64_t first_lsn;

@@ -258,7 +258,7 @@ Options small_pool(const std::string& path) {
 
 // Damaged chain links, log links and root words are refused with Code::corrupted (R1, R2).
 TEST(DPTree, CorruptedPoolsAreRefused) {
-  for (int what = 0; what < 6; ++what) {
+  for (int what = 0; what < 8; ++what) {
     TempDir dir;
     const Options o = small_pool(dir.file("c.pool"));
     std::uint64_t root = 0;
@@ -281,9 +281,49 @@ TEST(DPTree, CorruptedPoolsAreRefused) {
     if (what == 3) patch_u64(o.path, root + offsetof(dptree::Root, log_head), log + 8);
     if (what == 4) patch_u64(o.path, log + 8, 1u << 30);                 // first_lsn past covered
     if (what == 5) patch_u64(o.path, root + offsetof(dptree::Root, state), ~std::uint64_t{0});
+    // The log's page size (and the reserved word after it): not a multiple of 64, or none.
+    if (what == 6) patch_u64(o.path, root + offsetof(dptree::Root, log_page_bytes), 4100);
+    if (what == 7) patch_u64(o.path, root + offsetof(dptree::Root, log_page_bytes), 0);
     auto r = Index::open(o);
     ASSERT_FALSE(r.ok()) << "damage " << what;
     EXPECT_EQ(r.status().code(), Code::corrupted) << r.status().to_string();
+  }
+}
+
+// Log pages are a base leaf's allocator block when that is at least 4 KiB (layout.h, "Log
+// page"): 256-slot leaves (4,480 B) and pages of 5,120 B (79 records) share one size class, so
+// the pages a merge frees serve the next leaves and the reverse (issue 19); small leaves keep 4
+// KiB pages. The size is in the root and survives reopen.
+TEST(DPTree, LogPagesShareTheLeafSizeClass) {
+  for (const std::uint32_t slots : {8u, 128u, 256u}) {
+    TempDir dir;
+    Options o = dp_options(slots);
+    o.path = dir.file("p.pool");
+    {
+      auto idx = open_or_die(o);
+      for (std::uint64_t k = 1; k <= 300; ++k)
+        ASSERT_EQ(idx->insert(encode_u64(k), encode_u64(k)), Code::ok);
+      ASSERT_TRUE(idx->close().ok());
+    }
+    std::vector<char> header(pm::kHeaderSize);
+    std::ifstream(o.path, std::ios::binary).read(header.data(), pm::kHeaderSize);
+    const std::uint64_t root = pm::image_root(header.data());
+    const auto page = static_cast<std::uint32_t>(
+        read_u64(o.path, root + offsetof(dptree::Root, log_page_bytes)));
+    const std::size_t leaf = dptree::leaf_bytes(slots);
+    if (slots == 256) {
+      EXPECT_EQ(page, 5120u);
+      EXPECT_EQ(pm::Allocator::class_of(page), pm::Allocator::class_of(leaf));
+      EXPECT_EQ(dptree::records_per_page(page), 79u);
+    } else {
+      EXPECT_EQ(page, dptree::kMinLogPageBytes) << slots << " slots";
+    }
+    o.open_mode = OpenMode::open;
+    auto again = open_or_die(o);
+    std::string v;
+    for (std::uint64_t k = 1; k <= 300; ++k)
+      ASSERT_EQ(again->find(encode_u64(k), &v), Code::ok) << k;
+    EXPECT_TRUE(again->verify().ok());
   }
 }
 
