@@ -16,9 +16,12 @@
 // Invariants (checked by verify()):
 //   (1) the chain from root.head[gv] is in bounds, bounds strictly increase, the last is ~0;
 //       every live slot's key lies in (previous bound, bound], in its probe window, with its
-//       fingerprint; DRAM leaf infos equal meta[gv] of their leaves;
+//       fingerprint; DRAM leaf infos equal meta[gv] of their leaves; every link (head[gv],
+//       each next) is the tagged link to the next leaf's offset and own tag, the last the end
+//       mark (PROTOCOL.md, "Tagged links");
 //   (2) the inner layer's leaves are the chain's, each key inside its fences;
-//   (3) the log from root.log_head holds consecutive valid records up to the DRAM tail, and
+//   (3) the log from root.log_head (tagged links, the last the end mark) holds consecutive
+//       valid records up to the DRAM tail, and
 //       every record above `covered` is reflected in the buffers (middle up to middle_lsn_,
 //       then front);
 //   (4) the PM bytes reachable from the root, plus the log reserve's pages (held in DRAM so a
@@ -81,6 +84,10 @@ struct Protocol {
   // next version only, also taking slots that this merge's removes cleared but that the
   // current version still holds: a crash before the flip leaves those records overwritten.
   static constexpr bool kFoldIntoCurrentSlots = false;
+  // Recovery (R1, R2) and verify() read every link as an offset only, without its tag (the
+  // chains before tagged links): a link zeroed or redirected by damage after an unclean end
+  // reads as a shorter chain or log (test_dptree_damage).
+  static constexpr bool kUncheckedLinks = false;
 };
 
 // The index lock in the tracing flavour: a reader-writer spin lock whose waits are scheduling
@@ -210,6 +217,7 @@ class DPTree final : public Index {
     std::uint64_t off = 0;
     std::uint64_t bound = 0;
     std::uint64_t bitmap[4] = {0, 0, 0, 0};
+    std::uint64_t tag = 0;             // own tag (Meta::tag), fixed for the leaf's life
     std::uint32_t index = 0;           // position in chain_
     std::vector<std::uint8_t> order;   // live slots in key order
   };
@@ -357,6 +365,7 @@ class DPTree final : public Index {
   std::size_t puts_ = 0;                   // live (non-tombstone) buffer entries
   std::vector<std::uint64_t> reserve_;     // log pages held back (DRAM only; free after a crash)
   std::uint64_t partial_lsn_ = 0;          // next_lsn_ after the last partial merge
+  index_common::TagSource tags_;           // own tags of new leaves and log pages
   MergeStats stats_;
   RecoveryStats recovery_;
   mutable IndexMutex mu_;

@@ -50,8 +50,10 @@ Result<std::unique_ptr<Index>> DPTree<P>::create(std::unique_ptr<pm::Pool> pool,
   return std::unique_ptr<Index>(std::move(idx));
 }
 
-// C1: the root object and one empty leaf (bound ~0) as chain 0, persisted, then the root
-// published (pool.set_root: one persisted 8-byte store). A crash before it leaves nothing.
+// C1: the root object and one empty leaf (bound ~0, its own tag in both metadata versions, its
+// next the end mark) as chain 0, persisted; head[0] the leaf's tagged link, log_head the end
+// mark (an empty log); then the root published (pool.set_root: one persisted 8-byte store).
+// A crash before it leaves nothing.
 template <class P>
 Status DPTree<P>::init_root(const Options& o) {
   pm::Pool& p = *pool_;
@@ -64,14 +66,19 @@ Status DPTree<P>::init_root(const Options& o) {
     return p.error(code, "dptree: no space for the root object");
   }
   const LeafView v = view(leaf);
+  const std::uint64_t tag = tags_.next();
   pm::zero(v.meta(0), 128);
   pm::store(&v.meta(0)->bound, ~std::uint64_t{0});
+  pm::store(&v.meta(0)->next, index_common::kChainEnd);
+  pm::store(&v.meta(0)->tag, tag);
+  pm::store(&v.meta(1)->tag, tag);
   pm::persist(v.meta(0), 128);
   Root* r = p.at<Root>(off);
   pm::zero(r, sizeof(Root));
   pm::store(&r->magic, kRootMagic);
   pm::store(&r->state, state_word(0, 0));
-  pm::store(&r->head[0], leaf);
+  pm::store(&r->head[0], index_common::make_link(leaf, tag));
+  pm::store(&r->log_head, index_common::kChainEnd);
   pm::store(&r->slots, slots_);
   pm::store(&r->key_mode, static_cast<std::uint32_t>(p.info().layout.key_mode));
   pm::store(&r->max_key_size, std::uint32_t{8});
@@ -84,6 +91,7 @@ Status DPTree<P>::init_root(const Options& o) {
   auto l = std::make_shared<LeafInfo>();
   l->off = leaf;
   l->bound = ~std::uint64_t{0};
+  l->tag = tag;
   chain_ = {l};
   rebuild_inner();
   reset_buffer();
@@ -180,6 +188,7 @@ typename DPTree<P>::LeafPtr DPTree<P>::build_leaf(const std::vector<Record>& rec
   if (off == 0) return nullptr;
   auto l = std::make_shared<LeafInfo>();
   l->off = off;
+  l->tag = tags_.next();  // written with meta[nv] (M3), before the flip links the leaf
   const LeafView v = view(off);
   const std::uint32_t mask = slots_ - 1, w = window(slots_);
   std::size_t placed = 0;
@@ -270,8 +279,9 @@ Code DPTree<P>::room_for_put() {
   return Code::pool_full;
 }
 
-// L4-L5: a new last page: header persisted, then linked (root.log_head for the first page, the
-// previous page's next otherwise) with one persisted 8-byte store.
+// L4-L5: a new last page: header (next = the end mark, first_lsn, its own tag) persisted, then
+// linked (root.log_head for the first page, the previous page's next otherwise) with one
+// persisted 8-byte store of the tagged link.
 template <class P>
 Code DPTree<P>::new_log_page(std::size_t keep) {
   Code code = Code::ok;
@@ -282,12 +292,14 @@ Code DPTree<P>::new_log_page(std::size_t keep) {
   }
   if (off == 0) return code;
   LogPageHeader* h = pool_->at<LogPageHeader>(off);
-  pm::store(&h->next, std::uint64_t{0});
+  const std::uint64_t tag = tags_.next();
+  pm::store(&h->next, index_common::kChainEnd);
   pm::store(&h->first_lsn, next_lsn_);
+  pm::store(&h->tag, tag);
   pm::persist(h, sizeof(LogPageHeader));  // L4
   std::uint64_t* link = log_pages_.empty() ? &root_->log_head
                                            : &pool_->at<LogPageHeader>(log_pages_.back())->next;
-  pm::publish(link, off);  // L5
+  pm::publish(link, index_common::make_link(off, tag));  // L5
   pm::persist(link, 8);
   log_pages_.push_back(off);
   tail_slot_ = 0;
@@ -999,15 +1011,18 @@ Code DPTree<P>::merge_leaf(const LeafPtr& l, const BufEntry* from, const BufEntr
 // M3: meta[nv] of EVERY leaf of the new chain, written and flushed wherever PM differs from
 // it (a leaf the merge did not touch may hold a meta[nv] of two merges ago: the original's
 // stale-metadata window under ADR). Every earlier merge step was persisted, so the cached
-// line is what PM holds.
+// line is what PM holds. The line carries the leaf's own tag and its tagged next link (the
+// end mark for the last leaf): the tags cost no store of their own.
 template <class P>
 void DPTree<P>::write_meta(std::vector<LeafPtr>& next, unsigned nv) {
   for (std::size_t i = 0; i < next.size(); ++i) {
     Meta m{};
     std::memcpy(m.bitmap, next[i]->bitmap, sizeof(m.bitmap));
     m.bound = next[i]->bound;
-    m.next = i + 1 < next.size() ? next[i + 1]->off : 0;
+    m.next = i + 1 < next.size() ? index_common::make_link(next[i + 1]->off, next[i + 1]->tag)
+                                 : index_common::kChainEnd;
     m.count = detail::popcount(m.bitmap);
+    m.tag = next[i]->tag;
     Meta* pm_meta = view(next[i]->off).meta(nv);
     if (std::memcmp(pm_meta, &m, sizeof(Meta)) == 0) continue;
     if constexpr (P::kSkipUnchangedMeta) {  // known-bad (tests only): the original's window
@@ -1024,7 +1039,7 @@ template <class P>
 void DPTree<P>::flip(std::vector<LeafPtr>& next, std::uint64_t covered, bool meta_written) {
   const unsigned nv = 1 - gv_;
   auto flip_bit = [&] {
-    pm::publish(&root_->head[nv], next[0]->off);  // M4
+    pm::publish(&root_->head[nv], index_common::make_link(next[0]->off, next[0]->tag));  // M4
     pm::flush(&root_->head[nv], 8);
     pm::fence();
     pm::publish(&root_->state, state_word(covered, nv));  // M5: commit
@@ -1076,7 +1091,12 @@ void DPTree<P>::trim_log(std::uint64_t covered) {
       ++keep;
   }
   if (keep == 0) return;
-  const std::uint64_t head = keep < log_pages_.size() ? log_pages_[keep] : 0;
+  // The kept page's own tag as L4 wrote it (or R2 checked it).
+  const std::uint64_t head =
+      keep < log_pages_.size()
+          ? index_common::make_link(log_pages_[keep],
+                                    pool_->at<LogPageHeader>(log_pages_[keep])->tag)
+          : index_common::kChainEnd;
   pm::publish(&root_->log_head, head);
   pm::persist(&root_->log_head, 8);
   for (std::size_t i = 0; i < keep; ++i) free_block(log_pages_[i], log_page_bytes_);

@@ -29,6 +29,13 @@ Result<std::unique_ptr<Index>> DPTree<P>::recover(std::unique_ptr<pm::Pool> pool
       p, &t.recovery_, [&] { return t.init_root(o); },
       [&](std::uint64_t root_off) -> Status {
         Root* r = p.checked<Root>(root_off, sizeof(Root), 8);
+        if (r != nullptr && r->magic == kRootMagicUntagged) {
+          (void)p.allocator().finish_recovery();
+          return p.error(Code::corrupted,
+                         "dptree pool of format DPTREE01 (links without tags, written before "
+                         "tagged links): not readable by this version; load its records into a "
+                         "new pool with the version that wrote it");
+        }
         if (r == nullptr || r->magic != kRootMagic) {
           (void)p.allocator().finish_recovery();
           return p.error(Code::corrupted, "dptree root object is missing or has a wrong magic");
@@ -54,17 +61,48 @@ Result<std::unique_ptr<Index>> DPTree<P>::recover(std::unique_ptr<pm::Pool> pool
   return std::unique_ptr<Index>(std::move(idx));
 }
 
+// R1t / R2t, one tagged link (PROTOCOL.md, "Tagged links"): "" if `link`, read at `from`, is
+// the end mark or names a nonzero offset; else what is wrong (`from()` names the word, built
+// only for a refusal). A link of 0 is always damage.
+template <class From>
+std::string link_word_error(std::uint64_t link, From from) {
+  if (index_common::link_tag(link) == index_common::kEndTag)
+    return index_common::link_off(link) == 0
+               ? std::string()
+               : from() + " holds the end mark with offset " +
+                     std::to_string(index_common::link_off(link)) + " (damaged)";
+  if (index_common::link_off(link) == 0)
+    return from() + " is " + std::to_string(link) + ": offset 0 without the end mark (damaged)";
+  return {};
+}
+
 // R1: the chain of version gv from root.head[gv], read-only: every leaf in bounds and aligned,
 // bounds strictly increasing (so no cycle), the last ~0; count = popcount, no bit >= S; every
 // live slot's key in (previous bound, bound], in its probe window, with its fingerprint, and
-// no key twice. Leaves are declared reachable.
+// no key twice. Leaves are declared reachable. R1t: every link (head[gv], each meta[gv].next)
+// is the end mark or names a leaf whose own tag (meta[gv].tag, a valid tag) it carries; the
+// chain ends at the end mark only.
 template <class P>
 Status DPTree<P>::walk_chain(unsigned gv, std::vector<LeafPtr>* chain, std::uint64_t* records) {
   pm::Pool& p = *pool_;
   const std::uint64_t max_leaves = p.size() / leaf_bytes_;
   std::uint64_t prev_bound = 0;
   const std::uint32_t mask = slots_ - 1, w = window(slots_);
-  for (std::uint64_t off = root_->head[gv]; off != 0;) {
+  std::uint64_t link = root_->head[gv];
+  std::uint64_t from = 0;  // the leaf whose next `link` is, 0 = the root's head
+  // Built only for a refusal.
+  const auto from_name = [&] {
+    return from == 0 ? "root head[" + std::to_string(gv) + "]"
+                     : "next link of the leaf at offset " + std::to_string(from);
+  };
+  for (;;) {
+    if constexpr (!P::kUncheckedLinks) {  // R1t
+      if (std::string e = link_word_error(link, [&] { return "dptree " + from_name(); });
+          !e.empty())
+        return p.error(Code::corrupted, e);
+    }
+    const std::uint64_t off = index_common::link_off(link);
+    if (off == 0) break;
     auto bad = [&](const std::string& what) {
       return p.error(Code::corrupted, "dptree leaf at offset " + std::to_string(off) + ": " + what);
     };
@@ -72,6 +110,12 @@ Status DPTree<P>::walk_chain(unsigned gv, std::vector<LeafPtr>* chain, std::uint
     if (chain->size() >= max_leaves) return bad("more leaves than the pool can hold (a cycle?)");
     const LeafView v = view(off);
     const Meta m = *v.meta(gv);
+    if constexpr (!P::kUncheckedLinks) {  // R1t
+      if (!index_common::valid_tag(m.tag) || m.tag != index_common::link_tag(link))
+        return bad("the link to it (the " + from_name() + ") carries tag " +
+                   std::to_string(index_common::link_tag(link)) + " but its own tag is " +
+                   std::to_string(m.tag) + " (a damaged link, or a damaged leaf)");
+    }
     if (!chain->empty() && !(m.bound > prev_bound)) return bad("bound not above the previous leaf's");
     for (std::uint32_t b = slots_; b < 256; ++b)
       if (detail::test_bit(m.bitmap, b)) return bad("bitmap names a slot beyond the leaf");
@@ -79,6 +123,7 @@ Status DPTree<P>::walk_chain(unsigned gv, std::vector<LeafPtr>* chain, std::uint
     auto l = std::make_shared<LeafInfo>();
     l->off = off;
     l->bound = m.bound;
+    l->tag = m.tag;
     std::memcpy(l->bitmap, m.bitmap, sizeof(m.bitmap));
     for (std::uint32_t s = 0; s < slots_; ++s) {
       if (!detail::test_bit(m.bitmap, s)) continue;
@@ -96,7 +141,8 @@ Status DPTree<P>::walk_chain(unsigned gv, std::vector<LeafPtr>* chain, std::uint
     *records += m.count;
     prev_bound = m.bound;
     chain->push_back(std::move(l));
-    off = m.next;
+    link = m.next;
+    from = off;
   }
   if (chain->empty()) return p.error(Code::corrupted, "dptree chain is empty");
   if (prev_bound != ~std::uint64_t{0}) return p.error(Code::corrupted, "dptree last leaf's bound is not ~0");
@@ -115,17 +161,38 @@ struct DPTree<P>::LogScan {
 // R2: the log from root.log_head, read-only: pages in bounds and aligned, first_lsn
 // consecutive (so no cycle), the first page not above covered + 1; records replayed in order
 // up to the first one whose validity word does not check (torn, or left from an earlier use).
+// R2t: every link followed (log_head, each full page's next) is the end mark or names a page
+// whose own tag (a valid tag) it carries; the tail page's next is never 0.
 template <class P>
 Status DPTree<P>::walk_log(std::uint64_t covered, LogScan* out) {
   pm::Pool& p = *pool_;
   out->next_lsn = covered + 1;
   std::uint64_t expect_first = 0;
-  for (std::uint64_t pg = root_->log_head; pg != 0;) {
+  std::uint64_t link = root_->log_head;
+  std::uint64_t from = 0;  // the page whose next `link` is, 0 = the root's log_head
+  const auto from_name = [&] {
+    return from == 0 ? std::string("root log_head")
+                     : "next link of the log page at offset " + std::to_string(from);
+  };
+  for (;;) {
+    if constexpr (!P::kUncheckedLinks) {  // R2t
+      if (std::string e = link_word_error(link, [&] { return "dptree " + from_name(); });
+          !e.empty())
+        return p.error(Code::corrupted, e);
+    }
+    const std::uint64_t pg = index_common::link_off(link);
+    if (pg == 0) break;
     auto bad = [&](const std::string& what) {
       return p.error(Code::corrupted, "dptree log page at offset " + std::to_string(pg) + ": " + what);
     };
     const auto* h = p.checked<LogPageHeader>(pg, log_page_bytes_, 64);
     if (h == nullptr) return bad("out of bounds or misaligned");
+    if constexpr (!P::kUncheckedLinks) {  // R2t
+      if (!index_common::valid_tag(h->tag) || h->tag != index_common::link_tag(link))
+        return bad("the link to it (the " + from_name() + ") carries tag " +
+                   std::to_string(index_common::link_tag(link)) + " but its own tag is " +
+                   std::to_string(h->tag) + " (a damaged link, or a damaged page)");
+    }
     if (out->pages.empty() ? h->first_lsn > covered + 1 || h->first_lsn == 0
                            : h->first_lsn != expect_first)
       return bad("sequence numbers do not continue the log");
@@ -145,11 +212,18 @@ Status DPTree<P>::walk_log(std::uint64_t covered, LogScan* out) {
     out->tail_slot = j;
     out->next_lsn = std::max(out->next_lsn, h->first_lsn + j);
     if (j < records_per_page_) {
-      out->stale_next = h->next != 0;
+      if constexpr (P::kUncheckedLinks) {
+        out->stale_next = index_common::link_off(h->next) != 0;
+      } else {
+        if (h->next == 0)  // R2t: L4 writes the end mark, so 0 here is damage too
+          return bad("its next link is 0: offset 0 without the end mark (damaged)");
+        out->stale_next = h->next != index_common::kChainEnd;
+      }
       break;
     }
     expect_first = h->first_lsn + records_per_page_;
-    pg = h->next;
+    link = h->next;
+    from = pg;
   }
   return Status::Ok();
 }
@@ -191,12 +265,12 @@ Status DPTree<P>::rebuild() {
   next_lsn_ = log.next_lsn;
   if (log.stale_next) {  // R3
     std::uint64_t* next = &p.at<LogPageHeader>(log_pages_.back())->next;
-    pm::publish(next, std::uint64_t{0});
+    pm::publish(next, index_common::kChainEnd);
     pm::persist(next, 8);
     ++recovery_.repaired;
   }
   if (!log_pages_.empty() && log.replay.empty()) {  // R3: finish M7
-    pm::publish(&root_->log_head, std::uint64_t{0});
+    pm::publish(&root_->log_head, index_common::kChainEnd);
     pm::persist(&root_->log_head, 8);
     for (std::uint64_t off : log_pages_) p.allocator().deallocate(off, log_page_bytes_);
     log_pages_.clear();
@@ -267,14 +341,36 @@ Status DPTree<P>::verify() const {
     return bad("root state differs from the index's version");
   std::uint64_t reachable = index_common::block_bytes(sizeof(Root));
   std::uint64_t records = 0, prev_bound = 0;
-  std::uint64_t off = root_->head[gv_];
+  // R1t's check (PROTOCOL.md, "Tagged links"): each link of the current chain is the DRAM
+  // chain's next leaf's tagged link (its offset and own tag), the last one the end mark.
+  const auto want_link = [&](std::size_t i) {
+    return i < chain_.size() ? index_common::make_link(chain_[i]->off, chain_[i]->tag)
+                             : index_common::kChainEnd;
+  };
+  const auto link_differs = [](std::uint64_t have, std::uint64_t want) {
+    return P::kUncheckedLinks ? index_common::link_off(have) != index_common::link_off(want)
+                              : have != want;
+  };
+  if (chain_.empty() || link_differs(root_->head[gv_], want_link(0)))
+    return bad("root head[" + std::to_string(gv_) + "] (" + std::to_string(root_->head[gv_]) +
+               ") is not the tagged link to the DRAM chain's first leaf");
   index_common::ChainKeys keys;
-  for (std::size_t i = 0; i < chain_.size(); ++i, off = view(off).meta(gv_)->next) {
+  for (std::size_t i = 0; i < chain_.size(); ++i) {
     const LeafInfo& l = *chain_[i];
-    if (off != l.off) return bad("chain leaf " + std::to_string(i) + " differs from the DRAM chain");
+    const std::uint64_t off = l.off;
     if (p.checked<char>(off, leaf_bytes_, 64) == nullptr) return bad("leaf out of bounds");
     const LeafView v = view(off);
     const Meta& m = *v.meta(gv_);
+    if (!P::kUncheckedLinks && (m.tag != l.tag || !index_common::valid_tag(m.tag)))
+      return index_common::leaf_error(p, off, "own tag " + std::to_string(m.tag) +
+                                                  " differs from the DRAM chain's (" +
+                                                  std::to_string(l.tag) + ")");
+    if (link_differs(m.next, want_link(i + 1)))
+      return index_common::leaf_error(
+          p, off, "next link " + std::to_string(m.next) + " is not the tagged link to " +
+                      (i + 1 < chain_.size() ? "chain leaf " + std::to_string(i + 1)
+                                             : std::string("the end mark")) +
+                      " (the DRAM chain's)");
     if (std::memcmp(m.bitmap, l.bitmap, sizeof(l.bitmap)) != 0 || m.bound != l.bound)
       return index_common::leaf_error(p, off, "meta[gv] differs from the DRAM leaf info");
     if (m.count != detail::popcount(m.bitmap)) return index_common::leaf_error(p, off, "count differs");
@@ -299,7 +395,6 @@ Status DPTree<P>::verify() const {
     prev_bound = m.bound;
     reachable += index_common::block_bytes(leaf_bytes_);
   }
-  if (off != 0) return bad("the PM chain is longer than the DRAM chain");
   if (prev_bound != ~std::uint64_t{0}) return bad("last bound is not ~0");
   if (records != base_records_) return bad("base record count differs");
   if (Status s = index_common::check_key_order(p, keys); !s.ok()) return s;
@@ -317,11 +412,27 @@ Status DPTree<P>::verify() const {
           });
       !s.ok())
     return s;
-  // The log: the DRAM page list is the PM one, records valid up to the tail.
-  std::uint64_t pg = root_->log_head;
+  // The log: the DRAM page list is the PM one (R2t: every link the tagged link to the next
+  // page, whose own tag is valid, the last one the end mark), records valid up to the tail.
+  const auto page_link = [&](std::size_t i) {
+    return i < log_pages_.size()
+               ? index_common::make_link(log_pages_[i], p.at<LogPageHeader>(log_pages_[i])->tag)
+               : index_common::kChainEnd;
+  };
+  for (std::size_t i = 0; i < log_pages_.size(); ++i)
+    if (!P::kUncheckedLinks && !index_common::valid_tag(p.at<LogPageHeader>(log_pages_[i])->tag))
+      return bad("log page " + std::to_string(i) + " has no valid own tag");
+  if (link_differs(root_->log_head, page_link(0)))
+    return bad("root log_head (" + std::to_string(root_->log_head) +
+               ") is not the tagged link to the DRAM log's first page");
   for (std::size_t i = 0; i < log_pages_.size(); ++i) {
-    if (pg != log_pages_[i]) return bad("log page " + std::to_string(i) + " differs");
+    const std::uint64_t pg = log_pages_[i];
     const auto* h = p.at<LogPageHeader>(pg);
+    if (link_differs(h->next, page_link(i + 1)))
+      return bad("log page " + std::to_string(i) + " (offset " + std::to_string(pg) +
+                 "): next link " + std::to_string(h->next) + " is not the tagged link to " +
+                 (i + 1 < log_pages_.size() ? "log page " + std::to_string(i + 1)
+                                            : std::string("the end mark")));
     const auto* recs = reinterpret_cast<const LogRecord*>(h + 1);
     const std::uint32_t n = i + 1 == log_pages_.size() ? tail_slot_ : records_per_page_;
     for (std::uint32_t j = 0; j < n; ++j)
@@ -330,9 +441,7 @@ Status DPTree<P>::verify() const {
     if (i + 1 == log_pages_.size() && h->first_lsn + n != next_lsn_)
       return bad("log tail differs from the next sequence number");
     reachable += index_common::block_bytes(log_page_bytes_);
-    pg = h->next;
   }
-  if (pg != 0) return bad("the PM log is longer than the DRAM log");
   reachable += reserve_.size() * index_common::block_bytes(log_page_bytes_);  // held back, DRAM
   for (const auto& d : deferred_) reachable += index_common::block_bytes(d.second);  // to free
   if (Status s = buffer_->verify(p); !s.ok()) return s;

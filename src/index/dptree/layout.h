@@ -7,16 +7,17 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "index/common/chain_tag.h"
 #include "index/common/root_stamp.h"
 
 namespace pmindex::dptree {
 
 // Root object (128 B, two lines), written once at creation (C1) except state, head[] and log_head.
-//   [ 0, 8) magic "DPTREE01"
+//   [ 0, 8) magic "DPTREE02" (02: tagged links; "DPTREE01" pools are refused)
 //   [ 8,16) state: bit 0 = gv, the current metadata version; bits 1-63 = covered, the highest
 //           log sequence number the base tree holds. One 8-byte store flips both (M5).
-//   [16,32) head[2]: first leaf of the chain of version v (pool offset)
-//   [32,40) log_head: first log page (0 = empty log)
+//   [16,32) head[2]: tagged link (chain_tag.h) to the first leaf of the chain of version v
+//   [32,40) log_head: tagged link to the first log page (kChainEnd = empty log; 0 is damage)
 //   [40,44) slots per leaf     [44,48) key_mode
 //   [48,52) max_key_size       [52,56) max_value_size
 //   [56,60) log_page_bytes: the log's page size, fixed at creation (log_page_bytes_for)
@@ -42,7 +43,8 @@ static_assert(offsetof(Root, state) == 8 && offsetof(Root, head) == 16 &&
               offsetof(Root, log_head) == 32 && offsetof(Root, slots) == 40 &&
               offsetof(Root, max_value_size) == 52 && offsetof(Root, log_page_bytes) == 56);
 static_assert(std::is_standard_layout_v<Root> && std::is_trivially_copyable_v<Root>);
-inline constexpr std::uint64_t kRootMagic = 0x3130454552545044ull;  // "DPTREE01"
+inline constexpr std::uint64_t kRootMagic = 0x3230454552545044ull;          // "DPTREE02"
+inline constexpr std::uint64_t kRootMagicUntagged = 0x3130454552545044ull;  // "DPTREE01"
 constexpr std::uint64_t state_word(std::uint64_t covered, unsigned gv) {
   return covered << 1 | gv;
 }
@@ -52,9 +54,11 @@ constexpr std::uint64_t state_covered(std::uint64_t s) { return s >> 1; }
 // One metadata version of a leaf (64 B, one line):
 //   [ 0,32) bitmap: bit i = slot i holds a live record (slots >= S are always 0)
 //   [32,40) bound: the leaf holds keys in (previous leaf's bound, bound]; the last leaf's is ~0
-//   [40,48) next: the next leaf of this version's chain (0 = last)
+//   [40,48) next: tagged link (chain_tag.h) to the next leaf of this version's chain: its offset
+//           and its own tag; the last leaf's is kChainEnd, so 0 is damage
 //   [48,56) count: popcount of bitmap (checked at recovery)
-//   [56,64) reserved (0)
+//   [56,64) tag: the leaf's own 16-bit tag (1..0xfffe), the same in every version M3 writes
+//           (PROTOCOL.md, "Tagged links")
 // The sorted order of the live slots (the paper's order array) is DRAM-only, rebuilt at
 // recovery by sorting at most S keys.
 struct Meta {
@@ -62,11 +66,11 @@ struct Meta {
   std::uint64_t bound;
   std::uint64_t next;
   std::uint64_t count;
-  std::uint64_t reserved;
+  std::uint64_t tag;
 };
 static_assert(sizeof(Meta) == 64);
 static_assert(offsetof(Meta, bound) == 32 && offsetof(Meta, next) == 40 &&
-              offsetof(Meta, count) == 48);
+              offsetof(Meta, count) == 48 && offsetof(Meta, tag) == 56);
 static_assert(std::is_standard_layout_v<Meta> && std::is_trivially_copyable_v<Meta>);
 
 // Record slot: key word (big-endian key bytes read as an integer) and the full 64-bit value.
@@ -121,8 +125,10 @@ constexpr std::uint8_t key_fp(std::uint64_t h) { return static_cast<std::uint8_t
 
 // --- write-ahead log -------------------------------------------------------------------------
 // Log page (root.log_page_bytes, a multiple of 64 B): a header line, then one-line records.
-//   header [0,8) next page (0 = last)   [8,16) first_lsn: sequence number of record 0
-//          [16,64) reserved
+//   header [0,8) next: tagged link to the next page (kChainEnd = last; 0 is damage)
+//          [8,16) first_lsn: sequence number of record 0
+//          [16,24) tag: the page's own 16-bit tag (1..0xfffe), written with the header (L4)
+//          [24,64) reserved
 // Record j of a page carries sequence number first_lsn + j.
 // The page size is chosen at creation (log_page_bytes_for): the allocator's block for a base
 // leaf when that is at least kMinLogPageBytes (256 slots: 4,480 B leaves in 5,120 B blocks, so
@@ -143,9 +149,10 @@ static_assert(records_per_page(kMinLogPageBytes) == 63 && records_per_page(5120)
 struct LogPageHeader {
   std::uint64_t next;
   std::uint64_t first_lsn;
-  std::uint64_t reserved[6];
+  std::uint64_t tag;
+  std::uint64_t reserved[5];
 };
-static_assert(sizeof(LogPageHeader) == 64);
+static_assert(sizeof(LogPageHeader) == 64 && offsetof(LogPageHeader, tag) == 16);
 
 // Log record (64 B, one line; the simulator's unit of failure atomicity is 8 bytes):
 //   [0,8) key word   [8,16) value   [16,24) op (kOpPut or kOpDelete)   [24,56) zero

@@ -183,7 +183,7 @@ TEST(DPTree, TornLogRecordStopsReplay) {
       auto pool = pm::Pool::open({.path = o.path, .layout = IndexRegistry::find("dptree")->layout(o)});
       ASSERT_TRUE(pool.ok()) << pool.status().to_string();
       const auto* root = (*pool)->at<dptree::Root>((*pool)->root());
-      page = root->log_head;
+      page = index_common::link_off(root->log_head);  // a tagged link (PROTOCOL.md R2t)
       ASSERT_NE(page, 0u);
       auto* rec = (*pool)->at<std::uint64_t>(page + 64 * 6 + 8 * unit);
       *rec ^= unit == 7 ? 0x1000000 : 0x5a;  // unit 7: the validity word itself
@@ -270,15 +270,18 @@ TEST(DPTree, CorruptedPoolsAreRefused) {
     }
     const std::uint64_t state = read_u64(o.path, root + offsetof(dptree::Root, state));
     const unsigned gv = dptree::state_gv(state);
-    const std::uint64_t head = read_u64(o.path, root + offsetof(dptree::Root, head) + 8 * gv);
+    // Tagged links (PROTOCOL.md R1t, R2t): the offsets are their low 48 bits.
+    const std::uint64_t head = index_common::link_off(
+        read_u64(o.path, root + offsetof(dptree::Root, head) + 8 * gv));
     const std::uint64_t next_at = head + 64 * gv + offsetof(dptree::Meta, next);
-    const std::uint64_t log = read_u64(o.path, root + offsetof(dptree::Root, log_head));
+    const std::uint64_t log_link = read_u64(o.path, root + offsetof(dptree::Root, log_head));
+    const std::uint64_t log = index_common::link_off(log_link);
     ASSERT_NE(read_u64(o.path, next_at), 0u);
     ASSERT_NE(log, 0u);
     if (what == 0) patch_u64(o.path, next_at, std::uint64_t{1} << 40);  // out of bounds
     if (what == 1) patch_u64(o.path, next_at, head);                     // a cycle
     if (what == 2) patch_u64(o.path, next_at, head + 8);                 // misaligned
-    if (what == 3) patch_u64(o.path, root + offsetof(dptree::Root, log_head), log + 8);
+    if (what == 3) patch_u64(o.path, root + offsetof(dptree::Root, log_head), log_link + 8);
     if (what == 4) patch_u64(o.path, log + 8, 1u << 30);                 // first_lsn past covered
     if (what == 5) patch_u64(o.path, root + offsetof(dptree::Root, state), ~std::uint64_t{0});
     // The log's page size (and the reserved word after it): not a multiple of 64, or none.
