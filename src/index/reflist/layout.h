@@ -16,7 +16,7 @@ namespace pmindex::reflist {
 //               validate() refuses larger ones, recovery refuses a larger pool)
 //   bits 40-63  that record's tag, record_tag() of its content: 1..kEndTag-1
 //   kListEnd    offset 0 with tag kEndTag: the last record's next, or root.head of an empty
-//               list. A link word of 0 is never an end: it is damage (R2t).
+//               list. A link word of 0 is never an end: it is damage (W1t).
 // Records are immutable while linked (an update writes a new record out of place, R4-R7), so a
 // tag derived from the content needs no field and also sees damage inside a linked record.
 // A REFLIST1 pool (before tagged links) holds untagged links (bits 40-63 zero, 0 at the end);
@@ -70,13 +70,13 @@ static_assert(std::is_standard_layout_v<Record> && std::is_trivially_copyable_v<
 inline constexpr std::uint32_t kMaxKeySize = 4096;
 inline constexpr std::uint32_t kMaxValueSize = 4096;
 
-// R2t: a record's tag, mixed from everything a linked record holds but its `next`: key_len,
+// W1t: a record's tag, mixed from everything a linked record holds but its `next`: key_len,
 // value_len and the key and value bytes (the caller has bounds-checked the lengths). Each
 // 8-byte word goes through a step that is a bijection of the state for a fixed word and of the
 // word for a fixed state, so any change confined to one word (a flipped byte) always changes
 // the 64-bit state; murmur3's finaliser then spreads it over 1..kEndTag-1, so other damage, or
-// a link redirected to another record, passes by chance about 1 in 2^24. About 3 instructions
-// per 8 bytes.
+// a link redirected to another record, passes by chance about 1 in 2^24. Cost (callgrind, -O2):
+// about 40 instructions for 16 B of key and value, then about 11 per further 8 bytes.
 inline std::uint64_t record_tag(std::uint32_t key_len, std::uint32_t value_len,
                                 const char* bytes) {
   constexpr std::uint64_t kMul = 0xff51afd7ed558ccdull;

@@ -50,7 +50,7 @@ Status RefList::init_root(std::uint32_t max_key, std::uint32_t max_value) {
   Root* r = pool_->at<Root>(off);
   Root init{};
   init.magic = kRootMagic;
-  init.head = kListEnd;  // an empty list: the end mark (a head of 0 is damage, R2t)
+  init.head = kListEnd;  // an empty list: the end mark (a head of 0 is damage, W1t)
   init.max_key_size = max_key;
   init.max_value_size = max_value;
   init.stamp = index_common::make_root_stamp(pool_->info().layout);
@@ -130,7 +130,7 @@ std::size_t RefList::record_size(const Record* r) const {
 
 // Follows one link without trusting it: the offset is bounds- and alignment-checked, the
 // record's lengths checked against the root's limits, and the link's tag against the record's
-// content (R2t); a link of 0, or one naming offset 0 without the end mark, is damage.
+// content (W1t); a link of 0, or one naming offset 0 without the end mark, is damage.
 Status RefList::follow(std::uint64_t link, std::uint64_t from, bool untagged_ok,
                        std::uint64_t* off) const {
   const pm::Pool& p = *pool_;
@@ -170,7 +170,7 @@ Status RefList::follow(std::uint64_t link, std::uint64_t from, bool untagged_ok,
   return Status::Ok();
 }
 
-// R2: walks the chain without trusting it: follow() checks every link and record, and keys
+// W1: walks the chain without trusting it: follow() checks every link and record, and keys
 // must strictly increase (which also rules out a cycle, since a cycle would revisit a smaller
 // key).
 Status RefList::rebuild(bool untagged_ok) {
@@ -243,7 +243,7 @@ Code RefList::check_value(std::string_view value) const {
 std::uint64_t RefList::write_record(std::string_view key, std::string_view value,
                                     std::uint64_t next, Code* code) {
   // `next` is a link word copied as it is (its target and tag); the result is the new record's
-  // link word: its offset with record_tag() of what was written (R2t).
+  // link word: its offset with record_tag() of what was written (W1t).
   const std::size_t size = sizeof(Record) + key.size() + value.size();
   const std::uint64_t off = pool_->allocator().allocate(size, code);
   if (off == 0) return 0;

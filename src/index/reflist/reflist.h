@@ -9,7 +9,7 @@
 //       length), which also rules out cycles;
 //   (2) every record lies inside the heap, 16 B aligned, with lengths within the root's limits;
 //   (3) every link carries the tag of the record it names (record_tag of its content), and
-//       the last one is the end mark (PROTOCOL.md R2t);
+//       the last one is the end mark (PROTOCOL.md W1t);
 //   (4) the DRAM map holds exactly the chain's keys, each pointing at its record.
 #pragma once
 
@@ -60,7 +60,7 @@ class RefList final : public Index {
  private:
   explicit RefList(std::unique_ptr<pm::Pool> pool);
   Status init_root(std::uint32_t max_key, std::uint32_t max_value);
-  // Walks the chain from root.head (R2, R2t); `untagged_ok`: a REFLIST1 pool, whose links may
+  // Walks the chain from root.head (W1, W1t); `untagged_ok`: a REFLIST1 pool, whose links may
   // still be untagged (each tagged one is checked).
   Status rebuild(bool untagged_ok);
   // The record a link word names, checked (bounds, alignment, lengths, tag): its offset, 0 at

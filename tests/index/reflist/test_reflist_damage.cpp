@@ -1,4 +1,4 @@
-// reflist's tagged links (PROTOCOL.md R2t, issue 18): after an unclean end (no close, so no
+// reflist's tagged links (PROTOCOL.md W1t, issue 18): after an unclean end (no close, so no
 // close counts to compare) a link zeroed, a link redirected to another valid record with its
 // tag bits kept, a zeroed linked record, a flipped value byte of a linked record and a zeroed
 // root.head of an empty list are each refused at open with Code::corrupted and a message naming
