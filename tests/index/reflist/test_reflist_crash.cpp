@@ -72,7 +72,10 @@ TEST(CrashRefList, Eadr) { run(pm::Mode::eadr); }
 // the test shows that both steps were reached.
 class UpgradeScenario final : public Scenario {
  public:
-  explicit UpgradeScenario(pm::Mode mode) : mode_(mode) {
+  // bad_order: known-bad, op 0 first runs an upgrade of the test's own in the wrong order (the
+  // magic flipped before the links are tagged, no fence between), then opens.
+  explicit UpgradeScenario(pm::Mode mode, bool bad_order = false)
+      : mode_(mode), bad_order_(bad_order) {
     options_.kind = "reflist";
     options_.open_mode = OpenMode::open;
   }
@@ -86,6 +89,7 @@ class UpgradeScenario final : public Scenario {
   std::size_t op_count() const override { return 2; }
   Status run_op(std::size_t i) override {
     if (i == 0) {
+      if (bad_order_) upgrade_in_the_wrong_order();
       auto idx = open(buffer_.data(), buffer_.size());
       if (!idx.ok()) return idx.status();
       idx_ = std::move(idx).value();
@@ -146,7 +150,31 @@ class UpgradeScenario final : public Scenario {
     if (tagged > 0 && untagged > 0) ++cut_short;
   }
 
+  void upgrade_in_the_wrong_order() {
+    std::uint64_t root_off = 0;
+    {
+      auto pool = pm::Pool::open_image(buffer_.data(), buffer_.size(), mode_,
+                                       reflist::RefList::layout_for(options_), "bad upgrade");
+      if (!pool.ok()) return;
+      root_off = (*pool)->root();
+    }
+    char* base = buffer_.data();
+    auto* root = reinterpret_cast<reflist::Root*>(base + root_off);
+    pm::publish(&root->magic, reflist::kRootMagic);  // wrong: the magic first
+    pm::flush(&root->magic, 8);
+    std::uint64_t* link = &root->head;
+    while (*link != 0 && reflist::link_tag(*link) == 0) {
+      auto* r = reinterpret_cast<reflist::Record*>(base + *link);
+      pm::publish(link, reflist::make_link(*link, reflist::record_tag(r)));
+      pm::flush(link, 8);
+      link = &r->next;
+    }
+    pm::publish(link, reflist::kListEnd);
+    pm::persist(link, 8);
+  }
+
   pm::Mode mode_;
+  bool bad_order_;
   Options options_;
   std::vector<char> buffer_;
   std::unique_ptr<Index> idx_;
@@ -165,6 +193,22 @@ TEST(CrashRefList, UpgradeOfAnUntaggedPool) {
     if (opt.replay) continue;
     EXPECT_GT(s.cut_short.load(), 0u) << "no image inside R10";
     EXPECT_GT(s.upgraded.load(), 0u) << "no image after R11";
+  }
+}
+
+// Known-bad: an upgrade that flips the magic before the links are durably tagged leaves images
+// that say REFLIST2 over untagged links; the scenario's check must refuse them.
+TEST(CrashRefList, UpgradeCheckCatchesTheMagicFlippedFirst) {
+  for (pm::Mode mode : {pm::Mode::adr, pm::Mode::eadr}) {
+    UpgradeScenario s(mode, /*bad_order=*/true);
+    ExploreOptions opt;
+    opt.label = "reflist.upgrade.bad." + std::string(pm::to_string(mode));
+    opt.mode = mode;
+    opt.images_budget = 200;
+    const ExploreReport r = explore(s, opt);
+    ASSERT_FALSE(r.ok()) << pm::to_string(mode);
+    EXPECT_NE(r.failures[0].message.find("recovery: "), std::string::npos) << r.to_string();
+    EXPECT_NE(r.failures[0].message.find("content's tag"), std::string::npos) << r.to_string();
   }
 }
 
