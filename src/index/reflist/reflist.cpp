@@ -29,7 +29,7 @@ std::atomic<bool> RefList::ignore_link_tags_for_testing_{false};
 Status RefList::validate(const Options& o) {
   if (o.max_key_size > kMaxKeySize || o.max_value_size > kMaxValueSize)
     return Status(Code::invalid_argument, "reflist keys and values are limited to 4096 B");
-  if (o.pool_size > kMaxPoolBytes)
+  if ((o.pool_size != 0 ? o.pool_size : default_pool_size(o)) > kMaxPoolBytes)
     return Status(Code::invalid_argument,
                   "reflist pools are limited to 1 TiB (links hold 40-bit offsets beside a tag)");
   return Status::Ok();

@@ -191,6 +191,22 @@ TEST(RefListLinkTags, VerifyNamesTheDamagedRecord) {
   EXPECT_TRUE(idx->verify().ok());
 }
 
+// A link word holds a 40-bit offset: a pool of 1 TiB or more is refused before any file exists.
+TEST(RefListLinkTags, PoolsAboveOneTebibyteAreRefused) {
+  TempDir dir;
+  Options o = damage_options(dir.file("big.pool"));
+  o.pool_size = (std::size_t{1} << 40) + 4096;
+  auto r = Index::open(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::invalid_argument) << r.status().to_string();
+  EXPECT_FALSE(std::filesystem::exists(o.path));
+  o.pool_size = 0;
+  o.expected_records = std::size_t{1} << 34;  // the default size would be above 1 TiB
+  r = Index::open(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::invalid_argument) << r.status().to_string();
+}
+
 // --- The REFLIST1 format (untagged links) -----------------------------------------------------
 
 // Rewrites the links from link `from` on (0: root.head, i: record i-1's next) as REFLIST1 wrote
