@@ -50,8 +50,8 @@ std::vector<std::uint64_t> make_pool(const std::string& path, int n) {
   const pm::Pool& pool = (*idx)->pool();
   const auto* root = pool.at<reflist::Root>(pool.root());
   std::vector<std::uint64_t> offs;
-  for (std::uint64_t off = root->head.offset; off != 0;
-       off = pool.at<reflist::Record>(off)->next.offset)
+  for (std::uint64_t off = reflist::link_off(root->head); off != 0;
+       off = reflist::link_off(pool.at<reflist::Record>(off)->next))
     offs.push_back(off);
   EXPECT_TRUE((*idx)->close().ok());
   return offs;
@@ -92,7 +92,8 @@ TEST(Pmpool, CheckFindsACycle) {
   const std::string path = dir.file("cycle.pool");
   auto offs = make_pool(path, 20);
   std::string bytes = slurp(path);
-  std::memcpy(bytes.data() + offs[10], &offs[3], 8);  // record 10 -> record 3
+  // record 10 -> record 3: record 2's next word, which carries record 3's tag
+  std::memcpy(bytes.data() + offs[10], bytes.data() + offs[2], 8);
   spit(path, bytes);
   CmdResult check = run("check " + path);
   EXPECT_EQ(check.rc, 1) << check.out;
@@ -105,7 +106,7 @@ TEST(Pmpool, OpeningACorruptedBodyFailsAndLeavesTheFileUnchanged) {
   const std::string path = dir.file("body.pool");
   auto offs = make_pool(path, 20);
   std::string bytes = slurp(path);
-  std::memcpy(bytes.data() + offs[10], &offs[3], 8);  // a cycle
+  std::memcpy(bytes.data() + offs[10], bytes.data() + offs[2], 8);  // a cycle (tag kept)
   spit(path, bytes);
   Options o;
   o.path = path;

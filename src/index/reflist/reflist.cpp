@@ -24,9 +24,14 @@ RefList::RefList(std::unique_ptr<pm::Pool> pool) : pool_(std::move(pool)) {
 
 RefList::~RefList() = default;
 
+std::atomic<bool> RefList::ignore_link_tags_for_testing_{false};
+
 Status RefList::validate(const Options& o) {
   if (o.max_key_size > kMaxKeySize || o.max_value_size > kMaxValueSize)
     return Status(Code::invalid_argument, "reflist keys and values are limited to 4096 B");
+  if ((o.pool_size != 0 ? o.pool_size : default_pool_size(o)) > kMaxPoolBytes)
+    return Status(Code::invalid_argument,
+                  "reflist pools are limited to 1 TiB (links hold 40-bit offsets beside a tag)");
   return Status::Ok();
 }
 
@@ -45,6 +50,7 @@ Status RefList::init_root(std::uint32_t max_key, std::uint32_t max_value) {
   Root* r = pool_->at<Root>(off);
   Root init{};
   init.magic = kRootMagic;
+  init.head = kListEnd;  // an empty list: the end mark (a head of 0 is damage, W1t)
   init.max_key_size = max_key;
   init.max_value_size = max_value;
   init.stamp = index_common::make_root_stamp(pool_->info().layout);
@@ -72,8 +78,13 @@ Result<std::unique_ptr<Index>> RefList::recover(std::unique_ptr<pm::Pool> pool,
     if (Status s = idx->init_root(max_key, o.max_value_size); !s.ok()) return s;
   } else {
     Root* r = p.checked<Root>(root_off);
-    if (r == nullptr || r->magic != kRootMagic)
+    if (r == nullptr || (r->magic != kRootMagic && r->magic != kRootMagicUntagged))
       return p.error(Code::corrupted, "reflist root object is missing or has a wrong magic");
+    if (p.size() > kMaxPoolBytes)
+      return p.error(Code::corrupted, "reflist pool is larger than 1 TiB (links hold 40 bits)");
+    // A REFLIST1 pool (written before tagged links, or by an upgrade that a crash cut short):
+    // its links may be untagged; the walk accepts both forms and R10, R11 finish the upgrade.
+    const bool untagged_ok = r->magic == kRootMagicUntagged;
     if (Status s = index_common::check_root_stamp(r->stamp, p); !s.ok()) return s;
     // Fixed-size key modes store exactly 8-byte keys; a root claiming otherwise is corrupted
     // (found by the fuzzer: a zeroed limit let recovery succeed and the next insert break it).
@@ -85,7 +96,7 @@ Result<std::unique_ptr<Index>> RefList::recover(std::unique_ptr<pm::Pool> pool,
     if (p.allocator().mark_reachable(root_off, sizeof(Root)) != Code::ok) {
       return p.allocator().finish_recovery();
     }
-    if (Status s = idx->rebuild(); !s.ok()) return s;
+    if (Status s = idx->rebuild(untagged_ok); !s.ok()) return s;
     // Each record is its own node: a chain cut short after a clean close is refused here.
     if (Status s = index_common::check_close_counts(p, "reflist", idx->recovery_.records,
                                                     idx->recovery_.nodes);
@@ -95,6 +106,17 @@ Result<std::unique_ptr<Index>> RefList::recover(std::unique_ptr<pm::Pool> pool,
     }
     if (Status s = p.allocator().finish_recovery(); !s.ok()) return s;
     p.commit_open();
+    if (untagged_ok) {
+      if (!idx->recovery_.clean_shutdown) {
+        // Nothing can tell an untagged link that damage zeroed or moved from a good one: what
+        // the walk found is taken (as before tagged links) and tagged from here on.
+        if (!idx->recovery_.warning.empty()) idx->recovery_.warning += "; ";
+        idx->recovery_.warning +=
+            "reflist pool of the untagged format (REFLIST1) after an unclean end: its untagged "
+            "links could not be checked for damage (upgraded to tagged links, REFLIST2)";
+      }
+      idx->upgrade_links();  // after commit_open: a crash in it leaves a pool the next open
+    }                        // finishes upgrading
   }
   idx->recovery_.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -106,27 +128,63 @@ std::size_t RefList::record_size(const Record* r) const {
   return sizeof(Record) + r->key_len + r->value_len;
 }
 
-// Walks the chain without trusting it: every offset is bounds-checked, every record's lengths
-// checked against the root's limits, and keys must strictly increase (which also rules out a
-// cycle, since a cycle would revisit a smaller key).
-Status RefList::rebuild() {
+// Follows one link without trusting it: the offset is bounds- and alignment-checked, the
+// record's lengths checked against the root's limits, and the link's tag against the record's
+// content (W1t); a link of 0, or one naming offset 0 without the end mark, is damage.
+Status RefList::follow(std::uint64_t link, std::uint64_t from, bool untagged_ok,
+                       std::uint64_t* off) const {
+  const pm::Pool& p = *pool_;
+  const bool ignore_tags = ignore_link_tags_for_testing_.load(std::memory_order_relaxed);
+  // Untagged (REFLIST1, not yet upgraded by R10): the word is a plain offset, 0 at the end.
+  const bool untagged = ignore_tags || (untagged_ok && link_tag(link) == 0);
+  *off = link_off(link);
+  const auto where = [&] {
+    return from == 0 ? std::string("reflist root head")
+                     : "reflist record at offset " + std::to_string(from) + ": its next";
+  };
+  if (*off == 0) {
+    if (untagged || link == kListEnd) return Status::Ok();
+    return p.error(Code::corrupted, where() + " names offset 0 without the end mark (link " +
+                                        std::to_string(link) + ")");
+  }
+  // 16 B: a record of up to 16 key+value bytes is a 32 B block, not a whole line.
+  const Record* r = p.checked<Record>(*off, sizeof(Record), pm::Allocator::kMinBlock);
+  if (r == nullptr) {
+    return p.error(Code::corrupted, where() + " names offset " + std::to_string(*off) +
+                                        ", out of bounds or misaligned");
+  }
+  if (r->key_len > root_->max_key_size || r->value_len > root_->max_value_size ||
+      !p.in_heap(*off, record_size(r))) {
+    return p.error(Code::corrupted,
+                   "reflist record at offset " + std::to_string(*off) + " has bad lengths");
+  }
+  if (!untagged) {
+    if (const std::uint64_t tag = record_tag(r); tag != link_tag(link)) {
+      return p.error(Code::corrupted,
+                     "reflist record at offset " + std::to_string(*off) + ": its content's tag is " +
+                         std::to_string(tag) + " but the link to it (" + where() +
+                         ") carries tag " + std::to_string(link_tag(link)) +
+                         " (a redirected link, or the record is damaged)");
+    }
+  }
+  return Status::Ok();
+}
+
+// W1: walks the chain without trusting it: follow() checks every link and record, and keys
+// must strictly increase (which also rules out a cycle, since a cycle would revisit a smaller
+// key).
+Status RefList::rebuild(bool untagged_ok) {
   pm::Pool& p = *pool_;
   map_.clear();
-  std::uint64_t off = root_->head.offset;
+  std::uint64_t link = root_->head;
+  std::uint64_t from = 0;
   std::string prev;
   bool first = true;
-  while (off != 0) {
-    // 16 B: a record of up to 16 key+value bytes is a 32 B block, not a whole line.
-    const Record* r = pm::PPtr<Record>{off}.checked(p, sizeof(Record), pm::Allocator::kMinBlock);
-    if (r == nullptr) {
-      return p.error(Code::corrupted, "reflist record offset " + std::to_string(off) +
-                                          " is out of bounds or misaligned");
-    }
-    if (r->key_len > root_->max_key_size || r->value_len > root_->max_value_size ||
-        !p.in_heap(off, record_size(r))) {
-      return p.error(Code::corrupted,
-                     "reflist record at offset " + std::to_string(off) + " has bad lengths");
-    }
+  for (;;) {
+    std::uint64_t off = 0;
+    if (Status s = follow(link, from, untagged_ok, &off); !s.ok()) return s;
+    if (off == 0) break;
+    const Record* r = pool_->at<Record>(off);
     std::string key(key_of(r));
     if (!first && !(prev < key)) {
       return p.error(Code::corrupted, "reflist chain is out of order or has a cycle at offset " +
@@ -139,10 +197,34 @@ Status RefList::rebuild() {
     ++recovery_.records;
     prev = std::move(key);
     first = false;
-    off = r->next.offset;
+    from = off;
+    link = r->next;
   }
   recovery_.nodes = recovery_.records;
   return Status::Ok();
+}
+
+// R10, R11 (PROTOCOL.md, "Upgrading a REFLIST1 pool"): the chain was walked and every record
+// checked by rebuild(); each untagged link is rewritten in place as the same offset with its
+// target's tag (one 8-byte store, flushed), then, after a fence, the magic says REFLIST2. Until
+// the magic is flipped a crash leaves a REFLIST1 pool with some links tagged, which the next
+// open accepts and finishes.
+void RefList::upgrade_links() {
+  std::uint64_t* link = &root_->head;
+  for (auto it = map_.begin();; ++it) {
+    const std::uint64_t want =
+        it == map_.end() ? kListEnd
+                         : make_link(it->second, record_tag(pool_->at<Record>(it->second)));
+    if (*link != want) {
+      pm::publish(link, want);         // R10: tag the link (same target)
+      pm::flush(link, sizeof *link);
+    }
+    if (it == map_.end()) break;
+    link = &pool_->at<Record>(it->second)->next;
+  }
+  pm::fence();                                         // every tagged link durable first
+  pm::publish(&root_->magic, kRootMagic);              // R11: the pool is REFLIST2
+  pm::persist(&root_->magic, sizeof root_->magic);
 }
 
 Code RefList::check_key(std::string_view key) const {
@@ -160,6 +242,8 @@ Code RefList::check_value(std::string_view value) const {
 
 std::uint64_t RefList::write_record(std::string_view key, std::string_view value,
                                     std::uint64_t next, Code* code) {
+  // `next` is a link word copied as it is (its target and tag); the result is the new record's
+  // link word: its offset with record_tag() of what was written (W1t).
   const std::size_t size = sizeof(Record) + key.size() + value.size();
   const std::uint64_t off = pool_->allocator().allocate(size, code);
   if (off == 0) return 0;
@@ -170,13 +254,14 @@ std::uint64_t RefList::write_record(std::string_view key, std::string_view value
   pm::copy(r->bytes(), key.data(), key.size());
   pm::copy(r->bytes() + key.size(), value.data(), value.size());
   pm::persist(r, size);                                     // R5: persist the record
-  return off;
+  return make_link(off, record_tag(static_cast<std::uint32_t>(key.size()),
+                                   static_cast<std::uint32_t>(value.size()), r->bytes()));
 }
 
 std::uint64_t* RefList::link_before(std::string_view key) const {
   auto it = map_.lower_bound(key);
-  if (it == map_.begin()) return root_->head.raw();
-  return pool_->at<Record>(std::prev(it)->second)->next.raw();
+  if (it == map_.begin()) return &root_->head;
+  return &pool_->at<Record>(std::prev(it)->second)->next;
 }
 
 Code RefList::insert(std::string_view key, std::string_view value) {
@@ -187,11 +272,11 @@ Code RefList::insert(std::string_view key, std::string_view value) {
   if (it != map_.end() && it->first == key) return Code::already_present;
   std::uint64_t* link = link_before(key);
   Code code = Code::ok;
-  const std::uint64_t off = write_record(key, value, *link, &code);
-  if (off == 0) return code;
-  pm::publish(link, off);            // R6: one failure-atomic 8-byte store links the record
+  const std::uint64_t to = write_record(key, value, *link, &code);
+  if (to == 0) return code;
+  pm::publish(link, to);             // R6: one failure-atomic 8-byte store links the record
   pm::persist(link, sizeof *link);   // R7: the insert is durable
-  map_.emplace_hint(it, std::string(key), off);
+  map_.emplace_hint(it, std::string(key), link_off(to));
   return count_insert(Code::ok);
 }
 
@@ -206,12 +291,12 @@ Code RefList::update(std::string_view key, std::string_view value) {
   std::uint64_t* link = link_before(key);
   Code code = Code::ok;
   // Out of place: a new record with the new value replaces the old one in one 8-byte store.
-  const std::uint64_t off = write_record(key, value, old->next.offset, &code);
-  if (off == 0) return code;
-  pm::publish(link, off);            // R6 (update): swap the new record in
+  const std::uint64_t to = write_record(key, value, old->next, &code);
+  if (to == 0) return code;
+  pm::publish(link, to);             // R6 (update): swap the new record in
   pm::persist(link, sizeof *link);   // R7 (update)
   pool_->allocator().deallocate(it->second, old_size);  // R9: unreachable now; reuse is safe
-  it->second = off;
+  it->second = link_off(to);
   return Code::ok;
 }
 
@@ -232,7 +317,7 @@ Code RefList::remove(std::string_view key) {
   if (it == map_.end()) return Code::not_found;
   const Record* r = pool_->at<Record>(it->second);
   std::uint64_t* link = link_before(key);
-  pm::publish(link, r->next.offset);        // R8: unlink with one failure-atomic 8-byte store
+  pm::publish(link, r->next);               // R8: unlink with one failure-atomic 8-byte store
   pm::persist(link, sizeof *link);
   pool_->allocator().deallocate(it->second, record_size(r));  // R9
   map_.erase(it);
@@ -252,16 +337,17 @@ std::size_t RefList::scan(std::string_view start, std::size_t max, ScanBuffer& o
 Status RefList::verify() const {
   std::lock_guard<std::mutex> lock(mu_);
   const pm::Pool& p = *pool_;
-  std::uint64_t off = root_->head.offset;
+  if (root_->magic != kRootMagic) return p.error(Code::corrupted, "verify: root magic changed");
+  std::uint64_t link = root_->head;
+  std::uint64_t from = 0;
   auto it = map_.begin();
   std::string prev;
   std::size_t count = 0;
-  while (off != 0) {
-    const Record* r = p.checked<Record>(off, sizeof(Record), pm::Allocator::kMinBlock);
-    if (r == nullptr || !p.in_heap(off, record_size(r)))
-      return p.error(Code::corrupted, "verify: record offset out of bounds");
-    if (r->key_len > root_->max_key_size || r->value_len > root_->max_value_size)
-      return p.error(Code::corrupted, "verify: record lengths exceed the root's limits");
+  for (;;) {
+    std::uint64_t off = 0;
+    if (Status s = follow(link, from, /*untagged_ok=*/false, &off); !s.ok()) return s;
+    if (off == 0) break;
+    const Record* r = p.at<Record>(off);
     const std::string_view key = key_of(r);
     if (count > 0 && !(prev < key))
       return p.error(Code::corrupted, "verify: keys out of order (or a cycle) in the chain");
@@ -270,7 +356,8 @@ Status RefList::verify() const {
     prev.assign(key);
     ++it;
     ++count;
-    off = r->next.offset;
+    from = off;
+    link = r->next;
     if (count > map_.size()) return p.error(Code::corrupted, "verify: chain longer than map");
   }
   if (it != map_.end()) return p.error(Code::corrupted, "verify: map has keys the chain lacks");

@@ -7,10 +7,13 @@
 // Invariants (checked by verify()):
 //   (1) the chain from root.head visits records in strictly increasing key order (memcmp, then
 //       length), which also rules out cycles;
-//   (2) every record lies inside the heap, 64 B aligned, with lengths within the root's limits;
-//   (3) the DRAM map holds exactly the chain's keys, each pointing at its record.
+//   (2) every record lies inside the heap, 16 B aligned, with lengths within the root's limits;
+//   (3) every link carries the tag of the record it names (record_tag of its content), and
+//       the last one is the end mark (PROTOCOL.md W1t);
+//   (4) the DRAM map holds exactly the chain's keys, each pointing at its record.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -48,10 +51,24 @@ class RefList final : public Index {
   Status close() override;
   const pm::Pool& pool() const override { return *pool_; }
 
+  // Known-bad switch for the damage tests: recovery and verify() read links as offsets only
+  // (no tag check, a link of 0 reads as the end). Process-wide; set before opening.
+  static void set_ignore_link_tags_for_testing(bool on) {
+    ignore_link_tags_for_testing_.store(on, std::memory_order_relaxed);  // relaxed: set before opens
+  }
+
  private:
   explicit RefList(std::unique_ptr<pm::Pool> pool);
   Status init_root(std::uint32_t max_key, std::uint32_t max_value);
-  Status rebuild();
+  // Walks the chain from root.head (W1, W1t); `untagged_ok`: a REFLIST1 pool, whose links may
+  // still be untagged (each tagged one is checked).
+  Status rebuild(bool untagged_ok);
+  // The record a link word names, checked (bounds, alignment, lengths, tag): its offset, 0 at
+  // the end mark. `from` is the offset of the record holding the link, 0 for root.head.
+  Status follow(std::uint64_t link, std::uint64_t from, bool untagged_ok,
+                std::uint64_t* off) const;
+  // R10, R11: tags every untagged link of a recovered REFLIST1 chain, then flips the magic.
+  void upgrade_links();
   Code check_key(std::string_view key) const;
   Code check_value(std::string_view value) const;
   // Writes a new record (not yet reachable) and persists it; 0 with *code on failure.
@@ -69,6 +86,7 @@ class RefList final : public Index {
   std::map<std::string, std::uint64_t, std::less<>> map_;  // key -> record offset
   RecoveryStats recovery_;
   bool closed_ = false;
+  static std::atomic<bool> ignore_link_tags_for_testing_;
 };
 
 }  // namespace pmindex::reflist

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "index/common/map_checker.h"
+#include "index/reflist/layout.h"
 #include "pmindex/index.h"
 #include "support/temp_dir.h"
 
@@ -44,8 +45,9 @@ TEST(RefList, RandomizedAgainstStdMap) {
   ASSERT_TRUE(c.reopen(/*clean=*/true));
 }
 
-// verify() must be able to fail. Layout (src/index/reflist/reflist.h): the root's head word
-// at byte 8, a record's next word at byte 0. Each damage is planted behind the index's back.
+// verify() must be able to fail. Layout (src/index/reflist/layout.h): the root's head word
+// at byte 8, a record's next word at byte 0, both link words (offset and tag). Each damage is
+// planted behind the index's back.
 TEST(RefList, VerifyCatchesCorruption) {
   for (int what = 0; what < 3; ++what) {
     Options o;
@@ -58,12 +60,12 @@ TEST(RefList, VerifyCatchesCorruption) {
     char* base = idx->pool().base();
     std::uint64_t head = 0;
     std::memcpy(&head, base + idx->pool().root() + 8, 8);
-    ASSERT_NE(head, 0u);
+    ASSERT_NE(reflist::link_off(head), 0u);
     std::uint64_t word = 0;
     if (what == 0) word = head;                      // the first record points at itself
     if (what == 1) word = 0;                         // the chain ends after one record
     if (what == 2) word = idx->pool().size() + 64;   // the next record is out of bounds
-    std::memcpy(base + head, &word, 8);
+    std::memcpy(base + reflist::link_off(head), &word, 8);
     const Status s = idx->verify();
     EXPECT_FALSE(s.ok()) << "damage " << what << " not detected";
     std::cout << "damage " << what << ": " << s.to_string() << "\n";
