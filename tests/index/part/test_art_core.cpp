@@ -4,8 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <functional>
+#include <iostream>
+#include <thread>
 
 #include "index/part/art_test_support.h"
 
@@ -279,6 +283,52 @@ bool word_answer(const F& f, const std::map<std::string, std::uint64_t>& m, cons
 // absent 8-byte key as the map does, and answers them itself (no fallback on a healthy tree
 // whose nodes were all made in this run). Then shorter and longer keys join (end slots, nodes
 // at depth 8): find_word may leave a key to find, but never answers it wrongly.
+// Ordered walks beside prefix splits: a writer keeps inserting and removing keys that leave
+// the stable keys' long shared prefix at varying depths, so the node holding them moves deeper
+// (a new node above it, its level raised) and back; a scanner keeps scanning them, eagerly and
+// lazily. A scan that entered that node through a parent version it had validated before the
+// split read the node's new level as damage (Code::corrupted, the scan cut short): found by
+// pmbench's 2-thread conformance run on the `art` comparator (about 1 run in 10 of
+// test_pmbench_driver's variable-length case). The walk now validates the parent after reading
+// the child's version (lock coupling), so a moved node is a restart.
+TYPED_TEST(ArtCore, ScansBesidePrefixSplitsNeverSeeDamage) {
+  const std::string prefix = "q" + std::string(40, 'p');
+  std::vector<std::string> stable;
+  for (char c = 'a'; c <= 'h'; ++c) stable.push_back(prefix + c);
+  for (const std::string& k : stable) this->insert(k);
+  std::atomic<bool> stop{false};
+  std::thread writer([&] {
+    std::mt19937_64 rng(7);
+    while (!stop.load(std::memory_order_relaxed)) {
+      const std::string k = prefix.substr(0, 2 + rng() % 38) + 'z';  // leaves inside the prefix
+      if (this->f.tree->insert(k, 1) == Code::ok) {
+        std::uint64_t old = 0;
+        (void)this->f.tree->remove(k, &old);
+      }
+    }
+  });
+  std::size_t scans = 0;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1500);
+  for (; std::chrono::steady_clock::now() < until; ++scans) {
+    for (const std::size_t max : {std::size_t{3}, std::size_t{100}}) {  // lazy and eager walks
+      std::vector<std::string> got;
+      const Code c = this->f.tree->scan(prefix, max, [&](std::string_view k, std::uint64_t) {
+        if (k.size() == prefix.size() + 1) got.emplace_back(k);  // the writer's keys skipped
+      });
+      if (c != Code::ok || got.size() != std::min(max, stable.size())) {
+        stop = true;
+        writer.join();
+        FAIL() << "scan " << scans << " (max " << max << "): code " << static_cast<int>(c)
+               << ", " << got.size() << " stable keys";
+      }
+    }
+  }
+  stop = true;
+  writer.join();
+  std::cout << scans << " scan pairs beside the writer\n";
+  this->check();
+}
+
 TYPED_TEST(ArtCore, FindWordAgreesWithTheMap) {
   std::mt19937_64 rng(8);
   std::vector<std::string> probes;

@@ -38,9 +38,9 @@ Code Tree<P>::scan(std::string_view start, std::size_t max, Emit&& emit) const {
       check(*root_lock_, rv, o);
       if (!o.stop()) emit_record(w, value, true, bound, !resumed, max, count, emit, last);
     } else if (w != 0 && max <= kLazyScanMax) {
-      seek_word(w, 0, true, bound, !resumed, max, count, emit, o, last);
+      seek_word(w, Via{root_lock_, rv}, 0, true, bound, !resumed, max, count, emit, o, last);
     } else if (w != 0) {
-      scan_word(w, 0, true, bound, !resumed, max, count, emit, o, last);
+      scan_word(w, Via{root_lock_, rv}, 0, true, bound, !resumed, max, count, emit, o, last);
     }
     if (o.damaged) return Code::corrupted;
     if (!o.restart) return Code::ok;
@@ -53,7 +53,7 @@ Code Tree<P>::scan(std::string_view start, std::size_t max, Emit&& emit) const {
 // restart or damage in o).
 template <class P>
 template <class Emit>
-bool Tree<P>::scan_word(std::uint64_t w, std::uint32_t depth, bool bounded,
+bool Tree<P>::scan_word(std::uint64_t w, Via via, std::uint32_t depth, bool bounded,
                         std::string_view bound, bool inclusive, std::size_t max,
                         std::size_t& count, Emit& emit, Olc& o, std::string& last) const {
   if (count >= max) return false;  // w is a node: records are emitted by their container
@@ -61,7 +61,7 @@ bool Tree<P>::scan_word(std::uint64_t w, std::uint32_t depth, bool bounded,
   std::uint64_t v = 0;
   bool inner_bounded = bounded;
   std::uint32_t branch = 0;
-  if (!enter_node(w, depth, bound, &n, &v, &inner_bounded, &branch, o)) return !o.stop();
+  if (!enter_node(w, via, depth, bound, &n, &v, &inner_bounded, &branch, o)) return !o.stop();
   const std::uint64_t end = load_word(n->end);
   detail::EntryBuffer<Entry> buf;
   Entry* e = buf.get(capacity_of(static_cast<NodeType>(n->type)));
@@ -87,20 +87,24 @@ bool Tree<P>::scan_word(std::uint64_t w, std::uint32_t depth, bool bounded,
     const bool go_on =
         is_record(e[j].word)
             ? emit_record(e[j].word, e[j].value, child_bounded, bound, inclusive, max, count, emit, last)
-            : scan_word(e[j].word, branch + 1, child_bounded, bound, inclusive, max, count, emit, o, last);
+            : scan_word(e[j].word, Via{&n->lock, v}, branch + 1, child_bounded, bound,
+                        inclusive, max, count, emit, o, last);
     if (!go_on) return false;
   }
   return true;
 }
 
-// Opens node word w at depth for an ordered walk: *n and its read version *v, then n's prefix
-// (as seen from depth) compared with the bound. False: the walk must not enter n, because
+// Opens node word w at depth for an ordered walk: *n and its read version *v, validated
+// against `via` (w was read from that node at that version: if it changed since, w may no
+// longer sit at this depth, e.g. after a prefix split put a node above it, so the walk
+// restarts rather than read w's level as damage), then n's prefix (as seen from depth)
+// compared with the bound. False: the walk must not enter n, because
 // every key under it is below the bound (o clear) or the read failed (o set: a torn read, or
 // damage such as a walk deeper than any key). Otherwise *branch is n's branch depth, and
 // *bounded stays true only if the bound runs on through the whole prefix (else every key
 // under n is above it).
 template <class P>
-bool Tree<P>::enter_node(std::uint64_t w, std::uint32_t depth, std::string_view bound,
+bool Tree<P>::enter_node(std::uint64_t w, Via via, std::uint32_t depth, std::string_view bound,
                          NodeHeader** n_out, std::uint64_t* v_out, bool* bounded,
                          std::uint32_t* branch, Olc& o) const {
   if (depth > max_key_) {
@@ -109,6 +113,8 @@ bool Tree<P>::enter_node(std::uint64_t w, std::uint32_t depth, std::string_view 
   }
   NodeHeader* n = *n_out = node(w);
   const std::uint64_t v = *v_out = read_lock(n->lock, n, o);
+  if (o.stop()) return false;
+  check(*via.lock, via.version, o);
   if (o.stop()) return false;
   Prefix p;
   if (!prefix_at(n, depth, &p)) {
@@ -188,7 +194,7 @@ std::uint64_t Tree<P>::next_child(const NodeHeader* n, unsigned from) const {
 // then n's version validated before it is used, as scan_word does for the whole node.
 template <class P>
 template <class Emit>
-bool Tree<P>::seek_word(std::uint64_t w, std::uint32_t depth, bool bounded,
+bool Tree<P>::seek_word(std::uint64_t w, Via via, std::uint32_t depth, bool bounded,
                         std::string_view bound, bool inclusive, std::size_t max,
                         std::size_t& count, Emit& emit, Olc& o, std::string& last) const {
   if (count >= max) return false;
@@ -196,7 +202,7 @@ bool Tree<P>::seek_word(std::uint64_t w, std::uint32_t depth, bool bounded,
   std::uint64_t v = 0;
   bool inner_bounded = bounded;
   std::uint32_t branch = 0;
-  if (!enter_node(w, depth, bound, &n, &v, &inner_bounded, &branch, o)) return !o.stop();
+  if (!enter_node(w, via, depth, bound, &n, &v, &inner_bounded, &branch, o)) return !o.stop();
   const bool bound_goes_on = inner_bounded && bound.size() > branch;
   // The end record's key is n's path, a proper prefix of the bound when the bound goes on.
   if (!bound_goes_on) {
@@ -219,7 +225,8 @@ bool Tree<P>::seek_word(std::uint64_t w, std::uint32_t depth, bool bounded,
     const bool go_on =
         is_record(cw)
             ? emit_record(cw, value, child_bounded, bound, inclusive, max, count, emit, last)
-            : seek_word(cw, branch + 1, child_bounded, bound, inclusive, max, count, emit, o, last);
+            : seek_word(cw, Via{&n->lock, v}, branch + 1, child_bounded, bound, inclusive, max,
+                        count, emit, o, last);
     if (!go_on) return false;
     from = b + 1;
   }

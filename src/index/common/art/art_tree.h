@@ -286,17 +286,24 @@ class Tree {
   };
   Code locate(std::string_view key, Found* f, Olc& o) const;
 
-  bool enter_node(std::uint64_t w, std::uint32_t depth, std::string_view bound, NodeHeader** n,
-                  std::uint64_t* v, bool* bounded, std::uint32_t* branch, Olc& o) const;
+  // The node an ordered walk came from (or the root lock) and the version it validated: a
+  // child is entered only while that version holds (lock coupling, as the point operations do).
+  struct Via {
+    const std::uint64_t* lock;
+    std::uint64_t version;
+  };
+  bool enter_node(std::uint64_t w, Via via, std::uint32_t depth, std::string_view bound,
+                  NodeHeader** n, std::uint64_t* v, bool* bounded, std::uint32_t* branch,
+                  Olc& o) const;
   std::uint64_t next_child(const NodeHeader* n, unsigned from) const;
   template <class Emit>
-  bool seek_word(std::uint64_t w, std::uint32_t depth, bool bounded, std::string_view bound,
-                 bool inclusive, std::size_t max, std::size_t& count, Emit& emit, Olc& o,
-                 std::string& last) const;
+  bool seek_word(std::uint64_t w, Via via, std::uint32_t depth, bool bounded,
+                 std::string_view bound, bool inclusive, std::size_t max, std::size_t& count,
+                 Emit& emit, Olc& o, std::string& last) const;
   template <class Emit>
-  bool scan_word(std::uint64_t w, std::uint32_t depth, bool bounded, std::string_view bound,
-                 bool inclusive, std::size_t max, std::size_t& count, Emit& emit, Olc& o,
-                 std::string& last) const;
+  bool scan_word(std::uint64_t w, Via via, std::uint32_t depth, bool bounded,
+                 std::string_view bound, bool inclusive, std::size_t max, std::size_t& count,
+                 Emit& emit, Olc& o, std::string& last) const;
   std::string verify_word(std::uint64_t w, std::uint32_t depth, std::string& path,
                           std::uint8_t slot_byte, bool is_end, std::string& prev, bool& any,
                           TreeStats* st, bool allow_stale,
