@@ -155,12 +155,16 @@ struct DPTree<P>::LogScan {
   std::vector<LogRecord> replay;  // valid records above `covered`, in order
   std::uint32_t tail_slot = 0;
   std::uint64_t next_lsn = 0;     // sequence number of the first invalid (or next) record
-  bool stale_next = false;        // the tail page links pages after the first invalid record
 };
 
 // R2: the log from root.log_head, read-only: pages in bounds and aligned, first_lsn
 // consecutive (so no cycle), the first page not above covered + 1; records replayed in order
 // up to the first one whose validity word does not check (torn, or left from an earlier use).
+// R2e: that first invalid record ends the log: no record after it in its page checks, and its
+// page links no further page (the end mark). Writers are serialised and each record persists
+// before the next is written, and a page is linked only once full, so a crash leaves invalid
+// records only at the log's end; one mid-log is damage, refused rather than cut (the rest of
+// the log would be lost silently).
 // R2t: every link followed (log_head, each full page's next) is the end mark or names a page
 // whose own tag (a valid tag) it carries; the tail page's next is never 0.
 template <class P>
@@ -212,13 +216,21 @@ Status DPTree<P>::walk_log(std::uint64_t covered, LogScan* out) {
     out->tail_slot = j;
     out->next_lsn = std::max(out->next_lsn, h->first_lsn + j);
     if (j < records_per_page_) {
-      if constexpr (P::kUncheckedLinks) {
-        out->stale_next = index_common::link_off(h->next) != 0;
-      } else {
+      for (std::uint32_t k = j + 1; k < records_per_page_; ++k) {  // R2e
+        const LogRecord& r = recs[k];
+        if ((r.op == kOpPut || r.op == kOpDelete) &&
+            r.validity == validity_word(r.key, r.value, r.op, h->first_lsn + k))
+          return bad("record " + std::to_string(h->first_lsn + j) +
+                     " does not check but a later one does (a damaged record mid-log)");
+      }
+      if constexpr (!P::kUncheckedLinks) {
         if (h->next == 0)  // R2t: L4 writes the end mark, so 0 here is damage too
           return bad("its next link is 0: offset 0 without the end mark (damaged)");
-        out->stale_next = h->next != index_common::kChainEnd;
       }
+      if (index_common::link_off(h->next) != 0)  // R2e
+        return bad("record " + std::to_string(h->first_lsn + j) +
+                   " does not check but the page links a further page (a damaged record "
+                   "mid-log)");
       break;
     }
     expect_first = h->first_lsn + records_per_page_;
@@ -228,9 +240,8 @@ Status DPTree<P>::walk_log(std::uint64_t covered, LogScan* out) {
   return Status::Ok();
 }
 
-// R1-R2 read-only, then the allocator's reachability pass and commit_open; R3 repairs (a
-// tail page linking pages past the first invalid record is cut; a log wholly covered by the
-// base tree is emptied, finishing M7); R4 the DRAM side: leaf infos, inner layer; R5 the valid
+// R1-R2 read-only, then the allocator's reachability pass and commit_open; R3 repairs (a log
+// wholly covered by the base tree is emptied, finishing M7); R4 the DRAM side: leaf infos, inner layer; R5 the valid
 // records above `covered` replayed into a fresh buffer in log order.
 template <class P>
 Status DPTree<P>::rebuild() {
@@ -263,12 +274,6 @@ Status DPTree<P>::rebuild() {
   log_pages_ = std::move(log.pages);
   tail_slot_ = log.tail_slot;
   next_lsn_ = log.next_lsn;
-  if (log.stale_next) {  // R3
-    std::uint64_t* next = &p.at<LogPageHeader>(log_pages_.back())->next;
-    pm::publish(next, index_common::kChainEnd);
-    pm::persist(next, 8);
-    ++recovery_.repaired;
-  }
   if (!log_pages_.empty() && log.replay.empty()) {  // R3: finish M7
     pm::publish(&root_->log_head, index_common::kChainEnd);
     pm::persist(&root_->log_head, 8);
