@@ -208,18 +208,14 @@ Status DPTree<P>::walk_log(std::uint64_t covered, LogScan* out) {
     for (; j < records_per_page_; ++j) {
       const LogRecord& r = recs[j];
       const std::uint64_t lsn = h->first_lsn + j;
-      if ((r.op != kOpPut && r.op != kOpDelete) ||
-          r.validity != validity_word(r.key, r.value, r.op, lsn))
-        break;
+      if (!record_checks(r, lsn)) break;
       if (lsn > covered) out->replay.push_back(r);
     }
     out->tail_slot = j;
     out->next_lsn = std::max(out->next_lsn, h->first_lsn + j);
     if (j < records_per_page_) {
       for (std::uint32_t k = j + 1; k < records_per_page_; ++k) {  // R2e
-        const LogRecord& r = recs[k];
-        if ((r.op == kOpPut || r.op == kOpDelete) &&
-            r.validity == validity_word(r.key, r.value, r.op, h->first_lsn + k))
+        if (record_checks(recs[k], h->first_lsn + k))
           return bad("record " + std::to_string(h->first_lsn + j) +
                      " does not check but a later one does (a damaged record mid-log)");
       }

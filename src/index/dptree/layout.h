@@ -181,5 +181,11 @@ constexpr std::uint64_t validity_word(std::uint64_t key, std::uint64_t value, st
                                       std::uint64_t lsn) {
   return lsn << 24 | record_check(key, value, op, lsn);
 }
+// A record of sequence number `lsn` that was written whole (L1-L3): a known op and its
+// validity word. Recovery's replay (R2) and its end check (R2e) read records through this.
+constexpr bool record_checks(const LogRecord& r, std::uint64_t lsn) {
+  return (r.op == kOpPut || r.op == kOpDelete) &&
+         r.validity == validity_word(r.key, r.value, r.op, lsn);
+}
 
 }  // namespace pmindex::dptree
