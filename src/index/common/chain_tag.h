@@ -8,8 +8,10 @@
 //   link word: bits 0-47 the leaf's pool offset, bits 48-63 its tag (1..kEndTag-1)
 //   kChainEnd: offset 0, tag kEndTag; the last leaf's link. A link of 0 is always damage.
 //
-// Used by fptree (Leaf::next) and nbtree (BlockHeader::next and Root::head); lbtree packs an
-// 8-bit form into its sibling words (lbtree/layout.h) and uses TagSource.
+// Used by fptree (Leaf::next), nbtree (BlockHeader::next and Root::head), pactree (the data
+// nodes' next links) and dptree (leaf and log page links, the chain heads); lbtree packs an
+// 8-bit form into its sibling words (lbtree/layout.h) and uses TagSource. utree and reflist
+// keep 24-bit tags in their own layouts (offsets there are below 2^40).
 #pragma once
 
 #include <atomic>
