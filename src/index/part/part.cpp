@@ -196,6 +196,52 @@ Code Part::insert(std::string_view key, std::string_view value) {
   }));
 }
 
+// B1-B2 (PROTOCOL.md): the input checked and its value words made first (out-of-line values
+// are K1 records, unreachable until B2), then the tree built bottom-up and published by one
+// store (art::Tree::build). `fill` has no meaning for a trie (each node is the smallest type
+// that holds its children); it is checked as every index checks it. On any error nothing is
+// left allocated and the index is unchanged.
+Status Part::bulk_load(std::span<const KeyValue> sorted, double fill) {
+  if (!(fill > 0.0 && fill <= 1.0))
+    return Status(Code::invalid_argument, "fill factor must be in (0, 1]");
+  for (std::size_t i = 0; i < sorted.size(); ++i) {
+    if (Code c = check_key(sorted[i].key); c != Code::ok)
+      return Status(c, "part bulk_load: record " + std::to_string(i) + " has a key this tree refuses");
+    if (Code c = values_.check(sorted[i].value); c != Code::ok)
+      return Status(c, "part bulk_load: record " + std::to_string(i) + " has a value this tree refuses");
+    if (i > 0 && !(sorted[i - 1].key < sorted[i].key))
+      return Status(Code::invalid_argument, "part bulk_load: keys are not sorted and distinct (record " +
+                                                std::to_string(i) + ")");
+  }
+  if (Code c = writable(); c != Code::ok) return pool_->error(c, "part bulk_load: the tree is damaged");
+  if (!tree_->empty()) return Status(Code::invalid_argument, "part bulk_load needs an empty index");
+  std::vector<std::uint64_t> words;
+  words.reserve(sorted.size());
+  const auto release_words = [&] {
+    for (const std::uint64_t w : words) values_.release(w);
+  };
+  for (const KeyValue& kv : sorted) {
+    Code code = Code::ok;
+    const std::uint64_t w = values_.make_word(kv.value, &code);  // K1 (out of line)
+    if (code != Code::ok) {
+      release_words();
+      return pool_->error(code, "part bulk_load: no room for the values");
+    }
+    words.push_back(w);
+  }
+  const Code c = index_common::retry_after_reclaim(tree_->epochs(), [&] {
+    return tree_->build(sorted.size(), [&](std::size_t i) { return sorted[i].key; }, words.data());
+  });
+  if (c != Code::ok) {
+    release_words();
+    return c == Code::invalid_argument
+               ? Status(c, "part bulk_load needs an empty index (a writer got in)")
+               : pool_->error(c, "part bulk_load: no room for the tree");
+  }
+  count_loaded(sorted.size());
+  return Status::Ok();
+}
+
 Code Part::update(std::string_view key, std::string_view value) {
   if (Code c = check_key(key); c != Code::ok) return c;
   if (Code c = values_.check(value); c != Code::ok) return c;

@@ -50,6 +50,7 @@ class Part final : public Index {
                   std::size_t n) const override;
   Code remove(std::string_view key) override;
   std::size_t scan(std::string_view start, std::size_t max, ScanBuffer& out) const override;
+  Status bulk_load(std::span<const KeyValue> sorted, double fill) override;
   Status verify() const override;
   RecoveryStats recovery_stats() const override {
     std::lock_guard<std::mutex> lock(walk_mu_);  // the walker fills records and nodes
@@ -66,6 +67,9 @@ class Part final : public Index {
   double first_answer_seconds() const { return first_answer_.load(std::memory_order_relaxed); }
   // Waits for the start-now recovery walk (tests, close).
   Status wait_recovery_walk() const;
+  // Test only: bulk_load writes its nodes and records without persisting them (the known-bad
+  // of B1, which the crash suite must catch in adr mode).
+  void set_unpersisted_bulk_load_for_test() { tree_->set_unpersisted_build_for_test(); }
 
  private:
   explicit Part(std::unique_ptr<pm::Pool> pool);

@@ -4,6 +4,7 @@
 // recovery walk, and the time to the first answered lookup.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -11,6 +12,8 @@
 #include <map>
 #include <random>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 #include "index/common/map_checker.h"
 #include "index/part/part.h"
@@ -106,6 +109,116 @@ INSTANTIATE_TEST_SUITE_P(KeysAndValues, PartRandom,
                          ::testing::Values(RandomParam{KeyType::u64, 8},
                                            RandomParam{KeyType::bytes, 8},
                                            RandomParam{KeyType::bytes, 100}));
+
+// Bulk load (B1-B2): key sets that make every node type and the trie's hard cases, loaded
+// bottom-up, must read back as std::map holds them (every key, one full scan), pass verify()
+// with each node type present, and then take random operations, a clean reopen and a crash
+// recovery like any other tree.
+std::map<std::string, std::string> bulk_model(KeyType kt, std::uint32_t max_value) {
+  std::map<std::string, std::string> m;
+  std::mt19937_64 rng(21);
+  const auto value = [&] {
+    std::string v = encode_u64(rng());
+    if (max_value > 8) v.assign(rng() % (max_value + 1), static_cast<char>('a' + rng() % 26));
+    return v;
+  };
+  // Under one 6-byte prefix per group, n children at the next byte: N4, N16, N48 and N256.
+  const unsigned fanouts[] = {3, 12, 40, 200};
+  for (unsigned g = 0; g < 4; ++g)
+    for (unsigned c = 0; c < fanouts[g]; ++c) {
+      const std::uint64_t k = std::uint64_t{g + 1} << 56 | std::uint64_t{0x4242} << 16 |
+                              std::uint64_t{c * 255 / fanouts[g]} << 8 | (rng() % 2);
+      m[encode_u64(k)] = value();
+    }
+  for (int i = 0; i < 1000; ++i) m[encode_u64(rng())] = value();  // sparse
+  if (kt == KeyType::bytes) {
+    m[""] = value();  // the empty key: the root node's end slot
+    std::string chain;
+    for (int i = 0; i < 20; ++i) m[chain += 'a'] = value();  // each key a prefix of the next
+    const std::string long_prefix(300, 'p');
+    for (int b = 0; b < 256; ++b) m[long_prefix + static_cast<char>(b)] = value();  // every byte
+    m[long_prefix] = value();
+    for (int i = 0; i < 300; ++i) m[draw_key(kt, rng)] = value();
+  }
+  return m;
+}
+
+class PartBulk : public ::testing::TestWithParam<RandomParam> {};
+
+TEST_P(PartBulk, LoadsSortedInputAsTheMapHoldsIt) {
+  const auto [kt, max_value] = GetParam();
+  pmindex::testing::TempDir dir;
+  pmindex::testing::MapChecker c(part_options(dir.file("p.pool"), kt, max_value));
+  ASSERT_TRUE(c.ok()) << c.open_status().to_string();
+  ASSERT_TRUE(c.bulk_load(bulk_model(kt, max_value), 1.0));
+  EXPECT_EQ(c.index().size(), c.model().size());
+  art::TreeStats st;
+  const Status v = as_part(c.index()).verify_with(&st);
+  ASSERT_TRUE(v.ok()) << v.to_string();
+  EXPECT_EQ(st.records, c.model().size());
+  for (int t = 1; t <= 4; ++t) EXPECT_GT(st.nodes[t], 0u) << "no node of type " << t;
+  const pmindex::testing::Gen keys = [kt](std::mt19937_64& rng) { return draw_key(kt, rng); };
+  const pmindex::testing::Gen values = [](std::mt19937_64& rng) { return encode_u64(rng()); };
+  c.run({.phases = {pmindex::testing::mixed_phase(500)}, .seed = 22}, keys, values);
+  ASSERT_TRUE(c.reopen(/*clean=*/true));
+  ASSERT_TRUE(c.reopen(/*clean=*/false));
+}
+
+INSTANTIATE_TEST_SUITE_P(KeysAndValues, PartBulk,
+                         ::testing::Values(RandomParam{KeyType::u64, 8},
+                                           RandomParam{KeyType::bytes, 8},
+                                           RandomParam{KeyType::bytes, 100}));
+
+// Refused bulk loads change nothing: input out of order or with a duplicate, a key or value the
+// tree refuses, a bad fill, a non-empty index, and a pool too small for the input (pool_full,
+// every block it took freed, so a smaller load then fits in the same pool).
+TEST(Part, RefusedBulkLoadsLeaveTheIndexAsItWas) {
+  pmindex::testing::TempDir dir;
+  Options o = part_options(dir.file("p.pool"), KeyType::bytes, 100);
+  o.pool_size = 4 << 20;
+  auto idx = open_ok(o);
+  ASSERT_NE(idx, nullptr);
+  const std::uint64_t empty_pm = idx->footprint().pm_bytes;
+  const auto load = [&](std::vector<std::pair<std::string, std::string>> recs, double fill = 1.0) {
+    std::vector<KeyValue> kvs;
+    for (const auto& [k, v] : recs) kvs.push_back({k, v});
+    return idx->bulk_load(kvs, fill).code();
+  };
+  EXPECT_EQ(load({{"b", "1"}, {"a", "2"}}), Code::invalid_argument);
+  EXPECT_EQ(load({{"a", "1"}, {"a", "2"}}), Code::invalid_argument);
+  EXPECT_EQ(load({{"a", "1"}, {std::string(513, 'k'), "2"}}), Code::key_too_large);
+  EXPECT_EQ(load({{"a", "1"}, {"b", std::string(101, 'v')}}), Code::value_too_large);
+  EXPECT_EQ(load({{"a", "1"}}, 0.0), Code::invalid_argument);
+  EXPECT_EQ(idx->size(), 0u);
+  EXPECT_EQ(idx->footprint().pm_bytes, empty_pm);
+
+  // Inline values (a fresh index): the tree's records (32 B each) and nodes run out of room
+  // in the build itself, not in the values.
+  idx.reset();
+  o = part_options(dir.file("q.pool"), KeyType::u64, 8);
+  o.pool_size = 4 << 20;
+  idx = open_ok(o);
+  ASSERT_NE(idx, nullptr);
+  const std::uint64_t empty_pm2 = idx->footprint().pm_bytes;
+  std::vector<std::pair<std::string, std::string>> big;
+  for (std::uint64_t k = 0; k < 150000; ++k) big.emplace_back(encode_u64(k * 7919), encode_u64(k));
+  EXPECT_EQ(load(big), Code::pool_full);
+  EXPECT_EQ(idx->size(), 0u);
+  EXPECT_EQ(idx->footprint().pm_bytes, empty_pm2) << "a failed bulk load left blocks allocated";
+  ASSERT_TRUE(idx->verify().ok());
+
+  big.resize(5000);
+  ASSERT_EQ(load(big), Code::ok);
+  EXPECT_EQ(idx->size(), 5000u);
+  const std::string extra = encode_u64(~std::uint64_t{0});
+  EXPECT_EQ(load({{extra, encode_u64(1)}}), Code::invalid_argument);  // not empty any more
+  EXPECT_EQ(idx->size(), 5000u);
+  ASSERT_TRUE(idx->verify().ok());
+  std::string v;
+  EXPECT_EQ(idx->find(big[4999].first, &v), Code::ok);
+  EXPECT_EQ(decode_u64(v), 4999u);
+  EXPECT_EQ(idx->find(extra, &v), Code::not_found);
+}
 
 TEST(Part, RefusesNodeSizeAndHugeKeys) {
   Options o = part_options("");

@@ -98,6 +98,19 @@ class Tree {
   static constexpr std::size_t kMaxBatch = 64;
   void find_batch(const std::string_view* keys, std::size_t n, std::uint64_t* values,
                   Code* codes) const;
+  // Bulk load into an empty tree (B1-B2, PROTOCOL.md): n sorted, distinct keys (key_at(i) is
+  // key i as a string_view, each of at most the tree's key limit) with value words values[i],
+  // built bottom-up, each node of the smallest type that holds its children, then published
+  // by one store of the root word. ok; pool_full (nothing left allocated); invalid_argument if
+  // the tree was not empty at the publish (nothing changed). Concurrent operations may run;
+  // they see the tree empty until the publish.
+  template <class KeyAt>
+  Code build(std::size_t n, KeyAt key_at, const std::uint64_t* values);
+  // Test only: build writes without persisting (P1 skipped), a known-bad the crash suite
+  // must catch in adr mode.
+  void set_unpersisted_build_for_test() { test_unpersisted_build_ = true; }
+  bool empty() const { return load_word(*root_word_) == 0; }
+
   // remove: not_found, pool_full (a shrink could not allocate), corrupted. *old as update.
   Code remove(std::string_view key, std::uint64_t* old);
   // Records with key >= start in key order, emit(key, value word) for each, at most `max`.
@@ -227,9 +240,18 @@ class Tree {
   static std::uint64_t bytes_word(std::string_view src, std::uint32_t from, std::uint32_t len);
 
   // --- writes -------------------------------------------------------------------------------
-  std::uint64_t new_record(std::string_view key, std::uint64_t value, Code* code) const;
+  // persist = false only for the known-bad build (set_unpersisted_build_for_test).
+  std::uint64_t new_record(std::string_view key, std::uint64_t value, Code* code,
+                           bool persist = true) const;
   std::uint64_t new_node(NodeType t, std::uint64_t shape, std::uint64_t prefix,
-                         std::uint64_t end, const Entry* e, unsigned n, Code* code) const;
+                         std::uint64_t end, const Entry* e, unsigned n, Code* code,
+                         bool persist = true) const;
+  // build's steps (art_build_impl.h).
+  template <class KeyAt>
+  std::uint64_t build_range(std::size_t lo, std::size_t hi, std::uint32_t depth, KeyAt& key_at,
+                            const std::uint64_t* values, std::vector<Entry>& pending, Code* code);
+  std::uint64_t build_record(std::string_view key, std::uint64_t value, Code* code) const;
+  void discard(std::uint64_t w) const;
   void publish_persist(std::uint64_t* word, std::uint64_t v) const {
     p_.publish(word, v);
     p_.persist(word, sizeof *word);
@@ -321,8 +343,10 @@ class Tree {
   const std::uint32_t tag_;
   const std::uint32_t max_key_;
   mutable sync::EpochManager epochs_;
+  bool test_unpersisted_build_ = false;
 };
 
 }  // namespace pmindex::art
 
 #include "index/common/art/art_tree_impl.h"
+#include "index/common/art/art_build_impl.h"

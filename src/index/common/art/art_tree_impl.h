@@ -304,14 +304,15 @@ std::uint64_t Tree<P>::bytes_word(std::string_view src, std::uint32_t from, std:
 
 // P1: a record written and persisted while unreachable. Returns its reference, 0 on failure.
 template <class P>
-std::uint64_t Tree<P>::new_record(std::string_view key, std::uint64_t value, Code* code) const {
+std::uint64_t Tree<P>::new_record(std::string_view key, std::uint64_t value, Code* code,
+                                  bool persist) const {
   const std::uint64_t ref = p_.allocate(record_bytes(key.size()), code);
   if (ref == 0) return 0;
   Record* r = p_.template at<Record>(ref);
   const Record head{static_cast<std::uint32_t>(key.size()), 0, value};
   p_.write(r, &head, sizeof head);
   if (!key.empty()) p_.write(r->key(), key.data(), key.size());
-  p_.persist(r, record_bytes(key.size()));  // P1
+  if (persist) p_.persist(r, record_bytes(key.size()));  // P1
   return ref;
 }
 
@@ -319,8 +320,8 @@ std::uint64_t Tree<P>::new_record(std::string_view key, std::uint64_t value, Cod
 // Returns its child word (byte 0), 0 on failure.
 template <class P>
 std::uint64_t Tree<P>::new_node(NodeType t, std::uint64_t shape, std::uint64_t prefix,
-                                std::uint64_t end, const Entry* e, unsigned k,
-                                Code* code) const {
+                                std::uint64_t end, const Entry* e, unsigned k, Code* code,
+                                bool persist) const {
   alignas(64) unsigned char buf[kMaxNodeBytes];
   const std::size_t bytes = node_bytes(t);
   std::memset(buf, 0, bytes);
@@ -347,7 +348,7 @@ std::uint64_t Tree<P>::new_node(NodeType t, std::uint64_t shape, std::uint64_t p
   if (ref == 0) return 0;
   void* dst = p_.template at<void>(ref);
   p_.write(dst, buf, bytes);
-  p_.persist(dst, bytes);  // P1
+  if (persist) p_.persist(dst, bytes);  // P1
   return node_word(0, ref);
 }
 
