@@ -240,27 +240,25 @@ std::size_t Part::relocate_records(Relocate what) {
       x.fixed = x.fixed || fixed || cls >= kUnit;
     }
   };
-  {
+  const bool sparse = what == Relocate::sparse_units;
+  if (sparse) {  // pass 1, the census: live bytes per unit, and which units hold more than records
     const auto guard = tree_->epochs().pin();  // nothing the walk reaches is freed meanwhile
     hold(pool_->root(), sizeof(Root), true);
     const std::string e =
         tree_->walk([&](std::uint64_t ref, std::size_t bytes, bool is_record, std::uint64_t v) {
           hold(ref, bytes, !is_record);
-          if (!is_record) return true;
-          const auto* r = pool_->at<art::Record>(ref);  // key immutable while published
-          records.push_back(Moving{ref, bytes, std::string(r->key(), r->key_len)});
           std::size_t vb = 0;
-          if (values_.record_size(v, &vb) && vb != 0) hold(v, vb, true);
+          if (is_record && values_.record_size(v, &vb) && vb != 0) hold(v, vb, true);
           return true;
         });
     if (!e.empty()) return 0;  // a torn view beside a writer (or damage): not now
   }
   std::unordered_set<std::uint64_t> evacuate;
-  const bool sparse = what == Relocate::sparse_units;
   if (sparse) {
     std::vector<std::pair<std::uint64_t, std::uint64_t>> cand;  // (live, unit)
     for (const auto& [u, x] : units)
       if (!x.fixed && x.live < kUnit) cand.emplace_back(x.live, u);
+    units = {};
     std::sort(cand.begin(), cand.end());
     std::uint64_t room = 0, need = 0;
     for (const auto& [live, u] : cand) room += kUnit - live;
@@ -272,11 +270,21 @@ std::size_t Part::relocate_records(Relocate what) {
     }
     if (evacuate.empty()) return 0;
   }
+  {  // pass 2: the records to move, with their keys (only the evacuated units' when sparse)
+    const auto guard = tree_->epochs().pin();
+    const std::string e =
+        tree_->walk([&](std::uint64_t ref, std::size_t bytes, bool is_record, std::uint64_t) {
+          if (!is_record || (sparse && !evacuate.contains(unit_of(ref)))) return true;
+          const auto* r = pool_->at<art::Record>(ref);  // key immutable while published
+          records.push_back(Moving{ref, bytes, std::string(r->key(), r->key_len)});
+          return true;
+        });
+    if (!e.empty()) return 0;
+  }
   pm::Allocator& al = pool_->allocator();
   std::vector<std::pair<std::uint64_t, std::size_t>> held;  // free blocks inside `evacuate`
   std::size_t moved = 0;
   for (const Moving& m : records) {
-    if (sparse && !evacuate.contains(unit_of(m.ref))) continue;
     pm::yield_point("part.relocate");
     Code code = Code::ok;
     std::uint64_t to = 0;
