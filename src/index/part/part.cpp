@@ -1,10 +1,13 @@
 // part: creation, start-now recovery and the native API over art::Tree (PROTOCOL.md).
 #include "index/part/part.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <unordered_map>
 #include <unordered_set>
+#include <vector>
 
 #include "index/common/key_group.h"
 #include "index/common/close_counts.h"
@@ -186,14 +189,121 @@ Code Part::insert(std::string_view key, std::string_view value) {
   if (Code c = check_key(key); c != Code::ok) return c;
   if (Code c = values_.check(value); c != Code::ok) return c;
   if (Code c = writable(); c != Code::ok) return c;
-  return count_insert(index_common::retry_after_reclaim(tree_->epochs(), [&] {
+  auto once = [&] {
     Code code = Code::ok;
     const std::uint64_t word = values_.make_word(value, &code);  // K1 (out of line)
     if (code != Code::ok) return code;
     const Code c = tree_->insert(key, word);
     if (c != Code::ok) values_.release(word);  // never published
     return c;
-  }));
+  };
+  Code c = index_common::retry_after_reclaim(tree_->epochs(), once);
+  // Full after removes: records move out of sparse units (P11), whose space then serves
+  // nodes; the retired originals are freed by the reclaim before the retry.
+  if (c == Code::pool_full && removed_since_relocation_.load(std::memory_order_relaxed)) {
+    removed_since_relocation_.store(false, std::memory_order_relaxed);
+    if (relocate_records(Relocate::sparse_units) != 0) {
+      c = index_common::retry_after_reclaim(tree_->epochs(), once);
+      // It made room: the next full pool may find more to move. It did not: not again
+      // before the next remove (each attempt walks the whole tree).
+      if (c != Code::pool_full) removed_since_relocation_.store(true, std::memory_order_relaxed);
+    }
+  }
+  return count_insert(c);
+}
+
+// P11 driver. The walk's view is a hint (it runs beside writers): each move rechecks under
+// the container's lock (art::Tree::relocate). Units are the allocator's 256 B carriers of
+// the 16..192 B classes (docs/allocator.md); a unit with a node, an out-of-line value, the
+// root object or any block of 256 B or more never moves.
+std::size_t Part::relocate_records(Relocate what) {
+  std::unique_lock<std::mutex> lock(relocate_mu_, std::try_to_lock);
+  if (!lock.owns_lock() || writable() != Code::ok) return 0;
+  constexpr std::uint64_t kUnit = pm::Allocator::kXPLineAlign;
+  auto unit_of = [](std::uint64_t off) { return off & ~(kUnit - 1); };
+  struct Moving {
+    std::uint64_t ref;
+    std::size_t bytes;
+    std::string key;
+  };
+  struct Unit {
+    std::uint64_t live = 0;  // class bytes of live blocks in the unit
+    bool fixed = false;      // holds something that does not move
+  };
+  std::vector<Moving> records;
+  std::unordered_map<std::uint64_t, Unit> units;
+  auto hold = [&](std::uint64_t off, std::size_t bytes, bool fixed) {
+    const std::size_t cls = pm::Allocator::class_size(pm::Allocator::class_of(bytes));
+    for (std::uint64_t u = unit_of(off); u < off + cls; u += kUnit) {
+      Unit& x = units[u];
+      x.live += std::min<std::uint64_t>(cls, kUnit);
+      x.fixed = x.fixed || fixed || cls >= kUnit;
+    }
+  };
+  const bool sparse = what == Relocate::sparse_units;
+  if (sparse) {  // pass 1, the census: live bytes per unit, and which units hold more than records
+    const auto guard = tree_->epochs().pin();  // nothing the walk reaches is freed meanwhile
+    hold(pool_->root(), sizeof(Root), true);
+    const std::string e =
+        tree_->walk([&](std::uint64_t ref, std::size_t bytes, bool is_record, std::uint64_t v) {
+          hold(ref, bytes, !is_record);
+          std::size_t vb = 0;
+          if (is_record && values_.record_size(v, &vb) && vb != 0) hold(v, vb, true);
+          return true;
+        });
+    if (!e.empty()) return 0;  // a torn view beside a writer (or damage): not now
+  }
+  std::unordered_set<std::uint64_t> evacuate;
+  if (sparse) {
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> cand;  // (live, unit)
+    for (const auto& [u, x] : units)
+      if (!x.fixed && x.live < kUnit) cand.emplace_back(x.live, u);
+    units = {};
+    std::sort(cand.begin(), cand.end());
+    std::uint64_t room = 0, need = 0;
+    for (const auto& [live, u] : cand) room += kUnit - live;
+    for (const auto& [live, u] : cand) {
+      room -= kUnit - live;  // this unit's holes are no destination once it empties
+      if (need + live > room) break;
+      need += live;
+      evacuate.insert(u);
+    }
+    if (evacuate.empty()) return 0;
+  }
+  {  // pass 2: the records to move, with their keys (only the evacuated units' when sparse)
+    const auto guard = tree_->epochs().pin();
+    const std::string e =
+        tree_->walk([&](std::uint64_t ref, std::size_t bytes, bool is_record, std::uint64_t) {
+          if (!is_record || (sparse && !evacuate.contains(unit_of(ref)))) return true;
+          const auto* r = pool_->at<art::Record>(ref);  // key immutable while published
+          records.push_back(Moving{ref, bytes, std::string(r->key(), r->key_len)});
+          return true;
+        });
+    if (!e.empty()) return 0;
+  }
+  pm::Allocator& al = pool_->allocator();
+  std::vector<std::pair<std::uint64_t, std::size_t>> held;  // free blocks inside `evacuate`
+  std::size_t moved = 0;
+  for (const Moving& m : records) {
+    pm::yield_point("part.relocate");
+    Code code = Code::ok;
+    std::uint64_t to = 0;
+    for (;;) {
+      to = al.allocate(m.bytes, &code);
+      if (to == 0 || !sparse || !evacuate.contains(unit_of(to))) break;
+      held.emplace_back(to, m.bytes);  // would refill a unit being emptied
+    }
+    if (to == 0) break;
+    const Code c = tree_->relocate(m.key, m.ref, to, relocation_copy_first_);
+    if (c == Code::ok) {
+      ++moved;
+    } else {
+      al.deallocate(to, m.bytes);  // gone or moved meanwhile: never published
+      if (c == Code::corrupted) break;
+    }
+  }
+  for (const auto& [off, bytes] : held) al.deallocate(off, bytes);
+  return moved;
 }
 
 // B1-B2 (PROTOCOL.md): the input checked and its value words made first (out-of-line values
@@ -341,7 +451,11 @@ Code Part::remove(std::string_view key) {
   if (Code c = writable(); c != Code::ok) return c;
   std::uint64_t old = 0;
   const Code c = tree_->remove(key, &old);
-  if (c == Code::ok) retire_value(old);
+  if (c == Code::ok) {
+    retire_value(old);
+    if (!removed_since_relocation_.load(std::memory_order_relaxed)) [[unlikely]]
+      removed_since_relocation_.store(true, std::memory_order_relaxed);
+  }
   return count_remove(c);
 }
 

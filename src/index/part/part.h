@@ -1,6 +1,6 @@
 // part: a persistent adaptive radix tree (RECIPE's P-ART design point, SOSP'19), the shared
 // trie core (src/index/common/art/) with its nodes and records in the pool. README.md:
-// design and numbers; PROTOCOL.md: persistence steps P1-P10 and recovery R1-R5.
+// design and numbers; PROTOCOL.md: persistence steps P1-P11, bulk load B1-B2, recovery R1-R5.
 //
 // Thread safety: every operation may run concurrently (lock-free readers, writers lock the
 // nodes they change; art_tree.h). Writers wait while the start-now recovery walk runs after
@@ -71,6 +71,21 @@ class Part final : public Index {
   // of B1, which the crash suite must catch in adr mode).
   void set_unpersisted_bulk_load_for_test() { tree_->set_unpersisted_build_for_test(); }
 
+  // Record relocation (PROTOCOL.md P11; README.md "Full pool"). sparse_units: the 256 B units
+  // that hold records and nothing else are taken emptiest first, as long as the free bytes
+  // left in the other such units can take their records, and every record in them moves to
+  // a block outside them (insert runs this on pool_full after removes, so the emptied units
+  // merge back into extents for nodes). every_record: every record moves once, wherever the
+  // allocator puts it (tests: the crash simulator's background thread). Returns how many
+  // records moved. One caller at a time (another returns 0 at once); the tree walk that
+  // finds the records runs beside readers and writers under an epoch pin, and each move
+  // rechecks under the container's lock that the record is still there.
+  enum class Relocate { sparse_units, every_record };
+  std::size_t relocate_records(Relocate what);
+  // Known-bad variant for tests: relocation publishes a copy before persisting it (P11b
+  // before P11a). Call before any thread uses the index.
+  void break_relocation_for_test() { relocation_copy_first_ = false; }
+
  private:
   explicit Part(std::unique_ptr<pm::Pool> pool);
   Status init_root(std::uint32_t max_key, std::uint32_t max_value);
@@ -101,6 +116,11 @@ class Part final : public Index {
   mutable std::condition_variable walk_cv_;
   std::atomic<bool> walk_done_{true};
   std::atomic<bool> corrupted_{false};
+  // P11: one relocation at a time; a remove since the last one that found nothing to move
+  // (relaxed: a stale answer only runs or skips one attempt at pool_full).
+  std::mutex relocate_mu_;
+  std::atomic<bool> removed_since_relocation_{false};
+  bool relocation_copy_first_ = true;
   Status walk_status_;  // guarded by walk_mu_
   std::thread walker_;
   bool closed_ = false;

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -218,6 +219,48 @@ TEST(Part, RefusedBulkLoadsLeaveTheIndexAsItWas) {
   EXPECT_EQ(idx->find(big[4999].first, &v), Code::ok);
   EXPECT_EQ(decode_u64(v), 4999u);
   EXPECT_EQ(idx->find(extra, &v), Code::not_found);
+
+// P11: relocation moves records and nothing else changes: every record once (out-of-line
+// values and bytes keys included), then only the sparse units of an ascending fill with
+// every other key removed, whose records leave them (each unit the allocator reports after
+// is denser); verify() and every value after each, and the tree still takes writes.
+TEST(Part, RelocationMovesRecordsAndKeepsEveryValue) {
+  for (const auto& [kt, max_value] : {std::pair{KeyType::u64, 8u}, std::pair{KeyType::bytes, 64u}}) {
+    auto idx = open_ok(part_options("", kt, max_value));
+    ASSERT_NE(idx, nullptr);
+    auto key = [&](std::uint64_t i) {
+      return kt == KeyType::u64 ? encode_u64(i) : encode_u64(i) + "-" + std::to_string(i % 7);
+    };
+    auto value = [&](std::uint64_t i) {
+      return max_value == 8 ? encode_u64(i * 3) : "v" + std::to_string(i) + std::string(i % 40, 'x');
+    };
+    std::map<std::string, std::string> model;
+    for (std::uint64_t i = 1; i <= 3000; ++i) {
+      ASSERT_EQ(idx->insert(key(i), value(i)), Code::ok);
+      model[key(i)] = value(i);
+    }
+    auto& p = as_part(*idx);
+    EXPECT_EQ(p.relocate_records(part::Part::Relocate::every_record), 3000u);
+    for (std::uint64_t i = 1; i <= 3000; i += 2) {
+      ASSERT_EQ(idx->remove(key(i)), Code::ok);
+      model.erase(key(i));
+    }
+    const std::size_t moved = p.relocate_records(part::Part::Relocate::sparse_units);
+    EXPECT_GT(moved, 300u) << "the sparse units' records stay";
+    EXPECT_LT(moved, 1500u) << "more moved than the sparse half";
+    std::printf("[relocation] %s: %zu of 1500 records moved out of sparse units\n",
+                kt == KeyType::u64 ? "u64, inline values" : "bytes, out-of-line values", moved);
+    EXPECT_TRUE(idx->verify().ok());
+    std::string got;
+    for (const auto& [k, v] : model) {
+      ASSERT_EQ(idx->find(k, &got), Code::ok);
+      ASSERT_EQ(got, v);
+    }
+    for (std::uint64_t i = 1; i <= 3000; i += 2) ASSERT_EQ(idx->insert(key(i), value(i + 1)), Code::ok);
+    for (std::uint64_t i = 2; i <= 3000; i += 2) ASSERT_EQ(idx->update(key(i), value(i + 5)), Code::ok);
+    EXPECT_TRUE(idx->verify().ok());
+    EXPECT_EQ(idx->size(), 3000u);
+  }
 }
 
 TEST(Part, RefusesNodeSizeAndHugeKeys) {

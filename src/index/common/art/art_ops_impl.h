@@ -584,6 +584,43 @@ Code Tree<P>::update_once(std::string_view key, std::uint64_t value, std::uint64
 }
 
 template <class P>
+Code Tree<P>::relocate(std::string_view key, std::uint64_t from, std::uint64_t to,
+                       bool copy_first) {
+  return with_restarts([&](Olc& o) { return relocate_once(key, from, to, copy_first, o); });
+}
+
+// P11: as update_once, but the whole record moves. The container's lock serialises it with
+// every writer of the slot (update, remove, a grow, shrink or collapse that copies the slot's
+// word, a leaf split that moves it down): each of them validates or upgrades the version this
+// bumps, so none publishes the old word again. Readers holding the old record keep reading
+// it (same key, same value word until an update, which locks after this unlocks) until the
+// epoch manager frees it.
+template <class P>
+Code Tree<P>::relocate_once(std::string_view key, std::uint64_t from, std::uint64_t to,
+                            bool copy_first, Olc& o) {
+  Found f;
+  const Code c = locate(key, &f, o);
+  if (o.stop() || c != Code::ok) return c;
+  if (target_of(f.rec) != from) return Code::not_found;
+  if (!upgrade(*f.lock, f.version)) {
+    o.restart = true;
+    return Code::ok;
+  }
+  const Record* old = record(f.rec);
+  Record* r = p_.template at<Record>(to);
+  const Record head{old->key_len, 0, load_word(old->value)};  // stable: the lock is held
+  p_.write(r, &head, sizeof head);
+  if (old->key_len != 0) p_.write(r->key(), old->key(), old->key_len);
+  const std::size_t bytes = record_bytes(old->key_len);
+  if (copy_first) p_.persist(r, bytes);                             // P11a
+  publish_persist(f.slot, rebyte(record_word(0, to), byte_of(f.rec)));  // P11b
+  if (!copy_first) p_.persist(r, bytes);  // known-bad: published before it was persisted
+  unlock(*f.lock);
+  retire_record(f.rec);
+  return Code::ok;
+}
+
+template <class P>
 Code Tree<P>::remove(std::string_view key, std::uint64_t* old) {
   return with_restarts([&](Olc& o) { return remove_once(key, old, o); });
 }

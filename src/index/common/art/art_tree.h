@@ -113,6 +113,17 @@ class Tree {
 
   // remove: not_found, pool_full (a shrink could not allocate), corrupted. *old as update.
   Code remove(std::string_view key, std::uint64_t* old);
+  // Record relocation (part's PROTOCOL.md P11; compaction of a full pool): `key`'s record,
+  // if it is still the block at `from`, is copied into the caller's block `to` (at least
+  // record_bytes(key.size()) long, unreachable) under the lock of its container, as update
+  // takes it: P11a the copy (key, current value word) is written and persisted, P11b its word
+  // replaces the old one in the slot (one failure-atomic store, persisted), then the old
+  // record is retired through epochs(). ok: moved (the value word now belongs to the copy);
+  // not_found: the key is gone or its record is another block (nothing changed, the caller
+  // still owns `to`); corrupted. copy_first = false is a known-bad variant for tests only
+  // (P11b before the copy is persisted), which the crash simulator must catch.
+  Code relocate(std::string_view key, std::uint64_t from, std::uint64_t to,
+                bool copy_first = true);
   // Records with key >= start in key order, emit(key, value word) for each, at most `max`.
   // Returns corrupted if damage was met, ok otherwise. Caller pins epochs() while it uses
   // what emit hands it; emit must copy the key.
@@ -132,7 +143,10 @@ class Tree {
                      bool (*value_ok)(const void*, std::uint64_t), const void* ctx) const;
   // Recovery walk (no locks; writers must be held off): every node and record is checked as
   // at first touch, then mark(ref, bytes, is_record, value word) is called; returns "" or the
-  // first damage. Depth is bounded by the key limit, so a cycle ends as damage.
+  // first damage. Depth is bounded by the key limit, so a cycle ends as damage. Beside
+  // writers (part's relocation census) it reads safely under an epoch pin (every word it
+  // follows is an acquire load, every block it reaches stays allocated until the pin ends),
+  // but its view may be torn and its "damage" a writer's change: a hint only.
   template <class Mark>
   std::string walk(Mark&& mark) const;
   // The root word's target checked as a node's children are at first touch ("" if sound).
@@ -289,6 +303,8 @@ class Tree {
   Code find_once(std::string_view key, std::uint64_t* value, Olc& o) const;
   Code remove_once(std::string_view key, std::uint64_t* old, Olc& o);
   Code update_once(std::string_view key, std::uint64_t value, std::uint64_t* old, Olc& o);
+  Code relocate_once(std::string_view key, std::uint64_t from, std::uint64_t to,
+                     bool copy_first, Olc& o);
   Code remove_in(Parent pa, std::uint64_t w, std::uint64_t v, std::uint32_t node_depth,
                  std::uint32_t branch, std::uint64_t* rslot, std::string_view key,
                  std::uint64_t* old, Olc& o);
