@@ -219,6 +219,7 @@ TEST(Part, RefusedBulkLoadsLeaveTheIndexAsItWas) {
   EXPECT_EQ(idx->find(big[4999].first, &v), Code::ok);
   EXPECT_EQ(decode_u64(v), 4999u);
   EXPECT_EQ(idx->find(extra, &v), Code::not_found);
+}
 
 // P11: relocation moves records and nothing else changes: every record once (out-of-line
 // values and bytes keys included), then only the sparse units of an ascending fill with
