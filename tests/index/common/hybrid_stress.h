@@ -133,6 +133,29 @@ class StressWorker {
   ScanBuffer buf_;
 };
 
+// The final checks once the workers stopped: verify(), then one scan from the lowest key must
+// list exactly the union of the workers' oracles (their key ranges are disjoint), values
+// included. Returns that union's size (0 after a failed check).
+inline std::size_t expect_holds_workers_keys(const Index& idx,
+                                             const std::vector<StressWorker>& workers) {
+  const Status s = idx.verify();
+  EXPECT_TRUE(s.ok()) << s.to_string();
+  if (!s.ok()) return 0;
+  Map all;
+  for (const StressWorker& w : workers) all.insert(w.oracle().begin(), w.oracle().end());
+  ScanBuffer out;
+  EXPECT_EQ(idx.scan({}, all.size() + 1, out), all.size());
+  if (out.size() != all.size()) return 0;
+  std::size_t i = 0;
+  for (const auto& [k, v] : all) {
+    EXPECT_EQ(out.key(i), k);
+    EXPECT_EQ(out.value(i), v);
+    if (out.key(i) != k || out.value(i) != v) return 0;
+    ++i;
+  }
+  return all.size();
+}
+
 // Two workers for `seconds` (at least 200 steps each) on the empty `idx`, then the final checks.
 inline void stress_two_threads(Index& idx, std::uint64_t key_range, double seconds,
                                StressMix mix, std::uint64_t seed, const std::string& label) {
@@ -153,20 +176,9 @@ inline void stress_two_threads(Index& idx, std::uint64_t key_range, double secon
   t0.join();
   t1.join();
   EXPECT_EQ(failures.load(), 0);
-  const Status s = idx.verify();
-  ASSERT_TRUE(s.ok()) << s.to_string();
-  Map all = workers[0].oracle();
-  all.insert(workers[1].oracle().begin(), workers[1].oracle().end());
-  ScanBuffer out;
-  ASSERT_EQ(idx.scan({}, all.size() + 1, out), all.size());
-  std::size_t i = 0;
-  for (const auto& [k, v] : all) {
-    ASSERT_EQ(out.key(i), k);
-    ASSERT_EQ(out.value(i), v);
-    ++i;
-  }
+  const std::size_t keys = expect_holds_workers_keys(idx, workers);
   std::printf("%s: %llu ops, %zu keys at the end\n", label.c_str(),
-              static_cast<unsigned long long>(total.load()), all.size());
+              static_cast<unsigned long long>(total.load()), keys);
 }
 
 // stress_two_threads on a fresh index opened with `o`.
