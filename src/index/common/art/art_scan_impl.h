@@ -235,14 +235,177 @@ bool Tree<P>::seek_word(std::uint64_t w, Via via, std::uint32_t depth, bool boun
 
 template <class P>
 Code Tree<P>::seek_ge(std::string_view key, std::string* key_out, std::uint64_t* value) const {
+  auto guard = epochs_.pin();
+  std::string_view k;
+  const Code c = seek_ge_view(key, &k, value);
+  if (c == Code::ok && key_out != nullptr) key_out->assign(k);
+  return c;
+}
+
+template <class P>
+Code Tree<P>::seek_ge_view(std::string_view key, std::string_view* key_out,
+                           std::uint64_t* value) const {
+  bool deep = false;
+  const Code c = restart_loop([&](Olc& o) { return seek_ge_once(key, key_out, value, &deep, o); });
+  if (!deep) return c;
+  // A path longer than seek_ge_once keeps: the ordered walk (scan(key, 1)) answers.
   bool got = false;
-  const Code c = scan(key, 1, [&](std::string_view k, std::uint64_t v) {
-    if (key_out != nullptr) key_out->assign(k);
+  const Code s = scan(key, 1, [&](std::string_view k, std::uint64_t v) {
+    *key_out = k;  // the record's own bytes: readable while the caller's pin lasts
     *value = v;
     got = true;
   });
-  if (c != Code::ok) return c;
+  if (s != Code::ok) return s;
   return got ? Code::ok : Code::not_found;
+}
+
+// One optimistic attempt: the key's path as find takes it, while it matches. Where the key
+// leaves the trie (a prefix or record that differs, or no child at its byte) the answer is
+// the least record of the first subtree to the right: the node's end record (its key is the
+// node's path, below every child's), else its children in byte order. A node with nothing
+// right of the path's byte sends the search back up the path to the next byte of the node
+// above. Each word is read under the version of the node that holds it and validated before
+// it is followed (as find_once does); a node revisited on the way back is validated again
+// after its next child is read, so an answer comes only from versions that all held.
+template <class P>
+Code Tree<P>::seek_ge_once(std::string_view key, std::string_view* key_out, std::uint64_t* value,
+                           bool* deep, Olc& o) const {
+  struct Step {
+    NodeHeader* n;
+    std::uint64_t v;
+    std::uint32_t branch;  // the node's branch depth: its children sit at branch + 1
+    unsigned next;         // the first byte right of the path taken through it (<= 256)
+  };
+  Step path[kSeekPath];
+  unsigned top = 0;
+  const std::uint64_t* plock = root_lock_;
+  std::uint64_t pv = read_lock(*root_lock_, nullptr, o);
+  if (o.stop()) return Code::ok;
+  std::uint64_t w = load_word(*root_word_);
+  std::uint32_t depth = 0;
+  bool least = false;  // every key under w is above the key: its least record answers
+  for (;;) {
+    bool back = false;  // everything under w is below the key: go back up the path
+    if (w == 0) {
+      check(*plock, pv, o);  // the empty tree (children are followed only when not 0)
+      return o.stop() ? Code::ok : Code::not_found;
+    }
+    if (is_record(w)) {
+      const std::string_view k = key_of(w);  // its length and bytes are immutable once published
+      const bool hit = least || detail::compare_keys(k, key) >= 0;
+      const std::uint64_t val = hit ? load_word(record(w)->value) : 0;
+      check(*plock, pv, o);
+      if (o.stop()) return Code::ok;
+      if (hit) {
+        *key_out = k;
+        *value = val;
+        return Code::ok;
+      }
+      back = true;
+    } else {
+      if (depth > max_key_) {
+        o.damaged = true;  // deeper than any key: a cycle
+        return Code::ok;
+      }
+      NodeHeader* n = node(w);
+      const std::uint64_t v = read_lock(n->lock, n, o);
+      if (o.stop()) return Code::ok;
+      check(*plock, pv, o);
+      if (o.stop()) return Code::ok;
+      Prefix p;
+      if (!prefix_at(n, depth, &p)) {
+        check(n->lock, v, o);
+        if (!o.restart) o.damaged = true;
+        return Code::ok;
+      }
+      const std::uint32_t branch = depth + p.len;
+      int cmp = 0;  // the key against n's path: < 0 every key under n is above it, > 0 below
+      if (!least) {
+        if (p.len > p.avail) {
+          p.src = any_key(n, o);
+          if (o.stop() || p.src.size() < branch) {
+            if (!o.damaged) o.restart = true;
+            return Code::ok;
+          }
+        }
+        for (std::uint32_t i = 0; i < p.len && cmp == 0; ++i) {
+          if (depth + i >= key.size()) {
+            cmp = -1;  // the key ends inside the prefix
+            break;
+          }
+          const std::uint8_t kb = static_cast<std::uint8_t>(key[depth + i]);
+          const std::uint8_t pb = p.byte(depth, i);
+          cmp = kb < pb ? -1 : kb > pb ? 1 : 0;
+        }
+        if (cmp == 0 && key.size() == branch) cmp = -1;  // the end record is the key itself
+      }
+      if (cmp > 0) {
+        check(n->lock, v, o);
+        if (o.stop()) return Code::ok;
+        back = true;
+      } else {
+        std::uint64_t next = 0;
+        unsigned b = 0;  // the byte of `next` (256: the end record)
+        if (least || cmp < 0) {
+          next = load_word(n->end);
+          b = 256;
+          if (next == 0) {
+            next = next_child(n, 0);
+            b = next != 0 ? byte_of(next) : 0;
+          }
+          least = true;
+        } else {  // the path goes on: the key's byte, else the first byte right of it
+          const unsigned kb = static_cast<std::uint8_t>(key[branch]);
+          const std::uint64_t* s = slot_of(n, static_cast<std::uint8_t>(kb));
+          next = s != nullptr ? load_word(*s) : 0;
+          b = kb;
+          if (next == 0 && kb < 255) {
+            next = next_child(n, kb + 1);
+            least = next != 0;
+            b = next != 0 ? byte_of(next) : 0;
+          }
+        }
+        check(n->lock, v, o);
+        if (o.stop()) return Code::ok;
+        if (next == 0) {
+          back = true;
+        } else {
+          if (top == kSeekPath) {
+            *deep = true;
+            return Code::ok;
+          }
+          // The end record's key is the node's path: every child is right of it (next 0).
+          path[top++] = Step{n, v, branch, b == 256 ? 0u : b + 1};
+          w = next;
+          plock = &n->lock;
+          pv = v;
+          depth = branch + 1;
+          continue;
+        }
+      }
+    }
+    if (!back) continue;
+    // Up the path: the next child right of the byte taken through each node, entered at its
+    // least record.
+    w = 0;
+    while (top > 0 && w == 0) {
+      Step& s = path[top - 1];
+      const std::uint64_t c = s.next < 256 ? next_child(s.n, s.next) : 0;
+      check(s.n->lock, s.v, o);
+      if (o.stop()) return Code::ok;
+      if (c == 0) {
+        --top;
+        continue;
+      }
+      s.next = byte_of(c) + 1;
+      w = c;
+      plock = &s.n->lock;
+      pv = s.v;
+      depth = s.branch + 1;
+      least = true;
+    }
+    if (w == 0) return Code::not_found;  // nothing right of the key
+  }
 }
 
 template <class P>

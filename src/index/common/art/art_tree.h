@@ -133,9 +133,17 @@ class Tree {
   template <class Emit>
   Code scan(std::string_view start, std::size_t max, Emit&& emit) const;
   static constexpr std::size_t kLazyScanMax = 16;
-  // The first record with key >= `key` (scan(key, 1)): ok with *value (and *key_out, if not
-  // null) set, not_found past the last key, or corrupted. Pin epochs() as for find.
+  // The first record with key >= `key`: ok with *value (and *key_out, if not null) set,
+  // not_found past the last key, or corrupted. One descent along the key's path, then down
+  // the first subtree right of where the key leaves the trie (scan(key, 1) answers the
+  // same, by an ordered walk).
   Code seek_ge(std::string_view key, std::string* key_out, std::uint64_t* value) const;
+  // seek_ge without the key's copy: *key_out views the record's own bytes, readable until
+  // the caller's pin of epochs() ends (the caller must hold one).
+  Code seek_ge_view(std::string_view key, std::string_view* key_out, std::uint64_t* value) const;
+  // The path seek_ge keeps for going back up; a deeper one (keys sharing more than about 30
+  // branching bytes) is answered by scan(key, 1) instead.
+  static constexpr unsigned kSeekPath = 32;
 
   // Quiescent full check of invariants (1)-(4); "" when sound. value_ok(word) checks one
   // value word (out-of-line records) and may be null.
@@ -301,6 +309,8 @@ class Tree {
   Code add_child(Parent pa, std::uint64_t w, std::uint64_t v, std::uint32_t node_depth,
                  std::uint32_t branch, std::string_view key, std::uint64_t value, Olc& o);
   Code find_once(std::string_view key, std::uint64_t* value, Olc& o) const;
+  Code seek_ge_once(std::string_view key, std::string_view* key_out, std::uint64_t* value,
+                    bool* deep, Olc& o) const;
   Code remove_once(std::string_view key, std::uint64_t* old, Olc& o);
   Code update_once(std::string_view key, std::uint64_t value, std::uint64_t* old, Olc& o);
   Code relocate_once(std::string_view key, std::uint64_t from, std::uint64_t to,
