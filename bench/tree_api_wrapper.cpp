@@ -103,9 +103,9 @@ void arm_temp_pool_signals(const std::string& path) {
 class PmindexTree final : public tree_api {
  public:
   PmindexTree(std::unique_ptr<pmindex::Index> index, std::string temp_pool, std::size_t value_size,
-              bool variable_keys)
+              bool variable_keys, bool blind_inserts)
       : index_(std::move(index)), temp_pool_(std::move(temp_pool)), value_size_(value_size),
-        variable_keys_(variable_keys) {}
+        variable_keys_(variable_keys), blind_inserts_(blind_inserts) {}
   ~PmindexTree() override {
     // PiBench's OpenMP pool threads may still be alive (idle) here: the epoch manager takes
     // over their pending items when the index goes (include/pmindex/sync/epoch.h, "Lifetime").
@@ -130,6 +130,7 @@ class PmindexTree final : public tree_api {
   }
   bool insert(const char* key, size_t key_sz, const char* value, size_t value_sz) override {
     attached();
+    if (blind_inserts_) return index_->upsert({key, key_sz}, {value, value_sz}) == pmindex::Code::ok;
     return index_->insert({key, key_sz}, {value, value_sz}) == pmindex::Code::ok;
   }
   bool update(const char* key, size_t key_sz, const char* value, size_t value_sz) override {
@@ -186,6 +187,7 @@ class PmindexTree final : public tree_api {
   std::string temp_pool_;
   std::size_t value_size_;
   bool variable_keys_;
+  bool blind_inserts_;  // PMINDEX_TREE_INSERT=upsert
 };
 
 // An environment switch with two spellings: unset, one of them (*first says which), or bad
@@ -240,6 +242,13 @@ extern "C" __attribute__((visibility("default"))) tree_api* create_tree(const tr
   // DPTree's merge mode comes from PMINDEX_DPTREE_MERGE (the registry reads it); its stats:
   const char* dp_stats = std::getenv("PMINDEX_DPTREE_STATS");
   o.dptree.stats = dp_stats != nullptr && std::strcmp(dp_stats, "1") == 0;
+  // Originals whose insert is a blind upsert (DPTree's) compare with ours through upsert.
+  bool upsert_inserts = false;
+  switch (env_choice("PMINDEX_TREE_INSERT", "upsert", "insert", &upsert_inserts)) {
+    case EnvChoice::bad: return nullptr;
+    case EnvChoice::unset: upsert_inserts = false; break;
+    case EnvChoice::set: break;
+  }
   const char* variable = std::getenv("PMINDEX_TREE_VARIABLE_KEYS");
   const bool variable_keys = variable != nullptr && std::strcmp(variable, "1") == 0;
   o.key_type = opt.key_size == 8 && !variable_keys ? pmindex::KeyType::u64 : pmindex::KeyType::bytes;
@@ -268,5 +277,6 @@ extern "C" __attribute__((visibility("default"))) tree_api* create_tree(const tr
                  index.status().to_string().c_str());
     return nullptr;
   }
-  return new PmindexTree(std::move(index).value(), temp, opt.value_size, variable_keys);
+  return new PmindexTree(std::move(index).value(), temp, opt.value_size, variable_keys,
+                         upsert_inserts);
 }

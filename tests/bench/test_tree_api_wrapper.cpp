@@ -110,4 +110,28 @@ TEST(TreeApiWrapper, PacTreeSwitchesFromEnvironment) {
   ::unsetenv("PMINDEX_PACTREE_SEARCH");
 }
 
+// PMINDEX_TREE_INSERT=upsert: insert replaces a present key's value (a blind upsert, as
+// DPTree's original insert); unset or "insert": a present key is refused; anything else
+// refuses create_tree.
+TEST(TreeApiWrapper, BlindInsertsFromEnvironment) {
+  Create create = load_create();
+  ASSERT_NE(create, nullptr);
+  tree_options_t o;
+  o.pool_size = 1 << 22;
+  ::setenv("PMINDEX_TREE_INSERT", "bogus", 1);
+  EXPECT_EQ(create(o), nullptr);
+  for (const char* mode : {"upsert", "insert"}) {
+    ::setenv("PMINDEX_TREE_INSERT", mode, 1);
+    std::unique_ptr<tree_api> t(create(o));
+    ASSERT_NE(t, nullptr) << mode;
+    const bool blind = std::strcmp(mode, "upsert") == 0;
+    EXPECT_TRUE(t->insert(key(1).data(), 8, key(10).data(), 8));
+    EXPECT_EQ(t->insert(key(1).data(), 8, key(11).data(), 8), blind) << mode;
+    char v[8];
+    ASSERT_TRUE(t->find(key(1).data(), 8, v));
+    EXPECT_EQ(std::string(v, 8), key(blind ? 11 : 10)) << mode;
+  }
+  ::unsetenv("PMINDEX_TREE_INSERT");
+}
+
 }  // namespace
