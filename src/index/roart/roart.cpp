@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include "index/common/key_group.h"
@@ -96,6 +97,8 @@ std::size_t Roart::default_pool_size(const Options& o) {
 
 Roart::Roart(std::unique_ptr<pm::Pool> pool) : pool_(std::move(pool)) {
   key_mode_ = pool_->info().layout.key_mode;
+  const char* scan = std::getenv("PMINDEX_ROART_SCAN");
+  copy_first_scans_ = scan != nullptr && std::string_view(scan) == "copy_first";
 }
 
 Roart::~Roart() {
@@ -1045,6 +1048,22 @@ Roart::Touch Roart::copy_out(ArrayHeader* a, const Where& w, std::string_view fr
   if (t != Touch::ok) return t;
   Item items[kMaxSlots];
   const unsigned n = live_items(a, items);
+  out->clear();
+  if (copy_first_scans_) {
+    // Copy-first: every live record's key and value in slot order (their lines requested at
+    // once), then a sort by full key.
+    for (unsigned i = 0; i < n; ++i) index_common::prefetch_lines(record(items[i].slot), 64);
+    for (unsigned i = 0; i < n; ++i) {
+      const std::string_view key = key_of(items[i].slot);
+      const int c = compare(key, from);
+      if (c < 0 || (after && c == 0)) continue;
+      out->emplace_back(std::string(key), load_word(record(items[i].slot)->value));
+    }
+    std::sort(out->begin(), out->end());
+    if (out->size() > max) out->resize(max);
+    pm::yield_point("roart.check");
+    return NodeLock::load(a->lock) == v ? Touch::ok : Touch::restart;
+  }
   const std::uint64_t fp = prefix_of(from);
   unsigned k = 0;
   for (unsigned i = 0; i < n; ++i) {  // drop what is certainly below `from` by prefix alone
@@ -1055,7 +1074,8 @@ Roart::Touch Roart::copy_out(ArrayHeader* a, const Where& w, std::string_view fr
     if (x.prefix != y.prefix) return x.prefix < y.prefix;
     return compare(key_of(x.slot), key_of(y.slot)) < 0;
   });
-  out->clear();
+  // The records to be copied, requested at once (+1: the first may equal `from`).
+  for (unsigned i = 0; i < k && i <= max; ++i) index_common::prefetch_lines(record(items[i].slot), 64);
   for (unsigned i = 0; i < k && out->size() < max; ++i) {
     const std::string_view key = key_of(items[i].slot);
     const int c = items[i].prefix == fp ? compare(key, from) : 1;

@@ -229,6 +229,9 @@ class Roart final : public Index {
   std::unique_ptr<pm::Pool> pool_;
   Root* root_ = nullptr;
   pm::KeyMode key_mode_ = pm::KeyMode::u64;
+  // The survey's copy-first scan (§6.3) instead of the prefix-word sort, for measuring one
+  // against the other (PMINDEX_ROART_SCAN=copy_first at create or open; README "Scans").
+  bool copy_first_scans_ = false;
   index_common::ValueCodec values_;
   std::unique_ptr<PmTree> tree_;
   std::uint32_t tag_ = 1;

@@ -173,6 +173,45 @@ TEST(Roart, SplitsGrowsShrinksAndScans) {
   }
 }
 
+// Both scan paths (the prefix-word sort, the default, and copy-first, PMINDEX_ROART_SCAN)
+// return std::map's records from random starts, on keys whose first 8 bytes often tie (a
+// 10-byte shared prefix): the test checks that many adjacent answers tie on their prefix
+// words, so an order by prefix word alone (no tie-break by full key) could not pass it.
+TEST(Roart, BothScanPathsAgreeWithStdMap) {
+  for (const bool copy_first : {false, true}) {
+    if (copy_first) ::setenv("PMINDEX_ROART_SCAN", "copy_first", 1);
+    auto idx = open_ok(roart_options(""));
+    ::unsetenv("PMINDEX_ROART_SCAN");
+    ASSERT_NE(idx, nullptr);
+    std::mt19937_64 rng(11);
+    std::map<std::string, std::string> m;
+    for (int i = 0; i < 4000; ++i) {
+      const std::string k = i % 2 == 0 ? "shared/pre" + std::to_string(rng() % 100000)
+                                       : encode_u64(rng());
+      if (idx->insert(k, encode_u64(i)) == Code::ok) m.emplace(k, encode_u64(i));
+    }
+    ASSERT_GT(as_roart(*idx).splits(), 20u);
+    std::size_t tie_broken = 0;  // scans whose answer depends on keys past the 8-byte prefix
+    for (int t = 0; t < 400; ++t) {
+      const std::string start =
+          t % 2 == 0 ? "shared/pre" + std::to_string(rng() % 100000) : encode_u64(rng());
+      const std::size_t max = 1 + rng() % 120;
+      ScanBuffer out;
+      idx->scan(start, max, out);
+      auto it = m.lower_bound(start);
+      std::size_t i = 0;
+      for (; it != m.end() && i < max; ++it, ++i) {
+        ASSERT_LT(i, out.size()) << "copy_first " << copy_first;
+        ASSERT_EQ(out.key(i), it->first) << "copy_first " << copy_first;
+        ASSERT_EQ(out.value(i), it->second);
+        if (i > 0 && out.key(i).substr(0, 8) == out.key(i - 1).substr(0, 8)) ++tie_broken;
+      }
+      ASSERT_EQ(out.size(), i);
+    }
+    EXPECT_GT(tie_broken, 100u) << "the keys must tie on their prefix words";
+  }
+}
+
 // An array left empty leaves the trie (A3e): after removing every key only the tail is left,
 // and the index takes as many records again.
 TEST(Roart, EmptiedArraysLeaveTheTrie) {
