@@ -278,6 +278,8 @@ Code Tree<P>::seek_ge_once(std::string_view key, std::string_view* key_out, std:
   };
   Step path[kSeekPath];
   unsigned top = 0;
+  constexpr std::uint64_t kMustBeTag = ~NodeLock::kLowMask | NodeLock::kDamaged;
+  const std::uint64_t want = std::uint64_t{tag_} << 32;
   const std::uint64_t* plock = root_lock_;
   std::uint64_t pv = read_lock(*root_lock_, nullptr, o);
   if (o.stop()) return Code::ok;
@@ -308,8 +310,14 @@ Code Tree<P>::seek_ge_once(std::string_view key, std::string_view* key_out, std:
         return Code::ok;
       }
       NodeHeader* n = node(w);
-      const std::uint64_t v = read_lock(n->lock, n, o);
-      if (o.stop()) return Code::ok;
+      // read_lock's common case inline, as find_word tests it: this run's tag, neither held
+      // nor obsolete nor damaged (else read_lock admits, waits or answers).
+      pm::yield_point("art.read");
+      std::uint64_t v = NodeLock::load(n->lock);
+      if ((v & kMustBeTag) != want) [[unlikely]] {
+        v = read_lock(n->lock, n, o);
+        if (o.stop()) return Code::ok;
+      }
       check(*plock, pv, o);
       if (o.stop()) return Code::ok;
       Prefix p;
