@@ -11,6 +11,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <random>
 #include <thread>
 
@@ -94,6 +95,45 @@ TEST_P(PacTree, EdgeKeysInU64Mode) {
   EXPECT_EQ(idx->remove(encode_u64(~std::uint64_t{0})), Code::ok);
   EXPECT_EQ(idx->find(encode_u64(0), nullptr), Code::not_found);
   EXPECT_TRUE(idx->verify().ok());
+}
+
+// Scans in an integer mode from starts of every length 0..12 (a short start is padded with
+// zero bytes, a longer one is above its own first 8 bytes) across many nodes, against
+// std::map's lower_bound in memcmp order, keys and values. Keys cluster in a few 2-byte
+// prefixes so that starts of 1-2 bytes and 9+ bytes land inside the key range.
+TEST_P(PacTree, U64ScansFromStartsOfAnyLength) {
+  auto idx = testing::open_or_die(pac_options(8, KeyType::u64));
+  ASSERT_NE(idx, nullptr);
+  std::mt19937_64 rng(3);
+  std::map<std::string, std::string> m;
+  for (int i = 0; i < 3000; ++i) {
+    const std::uint64_t k = (rng() % 4) << 56 | (rng() % 3) << 48 | (rng() >> 20);
+    if (idx->insert(encode_u64(k), encode_u64(i)) == Code::ok) m.emplace(encode_u64(k), encode_u64(i));
+  }
+  ASSERT_GT(as_pac(*idx).splits(), 100u);
+  for (int t = 0; t < 600; ++t) {
+    std::string start;
+    if (t % 3 == 0 && !m.empty()) {  // an existing key, cut or extended
+      auto it = m.lower_bound(encode_u64(rng()));
+      start = it == m.end() ? m.begin()->first : it->first;
+    } else {
+      start = encode_u64((rng() % 4) << 56 | (rng() % 3) << 48 | (rng() >> 20));
+    }
+    const std::size_t len = rng() % 13;
+    if (len <= 8) start.resize(len);
+    else start += std::string(len - 8, static_cast<char>(rng() % 2 == 0 ? '\0' : '\x7f'));
+    const std::size_t max = 1 + rng() % 150;
+    ScanBuffer out;
+    idx->scan(start, max, out);
+    auto it = m.lower_bound(start);
+    std::size_t i = 0;
+    for (; it != m.end() && i < max; ++it, ++i) {
+      ASSERT_LT(i, out.size()) << "start of " << len << " bytes";
+      ASSERT_EQ(out.key(i), it->first) << "start of " << len << " bytes, record " << i;
+      ASSERT_EQ(out.value(i), it->second);
+    }
+    ASSERT_EQ(out.size(), i) << "start of " << len << " bytes";
+  }
 }
 
 TEST_P(PacTree, EmptyAndNulKeysInBytesMode) {
