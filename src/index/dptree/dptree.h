@@ -275,6 +275,7 @@ class DPTree final : public Index {
   bool top_up_pages(std::size_t pages);  // holds back at least `pages` (false: pool full)
   void release_reserve();
   Code room_for_put();
+  Code merge_unless_stalled();
   void maybe_merge();
   void reset_buffer();
   bool front_full() const;
@@ -365,6 +366,17 @@ class DPTree final : public Index {
   std::size_t puts_ = 0;                   // live (non-tombstone) buffer entries
   std::vector<std::uint64_t> reserve_;     // log pages held back (DRAM only; free after a crash)
   std::uint64_t partial_lsn_ = 0;          // next_lsn_ after the last partial merge
+  // A synchronous merge that failed for space, and what it saw: until a block is freed or a
+  // tombstone logged (a merge's removes free slots), another one would fail the same way at
+  // O(base) cost per write, so merge_unless_stalled skips it (PiBench's 5M puts into a full
+  // 10M-key pool ran a failed merge each: minutes). Writers only.
+  struct Stall {
+    bool on = false;
+    std::uint64_t bytes_in_use = 0;
+    std::uint64_t deletes = 0;
+  };
+  Stall stall_;
+  std::uint64_t deletes_logged_ = 0;       // tombstones logged in this run
   index_common::TagSource tags_;           // own tags of new leaves and log pages
   MergeStats stats_;
   RecoveryStats recovery_;

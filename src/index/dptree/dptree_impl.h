@@ -275,8 +275,22 @@ template <class P>
 Code DPTree<P>::room_for_put() {
   if (top_up_reserve(live_puts() + 1)) return Code::ok;
   if (must_wait_for_merge()) return Code::pool_full;  // write_op waits, then runs it again
-  if (buffer_->size() != 0 && merge() == Code::ok && top_up_reserve(puts_ + 1)) return Code::ok;
+  if (buffer_->size() != 0 && merge_unless_stalled() == Code::ok && top_up_reserve(puts_ + 1))
+    return Code::ok;
   return Code::pool_full;
+}
+
+// A synchronous merge, unless the last one failed for space and nothing was freed since and
+// no tombstone logged (it would fail the same way, at O(base) cost: stall_).
+template <class P>
+Code DPTree<P>::merge_unless_stalled() {
+  if (stall_.on && deletes_logged_ == stall_.deletes &&
+      pool_->allocator().stats().bytes_in_use >= stall_.bytes_in_use)
+    return Code::pool_full;
+  const Code c = merge();
+  stall_.on = c == Code::pool_full;
+  if (stall_.on) stall_ = Stall{true, pool_->allocator().stats().bytes_in_use, deletes_logged_};
+  return c;
 }
 
 // L4-L5: a new last page: header (next = the end mark, first_lsn, its own tag) persisted, then
@@ -322,7 +336,7 @@ Code DPTree<P>::log_append(std::uint64_t k, std::uint64_t v, std::uint64_t op) {
     if (c == Code::pool_full && buffer_->size() != 0) {
       // A partial merge is retried only after a record was logged since the last one: with
       // nothing new to apply it would free nothing, only re-log the buffer again.
-      if (merge() != Code::ok && next_lsn_ != partial_lsn_) {
+      if (merge_unless_stalled() != Code::ok && next_lsn_ != partial_lsn_) {
         (void)merge_partial();
         partial_lsn_ = next_lsn_;
       }
@@ -362,7 +376,7 @@ void DPTree<P>::maybe_merge() {
   if (background_ && !bg_failed_) {
     rotate();
   } else {
-    (void)merge();
+    (void)merge_unless_stalled();
   }
 }
 
@@ -822,6 +836,7 @@ Code DPTree<P>::remove(std::string_view key) {
     const bool in_buffer = buffered_any(k, &e);
     if (in_buffer ? e.tombstone : slot_of(*leaf_for(k), k) < 0) return Code::not_found;
     if (Code c = log_append(k, 0, kOpDelete); c != Code::ok) return c;
+    ++deletes_logged_;  // a merge may now free slots (room_for_put's stall ends)
     buffer_put(k, 0, true);
     maybe_merge();
     return count_remove(Code::ok);  // size()

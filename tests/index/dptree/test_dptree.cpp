@@ -501,6 +501,46 @@ void fill_remove_refill(bool reopen, bool ascending, bool background) {
   }
 }
 
+// At a full pool, a put that a failed merge refused does not run the O(base) merge again
+// for every later put while nothing was freed (a 10M-key tree took minutes for PiBench's
+// refused puts): the refusals after the first cost no merge. A remove (a tombstone: the next
+// merge frees slots) ends that, and the puts after enough removes succeed again.
+TEST(DPTree, FullPoolRefusalsDoNotRetryTheMergeEachTime) {
+  for (bool background : {false, true}) {
+    dptree::Config config;
+    config.background = background;
+    TempDir dir;
+    Options o = dp_options(8);
+    o.pool_size = 1 << 20;
+    o.path = dir.file("dp");
+    auto idx = open_dp(o, /*create=*/true, config);
+    ASSERT_NE(idx, nullptr);
+    std::vector<std::uint64_t> acked;
+    std::uint64_t next = 0;
+    for (;; ++next) {
+      const Code code = idx->insert(encode_u64(mix_key(next)), encode_u64(next));
+      if (code != Code::ok) {
+        ASSERT_EQ(code, Code::pool_full);
+        break;
+      }
+      acked.push_back(next);
+    }
+    ASSERT_GT(acked.size(), 5000u);
+    const std::uint64_t failed = as_dp(*idx)->merge_stats().failed_merges;
+    for (int i = 0; i < 300; ++i)
+      ASSERT_EQ(idx->insert(encode_u64(mix_key(++next)), encode_u64(next)), Code::pool_full);
+    EXPECT_LE(as_dp(*idx)->merge_stats().failed_merges, failed + 2)
+        << (background ? "background" : "sync") << ": a merge per refused put";
+    for (std::size_t i = 0; i < acked.size() / 4; ++i)
+      ASSERT_EQ(idx->remove(encode_u64(mix_key(acked[i]))), Code::ok) << i;
+    std::size_t ok = 0;
+    for (int i = 0; i < 200; ++i)
+      ok += idx->insert(encode_u64(mix_key(++next)), encode_u64(next)) == Code::ok ? 1 : 0;
+    EXPECT_EQ(ok, 200u) << (background ? "background" : "sync");
+    ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
+  }
+}
+
 TEST(DPTree, FullPoolRemovesMakeRoom) {
   for (bool ascending : {false, true}) {
     fill_remove_refill(false, ascending, /*background=*/false);
