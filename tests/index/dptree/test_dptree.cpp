@@ -527,15 +527,19 @@ TEST(DPTree, FullPoolRefusalsDoNotRetryTheMergeEachTime) {
     }
     ASSERT_GT(acked.size(), 5000u);
     const std::uint64_t failed = as_dp(*idx)->merge_stats().failed_merges;
-    for (int i = 0; i < 300; ++i)
-      ASSERT_EQ(idx->insert(encode_u64(mix_key(++next)), encode_u64(next)), Code::pool_full);
+    for (int i = 0; i < 300; ++i) {
+      ++next;
+      ASSERT_EQ(idx->insert(encode_u64(mix_key(next)), encode_u64(next)), Code::pool_full);
+    }
     EXPECT_LE(as_dp(*idx)->merge_stats().failed_merges, failed + 2)
         << (background ? "background" : "sync") << ": a merge per refused put";
     for (std::size_t i = 0; i < acked.size() / 4; ++i)
       ASSERT_EQ(idx->remove(encode_u64(mix_key(acked[i]))), Code::ok) << i;
     std::size_t ok = 0;
-    for (int i = 0; i < 200; ++i)
-      ok += idx->insert(encode_u64(mix_key(++next)), encode_u64(next)) == Code::ok ? 1 : 0;
+    for (int i = 0; i < 200; ++i) {
+      ++next;
+      ok += idx->insert(encode_u64(mix_key(next)), encode_u64(next)) == Code::ok ? 1 : 0;
+    }
     EXPECT_EQ(ok, 200u) << (background ? "background" : "sync");
     ASSERT_TRUE(idx->verify().ok()) << idx->verify().to_string();
   }
