@@ -288,8 +288,9 @@ Code DPTree<P>::merge_unless_stalled() {
       pool_->allocator().stats().bytes_in_use >= stall_.bytes_in_use)
     return Code::pool_full;
   const Code c = merge();
-  stall_.on = c == Code::pool_full;
-  if (stall_.on) stall_ = Stall{true, pool_->allocator().stats().bytes_in_use, deletes_logged_};
+  stall_ = c == Code::pool_full
+               ? Stall{true, pool_->allocator().stats().bytes_in_use, deletes_logged_}
+               : Stall{};
   return c;
 }
 
