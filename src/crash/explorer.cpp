@@ -2,6 +2,7 @@
 #include "pmindex/crash/explorer.h"
 
 #include "pmindex/crash/scheduler.h"
+#include "pmindex/pm/image_bytes.h"
 
 #include <signal.h>
 #include <unistd.h>
@@ -245,7 +246,7 @@ struct Run {
   }
 
   void check(Tracer& tracer, const CrashPoint& at, std::span<const std::uint32_t> choice,
-             std::uint64_t key, std::vector<char>& image) {
+             std::uint64_t key, pm::ImageBytes& image) {
     if (!tracer.materialize(choice, image.data())) {
       fail("choice vector " + choice_text(choice) + " does not fit the " +
                std::to_string(tracer.lanes().size()) + " pending lane(s) at op " +
@@ -549,7 +550,7 @@ ExploreReport explore_impl(const ExploreOptions& opt, const Run::CheckFn& check_
   install_death_reporting();
   Worker worker;
   Run run{opt, report, worker, check_image};
-  std::vector<char> image;
+  pm::ImageBytes image;  // aligned: Pool::open_image refuses anything else
 
   if (opt.replay) {
     const ReplayToken& t = *opt.replay;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "crash/workload.h"
+#include "pmindex/pm/image_bytes.h"
 
 namespace pmindex::crash {
 
@@ -18,7 +19,7 @@ namespace {
 // Where op 0 starts from: a fresh pool (op 0 = create), or a crash image (op 0 = recover;
 // a crash during recovery is explored by a nested exploration of this scenario).
 struct StartImage {
-  const std::vector<char>* image = nullptr;
+  const pm::ImageBytes* image = nullptr;
   const Oracle* before = nullptr;  // acceptable states of the image
   const Oracle* after = nullptr;   // nullptr: only `before`
 };
@@ -96,7 +97,7 @@ class IndexScenario final : public Scenario {
       after = *start_.after;  // a crash inside recovery: the image's own alternatives
     }
     // A crash during this image's recovery is explored on a pristine copy (opt-in, sampled).
-    std::vector<char> pristine;
+    pm::ImageBytes pristine;
     const bool nested = cfg_.recovery_crash_images > 0 && start_.image == nullptr &&
                         salt % std::max<std::size_t>(cfg_.recovery_crash_every, 1) == 0;
     if (nested) pristine.assign(image.begin(), image.end());
@@ -162,7 +163,7 @@ class IndexScenario final : public Scenario {
 
   // A nested exploration: the recovery of `image` (and a few operations after it) runs traced,
   // and crash images taken inside it are recovered and checked in turn.
-  Status explore_recovery_crash(const std::vector<char>& image, const Oracle& before,
+  Status explore_recovery_crash(const pm::ImageBytes& image, const Oracle& before,
                                 const Oracle* after, std::uint64_t salt) {
     IndexCrashConfig inner = cfg_;
     inner.recovery_crash_images = 0;  // one level deep
@@ -192,7 +193,7 @@ class IndexScenario final : public Scenario {
   StartImage start_;
   const IndexRegistry::Entry* entry_ = nullptr;
   std::vector<WorkOp> ops_;
-  std::vector<char> buffer_;  // the start image's working copy (nested mode)
+  pm::ImageBytes buffer_;  // the start image's working copy (nested mode), line-aligned
   std::unique_ptr<pm::Pool> pool_;
   std::unique_ptr<Index> index_;
   Oracle oracle_;

@@ -703,6 +703,11 @@ Result<std::unique_ptr<Pool>> Pool::open(const PoolOptions& o) {
 
 Result<std::unique_ptr<Pool>> Pool::open_image(void* memory, std::size_t size, Mode mode,
                                                const Layout& layout, std::string name) {
+  if (reinterpret_cast<std::uintptr_t>(memory) % kCacheLine != 0) {
+    return make_error(name, Code::invalid_argument,
+                      "image memory is not 64-byte aligned: the pool's cache lines would not be "
+                      "the machine's (hold images in pm::ImageBytes)");
+  }
   if (size < kHeaderSize) {
     return make_error(name, Code::corrupted,
                       "truncated: image has " + std::to_string(size) + " bytes");

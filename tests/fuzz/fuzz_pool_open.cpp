@@ -36,7 +36,7 @@ std::vector<char> make_template() {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   static const std::vector<char> kTemplate = make_template();
-  std::vector<char> image = kTemplate;
+  pmindex::pm::ImageBytes image(kTemplate.begin(), kTemplate.end());  // line-aligned
   if (size == 0) return 0;
   const bool fix_checksum = (data[0] & 1) != 0;
   std::size_t i = 1;

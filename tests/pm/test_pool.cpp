@@ -594,7 +594,8 @@ TEST(Pool, PrivateMappingNeverChangesTheFile) {
 TEST(Pool, ImageOpenValidatesLikeAFile) {
   TempDir dir;
   const std::string path = dir.file("i.pool");
-  auto bytes = make_pool(path);
+  const std::vector<char> file = make_pool(path);
+  ImageBytes bytes(file.begin(), file.end());
   auto p = Pool::open_image(bytes.data(), bytes.size(), Mode::adr, kLayout, "image");
   ASSERT_TRUE(p.ok()) << p.status().to_string();
   EXPECT_EQ((*p)->backing(), Backing::image);
@@ -603,6 +604,26 @@ TEST(Pool, ImageOpenValidatesLikeAFile) {
   auto q = Pool::open_image(bytes.data(), bytes.size(), Mode::adr, kLayout, "image");
   ASSERT_FALSE(q.ok());
   EXPECT_NE(q.status().message().find("image: not a pmindex pool"), std::string::npos);
+}
+
+// The persistence API flushes the machine's lines and the layouts count the pool's: an image
+// whose base is not a multiple of 64 would make every flush name the wrong line (the crash
+// simulator then drops stores that were flushed). Such memory is refused, not opened.
+TEST(Pool, ImageOpenRefusesMemoryOffCacheLines) {
+  TempDir dir;
+  const std::string path = dir.file("i.pool");
+  const std::vector<char> file = make_pool(path);
+  ImageBytes bytes(file.size() + 64);
+  for (std::size_t shift : {8, 16, 32}) {
+    std::memcpy(bytes.data() + shift, file.data(), file.size());
+    auto p = Pool::open_image(bytes.data() + shift, file.size(), Mode::adr, kLayout, "image");
+    ASSERT_FALSE(p.ok()) << "shift " << shift;
+    EXPECT_EQ(p.status().code(), Code::invalid_argument);
+    EXPECT_NE(p.status().message().find("not 64-byte aligned"), std::string::npos)
+        << p.status().to_string();
+  }
+  std::memcpy(bytes.data() + 64, file.data(), file.size());
+  EXPECT_TRUE(Pool::open_image(bytes.data() + 64, file.size(), Mode::adr, kLayout, "image").ok());
 }
 
 // ---- format version 2: the header state is two checksummed copies ----

@@ -35,6 +35,7 @@
 #include <string_view>
 
 #include "pmindex/pm/allocator.h"
+#include "pmindex/pm/image_bytes.h"
 #include "pmindex/pm/layout.h"
 #include "pmindex/pm/persist.h"
 #include "pmindex/status.h"
@@ -102,7 +103,9 @@ class Pool {
   /// Opens an existing pool, checking every header field against options.layout.
   static Result<std::unique_ptr<Pool>> open(const PoolOptions& options);
   /// Wraps a caller-owned memory buffer holding a pool image (no file, no lock). The buffer
-  /// must outlive the Pool. Used by the crash simulator and the fuzz target.
+  /// must outlive the Pool and start at a multiple of 64 (Code::invalid_argument otherwise:
+  /// flushes name the machine's lines, layouts the pool's; pm::ImageBytes is aligned). Used
+  /// by the crash simulator and the fuzz target.
   static Result<std::unique_ptr<Pool>> open_image(void* memory, std::size_t size, Mode mode,
                                                   const Layout& layout, std::string name);
   /// Reads and checks only the header of the file at path (never maps it writable).

@@ -176,7 +176,7 @@ class UpgradeScenario final : public Scenario {
   pm::Mode mode_;
   bool bad_order_;
   Options options_;
-  std::vector<char> buffer_;
+  pm::ImageBytes buffer_;
   std::unique_ptr<Index> idx_;
 };
 
