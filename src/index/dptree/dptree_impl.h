@@ -207,12 +207,12 @@ typename DPTree<P>::LeafPtr DPTree<P>::build_leaf(const std::vector<Record>& rec
     pm::store(v.slot(s), Slot{k, val});
     lines.push_back(detail::line_of(&v.fp()[s]));
     lines.push_back(detail::line_of(v.slot(s)));
+    l->order.push_back(static_cast<std::uint8_t>(s));  // recs are in key order: so is this
     ++*i;
     ++placed;
   }
   detail::flush_lines(lines);  // M2
   l->bound = *i == recs.size() ? last_bound : recs[*i - 1].first;
-  sort_order(*l);
   ++tally.leaves_created;
   return l;
 }
@@ -961,14 +961,28 @@ Code DPTree<P>::merge_leaf(const LeafPtr& l, const BufEntry* from, const BufEntr
                            std::vector<std::uint64_t>* fresh, std::int64_t* delta,
                            MergeStats& tally) {
   const LeafView v = view(l->off);
-  auto n = std::make_shared<LeafInfo>(*l);
+  auto n = std::make_shared<LeafInfo>();
+  n->off = l->off;
+  n->bound = l->bound;
+  n->tag = l->tag;
+  n->index = l->index;
+  std::memcpy(n->bitmap, l->bitmap, sizeof(n->bitmap));
+  n->order.reserve(l->order.size() + static_cast<std::size_t>(to - from));
   std::uint64_t used[4];
   std::memcpy(used, l->bitmap, sizeof(used));
   std::vector<std::pair<std::uint32_t, Slot>> writes;
   std::int64_t d = 0;
   bool fits = true;
-  for (const BufEntry* e = from; e != to && fits; ++e) {
-    const int old = slot_of(*l, e->key);
+  // The leaf's records (its sorted order) and the entries, both in key order, joined in one
+  // pass: an entry's old slot is found without a probe, and the next version's order is
+  // built as it goes (no sort).
+  const std::vector<std::uint8_t>& live = l->order;
+  std::size_t j = 0;
+  const auto key_at = [&](std::size_t i) { return v.slot(live[i])->key; };
+  for (const BufEntry* e = from; e != to; ++e) {
+    for (; j < live.size() && key_at(j) < e->key; ++j) n->order.push_back(live[j]);
+    int old = -1;
+    if (j < live.size() && key_at(j) == e->key) old = live[j++];
     if (e->tombstone) {
       if (old >= 0) detail::clear_bit(n->bitmap, static_cast<std::uint32_t>(old)), --d;
       continue;
@@ -979,8 +993,10 @@ Code DPTree<P>::merge_leaf(const LeafPtr& l, const BufEntry* from, const BufEntr
       break;
     }
     writes.emplace_back(s, Slot{e->key, e->value});
+    n->order.push_back(static_cast<std::uint8_t>(s));
   }
   if (fits) {
+    n->order.insert(n->order.end(), live.begin() + static_cast<std::ptrdiff_t>(j), live.end());
     std::vector<const char*> lines;
     for (const auto& [s, rec] : writes) {  // M1
       pm::store(&v.fp()[s], key_fp(key_hash(rec.key)));
@@ -989,7 +1005,6 @@ Code DPTree<P>::merge_leaf(const LeafPtr& l, const BufEntry* from, const BufEntr
       lines.push_back(detail::line_of(v.slot(s)));
     }
     detail::flush_lines(lines);
-    sort_order(*n);
     *delta += d;
     next->push_back(std::move(n));
     return Code::ok;
@@ -1269,7 +1284,8 @@ bool DPTree<P>::fold_into(LeafInfo& a, const LeafInfo& b) {
   }
   detail::flush_lines(lines);
   a.bound = b.bound;
-  sort_order(a);
+  // b's keys all follow a's: the fold's order is a's, then b's in b's order.
+  for (const auto& [sa, sb] : plan) a.order.push_back(static_cast<std::uint8_t>(sa));
   return true;
 }
 
