@@ -232,8 +232,27 @@ class DPTree final : public Index {
 
   // base tree
   LeafView view(std::uint64_t off) const { return LeafView{pool_->at<char>(off), slots_}; }
-  const LeafInfo* leaf_for(std::uint64_t k) const;
-  int slot_of(const LeafInfo& l, std::uint64_t k) const;  // -1 if absent
+  // The inner layer's word for a leaf: its offset / 256 (leaf blocks are 256-B aligned) in
+  // the low off_bits_ bits, its chain index above them. A point operation goes from the inner
+  // layer straight to the PM leaf (probe), without first reading the leaf's DRAM info, whose
+  // miss used to come before the leaf's lines could be requested.
+  std::uint64_t leaf_word(const LeafInfo& l) const {
+    return l.off >> 8 | std::uint64_t{l.index} << off_bits_;
+  }
+  std::uint64_t word_off(std::uint64_t w) const {
+    return (w & ((std::uint64_t{1} << off_bits_) - 1)) << 8;
+  }
+  std::size_t word_index(std::uint64_t w) const { return static_cast<std::size_t>(w >> off_bits_); }
+  static unsigned off_bits_for(std::size_t pool_size);
+  Status check_leaf_words() const;  // the pool's offsets and leaf count fit a word
+  std::uint64_t leaf_word_for(std::uint64_t k) const;  // the inner layer's descent
+  const LeafInfo* leaf_for(std::uint64_t k) const {
+    return chain_[word_index(leaf_word_for(k))].get();
+  }
+  int slot_of(const LeafInfo& l, std::uint64_t k) const;  // -1 if absent; the DRAM bitmap
+  // The point operations' probe: meta[gv] (PM), the window's fingerprints and the home slot's
+  // line requested together, then slot_of's walk over the PM bitmap. -1 if absent.
+  int probe(std::uint64_t off, std::uint64_t k) const;
   void sort_order(LeafInfo& l) const;
   void rebuild_inner();
   // Places recs[*i..] into a fresh leaf (at most `per`), M2. nullptr if the pool is full.
@@ -347,6 +366,7 @@ class DPTree final : public Index {
   Root* root_ = nullptr;
   const std::uint32_t slots_;
   const std::size_t leaf_bytes_;
+  const unsigned off_bits_;  // leaf_word: bits of the leaf offset / 256
   std::size_t log_page_bytes_ = 0;     // root.log_page_bytes (set at C1 or by recovery)
   std::uint32_t records_per_page_ = 0;  // records_per_page(log_page_bytes_)
   const Config config_;

@@ -35,8 +35,8 @@ inline const char* line_of(const void* p) {
 
 template <class P>
 DPTree<P>::DPTree(std::unique_ptr<pm::Pool> pool, std::uint32_t slots, Config config)
-    : pool_(std::move(pool)), slots_(slots), leaf_bytes_(leaf_bytes(slots)), config_(config),
-      inner_(14, inner_arena_) {
+    : pool_(std::move(pool)), slots_(slots), leaf_bytes_(leaf_bytes(slots)),
+      off_bits_(off_bits_for(pool_->size())), config_(config), inner_(14, inner_arena_) {
   keys_.configure(pool_.get(), pool_->info().layout.key_mode, 8);
 }
 
@@ -45,6 +45,7 @@ Result<std::unique_ptr<Index>> DPTree<P>::create(std::unique_ptr<pm::Pool> pool,
                                                  const Options& o, Config config) {
   const std::uint32_t s = o.node_size == 0 ? kDefaultSlots : slots_for(o.node_size);
   std::unique_ptr<DPTree> idx(new DPTree(std::move(pool), s, config));
+  if (Status st = idx->check_leaf_words(); !st.ok()) return st;
   if (Status st = idx->init_root(o); !st.ok()) return st;
   idx->start_merger();
   return std::unique_ptr<Index>(std::move(idx));
@@ -126,10 +127,30 @@ std::uint64_t DPTree<P>::value_of(std::string_view v) {
 // --- base tree -------------------------------------------------------------------------------
 
 template <class P>
-const typename DPTree<P>::LeafInfo* DPTree<P>::leaf_for(std::uint64_t k) const {
+unsigned DPTree<P>::off_bits_for(std::size_t pool_size) {
+  return static_cast<unsigned>(std::bit_width((pool_size - 1) >> 8));  // offsets < pool_size
+}
+
+// leaf_word's two fields must fit one word for every leaf the pool can hold: true up to 1 TiB
+// for any leaf size (offsets / 256 in 32 bits, fewer than 2^32 leaves), beyond it for larger
+// leaves. A larger pool is refused before anything is read or written.
+template <class P>
+Status DPTree<P>::check_leaf_words() const {
+  const std::uint64_t max_leaves = pool_->size() / leaf_bytes_;
+  const unsigned index_bits = std::min(32u, 64 - off_bits_);
+  if (index_bits < 64 && max_leaves >= std::uint64_t{1} << index_bits)
+    return pool_->error(Code::invalid_argument,
+                        "dptree: a pool of " + std::to_string(pool_->size()) +
+                            " bytes could hold more leaves of " + std::to_string(leaf_bytes_) +
+                            " bytes than its inner layer can name (use a smaller pool or larger "
+                            "leaves)");
+  return Status::Ok();
+}
+
+template <class P>
+std::uint64_t DPTree<P>::leaf_word_for(std::uint64_t k) const {
   auto token = [](std::uint64_t) -> std::optional<std::uint64_t> { return 0; };
-  return reinterpret_cast<const LeafInfo*>(
-      inner_.descend(index_common::WordProbe{k}, token).first);
+  return inner_.descend(index_common::WordProbe{k}, token).first;
 }
 
 // Probes the key's window: bitmap (DRAM copy of meta[gv]) and fingerprint first, so a miss
@@ -143,6 +164,25 @@ int DPTree<P>::slot_of(const LeafInfo& l, std::uint64_t k) const {
   for (std::uint32_t i = 0; i < w; ++i) {
     const std::uint32_t s = (static_cast<std::uint32_t>(h) + i) & mask;
     if (detail::test_bit(l.bitmap, s) && v.fp()[s] == fp && v.slot(s)->key == k)
+      return static_cast<int>(s);
+  }
+  return -1;
+}
+
+template <class P>
+int DPTree<P>::probe(std::uint64_t off, std::uint64_t k) const {
+  const LeafView v = view(off);
+  const std::uint64_t h = key_hash(k);
+  const std::uint8_t fp = key_fp(h);
+  const std::uint32_t mask = slots_ - 1, w = window(slots_);
+  const auto home = static_cast<std::uint32_t>(h) & mask;
+  const Meta* m = v.meta(gv_);
+  index_common::prefetch_lines(m, 64);
+  index_common::prefetch_lines(v.fp() + home, 64);
+  index_common::prefetch_lines(v.slot(home), 64);
+  for (std::uint32_t i = 0; i < w; ++i) {
+    const std::uint32_t s = (home + i) & mask;
+    if (detail::test_bit(m->bitmap, s) && v.fp()[s] == fp && v.slot(s)->key == k)
       return static_cast<int>(s);
   }
   return -1;
@@ -166,8 +206,7 @@ void DPTree<P>::rebuild_inner() {
   items.reserve(chain_.size());
   for (std::size_t i = 0; i < chain_.size(); ++i) {
     chain_[i]->index = static_cast<std::uint32_t>(i);
-    items.emplace_back(i == 0 ? 0 : chain_[i - 1]->bound + 1,
-                       reinterpret_cast<std::uint64_t>(chain_[i].get()));
+    items.emplace_back(i == 0 ? 0 : chain_[i - 1]->bound + 1, leaf_word(*chain_[i]));
   }
   if (items.size() == 1) {
     inner_.init_single(items[0].second);
@@ -669,10 +708,10 @@ Code DPTree<P>::find(std::string_view key, std::string* value) const {
     if (e.tombstone) return Code::not_found;
     v = e.value;
   } else {
-    const LeafInfo* l = leaf_for(k);
-    const int s = slot_of(*l, k);
+    const std::uint64_t off = word_off(leaf_word_for(k));
+    const int s = probe(off, k);
     if (s < 0) return Code::not_found;
-    v = view(l->off).slot(static_cast<std::uint32_t>(s))->value;
+    v = view(off).slot(static_cast<std::uint32_t>(s))->value;
   }
   if (value != nullptr) value->assign(reinterpret_cast<const char*>(&v), 8);
   return Code::ok;
@@ -681,9 +720,9 @@ Code DPTree<P>::find(std::string_view key, std::string* value) const {
 // Batched lookups (Index::find_many), under one shared lock as find (no writer runs beside
 // it, so nothing read can change). The front buffer answers per key as in find (a Bloom probe,
 // and for the few keys it admits the small DRAM buffer tree); the keys left for the base tree
-// descend its DRAM inner layer together (InnerTree::descend_batch; each key's LeafInfo is
+// descend its DRAM inner layer together (InnerTree::descend_batch; each key's meta[gv] line is
 // prefetched as its descent reaches it), then each key's window of fingerprints is
-// prefetched, then the slots whose fingerprint matches, and slot_of answers from cache.
+// prefetched, then the slots whose fingerprint matches, and probe answers from cache.
 template <class P>
 void DPTree<P>::find_batch(const std::string_view* keys, std::string* values, Code* codes,
                            std::size_t n) const {
@@ -708,38 +747,38 @@ void DPTree<P>::find_batch(const std::string_view* keys, std::string* values, Co
   }
   if (base == 0) return;
   std::pair<std::uint64_t, std::uint64_t> found[kFindBatch];
+  const char* const pm_base = pool_->at<char>(0);
+  const unsigned gv = gv_;
   const std::uint64_t alone = inner_.descend_batch(
       base, [&](std::size_t j) { return index_common::WordProbe{k[j]}; },
-      [](std::uint64_t info) {
-        index_common::prefetch_lines(reinterpret_cast<const LeafInfo*>(info), 64);
-      },
+      [&](std::uint64_t w) { index_common::prefetch_lines(pm_base + word_off(w) + 64 * gv, 64); },
       [](std::uint64_t) -> std::optional<std::uint64_t> { return 0; }, found);
-  const LeafInfo* l[kFindBatch];
+  std::uint64_t off[kFindBatch];
   const std::uint32_t mask = slots_ - 1, win = window(slots_);
   for (std::size_t j = 0; j < base; ++j) {
-    l[j] = (alone >> j & 1) != 0 ? leaf_for(k[j])
-                                 : reinterpret_cast<const LeafInfo*>(found[j].first);
-    const std::uint8_t* fp = view(l[j]->off).fp();
+    off[j] = word_off((alone >> j & 1) != 0 ? leaf_word_for(k[j]) : found[j].first);
+    const std::uint8_t* fp = view(off[j]).fp();
     const auto home = static_cast<std::uint32_t>(key_hash(k[j]));
     index_common::prefetch_lines(fp + (home & mask), 64);              // the window's first line
     index_common::prefetch_lines(fp + ((home + win - 1) & mask), 64);  // and its last (wrapping)
   }
-  for (std::size_t j = 0; j < base; ++j) {  // slot_of's window walk, prefetching the matches
-    const LeafView v = view(l[j]->off);
+  for (std::size_t j = 0; j < base; ++j) {  // probe's window walk, prefetching the matches
+    const LeafView v = view(off[j]);
+    const std::uint64_t* bitmap = v.meta(gv)->bitmap;
     const std::uint64_t h = key_hash(k[j]);
     const std::uint8_t fp = key_fp(h);
     for (std::uint32_t i = 0; i < win; ++i) {
       const std::uint32_t s = (static_cast<std::uint32_t>(h) + i) & mask;
-      if (detail::test_bit(l[j]->bitmap, s) && v.fp()[s] == fp)
+      if (detail::test_bit(bitmap, s) && v.fp()[s] == fp)
         index_common::prefetch_lines(v.slot(s), 64);
     }
   }
   for (std::size_t j = 0; j < base; ++j) {
     const std::size_t i = at[j];
-    const int s = slot_of(*l[j], k[j]);
+    const int s = probe(off[j], k[j]);
     codes[i] = s < 0 ? Code::not_found : Code::ok;
     if (s >= 0 && values != nullptr) {
-      const std::uint64_t v = view(l[j]->off).slot(static_cast<std::uint32_t>(s))->value;
+      const std::uint64_t v = view(off[j]).slot(static_cast<std::uint32_t>(s))->value;
       values[i].assign(reinterpret_cast<const char*>(&v), 8);
     }
   }
@@ -752,7 +791,8 @@ Code DPTree<P>::insert(std::string_view key, std::string_view value) {
   return write_op([&] {
     BufEntry e;
     const bool in_buffer = buffered_any(k, &e);
-    if (in_buffer ? !e.tombstone : slot_of(*leaf_for(k), k) >= 0) return Code::already_present;
+    if (in_buffer ? !e.tombstone : probe(word_off(leaf_word_for(k)), k) >= 0)
+      return Code::already_present;
     if (Code c = room_for_put(); c != Code::ok) return c;
     if (Code c = log_append(k, v, kOpPut); c != Code::ok) return c;
     buffer_put(k, v, false);
@@ -773,13 +813,13 @@ Code DPTree<P>::update(std::string_view key, std::string_view value) {
     BufEntry e;
     const bool in_buffer = P::kInPlaceDuringMerge ? buffered_entry(k, &e)  // known-bad (tests)
                                                   : buffered_any(k, &e);
-    const LeafInfo* l = nullptr;
+    std::uint64_t off = 0;
     int s = -1;
     if (in_buffer) {
       if (e.tombstone) return Code::not_found;
     } else {
-      l = leaf_for(k);
-      s = slot_of(*l, k);
+      off = word_off(leaf_word_for(k));
+      s = probe(off, k);
       if (s < 0) return Code::not_found;
     }
     if (in_buffer || (merging_ && !P::kInPlaceDuringMerge)) {  // B3
@@ -789,7 +829,7 @@ Code DPTree<P>::update(std::string_view key, std::string_view value) {
       maybe_merge();
       return Code::ok;
     }
-    Slot* slot = view(l->off).slot(static_cast<std::uint32_t>(s));
+    Slot* slot = view(off).slot(static_cast<std::uint32_t>(s));
     pm::publish(&slot->value, v);  // U1
     pm::persist(&slot->value, 8);
     return Code::ok;
@@ -806,10 +846,10 @@ Code DPTree<P>::upsert(std::string_view key, std::string_view value) {
                                                   : buffered_any(k, &e);
     bool fresh = !in_buffer || e.tombstone;  // the key was absent: a new record
     if (!in_buffer) {
-      const LeafInfo* l = leaf_for(k);
-      if (const int s = slot_of(*l, k); s >= 0) {
+      const std::uint64_t off = word_off(leaf_word_for(k));
+      if (const int s = probe(off, k); s >= 0) {
         if (!merging_ || P::kInPlaceDuringMerge) {
-          Slot* slot = view(l->off).slot(static_cast<std::uint32_t>(s));
+          Slot* slot = view(off).slot(static_cast<std::uint32_t>(s));
           pm::publish(&slot->value, v);  // U1
           pm::persist(&slot->value, 8);
           return Code::ok;
@@ -835,7 +875,7 @@ Code DPTree<P>::remove(std::string_view key) {
   return write_op([&] {
     BufEntry e;
     const bool in_buffer = buffered_any(k, &e);
-    if (in_buffer ? e.tombstone : slot_of(*leaf_for(k), k) < 0) return Code::not_found;
+    if (in_buffer ? e.tombstone : probe(word_off(leaf_word_for(k)), k) < 0) return Code::not_found;
     if (Code c = log_append(k, 0, kOpDelete); c != Code::ok) return c;
     ++deletes_logged_;  // a merge may now free slots (room_for_put's stall ends)
     buffer_put(k, 0, true);

@@ -23,6 +23,7 @@ Result<std::unique_ptr<Index>> DPTree<P>::recover(std::unique_ptr<pm::Pool> pool
     return pool->error(Code::corrupted, "dptree pool claims variable-length keys");
   }
   std::unique_ptr<DPTree> idx(new DPTree(std::move(pool), s, config));
+  if (Status st = idx->check_leaf_words(); !st.ok()) return st;  // read nothing yet
   DPTree& t = *idx;
   pm::Pool& p = *t.pool_;
   const Status st = index_common::run_recovery(
@@ -402,9 +403,10 @@ Status DPTree<P>::verify() const {
   if (Status s = inner_.verify(
           [](std::uint64_t a, std::uint64_t b) { return a < b; },
           [&](std::uint64_t lw, const std::uint64_t* lo, const std::uint64_t* hi) {
-            const LeafInfo* l = reinterpret_cast<const LeafInfo*>(lw);
-            if (l->index >= chain_.size() || chain_[l->index].get() != l)
+            const std::size_t i = word_index(lw);
+            if (i >= chain_.size() || chain_[i]->off != word_off(lw))
               return bad("inner layer names a leaf outside the chain");
+            const LeafInfo* l = chain_[i].get();
             const std::uint64_t want_lo = l->index == 0 ? 0 : chain_[l->index - 1]->bound + 1;
             if ((lo == nullptr) != (l->index == 0) || (lo != nullptr && *lo != want_lo) ||
                 (hi != nullptr && *hi != l->bound + 1))

@@ -101,6 +101,27 @@ void run_random(std::uint32_t slots, KeyType kt, const std::string& path) {
   ASSERT_TRUE(c.verify());
 }
 
+// The inner layer names a leaf by one word (offset / 256, chain position): a pool that could
+// hold more small leaves than that word can name is refused at create, with nothing left.
+TEST(DPTree, PoolTooLargeForLeafWordsIsRefused) {
+  TempDir dir;
+  Options o = dp_options(8);
+  o.path = dir.file("huge.pool");
+  o.open_mode = OpenMode::create;
+  o.pool_size = std::uint64_t{4} << 40;  // 4 TiB of 320-B leaves: 2^33 leaves, 2^34 offsets
+  auto r = Index::open(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::invalid_argument) << r.status().to_string();
+  EXPECT_NE(r.status().message().find("more leaves"), std::string::npos)
+      << r.status().to_string();
+  EXPECT_FALSE(std::filesystem::exists(o.path));
+  o.pool_size = std::uint64_t{1} << 40;  // 1 TiB fits any leaf size
+  o.path = dir.file("large.pool");
+  auto ok = Index::open(o);
+  ASSERT_TRUE(ok.ok()) << ok.status().to_string();
+  EXPECT_EQ((*ok)->insert(encode_u64(7), encode_u64(8)), Code::ok);
+}
+
 TEST(DPTree, RandomAgainstMap8Slots) {
   TempDir dir;
   run_random(8, KeyType::u64, dir.file("a.pool"));
