@@ -253,6 +253,10 @@ class DPTree final : public Index {
   // The point operations' probe: meta[gv] (PM), the window's fingerprints and the home slot's
   // line requested together, then slot_of's walk over the PM bitmap. -1 if absent.
   int probe(std::uint64_t off, std::uint64_t k) const;
+  void request(std::uint64_t off, std::uint64_t k) const;  // probe's prefetches alone
+  // The key's leaf from the inner layer, its lines requested: called before the buffers are
+  // probed, so the leaf's misses overlap theirs (the Bloom filter's, the buffer tree's).
+  std::uint64_t requested_leaf(std::uint64_t k) const;
   void sort_order(LeafInfo& l) const;
   void rebuild_inner();
   // Places recs[*i..] into a fresh leaf (at most `per`), M2. nullptr if the pool is full.

@@ -21,15 +21,35 @@ inline void clear_bit(std::uint64_t* bm, std::uint32_t i) { bm[i / 64] &= ~(std:
 inline std::uint64_t popcount(const std::uint64_t* bm) {
   return std::popcount(bm[0]) + std::popcount(bm[1]) + std::popcount(bm[2]) + std::popcount(bm[3]);
 }
-// Flushes each distinct line once (merge steps write many small pieces of one leaf).
-inline void flush_lines(std::vector<const char*>& lines) {
-  std::sort(lines.begin(), lines.end());
-  lines.erase(std::unique(lines.begin(), lines.end()), lines.end());
-  for (const char* l : lines) pm::flush(l, 1);
-  lines.clear();
-}
-inline const char* line_of(const void* p) {
-  return reinterpret_cast<const char*>(reinterpret_cast<std::uintptr_t>(p) & ~std::uintptr_t{63});
+// The lines of one leaf a merge step wrote (a fingerprint byte and a slot per record, many
+// to a line), each flushed once, in address order. A leaf starts on a line (its block is
+// 256-B aligned in a line-aligned pool) and spans at most 128 lines.
+class LeafLines {
+ public:
+  explicit LeafLines(const char* leaf) : leaf_(leaf) {}
+  void add(const void* p) {
+    const auto i = static_cast<std::size_t>(static_cast<const char*>(p) - leaf_) / 64;
+    bits_[i / 64] |= std::uint64_t{1} << (i % 64);
+  }
+  void flush() {
+    for (std::size_t w = 0; w < 2; ++w)
+      for (std::uint64_t b = bits_[w]; b != 0; b &= b - 1)
+        pm::flush(leaf_ + 64 * (64 * w + static_cast<std::size_t>(std::countr_zero(b))), 1);
+    bits_[0] = bits_[1] = 0;
+  }
+
+ private:
+  const char* leaf_;
+  std::uint64_t bits_[2] = {0, 0};
+};
+static_assert(leaf_bytes(kMaxSlots) <= 128 * 64);
+
+// A record's fingerprint and slot stored (M1, M1b, M2, P3), their lines noted for the flush.
+inline void write_slot(const LeafView& v, LeafLines& lines, std::uint32_t s, const Slot& rec) {
+  pm::store(&v.fp()[s], key_fp(key_hash(rec.key)));
+  pm::store(v.slot(s), rec);
+  lines.add(&v.fp()[s]);
+  lines.add(v.slot(s));
 }
 }  // namespace detail
 
@@ -170,6 +190,22 @@ int DPTree<P>::slot_of(const LeafInfo& l, std::uint64_t k) const {
 }
 
 template <class P>
+void DPTree<P>::request(std::uint64_t off, std::uint64_t k) const {
+  const LeafView v = view(off);
+  const auto home = static_cast<std::uint32_t>(key_hash(k)) & (slots_ - 1);
+  index_common::prefetch_lines(v.meta(gv_), 64);
+  index_common::prefetch_lines(v.fp() + home, 64);
+  index_common::prefetch_lines(v.slot(home), 64);
+}
+
+template <class P>
+std::uint64_t DPTree<P>::requested_leaf(std::uint64_t k) const {
+  const std::uint64_t off = word_off(leaf_word_for(k));
+  request(off, k);
+  return off;
+}
+
+template <class P>
 int DPTree<P>::probe(std::uint64_t off, std::uint64_t k) const {
   const LeafView v = view(off);
   const std::uint64_t h = key_hash(k);
@@ -177,9 +213,7 @@ int DPTree<P>::probe(std::uint64_t off, std::uint64_t k) const {
   const std::uint32_t mask = slots_ - 1, w = window(slots_);
   const auto home = static_cast<std::uint32_t>(h) & mask;
   const Meta* m = v.meta(gv_);
-  index_common::prefetch_lines(m, 64);
-  index_common::prefetch_lines(v.fp() + home, 64);
-  index_common::prefetch_lines(v.slot(home), 64);
+  request(off, k);
   for (std::uint32_t i = 0; i < w; ++i) {
     const std::uint32_t s = (home + i) & mask;
     if (detail::test_bit(m->bitmap, s) && v.fp()[s] == fp && v.slot(s)->key == k)
@@ -231,7 +265,7 @@ typename DPTree<P>::LeafPtr DPTree<P>::build_leaf(const std::vector<Record>& rec
   const LeafView v = view(off);
   const std::uint32_t mask = slots_ - 1, w = window(slots_);
   std::size_t placed = 0;
-  std::vector<const char*> lines;
+  detail::LeafLines lines(v.base);
   while (*i < recs.size() && placed < per) {
     const auto [k, val] = recs[*i];
     const std::uint64_t h = key_hash(k);
@@ -242,15 +276,12 @@ typename DPTree<P>::LeafPtr DPTree<P>::build_leaf(const std::vector<Record>& rec
     }
     if (s == slots_) break;  // window full: the next leaf takes it
     detail::set_bit(l->bitmap, s);
-    pm::store(&v.fp()[s], key_fp(h));
-    pm::store(v.slot(s), Slot{k, val});
-    lines.push_back(detail::line_of(&v.fp()[s]));
-    lines.push_back(detail::line_of(v.slot(s)));
+    detail::write_slot(v, lines, s, Slot{k, val});
     l->order.push_back(static_cast<std::uint8_t>(s));  // recs are in key order: so is this
     ++*i;
     ++placed;
   }
-  detail::flush_lines(lines);  // M2
+  lines.flush();  // M2
   l->bound = *i == recs.size() ? last_bound : recs[*i - 1].first;
   ++tally.leaves_created;
   return l;
@@ -702,13 +733,13 @@ Code DPTree<P>::find(std::string_view key, std::string* value) const {
   if (Code c = keys_.check(key); c != Code::ok) return c;
   const std::uint64_t k = word_of(key);
   std::shared_lock lock(mu_);
+  const std::uint64_t off = requested_leaf(k);  // its misses overlap the buffers' probes
   BufEntry e;
   std::uint64_t v;
   if (buffered_any(k, &e)) {  // front, then middle: the newest entry wins
     if (e.tombstone) return Code::not_found;
     v = e.value;
   } else {
-    const std::uint64_t off = word_off(leaf_word_for(k));
     const int s = probe(off, k);
     if (s < 0) return Code::not_found;
     v = view(off).slot(static_cast<std::uint32_t>(s))->value;
@@ -789,10 +820,10 @@ Code DPTree<P>::insert(std::string_view key, std::string_view value) {
   if (Code c = check(key, value); c != Code::ok) return c;
   const std::uint64_t k = word_of(key), v = value_of(value);
   return write_op([&] {
+    const std::uint64_t off = requested_leaf(k);
     BufEntry e;
     const bool in_buffer = buffered_any(k, &e);
-    if (in_buffer ? !e.tombstone : probe(word_off(leaf_word_for(k)), k) >= 0)
-      return Code::already_present;
+    if (in_buffer ? !e.tombstone : probe(off, k) >= 0) return Code::already_present;
     if (Code c = room_for_put(); c != Code::ok) return c;
     if (Code c = log_append(k, v, kOpPut); c != Code::ok) return c;
     buffer_put(k, v, false);
@@ -810,15 +841,14 @@ Code DPTree<P>::update(std::string_view key, std::string_view value) {
   if (Code c = check(key, value); c != Code::ok) return c;
   const std::uint64_t k = word_of(key), v = value_of(value);
   return write_op([&] {
+    const std::uint64_t off = requested_leaf(k);
     BufEntry e;
     const bool in_buffer = P::kInPlaceDuringMerge ? buffered_entry(k, &e)  // known-bad (tests)
                                                   : buffered_any(k, &e);
-    std::uint64_t off = 0;
     int s = -1;
     if (in_buffer) {
       if (e.tombstone) return Code::not_found;
     } else {
-      off = word_off(leaf_word_for(k));
       s = probe(off, k);
       if (s < 0) return Code::not_found;
     }
@@ -841,12 +871,12 @@ Code DPTree<P>::upsert(std::string_view key, std::string_view value) {
   if (Code c = check(key, value); c != Code::ok) return c;
   const std::uint64_t k = word_of(key), v = value_of(value);
   return write_op([&] {
+    const std::uint64_t off = requested_leaf(k);
     BufEntry e;
     const bool in_buffer = P::kInPlaceDuringMerge ? buffered_entry(k, &e)  // known-bad (tests)
                                                   : buffered_any(k, &e);
     bool fresh = !in_buffer || e.tombstone;  // the key was absent: a new record
     if (!in_buffer) {
-      const std::uint64_t off = word_off(leaf_word_for(k));
       if (const int s = probe(off, k); s >= 0) {
         if (!merging_ || P::kInPlaceDuringMerge) {
           Slot* slot = view(off).slot(static_cast<std::uint32_t>(s));
@@ -873,9 +903,10 @@ Code DPTree<P>::remove(std::string_view key) {
   if (Code c = keys_.check(key); c != Code::ok) return c;
   const std::uint64_t k = word_of(key);
   return write_op([&] {
+    const std::uint64_t off = requested_leaf(k);
     BufEntry e;
     const bool in_buffer = buffered_any(k, &e);
-    if (in_buffer ? e.tombstone : probe(word_off(leaf_word_for(k)), k) < 0) return Code::not_found;
+    if (in_buffer ? e.tombstone : probe(off, k) < 0) return Code::not_found;
     if (Code c = log_append(k, 0, kOpDelete); c != Code::ok) return c;
     ++deletes_logged_;  // a merge may now free slots (room_for_put's stall ends)
     buffer_put(k, 0, true);
@@ -1037,14 +1068,9 @@ Code DPTree<P>::merge_leaf(const LeafPtr& l, const BufEntry* from, const BufEntr
   }
   if (fits) {
     n->order.insert(n->order.end(), live.begin() + static_cast<std::ptrdiff_t>(j), live.end());
-    std::vector<const char*> lines;
-    for (const auto& [s, rec] : writes) {  // M1
-      pm::store(&v.fp()[s], key_fp(key_hash(rec.key)));
-      pm::store(v.slot(s), rec);
-      lines.push_back(detail::line_of(&v.fp()[s]));
-      lines.push_back(detail::line_of(v.slot(s)));
-    }
-    detail::flush_lines(lines);
+    detail::LeafLines lines(v.base);
+    for (const auto& [s, rec] : writes) detail::write_slot(v, lines, s, rec);  // M1
+    lines.flush();
     *delta += d;
     next->push_back(std::move(n));
     return Code::ok;
@@ -1314,15 +1340,9 @@ bool DPTree<P>::fold_into(LeafInfo& a, const LeafInfo& b) {
     if (s == slots_) return false;
     plan.emplace_back(s, sb);
   }
-  std::vector<const char*> lines;
-  for (const auto& [sa, sb] : plan) {  // M1b
-    const Slot rec = *vb.slot(sb);
-    pm::store(&va.fp()[sa], key_fp(key_hash(rec.key)));
-    pm::store(va.slot(sa), rec);
-    lines.push_back(detail::line_of(&va.fp()[sa]));
-    lines.push_back(detail::line_of(va.slot(sa)));
-  }
-  detail::flush_lines(lines);
+  detail::LeafLines lines(va.base);
+  for (const auto& [sa, sb] : plan) detail::write_slot(va, lines, sa, *vb.slot(sb));  // M1b
+  lines.flush();
   a.bound = b.bound;
   // b's keys all follow a's: the fold's order is a's, then b's in b's order.
   for (const auto& [sa, sb] : plan) a.order.push_back(static_cast<std::uint8_t>(sa));
@@ -1397,16 +1417,14 @@ Code DPTree<P>::merge_partial() {
     }
     append_record(b.key, b.value, kOpPut);
   }
-  std::vector<const char*> lines;
-  for (std::size_t j = 0; j < writes.size(); ++j) {  // P3 = M1
+  for (std::size_t j = 0; j < writes.size();) {  // P3 = M1, leaf by leaf (P1 wrote them so)
     const LeafView v = view(writes[j].first);
-    const std::uint32_t s = at[j];
-    pm::store(&v.fp()[s], key_fp(key_hash(writes[j].second.key)));
-    pm::store(v.slot(s), writes[j].second);
-    lines.push_back(detail::line_of(&v.fp()[s]));
-    lines.push_back(detail::line_of(v.slot(s)));
+    detail::LeafLines lines(v.base);
+    const std::uint64_t leaf = writes[j].first;
+    for (; j < writes.size() && writes[j].first == leaf; ++j)
+      detail::write_slot(v, lines, at[j], writes[j].second);
+    lines.flush();
   }
-  detail::flush_lines(lines);
   for (auto& n : next) sort_order(*n);
   std::vector<std::uint64_t> replaced;
   drop_emptied(next, &replaced, stats_);
