@@ -310,20 +310,25 @@ Code PacTree::find(std::string_view key, std::string* value) const {
   std::uint64_t off = jump_node(p);
   for (;;) {
     bool restart = false;
+    const DataNode* n = node(off);
+    index_common::prefetch_lines(n, 128);  // header and fingerprints, beside the version's miss
     const index_common::OptimisticLock& lock = versions_->at(off);
     const std::uint64_t v = lock.readLockOrRestart(restart);
     if (restart) {  // merged away: move on to the survivor instead of starting over
       off = after_merged(off, p);
       continue;
     }
-    const DataNode* n = node(off);
     const std::uint64_t next = link_off(optimistic_read(n->h.next));
+    // The next node's anchor decides whether p lies further right; its line is requested
+    // before this node's slots are searched, so the two misses overlap (a hop drops the
+    // search's answer).
+    if (next != 0) index_common::prefetch_lines(node(next), 64);
+    const int i = find_slot(n, p, optimistic_read(n->h.bitmap));
     if (next != 0 && anchor_le(next, p)) {
       hops_.fetch_add(1, std::memory_order_relaxed);  // relaxed: a statistic
       off = next;
       continue;
     }
-    const int i = find_slot(n, p, optimistic_read(n->h.bitmap));
     const std::uint64_t word = i >= 0 ? optimistic_read(n->slots[i].value) : 0;
     lock.checkOrRestart(v, restart);
     if (restart) {
