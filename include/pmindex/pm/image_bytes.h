@@ -14,24 +14,30 @@
 
 namespace pmindex::pm {
 
+/// A std::allocator replacement whose blocks start on a 4 KiB page (so on a cache line).
 template <class T>
 struct PageAlignedAllocator {
-  using value_type = T;
-  static constexpr std::align_val_t kAlign{4096};
+  using value_type = T;                                ///< what it allocates
+  static constexpr std::align_val_t kAlign{4096};      ///< every block's alignment
 
-  PageAlignedAllocator() = default;
+  PageAlignedAllocator() = default;                    ///< stateless
+  /// Rebinding (containers allocate their own node types through it).
   template <class U>
   PageAlignedAllocator(const PageAlignedAllocator<U>&) noexcept {}  // NOLINT: rebind
 
+  /// n objects' bytes at a page-aligned address; throws std::bad_alloc as operator new.
   T* allocate(std::size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), kAlign)); }
+  /// Frees a block allocate(n) returned.
   void deallocate(T* p, std::size_t n) noexcept { ::operator delete(p, n * sizeof(T), kAlign); }
 
+  /// Stateless: any two compare equal (memory from one is freed by the other).
   template <class U>
   bool operator==(const PageAlignedAllocator<U>&) const noexcept {
     return true;
   }
 };
 
+/// A pool image's bytes, page-aligned: what Pool::open_image accepts.
 using ImageBytes = std::vector<char, PageAlignedAllocator<char>>;
 
 }  // namespace pmindex::pm
