@@ -28,7 +28,7 @@ struct PageAlignedAllocator {
   /// n objects' bytes at a page-aligned address; throws std::bad_alloc as operator new.
   T* allocate(std::size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), kAlign)); }
   /// Frees a block allocate(n) returned.
-  void deallocate(T* p, std::size_t n) noexcept { ::operator delete(p, n * sizeof(T), kAlign); }
+  void deallocate(T* p, std::size_t) noexcept { ::operator delete(p, kAlign); }
 
   /// Stateless: any two compare equal (memory from one is freed by the other).
   template <class U>
