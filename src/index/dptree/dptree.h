@@ -249,11 +249,19 @@ class DPTree final : public Index {
   const LeafInfo* leaf_for(std::uint64_t k) const {
     return chain_[word_index(leaf_word_for(k))].get();
   }
-  int slot_of(const LeafInfo& l, std::uint64_t k) const;  // -1 if absent; the DRAM bitmap
-  // The point operations' probe: meta[gv] (PM), the window's fingerprints and the home slot's
-  // line requested together, then slot_of's walk over the PM bitmap. -1 if absent.
-  int probe(std::uint64_t off, std::uint64_t k) const;
-  void request(std::uint64_t off, std::uint64_t k) const;  // probe's prefetches alone
+  // The key's slot in the leaf at v, -1 if absent: its window walked over `bitmap`.
+  int window_slot(const LeafView& v, const std::uint64_t* bitmap, std::uint64_t k) const;
+  // Over the leaf's DRAM bitmap (merges, recovery, verify).
+  int slot_of(const LeafInfo& l, std::uint64_t k) const {
+    return window_slot(view(l.off), l.bitmap, k);
+  }
+  // Over meta[gv] in PM (the point operations, after requested_leaf or find_batch's
+  // prefetches requested its lines).
+  int probe(std::uint64_t off, std::uint64_t k) const {
+    return window_slot(view(off), view(off).meta(gv_)->bitmap, k);
+  }
+  // meta[gv], the key's fingerprint line and its home slot's line, requested together.
+  void request(std::uint64_t off, std::uint64_t k) const;
   // The key's leaf from the inner layer, its lines requested: called before the buffers are
   // probed, so the leaf's misses overlap theirs (the Bloom filter's, the buffer tree's).
   std::uint64_t requested_leaf(std::uint64_t k) const;

@@ -158,7 +158,7 @@ template <class P>
 Status DPTree<P>::check_leaf_words() const {
   const std::uint64_t max_leaves = pool_->size() / leaf_bytes_;
   const unsigned index_bits = std::min(32u, 64 - off_bits_);
-  if (index_bits < 64 && max_leaves >= std::uint64_t{1} << index_bits)
+  if (max_leaves >> index_bits != 0)
     return pool_->error(Code::invalid_argument,
                         "dptree: a pool of " + std::to_string(pool_->size()) +
                             " bytes could hold more leaves of " + std::to_string(leaf_bytes_) +
@@ -173,17 +173,17 @@ std::uint64_t DPTree<P>::leaf_word_for(std::uint64_t k) const {
   return inner_.descend(index_common::WordProbe{k}, token).first;
 }
 
-// Probes the key's window: bitmap (DRAM copy of meta[gv]) and fingerprint first, so a miss
-// reads one or two fingerprint lines and no slot.
+// Probes the key's window: bitmap and fingerprint first, so a miss reads one or two
+// fingerprint lines and no slot.
 template <class P>
-int DPTree<P>::slot_of(const LeafInfo& l, std::uint64_t k) const {
-  const LeafView v = view(l.off);
+int DPTree<P>::window_slot(const LeafView& v, const std::uint64_t* bitmap,
+                           std::uint64_t k) const {
   const std::uint64_t h = key_hash(k);
   const std::uint8_t fp = key_fp(h);
   const std::uint32_t mask = slots_ - 1, w = window(slots_);
   for (std::uint32_t i = 0; i < w; ++i) {
     const std::uint32_t s = (static_cast<std::uint32_t>(h) + i) & mask;
-    if (detail::test_bit(l.bitmap, s) && v.fp()[s] == fp && v.slot(s)->key == k)
+    if (detail::test_bit(bitmap, s) && v.fp()[s] == fp && v.slot(s)->key == k)
       return static_cast<int>(s);
   }
   return -1;
@@ -205,22 +205,6 @@ std::uint64_t DPTree<P>::requested_leaf(std::uint64_t k) const {
   return off;
 }
 
-template <class P>
-int DPTree<P>::probe(std::uint64_t off, std::uint64_t k) const {
-  const LeafView v = view(off);
-  const std::uint64_t h = key_hash(k);
-  const std::uint8_t fp = key_fp(h);
-  const std::uint32_t mask = slots_ - 1, w = window(slots_);
-  const auto home = static_cast<std::uint32_t>(h) & mask;
-  const Meta* m = v.meta(gv_);
-  request(off, k);
-  for (std::uint32_t i = 0; i < w; ++i) {
-    const std::uint32_t s = (home + i) & mask;
-    if (detail::test_bit(m->bitmap, s) && v.fp()[s] == fp && v.slot(s)->key == k)
-      return static_cast<int>(s);
-  }
-  return -1;
-}
 
 template <class P>
 void DPTree<P>::sort_order(LeafInfo& l) const {
@@ -778,11 +762,10 @@ void DPTree<P>::find_batch(const std::string_view* keys, std::string* values, Co
   }
   if (base == 0) return;
   std::pair<std::uint64_t, std::uint64_t> found[kFindBatch];
-  const char* const pm_base = pool_->at<char>(0);
   const unsigned gv = gv_;
   const std::uint64_t alone = inner_.descend_batch(
       base, [&](std::size_t j) { return index_common::WordProbe{k[j]}; },
-      [&](std::uint64_t w) { index_common::prefetch_lines(pm_base + word_off(w) + 64 * gv, 64); },
+      [&](std::uint64_t w) { index_common::prefetch_lines(view(word_off(w)).meta(gv), 64); },
       [](std::uint64_t) -> std::optional<std::uint64_t> { return 0; }, found);
   std::uint64_t off[kFindBatch];
   const std::uint32_t mask = slots_ - 1, win = window(slots_);
