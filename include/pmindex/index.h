@@ -203,9 +203,10 @@ class RecordCount {
     known_.store(true, std::memory_order_release);  // pairs with total()'s acquire
     known_.notify_all();
   }
-  std::uint64_t total() const {
+  /// The count, plus `extra` records the kind counts itself (Index::deferred_records).
+  std::uint64_t total(std::int64_t extra = 0) const {
     known_.wait(false, std::memory_order_acquire);
-    std::int64_t sum = base_.load(std::memory_order_relaxed);
+    std::int64_t sum = base_.load(std::memory_order_relaxed) + extra;
     for (const Slot& s : slots_) sum += s.n.load(std::memory_order_relaxed);
     return sum < 0 ? 0 : static_cast<std::uint64_t>(sum);
   }
@@ -302,9 +303,13 @@ class Index {
   /// the call adds no work), and afterwards it is off by at most the number of inserts and
   /// removes acknowledged between the open and the end of that walk (exact if the caller wrote
   /// nothing before size() first returned).
-  std::uint64_t size() const { return records_.total(); }
+  std::uint64_t size() const { return records_.total(deferred_records()); }
 
  protected:
+  /// Records acknowledged but counted by the kind itself rather than per operation, added to
+  /// size(); the default has none. DPTree's blind upserts are known to add a record or not only
+  /// when a merge places them, so it counts them then, or on demand here.
+  virtual std::int64_t deferred_records() const { return 0; }
   /// find_many's group: n <= kFindBatch keys, values nullptr for presence only. The default
   /// calls find once per key (an index whose structure offers no overlap keeps it; its README
   /// says so).

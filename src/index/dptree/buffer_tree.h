@@ -22,10 +22,22 @@
 
 namespace pmindex::dptree {
 
+// What a buffer entry holds. A blind put (DPTree::upsert, PROTOCOL.md U2) was acknowledged
+// without looking below the buffer for the key, so whether it added a record is settled later:
+// by the merge that places it, or on demand by DPTree::size().
+enum class Kind : std::uint8_t {
+  put = 0,
+  tombstone = 1,
+  blind = 2,
+  absent = 3,  // BufferTree::put's answer only: the key had no entry
+};
+
 struct BufEntry {
   std::uint64_t key;
   std::uint64_t value;
   bool tombstone;
+  bool blind;  // a blind put (never a tombstone)
+  Kind kind() const { return tombstone ? Kind::tombstone : blind ? Kind::blind : Kind::put; }
 };
 
 class BufferTree {
@@ -37,7 +49,7 @@ class BufferTree {
     Leaf* next;
     std::uint64_t keys[kLeafCap];
     std::uint64_t values[kLeafCap];
-    std::uint8_t tomb[kLeafCap];
+    Kind kind[kLeafCap];
   };
 
   // An empty tree. A merge replaces the whole tree (DPTree::buffer_) rather than emptying it.
@@ -48,6 +60,8 @@ class BufferTree {
   BufferTree(const BufferTree&) = delete;
   BufferTree& operator=(const BufferTree&) = delete;
   std::size_t size() const { return size_; }
+  std::size_t blind() const { return blind_; }  // blind puts held
+  void miscount_blind_for_testing() { ++blind_; }  // damage verify() must notice
   std::uint64_t dram_bytes() const { return arena_.bytes_in_use(); }
 
   // The entry for k, or nullptr.
@@ -55,20 +69,24 @@ class BufferTree {
     const Leaf* l = leaf_for(k);
     const unsigned i = lower(l, k);
     if (i == l->count || l->keys[i] != k) return nullptr;
-    *out = {k, l->values[i], l->tomb[i] != 0};
+    *out = entry(l, i);
     return out;
   }
 
-  // Inserts or replaces the entry for k.
-  // Returns whether the key held a live (non-tombstone) entry before (DPTree's put count).
-  bool put(std::uint64_t k, std::uint64_t v, bool tomb) {
+  // Inserts or replaces the entry for k; returns the kind it had (absent: none). A put over a
+  // blind put stays blind (the older layers' answer for the key is still unknown), a blind put
+  // over a put or a tombstone is a put (the buffer knew the answer).
+  Kind put(std::uint64_t k, std::uint64_t v, Kind kind) {
     Leaf* l = const_cast<Leaf*>(leaf_for(k));
     unsigned i = lower(l, k);
     if (i < l->count && l->keys[i] == k) {
-      const bool was_live = l->tomb[i] == 0;
+      const Kind prior = l->kind[i];
       l->values[i] = v;
-      l->tomb[i] = tomb ? 1 : 0;
-      return was_live;
+      l->kind[i] = kind == Kind::tombstone ? Kind::tombstone
+                   : prior == Kind::blind  ? Kind::blind
+                                           : Kind::put;
+      if (prior == Kind::blind && l->kind[i] != Kind::blind) --blind_;
+      return prior;
     }
     if (l->count == kLeafCap) {
       Leaf* r = split(l);
@@ -78,14 +96,15 @@ class BufferTree {
     for (unsigned j = l->count; j > i; --j) {
       l->keys[j] = l->keys[j - 1];
       l->values[j] = l->values[j - 1];
-      l->tomb[j] = l->tomb[j - 1];
+      l->kind[j] = l->kind[j - 1];
     }
     l->keys[i] = k;
     l->values[i] = v;
-    l->tomb[i] = tomb ? 1 : 0;
+    l->kind[i] = kind;
     ++l->count;
     ++size_;
-    return false;
+    if (kind == Kind::blind) ++blind_;
+    return Kind::absent;
   }
 
   // Calls fn(entry) for entries with key >= k in order until fn returns false.
@@ -94,7 +113,7 @@ class BufferTree {
     const Leaf* l = leaf_for(k);
     for (unsigned i = lower(l, k); l != nullptr; l = l->next, i = 0)
       for (; i < l->count; ++i)
-        if (!fn(BufEntry{l->keys[i], l->values[i], l->tomb[i] != 0})) return;
+        if (!fn(entry(l, i))) return;
   }
   // A position in key order (scan's three-way merge): the entry at (l, i), or none (l null).
   struct Cursor {
@@ -102,7 +121,7 @@ class BufferTree {
     unsigned i = 0;
     bool valid() const { return l != nullptr; }
     std::uint64_t key() const { return l->keys[i]; }
-    BufEntry get() const { return {l->keys[i], l->values[i], l->tomb[i] != 0}; }
+    BufEntry get() const { return entry(l, i); }
     void next() {
       ++i;
       settle();
@@ -133,7 +152,7 @@ class BufferTree {
 
   // Leaves sorted and chained, inner fences respected (verify()).
   Status verify(const pm::Pool& pool) const {
-    std::size_t n = 0;
+    std::size_t n = 0, blind = 0;
     bool have = false;
     std::uint64_t prev = 0;
     for (const Leaf* l = first_; l != nullptr; l = l->next) {
@@ -141,11 +160,16 @@ class BufferTree {
       for (unsigned i = 0; i < l->count; ++i, ++n) {
         if (have && !(prev < l->keys[i]))
           return pool.error(Code::corrupted, "verify: buffer keys out of order");
+        if (l->kind[i] != Kind::put && l->kind[i] != Kind::tombstone && l->kind[i] != Kind::blind)
+          return pool.error(Code::corrupted, "verify: buffer entry of no kind");
+        blind += l->kind[i] == Kind::blind ? 1 : 0;
         prev = l->keys[i];
         have = true;
       }
     }
     if (n != size_) return pool.error(Code::corrupted, "verify: buffer size differs from its leaves");
+    if (blind != blind_)
+      return pool.error(Code::corrupted, "verify: buffer's blind-put count differs");
     return inner_.verify([](std::uint64_t a, std::uint64_t b) { return a < b; },
                          [&](std::uint64_t lw, const std::uint64_t* lo, const std::uint64_t* hi) {
                            const Leaf* l = reinterpret_cast<const Leaf*>(lw);
@@ -159,6 +183,9 @@ class BufferTree {
   }
 
  private:
+  static BufEntry entry(const Leaf* l, unsigned i) {
+    return {l->keys[i], l->values[i], l->kind[i] == Kind::tombstone, l->kind[i] == Kind::blind};
+  }
   Leaf* new_leaf() {
     void* m = arena_.allocate(sizeof(Leaf));
     if (m == nullptr) index_common::fatal("dptree", "no DRAM for the buffer tree");
@@ -183,7 +210,7 @@ class BufferTree {
     for (unsigned i = half; i < l->count; ++i) {
       r->keys[i - half] = l->keys[i];
       r->values[i - half] = l->values[i];
-      r->tomb[i - half] = l->tomb[i];
+      r->kind[i - half] = l->kind[i];
     }
     r->count = l->count - half;
     l->count = half;
@@ -202,6 +229,7 @@ class BufferTree {
   index_common::InnerTree inner_;
   Leaf* first_ = nullptr;
   std::size_t size_ = 0;
+  std::size_t blind_ = 0;
 };
 
 // Bloom filter over key words, sized for `capacity` keys at false-positive rate `fp`.

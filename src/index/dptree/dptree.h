@@ -88,6 +88,9 @@ struct Protocol {
   // chains before tagged links): a link zeroed or redirected by damage after an unclean end
   // reads as a shorter chain or log (test_dptree_damage).
   static constexpr bool kUncheckedLinks = false;
+  // A remove over a blind upsert in the front buffer (U2) does not settle the put's count
+  // first: size() is one low for every new key so upserted and removed.
+  static constexpr bool kForgetBlindOnRemove = false;
 };
 
 // The index lock in the tracing flavour: a reader-writer spin lock whose waits are scheduling
@@ -161,6 +164,7 @@ struct MergeStats {
   std::uint64_t partial_merges = 0;  // pool full: merged in place, the rest re-logged (P1-P5)
   std::uint64_t relogged = 0;        // records those partial merges carried
   std::uint64_t background_merges = 0;  // merges run by the merge thread (of `merges`)
+  std::uint64_t blind_new = 0;          // blind upserts a committed merge found new (U2)
   std::uint64_t writer_blocks = 0;      // writes that waited for a merge (front full again)
   std::uint64_t writer_blocked_ns = 0;  // the time they waited, summed over writers
 };
@@ -208,8 +212,13 @@ class DPTree final : public Index {
   std::size_t capacity() const;
   // Deliberate damage so a test can see verify() notice it: 0 swaps the keys of two live
   // slots of the first non-empty leaf, 1 clears a bit of a leaf's DRAM bitmap, 2 breaks the
-  // validity word of the first log record.
+  // validity word of the first log record, 3 miscounts the front buffer's blind puts.
   void corrupt_for_testing(int what);
+
+ protected:
+  // size()'s share of the blind upserts (U2): those settled so far, plus each buffered one
+  // that is new below it (probed: O(buffered blind puts), under the shared lock).
+  std::int64_t deferred_records() const override;
 
  private:
   // DRAM view of one base leaf of the current version.
@@ -272,14 +281,18 @@ class DPTree final : public Index {
                      std::uint64_t last_bound, Code* code, MergeStats& tally);
 
   // buffer and log
-  bool buffered_entry(std::uint64_t k, BufEntry* e) const;
+  bool buffered_entry(std::uint64_t k, BufEntry* e) const;  // front
+  bool buffered_middle(std::uint64_t k, BufEntry* e) const;
+  // Whether k holds a record below the front buffer (the middle's entry, else the base's):
+  // what decides if a blind put in the front added one (U2).
+  bool live_below_front(std::uint64_t k) const;
   // Index::find_many's group: the buffer per key, the base tree's descents together.
   void find_batch(const std::string_view* keys, std::string* values, Code* codes,
                   std::size_t n) const override;
   Code log_append(std::uint64_t k, std::uint64_t v, std::uint64_t op);
   void append_record(std::uint64_t k, std::uint64_t v, std::uint64_t op);
   Code new_log_page(std::size_t keep);  // reserve pages above `keep` may be used
-  void buffer_put(std::uint64_t k, std::uint64_t v, bool tomb);
+  Kind buffer_put(std::uint64_t k, std::uint64_t v, Kind kind);  // the kind k had (absent: none)
   // The log reserve (PROTOCOL.md, "Full pool"): pages held back so a partial merge can always
   // re-log the buffered records it carries, plus one spare page for a remove's record: a
   // tombstone is never re-logged, but without the spare a partial merge whose re-log ends
@@ -396,6 +409,9 @@ class DPTree final : public Index {
   std::uint32_t tail_slot_ = 0;           // next record slot in the last page
   std::uint64_t next_lsn_ = 1;
   std::size_t puts_ = 0;                   // live (non-tombstone) buffer entries
+  // Blind upserts found to be new records (U2: by merges, removes and unrotate), counted
+  // here instead of per operation; deferred_records() adds the still buffered ones.
+  std::int64_t settled_ = 0;
   std::vector<std::uint64_t> reserve_;     // log pages held back (DRAM only; free after a crash)
   std::uint64_t partial_lsn_ = 0;          // next_lsn_ after the last partial merge
   // A synchronous merge that failed for space, and what it saw: until a block is freed or a

@@ -292,15 +292,28 @@ bool DPTree<P>::buffered_entry(std::uint64_t k, BufEntry* e) const {
 // filter). Under mu_ (shared or exclusive); the middle is read-only while it exists.
 template <class P>
 bool DPTree<P>::buffered_any(std::uint64_t k, BufEntry* e) const {
-  if (buffered_entry(k, e)) return true;
+  return buffered_entry(k, e) || buffered_middle(k, e);
+}
+
+template <class P>
+bool DPTree<P>::buffered_middle(std::uint64_t k, BufEntry* e) const {
   return middle_ != nullptr && middle_bloom_.may_contain(k) && middle_->find(k, e) != nullptr;
 }
 
 template <class P>
-void DPTree<P>::buffer_put(std::uint64_t k, std::uint64_t v, bool tomb) {
-  const bool was_live = buffer_->put(k, v, tomb);
-  puts_ = puts_ + (tomb ? 0 : 1) - (was_live ? 1 : 0);
+bool DPTree<P>::live_below_front(std::uint64_t k) const {
+  BufEntry m;
+  if (buffered_middle(k, &m)) return !m.tombstone;
+  return slot_of(*leaf_for(k), k) >= 0;
+}
+
+template <class P>
+Kind DPTree<P>::buffer_put(std::uint64_t k, std::uint64_t v, Kind kind) {
+  const Kind prior = buffer_->put(k, v, kind);
+  const bool was_live = prior == Kind::put || prior == Kind::blind;
+  puts_ = puts_ + (kind == Kind::tombstone ? 0 : 1) - (was_live ? 1 : 0);
   bloom_.add(k);
+  return prior;
 }
 
 // Holds back log pages until the reserve has `pages` (false: pool full). The pages are
@@ -581,12 +594,19 @@ void DPTree<P>::merge_middle(Lock& lock) {
 
 // A background merge that could not split (pool full): the middle's entries return to the
 // front where the front has none for the key (the front's are newer). Their log records stay
-// where they are, so the log still orders them before the front's.
+// where they are, so the log still orders them before the front's. A blind put the front
+// shadows is dropped (U2): if the front's entry is blind too, its count, settled later against
+// the base alone, covers both; if the front's was counted (against the middle's put), the
+// middle's is settled against the base now.
 template <class P>
 void DPTree<P>::unrotate() {
   middle_->for_each_from(0, [&](const BufEntry& m) {
     BufEntry f;
-    if (buffer_->find(m.key, &f) == nullptr) buffer_put(m.key, m.value, m.tombstone);
+    if (buffer_->find(m.key, &f) == nullptr) {
+      buffer_put(m.key, m.value, m.kind());
+    } else if (m.blind && !f.blind && slot_of(*leaf_for(m.key), m.key) < 0) {
+      ++settled_;
+    }
     return true;
   });
   middle_.reset();
@@ -710,6 +730,28 @@ std::size_t DPTree<P>::capacity() const {
   return capacity_;
 }
 
+// U2: the settled blind puts, and each buffered one whose key holds no record below it. A
+// consistent cut: merges settle and drop the middle, and writers change the front, only under
+// the exclusive lock.
+template <class P>
+std::int64_t DPTree<P>::deferred_records() const {
+  std::shared_lock lock(mu_);
+  std::int64_t n = settled_;
+  if (buffer_->blind() != 0) {
+    buffer_->for_each_from(0, [&](const BufEntry& e) {
+      if (e.blind && !live_below_front(e.key)) ++n;
+      return true;
+    });
+  }
+  if (middle_ != nullptr && middle_->blind() != 0) {
+    middle_->for_each_from(0, [&](const BufEntry& e) {
+      if (e.blind && slot_of(*leaf_for(e.key), e.key) < 0) ++n;
+      return true;
+    });
+  }
+  return n;
+}
+
 // --- operations ------------------------------------------------------------------------------
 
 template <class P>
@@ -809,7 +851,7 @@ Code DPTree<P>::insert(std::string_view key, std::string_view value) {
     if (in_buffer ? !e.tombstone : probe(off, k) >= 0) return Code::already_present;
     if (Code c = room_for_put(); c != Code::ok) return c;
     if (Code c = log_append(k, v, kOpPut); c != Code::ok) return c;
-    buffer_put(k, v, false);
+    buffer_put(k, v, Kind::put);
     maybe_merge();
     return count_insert(Code::ok);  // size()
   });
@@ -838,7 +880,7 @@ Code DPTree<P>::update(std::string_view key, std::string_view value) {
     if (in_buffer || (merging_ && !P::kInPlaceDuringMerge)) {  // B3
       if (Code c = room_for_put(); c != Code::ok) return c;
       if (Code c = log_append(k, v, kOpPut); c != Code::ok) return c;
-      buffer_put(k, v, false);
+      buffer_put(k, v, Kind::put);  // over a blind put: stays blind
       maybe_merge();
       return Code::ok;
     }
@@ -849,32 +891,21 @@ Code DPTree<P>::update(std::string_view key, std::string_view value) {
   });
 }
 
+// U2: a blind put, as the original's upsert: logged and buffered without looking for the key
+// below the buffer (no inner-layer descent, no base probe; no in-place update either). Whether
+// it added a record is settled later (size()): the merge that places it knows (merge_leaf's
+// `old`), a remove over it probes (settle_front), and deferred_records() probes the ones
+// still buffered. Over a buffered entry the buffer knows: a tombstone's key was absent.
 template <class P>
 Code DPTree<P>::upsert(std::string_view key, std::string_view value) {
   if (Code c = check(key, value); c != Code::ok) return c;
   const std::uint64_t k = word_of(key), v = value_of(value);
   return write_op([&] {
-    const std::uint64_t off = requested_leaf(k);
-    BufEntry e;
-    const bool in_buffer = P::kInPlaceDuringMerge ? buffered_entry(k, &e)  // known-bad (tests)
-                                                  : buffered_any(k, &e);
-    bool fresh = !in_buffer || e.tombstone;  // the key was absent: a new record
-    if (!in_buffer) {
-      if (const int s = probe(off, k); s >= 0) {
-        if (!merging_ || P::kInPlaceDuringMerge) {
-          Slot* slot = view(off).slot(static_cast<std::uint32_t>(s));
-          pm::publish(&slot->value, v);  // U1
-          pm::persist(&slot->value, 8);
-          return Code::ok;
-        }
-        fresh = false;  // B3: through the front while a merge runs
-      }
-    }
     if (Code c = room_for_put(); c != Code::ok) return c;
     if (Code c = log_append(k, v, kOpPut); c != Code::ok) return c;
-    buffer_put(k, v, false);
+    const Kind prior = buffer_put(k, v, Kind::blind);
     maybe_merge();
-    if (fresh) count_insert(Code::ok);  // size()
+    if (prior == Kind::tombstone) count_insert(Code::ok);  // size()
     return Code::ok;
   });
 }
@@ -888,11 +919,15 @@ Code DPTree<P>::remove(std::string_view key) {
   return write_op([&] {
     const std::uint64_t off = requested_leaf(k);
     BufEntry e;
-    const bool in_buffer = buffered_any(k, &e);
+    const bool in_front = buffered_entry(k, &e);
+    const bool in_buffer = in_front || buffered_middle(k, &e);
     if (in_buffer ? e.tombstone : probe(off, k) < 0) return Code::not_found;
     if (Code c = log_append(k, 0, kOpDelete); c != Code::ok) return c;
     ++deletes_logged_;  // a merge may now free slots (room_for_put's stall ends)
-    buffer_put(k, 0, true);
+    // U2: the tombstone replaces a blind put of the front: its count is settled first (a blind
+    // put in the middle stays, and is settled with the middle).
+    if (!P::kForgetBlindOnRemove && in_front && e.blind && !live_below_front(k)) ++settled_;
+    buffer_put(k, 0, Kind::tombstone);
     maybe_merge();
     return count_remove(Code::ok);  // size()
   });
@@ -971,6 +1006,8 @@ void DPTree<P>::count_leaves(const MergeStats& tally) {
   stats_.leaves_created += tally.leaves_created;
   stats_.leaves_dropped += tally.leaves_dropped;
   stats_.leaves_folded += tally.leaves_folded;
+  stats_.blind_new += tally.blind_new;
+  settled_ += static_cast<std::int64_t>(tally.blind_new);  // U2: size()
 }
 
 template <class P>
@@ -1026,6 +1063,7 @@ Code DPTree<P>::merge_leaf(const LeafPtr& l, const BufEntry* from, const BufEntr
   std::memcpy(used, l->bitmap, sizeof(used));
   std::vector<std::pair<std::uint32_t, Slot>> writes;
   std::int64_t d = 0;
+  std::uint64_t blind_new = 0;  // U2: blind puts of keys the leaf does not hold
   bool fits = true;
   // The leaf's records (its sorted order) and the entries, both in key order, joined in one
   // pass: an entry's old slot is found without a probe, and the next version's order is
@@ -1048,6 +1086,7 @@ Code DPTree<P>::merge_leaf(const LeafPtr& l, const BufEntry* from, const BufEntr
     }
     writes.emplace_back(s, Slot{e->key, e->value});
     n->order.push_back(static_cast<std::uint8_t>(s));
+    if (e->blind && old < 0) ++blind_new;
   }
   if (fits) {
     n->order.insert(n->order.end(), live.begin() + static_cast<std::ptrdiff_t>(j), live.end());
@@ -1055,16 +1094,22 @@ Code DPTree<P>::merge_leaf(const LeafPtr& l, const BufEntry* from, const BufEntr
     for (const auto& [s, rec] : writes) detail::write_slot(v, lines, s, rec);  // M1
     lines.flush();
     *delta += d;
+    tally.blind_new += blind_new;
     next->push_back(std::move(n));
     return Code::ok;
   }
   // Split: the merged records in key order.
   std::vector<Record> recs;
+  blind_new = 0;
+  auto add_new = [&](const BufEntry& b) {  // an entry whose key the leaf does not hold
+    if (b.tombstone) return;
+    recs.emplace_back(b.key, b.value);
+    if (b.blind) ++blind_new;
+  };
   const BufEntry* e = from;
   for (std::uint8_t s : l->order) {
     const Slot* cur = v.slot(s);
-    for (; e != to && e->key < cur->key; ++e)
-      if (!e->tombstone) recs.emplace_back(e->key, e->value);
+    for (; e != to && e->key < cur->key; ++e) add_new(*e);
     if (e != to && e->key == cur->key) {
       if (!e->tombstone) recs.emplace_back(e->key, e->value);
       ++e;
@@ -1072,8 +1117,7 @@ Code DPTree<P>::merge_leaf(const LeafPtr& l, const BufEntry* from, const BufEntr
       recs.emplace_back(cur->key, cur->value);
     }
   }
-  for (; e != to; ++e)
-    if (!e->tombstone) recs.emplace_back(e->key, e->value);
+  for (; e != to; ++e) add_new(*e);
   const std::size_t per = std::max<std::size_t>(1, slots_ * 7 / 10);
   for (std::size_t i = 0; i < recs.size();) {
     Code code = Code::ok;
@@ -1085,6 +1129,7 @@ Code DPTree<P>::merge_leaf(const LeafPtr& l, const BufEntry* from, const BufEntr
   replaced->push_back(l->off);
   *delta += static_cast<std::int64_t>(recs.size()) -
             static_cast<std::int64_t>(detail::popcount(l->bitmap));
+  tally.blind_new += blind_new;
   return Code::ok;
 }
 
@@ -1353,6 +1398,7 @@ Code DPTree<P>::merge_partial() {
   std::vector<std::pair<std::uint64_t, Slot>> writes;  // (leaf offset, slot index in key)
   std::vector<std::uint32_t> at;
   std::int64_t delta = 0;
+  std::uint64_t blind_new = 0;  // U2
   std::size_t e = 0;
   for (std::size_t i = 0; i < chain_.size(); ++i) {  // P1: DRAM only
     const LeafPtr& l = chain_[i];
@@ -1380,6 +1426,7 @@ Code DPTree<P>::merge_partial() {
       }
       writes.emplace_back(l->off, Slot{b.key, b.value});
       at.push_back(s);
+      if (b.blind && old < 0) ++blind_new;
     }
     next.push_back(std::move(n));
   }
@@ -1415,7 +1462,10 @@ Code DPTree<P>::merge_partial() {
   // split), so sparse leaves fold here too, and their blocks are free for the next split.
   fold_sparse(next, &replaced, stats_, /*full_pool=*/true);
   commit(std::move(next), replaced, delta, covered);  // M3-M6, P5
-  for (const BufEntry& b : carried) buffer_put(b.key, b.value, false);
+  // A carried blind put stays blind: the base still answers for its key as before.
+  for (const BufEntry& b : carried) buffer_put(b.key, b.value, b.kind());
+  stats_.blind_new += blind_new;
+  settled_ += static_cast<std::int64_t>(blind_new);
   ++stats_.partial_merges;
   stats_.relogged += carried.size();
   // From the pages P5 freed, first for the reserve: the buffer's records and the write that
