@@ -1247,6 +1247,11 @@ Code DPTree<P>::merge_build(const std::vector<BufEntry>& entries, std::vector<Le
       next->push_back(chain_[i]);
       continue;
     }
+    // merge_leaf reads every key of the leaf in key order, i.e. its slots at random: the next
+    // leaf (the next one with entries, when the buffer spreads over the base) is requested
+    // whole while this one merges, so its misses overlap this leaf's work.
+    if (!last && e < entries.size())
+      index_common::prefetch_lines(view(chain_[i + 1]->off).base, leaf_bytes_);
     if (Code c = merge_leaf(chain_[i], entries.data() + lo, entries.data() + e, next, replaced,
                             &fresh, delta, tally);
         c != Code::ok) {
