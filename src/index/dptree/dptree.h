@@ -352,6 +352,7 @@ class DPTree final : public Index {
   // the writers' allocator caches, not the merge thread's (which no writer allocates from).
   void free_block(std::uint64_t off, std::size_t bytes);
   void drain_deferred();
+  void print_stats() const;  // MergeStats on stderr (Config::print_stats: at close or drop)
 
   // merge
   Code merge();

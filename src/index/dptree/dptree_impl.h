@@ -697,6 +697,7 @@ void DPTree<P>::stop_merger() {
 template <class P>
 DPTree<P>::~DPTree() {
   stop_merger();
+  if (config_.print_stats && !closed_) print_stats();  // dropped without close
 }
 
 template <class P>

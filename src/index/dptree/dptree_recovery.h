@@ -472,29 +472,35 @@ Status DPTree<P>::close() {
   stop_merger();  // the running merge ends first; writes after close merge synchronously
   std::unique_lock lock(mu_);
   if (!closed_) {
-    if (config_.print_stats) {  // Options::dptree.stats (pmbench --dptree_stats)
-      const MergeStats& m = stats_;
-      std::fprintf(stderr,
-                   "dptree: merge %s, %llu merges (%llu in the background, %llu failed, %llu "
-                   "partial; leaves %llu created, %llu dropped, %llu folded), writers blocked "
-                   "by a running merge %llu times, %.3f ms in total\n",
-                   config_.background ? "background" : "synchronous",
-                   static_cast<unsigned long long>(m.merges),
-                   static_cast<unsigned long long>(m.background_merges),
-                   static_cast<unsigned long long>(m.failed_merges),
-                   static_cast<unsigned long long>(m.partial_merges),
-                   static_cast<unsigned long long>(m.leaves_created),
-                   static_cast<unsigned long long>(m.leaves_dropped),
-                   static_cast<unsigned long long>(m.leaves_folded),
-                   static_cast<unsigned long long>(m.writer_blocks),
-                   static_cast<double>(m.writer_blocked_ns) / 1e6);
-    }
+    if (config_.print_stats) print_stats();  // Options::dptree.stats (pmbench --dptree_stats)
     release_reserve();  // free either way (DRAM-held), but a clean close leaves no block held
     // The base tree's counts, from the counters merges keep (verify checks them against PM).
     pool_->close_clean(base_records_, chain_.size());
     closed_ = true;
   }
   return Status::Ok();
+}
+
+// MergeStats on stderr (Options::dptree.stats): at close, or when the index is dropped without
+// close (a crash's way; pmbench's temporary pools end so).
+template <class P>
+void DPTree<P>::print_stats() const {
+  const MergeStats& m = stats_;
+  std::fprintf(stderr,
+               "dptree: merge %s, %llu merges (%llu in the background, %llu failed, %llu "
+               "partial; leaves %llu created, %llu dropped, %llu folded; %llu blind upserts "
+               "found new), writers blocked by a running merge %llu times, %.3f ms in total\n",
+               config_.background ? "background" : "synchronous",
+               static_cast<unsigned long long>(m.merges),
+               static_cast<unsigned long long>(m.background_merges),
+               static_cast<unsigned long long>(m.failed_merges),
+               static_cast<unsigned long long>(m.partial_merges),
+               static_cast<unsigned long long>(m.leaves_created),
+               static_cast<unsigned long long>(m.leaves_dropped),
+               static_cast<unsigned long long>(m.leaves_folded),
+               static_cast<unsigned long long>(m.blind_new),
+               static_cast<unsigned long long>(m.writer_blocks),
+               static_cast<double>(m.writer_blocked_ns) / 1e6);
 }
 
 template <class P>
