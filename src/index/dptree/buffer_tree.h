@@ -22,6 +22,11 @@
 
 namespace pmindex::dptree {
 
+// Separators per DRAM inner node (256 B nodes), of the base tree's inner layer and of the
+// buffer trees. A compile-time count: the descents then count a node with unrolled vector
+// compares (InnerTree::descend<kInnerKeys>), not the generic loop.
+inline constexpr unsigned kInnerKeys = 14;
+
 // What a buffer entry holds. A blind put (DPTree::upsert, PROTOCOL.md U2) was acknowledged
 // without looking below the buffer for the key, so whether it added a record is settled later:
 // by the merge that places it, or on demand by DPTree::size().
@@ -53,7 +58,7 @@ class BufferTree {
   };
 
   // An empty tree. A merge replaces the whole tree (DPTree::buffer_) rather than emptying it.
-  BufferTree() : inner_(14, arena_) {
+  BufferTree() : inner_(kInnerKeys, arena_) {
     first_ = new_leaf();
     inner_.init_single(reinterpret_cast<std::uint64_t>(first_));
   }
@@ -197,7 +202,7 @@ class BufferTree {
   const Leaf* leaf_for(std::uint64_t k) const {
     auto token = [](std::uint64_t) -> std::optional<std::uint64_t> { return 0; };
     return reinterpret_cast<const Leaf*>(
-        inner_.descend(index_common::WordProbe{k}, token).first);
+        inner_.descend<kInnerKeys>(index_common::WordProbe{k}, token).first);
   }
   static unsigned lower(const Leaf* l, std::uint64_t k) {
     unsigned i = 0;
@@ -218,7 +223,7 @@ class BufferTree {
     l->next = r;
     auto smo = inner_.smo_lock();
     index_common::InnerTree::Path path;
-    inner_.path_to(index_common::WordProbe{r->keys[0]}, &path);
+    inner_.path_to<kInnerKeys>(index_common::WordProbe{r->keys[0]}, &path);
     if (!inner_.insert_separator(path, reinterpret_cast<std::uint64_t>(l), r->keys[0],
                                  reinterpret_cast<std::uint64_t>(r)))
       index_common::fatal("dptree", "buffer inner tree refused a separator");

@@ -56,7 +56,7 @@ inline void write_slot(const LeafView& v, LeafLines& lines, std::uint32_t s, con
 template <class P>
 DPTree<P>::DPTree(std::unique_ptr<pm::Pool> pool, std::uint32_t slots, Config config)
     : pool_(std::move(pool)), slots_(slots), leaf_bytes_(leaf_bytes(slots)),
-      off_bits_(off_bits_for(pool_->size())), config_(config), inner_(14, inner_arena_) {
+      off_bits_(off_bits_for(pool_->size())), config_(config), inner_(kInnerKeys, inner_arena_) {
   keys_.configure(pool_.get(), pool_->info().layout.key_mode, 8);
 }
 
@@ -170,7 +170,7 @@ Status DPTree<P>::check_leaf_words() const {
 template <class P>
 std::uint64_t DPTree<P>::leaf_word_for(std::uint64_t k) const {
   auto token = [](std::uint64_t) -> std::optional<std::uint64_t> { return 0; };
-  return inner_.descend(index_common::WordProbe{k}, token).first;
+  return inner_.descend<kInnerKeys>(index_common::WordProbe{k}, token).first;
 }
 
 // Probes the key's window: bitmap and fingerprint first, so a miss reads one or two
@@ -806,7 +806,7 @@ void DPTree<P>::find_batch(const std::string_view* keys, std::string* values, Co
   if (base == 0) return;
   std::pair<std::uint64_t, std::uint64_t> found[kFindBatch];
   const unsigned gv = gv_;
-  const std::uint64_t alone = inner_.descend_batch(
+  const std::uint64_t alone = inner_.descend_batch<kInnerKeys>(
       base, [&](std::size_t j) { return index_common::WordProbe{k[j]}; },
       [&](std::uint64_t w) { index_common::prefetch_lines(view(word_off(w)).meta(gv), 64); },
       [](std::uint64_t) -> std::optional<std::uint64_t> { return 0; }, found);

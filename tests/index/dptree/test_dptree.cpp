@@ -729,7 +729,9 @@ void fill_pool_in_background(bool blind) {
     const dptree::MergeStats ms = as_dp(*idx)->merge_stats();
     EXPECT_GT(ms.background_merges, 10u);
     EXPECT_GT(ms.failed_merges, 0u);
-    if (blind) EXPECT_GT(ms.blind_new, 0u);
+    if (blind) {
+      EXPECT_GT(ms.blind_new, 0u);
+    }
     check(*idx);
   }  // no close: a crash
   auto idx = open_or_die(o);
