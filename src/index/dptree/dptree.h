@@ -264,6 +264,8 @@ class DPTree final : public Index {
   int slot_of(const LeafInfo& l, std::uint64_t k) const {
     return window_slot(view(l.off), l.bitmap, k);
   }
+  // Whether the base tree's current version holds k (its leaf found through the inner layer).
+  bool in_base(std::uint64_t k) const { return slot_of(*leaf_for(k), k) >= 0; }
   // Over meta[gv] in PM (the point operations, after requested_leaf or find_batch's
   // prefetches requested its lines).
   int probe(std::uint64_t off, std::uint64_t k) const {
@@ -360,6 +362,7 @@ class DPTree final : public Index {
   std::uint32_t place_in_window(std::uint64_t key, int old, std::uint64_t* used, LeafInfo& n,
                                 std::int64_t* delta) const;
   void count_leaves(const MergeStats& tally);
+  void count_blind_new(std::uint64_t n);  // U2: blind puts a committed merge found new
   void fold_sparse(std::vector<LeafPtr>& next, std::vector<std::uint64_t>* replaced,
                    MergeStats& tally, bool full_pool);
   bool fold_into(LeafInfo& a, const LeafInfo& b);

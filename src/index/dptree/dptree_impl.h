@@ -205,7 +205,6 @@ std::uint64_t DPTree<P>::requested_leaf(std::uint64_t k) const {
   return off;
 }
 
-
 template <class P>
 void DPTree<P>::sort_order(LeafInfo& l) const {
   const LeafView v = view(l.off);
@@ -304,7 +303,7 @@ template <class P>
 bool DPTree<P>::live_below_front(std::uint64_t k) const {
   BufEntry m;
   if (buffered_middle(k, &m)) return !m.tombstone;
-  return slot_of(*leaf_for(k), k) >= 0;
+  return in_base(k);
 }
 
 template <class P>
@@ -604,7 +603,7 @@ void DPTree<P>::unrotate() {
     BufEntry f;
     if (buffer_->find(m.key, &f) == nullptr) {
       buffer_put(m.key, m.value, m.kind());
-    } else if (m.blind && !f.blind && slot_of(*leaf_for(m.key), m.key) < 0) {
+    } else if (m.blind && !f.blind && !in_base(m.key)) {
       ++settled_;
     }
     return true;
@@ -746,7 +745,7 @@ std::int64_t DPTree<P>::deferred_records() const {
   }
   if (middle_ != nullptr && middle_->blind() != 0) {
     middle_->for_each_from(0, [&](const BufEntry& e) {
-      if (e.blind && slot_of(*leaf_for(e.key), e.key) < 0) ++n;
+      if (e.blind && !in_base(e.key)) ++n;
       return true;
     });
   }
@@ -895,7 +894,7 @@ Code DPTree<P>::update(std::string_view key, std::string_view value) {
 // U2: a blind put, as the original's upsert: logged and buffered without looking for the key
 // below the buffer (no inner-layer descent, no base probe; no in-place update either). Whether
 // it added a record is settled later (size()): the merge that places it knows (merge_leaf's
-// `old`), a remove over it probes (settle_front), and deferred_records() probes the ones
+// `old`), a remove over it probes (remove), and deferred_records() probes the ones
 // still buffered. Over a buffered entry the buffer knows: a tombstone's key was absent.
 template <class P>
 Code DPTree<P>::upsert(std::string_view key, std::string_view value) {
@@ -1000,15 +999,20 @@ std::size_t DPTree<P>::scan(std::string_view start, std::size_t max, ScanBuffer&
 
 // --- merge -------------------------------------------------------------------------------------
 
-// A committed merge's leaf counts into stats_ (a merge tallies them locally: one that fails
-// frees the leaves it built and counts nothing).
+// A committed merge's leaf and blind-put counts into stats_ (a merge tallies them locally:
+// one that fails frees the leaves it built and counts nothing).
 template <class P>
 void DPTree<P>::count_leaves(const MergeStats& tally) {
   stats_.leaves_created += tally.leaves_created;
   stats_.leaves_dropped += tally.leaves_dropped;
   stats_.leaves_folded += tally.leaves_folded;
-  stats_.blind_new += tally.blind_new;
-  settled_ += static_cast<std::int64_t>(tally.blind_new);  // U2: size()
+  count_blind_new(tally.blind_new);
+}
+
+template <class P>
+void DPTree<P>::count_blind_new(std::uint64_t n) {
+  stats_.blind_new += n;
+  settled_ += static_cast<std::int64_t>(n);  // U2: size()
 }
 
 template <class P>
@@ -1470,8 +1474,7 @@ Code DPTree<P>::merge_partial() {
   commit(std::move(next), replaced, delta, covered);  // M3-M6, P5
   // A carried blind put stays blind: the base still answers for its key as before.
   for (const BufEntry& b : carried) buffer_put(b.key, b.value, b.kind());
-  stats_.blind_new += blind_new;
-  settled_ += static_cast<std::int64_t>(blind_new);
+  count_blind_new(blind_new);
   ++stats_.partial_merges;
   stats_.relogged += carried.size();
   // From the pages P5 freed, first for the reserve: the buffer's records and the write that

@@ -288,7 +288,7 @@ Status DPTree<P>::rebuild() {
   // Live records: the base's, corrected by the buffer (new keys, tombstones of base keys).
   std::int64_t live = static_cast<std::int64_t>(records);
   buffer_->for_each_from(0, [&](const BufEntry& e) {
-    live += (e.tombstone ? 0 : 1) - (slot_of(*leaf_for(e.key), e.key) >= 0 ? 1 : 0);
+    live += (e.tombstone ? 0 : 1) - (in_base(e.key) ? 1 : 0);
     return true;
   });
   recovery_.records = static_cast<std::uint64_t>(live);
