@@ -89,10 +89,13 @@ Status Roart::validate(const Options& o) {
 
 std::size_t Roart::default_pool_size(const Options& o) {
   // A record (16 B + key, small classes), a 16 B slot at half fill, a share of the trie; then
-  // out-of-line values; doubled for slack.
+  // out-of-line values; doubled for slack. At least 16 MiB: every write retires a record or
+  // a whole leaf array (copy on write), and the epoch manager frees a thread's retired blocks
+  // only two epochs after its bag of 1,024 fills: two threads updating and removing the same
+  // 8 keys filled a 4 MiB pool with retired blocks and got pool_full (test_upsert_race).
   const std::size_t value = o.max_value_size > 8 ? 64 + o.max_value_size : 0;
   const std::size_t per_record = 96 + max_key_of(o) + value;
-  return std::max<std::size_t>(std::size_t{4} << 20, o.expected_records * per_record * 2);
+  return std::max<std::size_t>(std::size_t{16} << 20, o.expected_records * per_record * 2);
 }
 
 Roart::Roart(std::unique_ptr<pm::Pool> pool) : pool_(std::move(pool)) {
