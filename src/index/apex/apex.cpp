@@ -76,7 +76,7 @@ DataMeta* Apex::leaf(std::uint64_t key, std::uint64_t* off, std::vector<PathStep
 }
 
 Code Apex::damaged(std::uint64_t off, std::string_view what) const {
-  std::lock_guard<std::mutex> lock(damage_mu_);
+  std::lock_guard<sync::SpinLock> lock(damage_mu_);
   if (damage_.ok())
     damage_ = pool_->error(Code::corrupted,
                            "apex node at offset " + std::to_string(off) + ": " + std::string(what));
@@ -168,7 +168,7 @@ bool Apex::too_sparse(const DataNode* dn, const DataMeta& m) const {
 }
 
 Code Apex::smo_locked(std::uint64_t k, bool contract) {
-  std::shared_lock<std::shared_mutex> global(smo_mu_);
+  std::shared_lock<sync::SharedSpinLock> global(smo_mu_);
   const auto guard = epochs_.pin();
   bool parent_exclusive = false;
   std::vector<PathStep> path;
@@ -177,30 +177,30 @@ Code Apex::smo_locked(std::uint64_t k, bool contract) {
     if (leaf(k, &off, &path) == nullptr) return Code::corrupted;
     const std::uint64_t parent = path.back().inner;
     // Grandparent (or the root word's lock) shared: its slot of the parent stays put.
-    std::shared_lock<std::shared_mutex> gp_lock;
+    std::shared_lock<sync::SharedSpinLock> gp_lock;
     if (path.size() >= 2) {
       InnerMeta& g = *inner_meta_for(path[path.size() - 2].inner);  // admitted by traverse
-      gp_lock = std::shared_lock<std::shared_mutex>(g.mu);
+      gp_lock = std::shared_lock<sync::SharedSpinLock>(g.mu);
       if (g.obsolete || pm::load_acquire(&inner(path[path.size() - 2].inner)
                                               ->children()[path[path.size() - 2].slot]) != parent)
         continue;
     } else {
-      gp_lock = std::shared_lock<std::shared_mutex>(root_mu_);
+      gp_lock = std::shared_lock<sync::SharedSpinLock>(root_mu_);
       if (pm::load_acquire(&root_->root_node) != parent) continue;
     }
     // Parent: shared to switch this child's slots, exclusive to replace the parent.
     InnerMeta& pmeta = *inner_meta_for(parent);  // admitted by traverse
-    std::shared_lock<std::shared_mutex> p_shared;
-    std::unique_lock<std::shared_mutex> p_excl;
+    std::shared_lock<sync::SharedSpinLock> p_shared;
+    std::unique_lock<sync::SharedSpinLock> p_excl;
     if (parent_exclusive) {
-      p_excl = std::unique_lock<std::shared_mutex>(pmeta.mu);
+      p_excl = std::unique_lock<sync::SharedSpinLock>(pmeta.mu);
     } else {
-      p_shared = std::shared_lock<std::shared_mutex>(pmeta.mu);
+      p_shared = std::shared_lock<sync::SharedSpinLock>(pmeta.mu);
     }
     if (pmeta.obsolete || pm::load_acquire(&inner(parent)->children()[path.back().slot]) != off)
       continue;
     DataMeta& m = *meta_for(off);  // built by leaf()
-    std::unique_lock<std::mutex> node_smo(m.smo_mu);
+    std::unique_lock<sync::SpinLock> node_smo(m.smo_mu);
     if (m.retired || !lock_all(m)) continue;
     const DataNode* dn = data(off);
     if (contract ? !too_sparse(dn, m) : !needs_smo(dn, m)) {
@@ -687,7 +687,7 @@ std::size_t Apex::scan(std::string_view start, std::size_t max, ScanBuffer& out)
 Record* Apex::debug_record(std::string_view key) {
   std::uint64_t k = 0;
   if (check_key(key, &k) != Code::ok) return nullptr;
-  std::unique_lock<std::shared_mutex> global(smo_mu_);
+  std::unique_lock<sync::SharedSpinLock> global(smo_mu_);
   std::uint64_t off = 0;
   const DataMeta* m = leaf(k, &off, nullptr);
   return m != nullptr ? locate(off, *m, k, false).rec : nullptr;
@@ -696,13 +696,13 @@ Record* Apex::debug_record(std::string_view key) {
 DataNode* Apex::debug_data_node(std::string_view key) {
   std::uint64_t k = 0;
   if (check_key(key, &k) != Code::ok) return nullptr;
-  std::unique_lock<std::shared_mutex> global(smo_mu_);
+  std::unique_lock<sync::SharedSpinLock> global(smo_mu_);
   const std::uint64_t off = traverse(k, nullptr);
   return off != 0 ? data(off) : nullptr;
 }
 
 RecoveryStats Apex::recovery_stats() const {
-  std::unique_lock<std::shared_mutex> global(smo_mu_);
+  std::unique_lock<sync::SharedSpinLock> global(smo_mu_);
   RecoveryStats r = recovery_;
   if (first_answer_.load(std::memory_order_relaxed))
     r.seconds = first_answer_seconds_.load(std::memory_order_relaxed);
@@ -711,12 +711,12 @@ RecoveryStats Apex::recovery_stats() const {
 
 Footprint Apex::footprint() const {
   Footprint f;
-  std::unique_lock<std::shared_mutex> global(smo_mu_);
+  std::unique_lock<sync::SharedSpinLock> global(smo_mu_);
   epochs_.drain();  // quiescent by contract: retired nodes are freed before counting
   const auto s = pool_->allocator().stats();
   f.pm_bytes = s.bytes_in_use;
   f.pm_reserved = s.bytes_reserved;
-  std::lock_guard<std::mutex> metas(metas_mu_);
+  std::lock_guard<sync::SpinLock> metas(metas_mu_);
   for (const auto& [off, im] : inner_metas_)  // the InnerMeta and its child shadow
     f.dram_bytes += sizeof(InnerMeta) + 8ull * im->model.slots;
   for (const auto& [off, m] : metas_) {
@@ -733,11 +733,11 @@ Footprint Apex::footprint() const {
 
 Status Apex::close() {
   wait_recovery_walk();
-  std::unique_lock<std::shared_mutex> global(smo_mu_);
+  std::unique_lock<sync::SharedSpinLock> global(smo_mu_);
   epochs_.drain();
   if (!walk_status_.ok()) return walk_status_;
   if (refusing_writes()) {  // not marked clean: the next open recovers (and checks) again
-    std::lock_guard<std::mutex> lock(damage_mu_);
+    std::lock_guard<sync::SpinLock> lock(damage_mu_);
     return damage_;
   }
   if (!closed_) {

@@ -46,7 +46,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
-#include <shared_mutex>
+#include <shared_mutex>  // std::shared_lock
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
@@ -58,6 +58,8 @@
 #include "pmindex/index.h"
 #include "pmindex/sync/epoch.h"
 #include "pmindex/sync/optimistic_lock.h"
+#include "pmindex/sync/shared_spin_lock.h"
+#include "pmindex/sync/spin_lock.h"
 
 namespace pmindex::apex {
 
@@ -132,7 +134,7 @@ struct alignas(64) DataMeta {
   // Bit per SA slot, 1 = used. Writers under different locks claim SA slots by CAS on the
   // word (acq_rel), and release them with fetch_and after writing the invalid key.
   std::vector<std::uint64_t> stash_used;
-  std::mutex ext_mu;                      // extended stash: allocation, `ext` and its bits
+  sync::SpinLock ext_mu;                  // extended stash: allocation, `ext` and its bits
   std::vector<ExtInfo> ext;               // extended stash blocks in chain order
   // Counters (relaxed: exact only when quiescent — SMOs read them under the exclusive tree
   // lock; inserts use them only to decide whether to try an SMO).
@@ -164,7 +166,7 @@ struct alignas(64) DataMeta {
   }
   // An SMO failed: retry only once num_keys reaches it (relaxed: a heuristic threshold).
   std::atomic<std::uint64_t> smo_retry_at{0};
-  std::mutex smo_mu;                      // per-data-node SMO lock (paper §5)
+  sync::SpinLock smo_mu;                  // per-data-node SMO lock (paper §5)
   // Contraction/merge after deletes: try again only below this many keys (relaxed heuristic).
   std::atomic<std::uint64_t> contract_below{~std::uint64_t{0}};
   bool retired = false;                   // guarded by smo_mu: replaced by an SMO
@@ -197,7 +199,7 @@ struct InnerMeta {
   SearchModel model;  // routing model: slots = fanout
   std::unique_ptr<std::atomic<std::uintptr_t>[]> child;
   const std::uint64_t* pm_child = nullptr;  // the node's PM child slots
-  std::shared_mutex mu;
+  sync::SharedSpinLock mu;
   bool obsolete = false;  // guarded by mu
 };
 inline constexpr std::uintptr_t kInnerTag = 1;
@@ -615,9 +617,9 @@ class Apex final : public Index {
   // L value of DRAM states built in this session: G + 1 in bits 0-15, random bits 16-55, so
   // a stale L left in PM never equals it (even if the pool's generation word went back).
   std::uint64_t tag_ = 1;
-  mutable std::shared_mutex smo_mu_;
-  mutable std::shared_mutex root_mu_;  // the "parent lock" of the root word (root_node)
-  mutable std::mutex metas_mu_;
+  mutable sync::SharedSpinLock smo_mu_;
+  mutable sync::SharedSpinLock root_mu_;  // the "parent lock" of the root word (root_node)
+  mutable sync::SpinLock metas_mu_;
   mutable std::unordered_map<std::uint64_t, std::unique_ptr<DataMeta>> metas_;
   mutable std::unordered_map<std::uint64_t, std::unique_ptr<InnerMeta>> inner_metas_;
   // The root's DRAM state (leaf_fast), nullptr until resolved; cleared (under metas_mu_)
@@ -625,7 +627,7 @@ class Apex final : public Index {
   mutable std::atomic<const InnerMeta*> root_meta_{nullptr};
   mutable std::unordered_set<std::uint64_t> bad_nodes_;  // failed their check; under metas_mu_
   mutable std::atomic<bool> corrupted_{false};           // damage seen: writes are refused
-  mutable std::mutex damage_mu_;
+  mutable sync::SpinLock damage_mu_;
   mutable Status damage_;  // the first damage seen (guarded by damage_mu_)
   mutable sync::EpochManager epochs_;
   Counters counters_;

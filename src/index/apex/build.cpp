@@ -156,7 +156,7 @@ void Apex::free_node(std::uint64_t off) {
   // Only for nodes no other thread can reach (never published, or the index is quiescent).
   if (type_of(off) == NodeType::inner) {
     free_block(off, inner_bytes(inner(off)->fanout));
-    std::lock_guard<std::mutex> lock(metas_mu_);
+    std::lock_guard<sync::SpinLock> lock(metas_mu_);
     inner_metas_.erase(off);
     return;
   }
@@ -167,7 +167,7 @@ void Apex::free_node(std::uint64_t off) {
     b = next;
   }
   free_block(off, dn->bytes);
-  std::lock_guard<std::mutex> lock(metas_mu_);
+  std::lock_guard<sync::SpinLock> lock(metas_mu_);
   metas_.erase(off);
 }
 
@@ -192,7 +192,7 @@ void Apex::retire_node(std::uint64_t off) {
   }
   epochs_.retire([this, off, blocks = std::move(blocks)] {
     {
-      std::lock_guard<std::mutex> lock(metas_mu_);
+      std::lock_guard<sync::SpinLock> lock(metas_mu_);
       metas_.erase(off);
       inner_metas_.erase(off);
     }

@@ -71,7 +71,7 @@ Status Apex::bulk_load(std::span<const KeyValue> sorted, double fill) {
     std::memcpy(&v, kv.value.data(), 8);
     recs.push_back({k, v});
   }
-  std::unique_lock<std::shared_mutex> global(smo_mu_);
+  std::unique_lock<sync::SharedSpinLock> global(smo_mu_);
   const auto guard = epochs_.pin();
   Stats st;
   // stats_node checks every node it visits: free_tree then walks only sound nodes.
@@ -261,11 +261,11 @@ void Apex::free_tree(std::uint64_t off) {
     for (std::uint32_t i = 0; i < in->fanout; ++i)
       if (i == 0 || in->children()[i] != in->children()[i - 1]) free_tree(in->children()[i]);
     InnerMeta& im = *inner_meta_for(off);  // sound: stats_node checked it (bulk_load)
-    std::lock_guard<std::shared_mutex> lock(im.mu);
+    std::lock_guard<sync::SharedSpinLock> lock(im.mu);
     im.obsolete = true;
   } else if (DataMeta* mp = meta_for(off); mp != nullptr) {  // nullptr: damaged, never locked
     DataMeta& m = *mp;
-    std::lock_guard<std::mutex> node_smo(m.smo_mu);
+    std::lock_guard<sync::SpinLock> node_smo(m.smo_mu);
     if (lock_all(m)) {
       m.retired = true;
       for (std::uint32_t i = 0; i < m.num_locks; ++i) m.locks[i].writeUnlockObsolete();

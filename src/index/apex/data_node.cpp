@@ -35,7 +35,7 @@ DataMeta* Apex::build_meta(std::uint64_t off) const {
   // node; a second thread waits here and then finds the state. The rebuild checks the node
   // (R4): a damaged one gets no state, so it is never written, and stays refused.
   DataNode* dn = data(off);
-  std::lock_guard<std::mutex> lock(metas_mu_);
+  std::lock_guard<sync::SpinLock> lock(metas_mu_);
   if ((pm::load_acquire(&dn->type_version) >> kVersionShift) == tag_)
     return reinterpret_cast<DataMeta*>(pm::load_acquire(&dn->dram));
   if (bad_nodes_.count(off) != 0) return nullptr;
@@ -64,7 +64,7 @@ InnerMeta* Apex::inner_meta_for(std::uint64_t off) const {
 
 bool Apex::admit_inner(std::uint64_t off) const {
   InnerNode* in = inner(off);
-  std::lock_guard<std::mutex> lock(metas_mu_);
+  std::lock_guard<sync::SpinLock> lock(metas_mu_);
   if ((pm::load_acquire(&in->type_version) >> kVersionShift) == tag_) return true;
   if (bad_nodes_.count(off) != 0) return false;
   // R4: checked once per session; from here on traversals trust the node's header, model and
@@ -91,7 +91,7 @@ const InnerMeta* Apex::resolve_root() const {
   const std::uint64_t r = pm::load_acquire(&root_->root_node);
   const InnerMeta* im = type_of(r) == NodeType::inner ? inner_meta_for(r) : nullptr;
   if (im == nullptr) return nullptr;  // leaf() reports the damage
-  std::lock_guard<std::mutex> lock(metas_mu_);
+  std::lock_guard<sync::SpinLock> lock(metas_mu_);
   // Stored only if the root word still names r: the root's switcher clears root_meta_ under
   // metas_mu_ after storing the word, so a stale root is never left behind (unshadow).
   // release: the state was built before it is published.
@@ -111,7 +111,7 @@ std::uintptr_t Apex::resolve_child(const InnerMeta& im, std::uint32_t slot) cons
     v = reinterpret_cast<std::uintptr_t>(dm);
   }
   if (v == 0) return 0;  // damaged: leaf() reports it
-  std::lock_guard<std::mutex> lock(metas_mu_);
+  std::lock_guard<sync::SpinLock> lock(metas_mu_);
   // As in resolve_root: only while the PM slot still holds c (switch_children clears the
   // entry under metas_mu_ after storing the slot). A state for an old c is still returned:
   // it is what a PM descent would have found, and its obsolete locks restart the caller.
@@ -121,7 +121,7 @@ std::uintptr_t Apex::resolve_child(const InnerMeta& im, std::uint32_t slot) cons
 }
 
 void Apex::unshadow(std::uint64_t parent, std::uint32_t s, std::uint32_t e) {
-  std::lock_guard<std::mutex> lock(metas_mu_);
+  std::lock_guard<sync::SpinLock> lock(metas_mu_);
   if (parent == 0) {
     root_meta_.store(nullptr, std::memory_order_release);
     return;
@@ -404,7 +404,7 @@ Code Apex::insert_into(std::uint64_t off, DataMeta& m, std::uint64_t key, std::u
     }
   }
   // Extended stash blocks, under the node's extended-stash mutex.
-  std::lock_guard<std::mutex> ext_lock(m.ext_mu);
+  std::lock_guard<sync::SpinLock> ext_lock(m.ext_mu);
   for (ExtInfo& info : m.ext) {
     if (info.used == (1u << kExtRecords) - 1) continue;
     const unsigned j = static_cast<unsigned>(std::countr_zero(static_cast<unsigned>(~info.used)));
@@ -455,7 +455,7 @@ void Apex::erase_at(std::uint64_t off, DataMeta& m, const Location& loc, std::ui
           .fetch_and(~(std::uint64_t{1} << (loc.index % 64)), std::memory_order_release);
       break;
     case Location::Where::ext: {
-      std::lock_guard<std::mutex> ext_lock(m.ext_mu);
+      std::lock_guard<sync::SpinLock> ext_lock(m.ext_mu);
       const std::uint64_t roff = pool_->offset_of(loc.rec);
       for (ExtInfo& info : m.ext) {
         if (roff >= info.off && roff < info.off + sizeof(ExtStash)) {

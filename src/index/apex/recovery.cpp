@@ -226,7 +226,7 @@ void Apex::start_recovery_walk() {
   }
   walker_ = std::thread([this, before_lock = std::move(before_lock)] {
     if (before_lock) before_lock();
-    std::unique_lock<std::shared_mutex> global(smo_mu_);
+    std::unique_lock<sync::SharedSpinLock> global(smo_mu_);
     // release: pairs with the open's acquire wait below.
     walk_holds_smo_.store(true, std::memory_order_release);
     walk_holds_smo_.notify_all();
@@ -246,7 +246,7 @@ void Apex::start_recovery_walk() {
       if (s.ok()) s = al.finish_recovery();
     }
     if (!s.ok()) {  // the walk found damage: writes are refused from now on
-      std::lock_guard<std::mutex> lock(damage_mu_);
+      std::lock_guard<sync::SpinLock> lock(damage_mu_);
       if (damage_.ok()) damage_ = s;
       corrupted_.store(true, std::memory_order_relaxed);  // relaxed: see refusing_writes()
     } else {

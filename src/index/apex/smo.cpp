@@ -240,7 +240,7 @@ Code Apex::contract_locked(std::uint64_t off, DataMeta& m, const std::vector<Pat
       continue;
     }
     DataMeta& om = *omp;
-    std::unique_lock<std::mutex> other_smo(om.smo_mu, std::defer_lock);
+    std::unique_lock<sync::SpinLock> other_smo(om.smo_mu, std::defer_lock);
     if (right) other_smo.lock(); else if (!other_smo.try_lock()) continue;
     if (om.retired || !lock_all(om)) continue;
     const std::uint64_t total = n + om.keys();

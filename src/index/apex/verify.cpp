@@ -10,10 +10,10 @@ namespace pmindex::apex {
 
 Status Apex::verify() const {
   walk_running_.wait(true, std::memory_order_acquire);  // pairs with the walker's release
-  std::unique_lock<std::shared_mutex> global(smo_mu_);
+  std::unique_lock<sync::SharedSpinLock> global(smo_mu_);
   if (!walk_status_.ok()) return walk_status_;
   if (refusing_writes()) {  // damage found by an operation (first-touch check or routing)
-    std::lock_guard<std::mutex> lock(damage_mu_);
+    std::lock_guard<sync::SpinLock> lock(damage_mu_);
     return damage_;
   }
   const SmoLog* logs = pool_->at<SmoLog>(root_->logs);
@@ -137,7 +137,7 @@ Status Apex::verify_data(std::uint64_t off, std::uint64_t* records) const {
   *records += keys.size();
 
   // DRAM state, if this generation built it.
-  std::unique_lock<std::mutex> metas(metas_mu_);
+  std::unique_lock<sync::SpinLock> metas(metas_mu_);
   auto it = metas_.find(off);
   if (it == metas_.end()) return Status::Ok();
   metas.unlock();
@@ -240,7 +240,7 @@ bool Apex::stats_node(std::uint64_t off, std::uint32_t depth, Stats* s) const {
 }
 
 Apex::Stats Apex::stats() const {
-  std::unique_lock<std::shared_mutex> global(smo_mu_);
+  std::unique_lock<sync::SharedSpinLock> global(smo_mu_);
   Stats s;
   if (!stats_node(root_->root_node, 0, &s)) return Stats{};  // damaged: verify() says where
   if (s.data_nodes > 0) {
