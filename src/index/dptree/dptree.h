@@ -50,7 +50,7 @@
 #include "pmindex/pm/allocator.h"
 #include "pmindex/pm/dram_arena.h"
 #include "pmindex/pm/persist.h"
-#include "pmindex/sync/backoff.h"
+#include "pmindex/sync/shared_spin_lock.h"
 #include "pmindex/sync/spin_lock.h"
 
 namespace pmindex::dptree {
@@ -93,39 +93,12 @@ struct Protocol {
   static constexpr bool kForgetBlindOnRemove = false;
 };
 
-// The index lock in the tracing flavour: a reader-writer spin lock whose waits are scheduling
-// points (pm::yield_point). The crash simulator's deterministic scheduler parks a thread at
-// every PM event, also inside a critical section, so a waiter must hand the baton on instead
-// of blocking in the kernel (docs/crash-simulator.md, "Multi-threaded simulation"). Other
-// flavours use std::shared_mutex. Meets Lockable and SharedLockable.
-class SimSharedMutex {
- public:
-  void lock() {
-    sync::SpinBackoff backoff;
-    while (!try_lock()) backoff.spin("dptree.lock");
-  }
-  bool try_lock() {
-    pm::yield_point("dptree.try_lock");
-    std::int64_t free = 0;
-    // acquire: the winner sees the previous holders' critical sections.
-    return state_.compare_exchange_strong(free, -1, std::memory_order_acquire);
-  }
-  void unlock() { state_.store(0, std::memory_order_release); }
-  void lock_shared() {
-    sync::SpinBackoff backoff;
-    while (!try_lock_shared()) backoff.spin("dptree.lock_shared");
-  }
-  bool try_lock_shared() {
-    pm::yield_point("dptree.try_lock_shared");
-    std::int64_t s = state_.load(std::memory_order_relaxed);
-    return s >= 0 && state_.compare_exchange_strong(s, s + 1, std::memory_order_acquire);
-  }
-  void unlock_shared() { state_.fetch_sub(1, std::memory_order_release); }
-
- private:
-  std::atomic<std::int64_t> state_{0};  // -1: a writer holds it; n > 0: n readers
-};
-using IndexMutex = std::conditional_t<pm::kTracing, SimSharedMutex, std::shared_mutex>;
+// The index lock. In the tracing flavour a reader-writer spin lock whose waits are scheduling
+// points: the crash simulator's deterministic scheduler parks a thread at every PM event, also
+// inside a critical section, so a waiter must hand the baton on instead of blocking in the
+// kernel (docs/crash-simulator.md, "Multi-threaded simulation"). Other flavours use
+// std::shared_mutex.
+using IndexMutex = std::conditional_t<pm::kTracing, sync::SharedSpinLock, std::shared_mutex>;
 
 // Tuning (the paper's defaults). The registry uses these; tests pass their own to create().
 struct Config {
@@ -329,7 +302,7 @@ class DPTree final : public Index {
   // Background mode (PROTOCOL.md B1-B5).
   using Lock = std::unique_lock<IndexMutex>;
   // cv_.wait(lock, pred), or in the tracing flavour a loop that drops the lock at a
-  // scheduling point until pred holds (see SimSharedMutex).
+  // scheduling point until pred holds (see IndexMutex).
   template <class L, class Pred>
   void wait_for(L& lock, Pred pred) const;
   template <class Fn>
