@@ -1,5 +1,5 @@
-// Unit tests of the spin locks: the test-and-test-and-set SpinLock (Lockable) and the
-// reader-writer SharedSpinLock (SharedLockable): their semantics and mutual exclusion (a plain
+// Unit tests of the spin locks: the test-and-test-and-set SpinLock (Lockable), its quiet
+// variant, and the reader-writer SharedSpinLock (SharedLockable): their semantics and mutual exclusion (a plain
 // counter incremented under the lock; TSan reports a race if exclusion or the release/acquire
 // pairing is broken, and the total is off if increments are lost).
 #include "pmindex/sync/spin_lock.h"
@@ -70,6 +70,30 @@ TEST(SpinLock, ExcludesAndPublishesBetweenThreads) {
     threads.emplace_back([&] {
       for (std::uint64_t i = 0; i < kIncrements; ++i) {
         std::lock_guard<SpinLock> guard(lock);
+        if (++holders != 1) overlaps.fetch_add(1, std::memory_order_relaxed);
+        ++counter;
+        --holders;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(overlaps.load(), 0u);
+  EXPECT_EQ(counter, kThreads * kIncrements);
+}
+
+// The quiet variant (the allocator's central lock): the same exclusion and publication.
+TEST(QuietSpinLock, ExcludesAndPublishesBetweenThreads) {
+  constexpr int kThreads = 4;
+  constexpr std::uint64_t kIncrements = 20000;
+  QuietSpinLock lock;
+  std::uint64_t counter = 0;  // plain: protected by the lock only
+  std::uint64_t holders = 0;  // more than 1 inside means exclusion failed
+  std::atomic<std::uint64_t> overlaps{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      for (std::uint64_t i = 0; i < kIncrements; ++i) {
+        std::lock_guard<QuietSpinLock> guard(lock);
         if (++holders != 1) overlaps.fetch_add(1, std::memory_order_relaxed);
         ++counter;
         --holders;

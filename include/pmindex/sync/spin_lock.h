@@ -66,4 +66,35 @@ class SpinLock {
   std::atomic<bool> locked_{false};
 };
 
+/// A spin lock that is a scheduling point only when it has to wait: taking it free is one
+/// exchange, as for a std::mutex, so the crash simulator's seeded schedules are those of a
+/// kernel lock; a waiter spins at scheduling points (SpinLock's loop), so a holder the
+/// simulator parked inside can finish. For the pool allocator's central lock, taken by every
+/// index, whose extra scheduling points would have shifted every seeded schedule.
+class QuietSpinLock {
+ public:
+  QuietSpinLock() = default;
+  QuietSpinLock(const QuietSpinLock&) = delete;
+  QuietSpinLock& operator=(const QuietSpinLock&) = delete;
+
+  void lock() noexcept {
+    // acquire: the winner sees the previous holder's critical section.
+    if (locked_.exchange(true, std::memory_order_acquire)) wait_and_lock();
+  }
+  void unlock() noexcept {
+    assert(locked_.load(std::memory_order_relaxed));
+    locked_.store(false, std::memory_order_release);  // release: to the next holder
+  }
+
+ private:
+  void wait_and_lock() noexcept {
+    SpinBackoff backoff;
+    do {
+      // relaxed: the exchange that follows orders the critical section.
+      while (locked_.load(std::memory_order_relaxed)) backoff.spin("spinlock.quiet_spin");
+    } while (locked_.exchange(true, std::memory_order_acquire));
+  }
+  std::atomic<bool> locked_{false};
+};
+
 }  // namespace pmindex::sync
