@@ -37,15 +37,16 @@ TEST(CrashUTree, Leaf512Eadr) { run(512, KeyType::u64, pm::Mode::eadr, 200); }
 TEST(CrashUTree, Leaf64BytesAdr) { run(64, KeyType::bytes, pm::Mode::adr, 200); }
 TEST(CrashUTree, Leaf64BytesEadr) { run(64, KeyType::bytes, pm::Mode::eadr, 200); }
 
-// The driver must catch a utree-specific loss: cutting the list after its first node in every
-// image (its next zeroed) would drop records that completed operations wrote; recovery refuses
-// the zeroed link (R1t), and the driver must report either outcome as a failure.
-TEST(CrashUTree, DriverCatchesLostRecords) {
+// The crash driver and the kill harness must both catch a utree-specific loss: cutting the
+// list after its first node in every image or killed pool (its next zeroed) would drop records
+// that completed operations wrote; recovery refuses the zeroed link (R1t), and each checker
+// must report either outcome as a failure.
+TEST(CrashUTree, DriverAndKillHarnessCatchLostRecords) {
   Options o;
   o.kind = "utree";
   o.node_size = 64;
-  hybrid_test::expect_driver_catches(
-      o, 40,
+  hybrid_test::expect_checkers_catch(
+      o,
       [](std::span<char> image) {
         std::uint64_t root = 0, first = 0;
         root = pm::image_root(image.data());
@@ -55,7 +56,7 @@ TEST(CrashUTree, DriverCatchesLostRecords) {
         if (first == 0 || first + 8 > image.size()) return;
         std::memset(image.data() + first, 0, 8);  // next = 0
       },
-      "utree.tampered");
+      "utree");
 }
 
 }  // namespace
