@@ -134,7 +134,8 @@ std::size_t RefList::record_size(const Record* r) const {
 Status RefList::follow(std::uint64_t link, std::uint64_t from, bool untagged_ok,
                        std::uint64_t* off) const {
   const pm::Pool& p = *pool_;
-  const bool ignore_tags = ignore_link_tags_for_testing_.load(std::memory_order_relaxed);
+  const bool ignore_tags =
+      pm::kTracing && ignore_link_tags_for_testing_.load(std::memory_order_relaxed);
   // Untagged (REFLIST1, not yet upgraded by R10): the word is a plain offset, 0 at the end.
   const bool untagged = ignore_tags || (untagged_ok && link_tag(link) == 0);
   *off = link_off(link);

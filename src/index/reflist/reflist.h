@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -52,8 +53,10 @@ class RefList final : public Index {
   const pm::Pool& pool() const override { return *pool_; }
 
   // Known-bad switch for the damage tests: recovery and verify() read links as offsets only
-  // (no tag check, a link of 0 reads as the end). Process-wide; set before opening.
+  // (no tag check, a link of 0 reads as the end). Process-wide; set before opening. The
+  // tracing flavour only (elsewhere the switch aborts and the check reads a constant).
   static void set_ignore_link_tags_for_testing(bool on) {
+    if (on && !pm::kTracing) std::abort();
     ignore_link_tags_for_testing_.store(on, std::memory_order_relaxed);  // relaxed: set before opens
   }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <iterator>
 
 #include "index/common/close_counts.h"
@@ -25,9 +26,10 @@ std::uint64_t Roart::finished_merges_total() {
   return g_finished_merges.load(std::memory_order_relaxed);
 }
 void Roart::set_merge_without_intent_for_testing(bool on) {
+  if (on && !pm::kTracing) std::abort();  // the tracing flavour only
   g_merge_without_intent.store(on, std::memory_order_relaxed);  // relaxed: set between runs
 }
-bool Roart::merge_without_intent() {
+bool Roart::merge_without_intent_flag() {
   return g_merge_without_intent.load(std::memory_order_relaxed);
 }
 

@@ -94,7 +94,8 @@ class Roart final : public Index {
   static std::uint64_t finished_merges_total();
   // Known-bad variant for the crash suite (tests only, process-wide): when set, merges skip
   // their intent (M1's intent block and M2), so a crash between M3 and M4 loses the left
-  // array's records. The crash suite must catch it.
+  // array's records. The crash suite must catch it. The tracing flavour only (elsewhere
+  // switching it on aborts).
   static void set_merge_without_intent_for_testing(bool on);
   // Leaf arrays (quiescent; tests and the footprint table).
   std::uint64_t array_count_for_testing() const;
@@ -172,7 +173,13 @@ class Roart final : public Index {
   // seek_ge(from) lands on w's own name (w.tail: on nothing): no separator in [from, w's range).
   bool lands_on(const Where& w, std::string_view from) const;
   bool merge_intent(std::uint64_t ioff) const;
-  static bool merge_without_intent();
+  // The known-bad switch as the merge reads it: a constant false outside the tracing flavour,
+  // so the production library has no intent-less merge path.
+  static bool merge_without_intent() {
+    if constexpr (pm::kTracing) return merge_without_intent_flag();
+    return false;
+  }
+  static bool merge_without_intent_flag();
   bool next_split_settled(const Where& w) const;
   unsigned live_items(ArrayHeader* a, Item* out) const;
   // The smallest key of n >= 1 live items (merge_left's starting point).
