@@ -63,6 +63,8 @@ class Part final : public Index {
   // verify() with the walk's node counts (tests: every node type and transition happened,
   // stale prefixes met after a crash).
   Status verify_with(art::TreeStats* stats) const;
+  // Prefix splits (P5-P6) done since open: the crash suites' SmoTally reads it.
+  std::uint64_t prefix_splits() const { return tree_->prefix_splits(); }
   // Seconds from the start of open to the first answered lookup (0 until one is answered).
   double first_answer_seconds() const { return first_answer_.load(std::memory_order_relaxed); }
   // Waits for the start-now recovery walk (tests, close).

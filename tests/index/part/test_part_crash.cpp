@@ -1,8 +1,8 @@
 // part under the crash simulator (adr and eadr). Key spaces chosen for what they exercise:
 // 24 keys share 7 bytes (one node grows N4 -> N16 -> N48 and shrinks back, end-to-end removes
-// collapse it into a record); 400 keys differ in the last two bytes (a prefix split at byte 6
-// each time the tree regrows, leaf splits, an N256 at the last byte); 70,000 keys are sparse
-// (prefix splits and collapses at several depths); a bulk load (B1-B2) of every node type, with
+// collapse it into a record); 400 keys differ in the last two bytes (every node type, an N256
+// at the last byte, and shrinks; a prefix split at byte 6 only when the first two keys shared
+// that byte); 70,000 keys are sparse (prefix splits and collapses at several depths); a bulk load (B1-B2) of every node type, with
 // its known-bad (nodes not persisted before the publish). Recovery after every image meets the state
 // each step leaves, stale prefixes (crash between P5 and P6) included. Sized by
 // PMINDEX_CRASH_IMAGES (about 1,000 per run in CI; the `long` variant runs 10,000); a failure
@@ -31,9 +31,25 @@ IndexCrashConfig part_config(std::uint64_t key_space) {
   return cfg;
 }
 
+// The live tree's node counts by type (a verify walk: the single-threaded driver observes
+// between operations) and its prefix splits: "n16+" is a grow into an N16, "n4-" a node
+// shrunk or collapsed away, "prefix_splits+" a prefix split (P5-P6).
+crash_kit::SmoTally::Levels node_levels(const Index& idx) {
+  const auto& p = dynamic_cast<const part::Part&>(idx);
+  art::TreeStats st;
+  if (!p.verify_with(&st).ok()) return {};
+  return {{"n4", st.nodes[static_cast<int>(art::NodeType::n4)]},
+          {"n16", st.nodes[static_cast<int>(art::NodeType::n16)]},
+          {"n48", st.nodes[static_cast<int>(art::NodeType::n48)]},
+          {"n256", st.nodes[static_cast<int>(art::NodeType::n256)]},
+          {"prefix_splits", p.prefix_splits()}};
+}
+
 // share: the part of the image budget this configuration checks (the two extra adr key spaces
-// take half each, so adr and eadr each check about the budget in CI).
-void run(pm::Mode mode, std::uint64_t key_space, const std::string& name, double share = 1.0) {
+// take half each, so adr and eadr each check about the budget in CI). `smos`: what the
+// configuration is for, and must have happened while its crash points were explored.
+void run(pm::Mode mode, std::uint64_t key_space, const std::string& name,
+         const std::vector<std::string>& smos, double share = 1.0) {
   IndexCrashConfig cfg = part_config(key_space);
   const std::string label = name + "." + std::string(pm::to_string(mode));
   ExploreOptions opt = ExploreOptions::from_env(label, mode);
@@ -41,15 +57,27 @@ void run(pm::Mode mode, std::uint64_t key_space, const std::string& name, double
     opt.images_budget = std::max<std::size_t>(100, static_cast<std::size_t>(opt.images_budget * share));
   const std::size_t ops = default_crash_ops(opt.images_budget) * (mode == pm::Mode::eadr ? 3 : 2) / 2;
   cfg.ops = std::max<std::size_t>(key_space > 100 ? 300 : 120, ops);
+  const crash_kit::SmoTally tally(node_levels);
+  cfg.observe = tally.observer();
   const ExploreReport r = run_index_crash(cfg, opt);
   if (r.replay_skipped) GTEST_SKIP() << "PMINDEX_CRASH_REPLAY names another configuration";
-  crash_kit::expect_explored(r, opt);
+  crash_kit::expect_explored(r, opt, {.smos = smos}, &tally);
 }
 
-TEST(CrashPart, AdrOneNode) { run(pm::Mode::adr, 24, "part_small", 0.5); }
-TEST(CrashPart, AdrPrefixSplits) { run(pm::Mode::adr, 400, "part"); }
-TEST(CrashPart, EadrPrefixSplits) { run(pm::Mode::eadr, 400, "part"); }
-TEST(CrashPart, AdrSparse) { run(pm::Mode::adr, 70000, "part_sparse", 0.5); }
+// What each key space must have run (seen over seeds: the 400 keys split a prefix in most
+// runs but not all, the sparse keys in every one).
+const std::vector<std::string> kEveryType = {"n16+", "n48+", "n256+", "n48-", "n16-"};
+TEST(CrashPart, AdrOneNode) {
+  run(pm::Mode::adr, 24, "part_small", {"n16+", "n48+", "n16-"}, 0.5);
+}
+TEST(CrashPart, AdrEveryNodeType) { run(pm::Mode::adr, 400, "part", kEveryType); }
+TEST(CrashPart, EadrEveryNodeType) { run(pm::Mode::eadr, 400, "part", kEveryType, 0.5); }
+TEST(CrashPart, AdrSparsePrefixSplits) {
+  run(pm::Mode::adr, 70000, "part_sparse", {"prefix_splits+", "n4-"}, 0.5);
+}
+TEST(CrashPart, EadrSparsePrefixSplits) {
+  run(pm::Mode::eadr, 70000, "part_sparse", {"prefix_splits+", "n4-"}, 0.25);
+}
 
 // Bulk load (B1-B2) of about 1,000 keys shaped into every node type (a root N4 with a 6-byte
 // prefix over an N256 per group of 85 keys, an N48, an N16 and an N4), then inserts beside

@@ -237,6 +237,7 @@ Code Tree<P>::prefix_split(Parent pa, std::uint64_t w, std::uint64_t v, Prefix& 
   publish_persist(&n->shape, make_shape(depth + mis + 1, nlen));    // P6b
   unlock(n->lock);
   unlock(*pa.lock);
+  prefix_splits_.fetch_add(1, std::memory_order_relaxed);  // relaxed: a statistic
   return Code::ok;
 }
 

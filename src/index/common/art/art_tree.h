@@ -28,6 +28,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cassert>
 #include <cstdint>
@@ -110,6 +111,9 @@ class Tree {
   // must catch in adr mode.
   void set_unpersisted_build_for_test() { test_unpersisted_build_ = true; }
   bool empty() const { return load_word(*root_word_) == 0; }
+  // Prefix splits (P5-P6) done through this object since it was built: for tests that must
+  // see them happen (crash suites' SmoTally). Relaxed: a statistic, safe beside operations.
+  std::uint64_t prefix_splits() const { return prefix_splits_.load(std::memory_order_relaxed); }
 
   // remove: not_found, pool_full (a shrink could not allocate), corrupted. *old as update.
   Code remove(std::string_view key, std::uint64_t* old);
@@ -369,6 +373,7 @@ class Tree {
   const std::uint32_t tag_;
   const std::uint32_t max_key_;
   mutable sync::EpochManager epochs_;
+  std::atomic<std::uint64_t> prefix_splits_{0};
   bool test_unpersisted_build_ = false;
 };
 
