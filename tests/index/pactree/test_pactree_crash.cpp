@@ -351,9 +351,9 @@ void start_now_crash(pm::Mode mode) {
   hybrid_test::run_scripted(scenario, label, mode, {}, 400);
   std::cout << label << ": " << images << " images queried before the walk, " << owed_splits
             << " with an owed split, " << owed_merges << " with an owed merge\n";
-  if (images >= 100) {  // a replay checks one image
-    EXPECT_GT(owed_splits, 0u);
-    EXPECT_GT(owed_merges, 0u);
+  if (!ExploreOptions::from_env(label, mode).replay) {  // a replay checks one image
+    EXPECT_GT(owed_splits, 0u) << label << ": no image had a split owed at open";
+    EXPECT_GT(owed_merges, 0u) << label << ": no image had a merge owed at open";
   }
 }
 TEST(StartNowPacTree, ReadersBeforeTheWalkAdr) { start_now_crash(pm::Mode::adr); }
