@@ -237,6 +237,14 @@ class DPTree final : public Index {
   int slot_of(const LeafInfo& l, std::uint64_t k) const {
     return window_slot(view(l.off), l.bitmap, k);
   }
+  // verify()'s steps (dptree_recovery.h).
+  Status verify_error(const std::string& what) const;
+  static bool link_differs(std::uint64_t have, std::uint64_t want);
+  std::uint64_t chain_link(std::size_t i) const;
+  Status verify_leaf(std::size_t i, std::uint64_t prev_bound, index_common::ChainKeys& keys) const;
+  Status verify_chain(std::uint64_t* reachable) const;
+  Status verify_inner() const;
+  Status verify_log(std::uint64_t* reachable) const;
   // Whether the base tree's current version holds k (its leaf found through the inner layer).
   bool in_base(std::uint64_t k) const { return slot_of(*leaf_for(k), k) >= 0; }
   // Over meta[gv] in PM (the point operations, after requested_leaf or find_batch's

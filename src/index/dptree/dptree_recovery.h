@@ -333,91 +333,114 @@ Status DPTree<P>::bulk_load(std::span<const KeyValue> sorted, double fill) {
   return Status::Ok();
 }
 
+// verify()'s steps (quiescent: under the index lock, no merge running).
 template <class P>
-Status DPTree<P>::verify() const {
-  // A running merge holds fresh leaves no root reaches yet: verify() waits for it to end.
-  std::shared_lock lock(mu_);
-  wait_for(lock, [&] { return !merging_; });
+Status DPTree<P>::verify_error(const std::string& what) const {
+  return pool_->error(Code::corrupted, "verify: " + what);
+}
+
+// Whether a link word differs from the expected one (kUncheckedLinks: its offset only).
+template <class P>
+bool DPTree<P>::link_differs(std::uint64_t have, std::uint64_t want) {
+  return P::kUncheckedLinks ? index_common::link_off(have) != index_common::link_off(want)
+                            : have != want;
+}
+
+// R1t's check (PROTOCOL.md, "Tagged links"): the link to chain leaf i is the DRAM chain's
+// leaf's tagged link (its offset and own tag); past the last one, the end mark.
+template <class P>
+std::uint64_t DPTree<P>::chain_link(std::size_t i) const {
+  return i < chain_.size() ? index_common::make_link(chain_[i]->off, chain_[i]->tag)
+                           : index_common::kChainEnd;
+}
+
+// Chain leaf i against its DRAM info: tags and links, metadata, order array, and every live
+// key in the leaf's range and found by its own probe. Its keys are appended to `keys`.
+template <class P>
+Status DPTree<P>::verify_leaf(std::size_t i, std::uint64_t prev_bound,
+                              index_common::ChainKeys& keys) const {
   const pm::Pool& p = *pool_;
-  auto bad = [&](const std::string& what) { return p.error(Code::corrupted, "verify: " + what); };
-  if (state_gv(root_->state) != gv_ || state_covered(root_->state) != covered_)
-    return bad("root state differs from the index's version");
-  std::uint64_t reachable = index_common::block_bytes(sizeof(Root));
-  std::uint64_t records = 0, prev_bound = 0;
-  // R1t's check (PROTOCOL.md, "Tagged links"): each link of the current chain is the DRAM
-  // chain's next leaf's tagged link (its offset and own tag), the last one the end mark.
-  const auto want_link = [&](std::size_t i) {
-    return i < chain_.size() ? index_common::make_link(chain_[i]->off, chain_[i]->tag)
-                             : index_common::kChainEnd;
-  };
-  const auto link_differs = [](std::uint64_t have, std::uint64_t want) {
-    return P::kUncheckedLinks ? index_common::link_off(have) != index_common::link_off(want)
-                              : have != want;
-  };
-  if (chain_.empty() || link_differs(root_->head[gv_], want_link(0)))
-    return bad("root head[" + std::to_string(gv_) + "] (" + std::to_string(root_->head[gv_]) +
-               ") is not the tagged link to the DRAM chain's first leaf");
+  const LeafInfo& l = *chain_[i];
+  const std::uint64_t off = l.off;
+  if (p.checked<char>(off, leaf_bytes_, 64) == nullptr) return verify_error("leaf out of bounds");
+  const LeafView v = view(off);
+  const Meta& m = *v.meta(gv_);
+  const auto leaf_bad = [&](const std::string& what) { return index_common::leaf_error(p, off, what); };
+  if (!P::kUncheckedLinks && (m.tag != l.tag || !index_common::valid_tag(m.tag)))
+    return leaf_bad("own tag " + std::to_string(m.tag) + " differs from the DRAM chain's (" +
+                    std::to_string(l.tag) + ")");
+  if (link_differs(m.next, chain_link(i + 1)))
+    return leaf_bad("next link " + std::to_string(m.next) + " is not the tagged link to " +
+                    (i + 1 < chain_.size() ? "chain leaf " + std::to_string(i + 1)
+                                           : std::string("the end mark")) +
+                    " (the DRAM chain's)");
+  if (std::memcmp(m.bitmap, l.bitmap, sizeof(l.bitmap)) != 0 || m.bound != l.bound)
+    return leaf_bad("meta[gv] differs from the DRAM leaf info");
+  if (m.count != detail::popcount(m.bitmap)) return leaf_bad("count differs");
+  if (i > 0 && !(m.bound > prev_bound)) return leaf_bad("bounds not increasing");
+  if (l.index != i) return leaf_bad("wrong chain index");
+  if (l.order.size() != m.count) return leaf_bad("order array size");
+  keys.leaves.push_back(reinterpret_cast<std::uint64_t>(&l));
+  keys.keys.emplace_back();
+  for (std::size_t j = 0; j < l.order.size(); ++j) {
+    const std::uint32_t s = l.order[j];
+    const std::uint64_t k = v.slot(s)->key;
+    if (!detail::test_bit(m.bitmap, s)) return leaf_bad("order names a free slot");
+    if (j > 0 && !(v.slot(l.order[j - 1])->key < k)) return leaf_bad("order array not sorted");
+    if (k > m.bound || (i > 0 && k <= prev_bound)) return leaf_bad("key outside the leaf's range");
+    if (v.fp()[s] != key_fp(key_hash(k)) || slot_of(l, k) != static_cast<int>(s))
+      return leaf_bad("key not found by its probe (fingerprint or window)");
+    keys.keys.back().push_back(encode_u64(k));
+  }
+  return Status::Ok();
+}
+
+// The base tree's current chain from the root's head: every leaf (verify_leaf), the bounds
+// ending at ~0, the record count, key order across leaves. Adds the leaves' bytes.
+template <class P>
+Status DPTree<P>::verify_chain(std::uint64_t* reachable) const {
+  if (chain_.empty() || link_differs(root_->head[gv_], chain_link(0)))
+    return verify_error("root head[" + std::to_string(gv_) + "] (" +
+                        std::to_string(root_->head[gv_]) +
+                        ") is not the tagged link to the DRAM chain's first leaf");
   index_common::ChainKeys keys;
+  std::uint64_t records = 0, prev_bound = 0;
   for (std::size_t i = 0; i < chain_.size(); ++i) {
-    const LeafInfo& l = *chain_[i];
-    const std::uint64_t off = l.off;
-    if (p.checked<char>(off, leaf_bytes_, 64) == nullptr) return bad("leaf out of bounds");
-    const LeafView v = view(off);
-    const Meta& m = *v.meta(gv_);
-    if (!P::kUncheckedLinks && (m.tag != l.tag || !index_common::valid_tag(m.tag)))
-      return index_common::leaf_error(p, off, "own tag " + std::to_string(m.tag) +
-                                                  " differs from the DRAM chain's (" +
-                                                  std::to_string(l.tag) + ")");
-    if (link_differs(m.next, want_link(i + 1)))
-      return index_common::leaf_error(
-          p, off, "next link " + std::to_string(m.next) + " is not the tagged link to " +
-                      (i + 1 < chain_.size() ? "chain leaf " + std::to_string(i + 1)
-                                             : std::string("the end mark")) +
-                      " (the DRAM chain's)");
-    if (std::memcmp(m.bitmap, l.bitmap, sizeof(l.bitmap)) != 0 || m.bound != l.bound)
-      return index_common::leaf_error(p, off, "meta[gv] differs from the DRAM leaf info");
-    if (m.count != detail::popcount(m.bitmap)) return index_common::leaf_error(p, off, "count differs");
-    if (i > 0 && !(m.bound > prev_bound)) return index_common::leaf_error(p, off, "bounds not increasing");
-    if (l.index != i) return index_common::leaf_error(p, off, "wrong chain index");
-    if (l.order.size() != m.count) return index_common::leaf_error(p, off, "order array size");
-    keys.leaves.push_back(reinterpret_cast<std::uint64_t>(&l));
-    keys.keys.emplace_back();
-    for (std::size_t j = 0; j < l.order.size(); ++j) {
-      const std::uint32_t s = l.order[j];
-      const std::uint64_t k = v.slot(s)->key;
-      if (!detail::test_bit(m.bitmap, s)) return index_common::leaf_error(p, off, "order names a free slot");
-      if (j > 0 && !(v.slot(l.order[j - 1])->key < k))
-        return index_common::leaf_error(p, off, "order array not sorted");
-      if (k > m.bound || (i > 0 && k <= prev_bound))
-        return index_common::leaf_error(p, off, "key outside the leaf's range");
-      if (v.fp()[s] != key_fp(key_hash(k)) || slot_of(l, k) != static_cast<int>(s))
-        return index_common::leaf_error(p, off, "key not found by its probe (fingerprint or window)");
-      keys.keys.back().push_back(encode_u64(k));
-    }
+    if (Status s = verify_leaf(i, prev_bound, keys); !s.ok()) return s;
+    const Meta& m = *view(chain_[i]->off).meta(gv_);
     records += m.count;
     prev_bound = m.bound;
-    reachable += index_common::block_bytes(leaf_bytes_);
+    *reachable += index_common::block_bytes(leaf_bytes_);
   }
-  if (prev_bound != ~std::uint64_t{0}) return bad("last bound is not ~0");
-  if (records != base_records_) return bad("base record count differs");
-  if (Status s = index_common::check_key_order(p, keys); !s.ok()) return s;
-  if (Status s = inner_.verify(
-          [](std::uint64_t a, std::uint64_t b) { return a < b; },
-          [&](std::uint64_t lw, const std::uint64_t* lo, const std::uint64_t* hi) {
-            const std::size_t i = word_index(lw);
-            if (i >= chain_.size() || chain_[i]->off != word_off(lw))
-              return bad("inner layer names a leaf outside the chain");
-            const LeafInfo* l = chain_[i].get();
-            const std::uint64_t want_lo = l->index == 0 ? 0 : chain_[l->index - 1]->bound + 1;
-            if ((lo == nullptr) != (l->index == 0) || (lo != nullptr && *lo != want_lo) ||
-                (hi != nullptr && *hi != l->bound + 1))
-              return bad("inner fences differ from the leaf bounds");
-            return Status::Ok();
-          });
-      !s.ok())
-    return s;
-  // The log: the DRAM page list is the PM one (R2t: every link the tagged link to the next
-  // page, whose own tag is valid, the last one the end mark), records valid up to the tail.
+  if (prev_bound != ~std::uint64_t{0}) return verify_error("last bound is not ~0");
+  if (records != base_records_) return verify_error("base record count differs");
+  return index_common::check_key_order(*pool_, keys);
+}
+
+// The DRAM inner layer: every leaf word names a chain leaf, with the fences of its bounds.
+template <class P>
+Status DPTree<P>::verify_inner() const {
+  return inner_.verify(
+      [](std::uint64_t a, std::uint64_t b) { return a < b; },
+      [&](std::uint64_t lw, const std::uint64_t* lo, const std::uint64_t* hi) {
+        const std::size_t i = word_index(lw);
+        if (i >= chain_.size() || chain_[i]->off != word_off(lw))
+          return verify_error("inner layer names a leaf outside the chain");
+        const LeafInfo* l = chain_[i].get();
+        const std::uint64_t want_lo = l->index == 0 ? 0 : chain_[l->index - 1]->bound + 1;
+        if ((lo == nullptr) != (l->index == 0) || (lo != nullptr && *lo != want_lo) ||
+            (hi != nullptr && *hi != l->bound + 1))
+          return verify_error("inner fences differ from the leaf bounds");
+        return Status::Ok();
+      });
+}
+
+// The log: the DRAM page list is the PM one (R2t: every link the tagged link to the next
+// page, whose own tag is valid, the last one the end mark), records valid up to the tail.
+// Adds the pages' bytes.
+template <class P>
+Status DPTree<P>::verify_log(std::uint64_t* reachable) const {
+  const pm::Pool& p = *pool_;
   const auto page_link = [&](std::size_t i) {
     return i < log_pages_.size()
                ? index_common::make_link(log_pages_[i], p.at<LogPageHeader>(log_pages_[i])->tag)
@@ -425,31 +448,46 @@ Status DPTree<P>::verify() const {
   };
   for (std::size_t i = 0; i < log_pages_.size(); ++i)
     if (!P::kUncheckedLinks && !index_common::valid_tag(p.at<LogPageHeader>(log_pages_[i])->tag))
-      return bad("log page " + std::to_string(i) + " has no valid own tag");
+      return verify_error("log page " + std::to_string(i) + " has no valid own tag");
   if (link_differs(root_->log_head, page_link(0)))
-    return bad("root log_head (" + std::to_string(root_->log_head) +
-               ") is not the tagged link to the DRAM log's first page");
+    return verify_error("root log_head (" + std::to_string(root_->log_head) +
+                        ") is not the tagged link to the DRAM log's first page");
   for (std::size_t i = 0; i < log_pages_.size(); ++i) {
     const std::uint64_t pg = log_pages_[i];
     const auto* h = p.at<LogPageHeader>(pg);
     if (link_differs(h->next, page_link(i + 1)))
-      return bad("log page " + std::to_string(i) + " (offset " + std::to_string(pg) +
-                 "): next link " + std::to_string(h->next) + " is not the tagged link to " +
-                 (i + 1 < log_pages_.size() ? "log page " + std::to_string(i + 1)
-                                            : std::string("the end mark")));
+      return verify_error("log page " + std::to_string(i) + " (offset " + std::to_string(pg) +
+                          "): next link " + std::to_string(h->next) +
+                          " is not the tagged link to " +
+                          (i + 1 < log_pages_.size() ? "log page " + std::to_string(i + 1)
+                                                     : std::string("the end mark")));
     const auto* recs = reinterpret_cast<const LogRecord*>(h + 1);
     const std::uint32_t n = i + 1 == log_pages_.size() ? tail_slot_ : records_per_page_;
     for (std::uint32_t j = 0; j < n; ++j)
       if (recs[j].validity != validity_word(recs[j].key, recs[j].value, recs[j].op, h->first_lsn + j))
-        return bad("log record " + std::to_string(h->first_lsn + j) + " does not check");
+        return verify_error("log record " + std::to_string(h->first_lsn + j) + " does not check");
     if (i + 1 == log_pages_.size() && h->first_lsn + n != next_lsn_)
-      return bad("log tail differs from the next sequence number");
-    reachable += index_common::block_bytes(log_page_bytes_);
+      return verify_error("log tail differs from the next sequence number");
+    *reachable += index_common::block_bytes(log_page_bytes_);
   }
+  return Status::Ok();
+}
+
+template <class P>
+Status DPTree<P>::verify() const {
+  // A running merge holds fresh leaves no root reaches yet: verify() waits for it to end.
+  std::shared_lock lock(mu_);
+  wait_for(lock, [&] { return !merging_; });
+  if (state_gv(root_->state) != gv_ || state_covered(root_->state) != covered_)
+    return verify_error("root state differs from the index's version");
+  std::uint64_t reachable = index_common::block_bytes(sizeof(Root));
+  if (Status s = verify_chain(&reachable); !s.ok()) return s;
+  if (Status s = verify_inner(); !s.ok()) return s;
+  if (Status s = verify_log(&reachable); !s.ok()) return s;
   reachable += reserve_.size() * index_common::block_bytes(log_page_bytes_);  // held back, DRAM
   for (const auto& d : deferred_) reachable += index_common::block_bytes(d.second);  // to free
-  if (Status s = buffer_->verify(p); !s.ok()) return s;
-  return index_common::check_reachable(p, reachable);
+  if (Status s = buffer_->verify(*pool_); !s.ok()) return s;
+  return index_common::check_reachable(*pool_, reachable);
 }
 
 template <class P>
