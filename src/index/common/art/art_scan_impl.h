@@ -267,36 +267,119 @@ Code Tree<P>::seek_ge_view(std::string_view key, std::string_view* key_out,
 // above. Each word is read under the version of the node that holds it and validated before
 // it is followed (as find_once does); a node revisited on the way back is validated again
 // after its next child is read, so an answer comes only from versions that all held.
+// seek_ge_once's position: the word to look at next, the lock and version of the node that
+// holds it, the depth it is reached at, and whether every key under it is above the key (its
+// least record answers).
+template <class P>
+struct Tree<P>::SeekCursor {
+  std::uint64_t w;
+  const std::uint64_t* plock;
+  std::uint64_t pv;
+  std::uint32_t depth;
+  bool least;
+};
+
+// The key against n's path (its prefix, reached at c.depth): < 0 every key under n is above
+// the key (the key ends inside the prefix, or at the node itself: its end record is the key),
+// > 0 every key is below it, 0 the path goes on. A prefix longer than the node stores is read
+// from a record under it; o stops when that record cannot be trusted.
+template <class P>
+inline int Tree<P>::seek_compare(NodeHeader* n, Prefix& p, std::uint32_t depth,
+                                 std::string_view key, Olc& o) const {
+  const std::uint32_t branch = depth + p.len;
+  if (p.len > p.avail) {
+    p.src = any_key(n, o);
+    if (o.stop() || p.src.size() < branch) {
+      if (!o.damaged) o.restart = true;
+      return 0;
+    }
+  }
+  for (std::uint32_t i = 0; i < p.len; ++i) {
+    if (depth + i >= key.size()) return -1;  // the key ends inside the prefix
+    const std::uint8_t kb = static_cast<std::uint8_t>(key[depth + i]);
+    const std::uint8_t pb = p.byte(depth, i);
+    if (kb != pb) return kb < pb ? -1 : 1;
+  }
+  return key.size() == branch ? -1 : 0;  // the end record is the key itself
+}
+
+// The child of n (read, not yet validated) the seek enters, at byte *b (256: the end record):
+// under `least` (or cmp < 0) n's least item, else the key's byte at n's branch depth, else the
+// first child right of it (which makes the rest `least`). 0: nothing at or right of the key.
+template <class P>
+inline std::uint64_t Tree<P>::seek_child(NodeHeader* n, std::uint32_t branch, std::string_view key,
+                                         bool* least, unsigned* b) const {
+  if (*least) {
+    std::uint64_t next = load_word(n->end);
+    *b = 256;
+    if (next == 0) {
+      next = next_child(n, 0);
+      *b = next != 0 ? byte_of(next) : 0;
+    }
+    return next;
+  }
+  const unsigned kb = static_cast<std::uint8_t>(key[branch]);
+  const std::uint64_t* s = slot_of(n, static_cast<std::uint8_t>(kb));
+  std::uint64_t next = s != nullptr ? load_word(*s) : 0;
+  *b = kb;
+  if (next == 0 && kb < 255) {
+    next = next_child(n, kb + 1);
+    *least = next != 0;
+    *b = next != 0 ? byte_of(next) : 0;
+  }
+  return next;
+}
+
+// Up the path: the next child right of the byte taken through each node, entered at its least
+// record. Leaves c.w 0 when nothing lies right of the key; false when o stopped.
+template <class P>
+inline bool Tree<P>::seek_climb(SeekStep* path, unsigned& top, SeekCursor& c, Olc& o) const {
+  c.w = 0;
+  while (top > 0 && c.w == 0) {
+    SeekStep& s = path[top - 1];
+    const std::uint64_t next = s.next < 256 ? next_child(s.n, s.next) : 0;
+    check(s.n->lock, s.v, o);
+    if (o.stop()) return false;
+    if (next == 0) {
+      --top;
+      continue;
+    }
+    s.next = byte_of(next) + 1;
+    c = SeekCursor{next, &s.n->lock, s.v, s.branch + 1, true};
+  }
+  return true;
+}
+
+// One optimistic attempt: the key's path as find takes it, while it matches. Where the key
+// leaves the trie (a prefix or record that differs, or no child at its byte) the answer is
+// the least record of the first subtree to the right: the node's end record (its key is the
+// node's path, below every child's), else its children in byte order. A node with nothing
+// right of the path's byte sends the search back up the path to the next byte of the node
+// above (seek_climb). Each word is read under the version of the node that holds it and
+// validated before it is followed (as find_once does); a node revisited on the way back is
+// validated again after its next child is read, so an answer comes only from versions that
+// all held.
 template <class P>
 Code Tree<P>::seek_ge_once(std::string_view key, std::string_view* key_out, std::uint64_t* value,
                            bool* deep, Olc& o) const {
-  struct Step {
-    NodeHeader* n;
-    std::uint64_t v;
-    std::uint32_t branch;  // the node's branch depth: its children sit at branch + 1
-    unsigned next;         // the first byte right of the path taken through it (<= 256)
-  };
-  Step path[kSeekPath];
+  SeekStep path[kSeekPath];
   unsigned top = 0;
   constexpr std::uint64_t kMustBeTag = ~NodeLock::kLowMask | NodeLock::kDamaged;
   const std::uint64_t want = std::uint64_t{tag_} << 32;
-  const std::uint64_t* plock = root_lock_;
-  std::uint64_t pv = read_lock(*root_lock_, nullptr, o);
+  SeekCursor c{0, root_lock_, read_lock(*root_lock_, nullptr, o), 0, false};
   if (o.stop()) return Code::ok;
-  std::uint64_t w = load_word(*root_word_);
-  std::uint32_t depth = 0;
-  bool least = false;  // every key under w is above the key: its least record answers
+  c.w = load_word(*root_word_);
   for (;;) {
-    bool back = false;  // everything under w is below the key: go back up the path
-    if (w == 0) {
-      check(*plock, pv, o);  // the empty tree (children are followed only when not 0)
+    bool back = false;  // everything under c.w is below the key: go back up the path
+    if (c.w == 0) {
+      check(*c.plock, c.pv, o);  // the empty tree (children are followed only when not 0)
       return o.stop() ? Code::ok : Code::not_found;
     }
-    if (is_record(w)) {
-      const std::string_view k = key_of(w);  // its length and bytes are immutable once published
-      const bool hit = least || detail::compare_keys(k, key) >= 0;
-      const std::uint64_t val = hit ? load_word(record(w)->value) : 0;
-      check(*plock, pv, o);
+    if (is_record(c.w)) {
+      const std::string_view k = key_of(c.w);  // its length and bytes are immutable once published
+      const bool hit = c.least || detail::compare_keys(k, key) >= 0;
+      const std::uint64_t val = hit ? load_word(record(c.w)->value) : 0;
+      check(*c.plock, c.pv, o);
       if (o.stop()) return Code::ok;
       if (hit) {
         *key_out = k;
@@ -305,11 +388,11 @@ Code Tree<P>::seek_ge_once(std::string_view key, std::string_view* key_out, std:
       }
       back = true;
     } else {
-      if (depth > max_key_) {
+      if (c.depth > max_key_) {
         o.damaged = true;  // deeper than any key: a cycle
         return Code::ok;
       }
-      NodeHeader* n = node(w);
+      NodeHeader* n = node(c.w);
       // read_lock's common case inline, as find_word tests it: this run's tag, neither held
       // nor obsolete nor damaged (else read_lock admits, waits or answers).
       pm::yield_point("art.read");
@@ -318,101 +401,44 @@ Code Tree<P>::seek_ge_once(std::string_view key, std::string_view* key_out, std:
         v = read_lock(n->lock, n, o);
         if (o.stop()) return Code::ok;
       }
-      check(*plock, pv, o);
+      check(*c.plock, c.pv, o);
       if (o.stop()) return Code::ok;
       Prefix p;
-      if (!prefix_at(n, depth, &p)) {
+      if (!prefix_at(n, c.depth, &p)) {
         check(n->lock, v, o);
         if (!o.restart) o.damaged = true;
         return Code::ok;
       }
-      const std::uint32_t branch = depth + p.len;
-      int cmp = 0;  // the key against n's path: < 0 every key under n is above it, > 0 below
-      if (!least) {
-        if (p.len > p.avail) {
-          p.src = any_key(n, o);
-          if (o.stop() || p.src.size() < branch) {
-            if (!o.damaged) o.restart = true;
-            return Code::ok;
-          }
-        }
-        for (std::uint32_t i = 0; i < p.len && cmp == 0; ++i) {
-          if (depth + i >= key.size()) {
-            cmp = -1;  // the key ends inside the prefix
-            break;
-          }
-          const std::uint8_t kb = static_cast<std::uint8_t>(key[depth + i]);
-          const std::uint8_t pb = p.byte(depth, i);
-          cmp = kb < pb ? -1 : kb > pb ? 1 : 0;
-        }
-        if (cmp == 0 && key.size() == branch) cmp = -1;  // the end record is the key itself
-      }
-      if (cmp > 0) {
-        check(n->lock, v, o);
+      const std::uint32_t branch = c.depth + p.len;
+      int cmp = 0;
+      if (!c.least) {
+        cmp = seek_compare(n, p, c.depth, key, o);
         if (o.stop()) return Code::ok;
+      }
+      unsigned b = 0;  // the byte of `next` (256: the end record)
+      std::uint64_t next = 0;
+      if (cmp <= 0) {
+        c.least = c.least || cmp < 0;
+        next = seek_child(n, branch, key, &c.least, &b);
+      }
+      check(n->lock, v, o);
+      if (o.stop()) return Code::ok;
+      if (next == 0) {
         back = true;
       } else {
-        std::uint64_t next = 0;
-        unsigned b = 0;  // the byte of `next` (256: the end record)
-        if (least || cmp < 0) {
-          next = load_word(n->end);
-          b = 256;
-          if (next == 0) {
-            next = next_child(n, 0);
-            b = next != 0 ? byte_of(next) : 0;
-          }
-          least = true;
-        } else {  // the path goes on: the key's byte, else the first byte right of it
-          const unsigned kb = static_cast<std::uint8_t>(key[branch]);
-          const std::uint64_t* s = slot_of(n, static_cast<std::uint8_t>(kb));
-          next = s != nullptr ? load_word(*s) : 0;
-          b = kb;
-          if (next == 0 && kb < 255) {
-            next = next_child(n, kb + 1);
-            least = next != 0;
-            b = next != 0 ? byte_of(next) : 0;
-          }
+        if (top == kSeekPath) {
+          *deep = true;
+          return Code::ok;
         }
-        check(n->lock, v, o);
-        if (o.stop()) return Code::ok;
-        if (next == 0) {
-          back = true;
-        } else {
-          if (top == kSeekPath) {
-            *deep = true;
-            return Code::ok;
-          }
-          // The end record's key is the node's path: every child is right of it (next 0).
-          path[top++] = Step{n, v, branch, b == 256 ? 0u : b + 1};
-          w = next;
-          plock = &n->lock;
-          pv = v;
-          depth = branch + 1;
-          continue;
-        }
+        // The end record's key is the node's path: every child is right of it (next 0).
+        path[top++] = SeekStep{n, v, branch, b == 256 ? 0u : b + 1};
+        c = SeekCursor{next, &n->lock, v, branch + 1, c.least};
+        continue;
       }
     }
     if (!back) continue;
-    // Up the path: the next child right of the byte taken through each node, entered at its
-    // least record.
-    w = 0;
-    while (top > 0 && w == 0) {
-      Step& s = path[top - 1];
-      const std::uint64_t c = s.next < 256 ? next_child(s.n, s.next) : 0;
-      check(s.n->lock, s.v, o);
-      if (o.stop()) return Code::ok;
-      if (c == 0) {
-        --top;
-        continue;
-      }
-      s.next = byte_of(c) + 1;
-      w = c;
-      plock = &s.n->lock;
-      pv = s.v;
-      depth = s.branch + 1;
-      least = true;
-    }
-    if (w == 0) return Code::not_found;  // nothing right of the key
+    if (!seek_climb(path, top, c, o)) return Code::ok;
+    if (c.w == 0) return Code::not_found;  // nothing right of the key
   }
 }
 

@@ -315,6 +315,21 @@ class Tree {
   Code find_once(std::string_view key, std::uint64_t* value, Olc& o) const;
   Code seek_ge_once(std::string_view key, std::string_view* key_out, std::uint64_t* value,
                     bool* deep, Olc& o) const;
+  // seek_ge_once's steps (art_scan_impl.h): a node on the kept path, the position, the key
+  // against a node's path, the child to enter, the climb back up the path.
+  struct SeekStep {
+    NodeHeader* n;
+    std::uint64_t v;
+    std::uint32_t branch;  // the node's branch depth: its children sit at branch + 1
+    unsigned next;         // the first byte right of the path taken through it (<= 256)
+  };
+  struct SeekCursor;
+  [[gnu::always_inline]] int seek_compare(NodeHeader* n, Prefix& p, std::uint32_t depth,
+                                          std::string_view key, Olc& o) const;
+  [[gnu::always_inline]] std::uint64_t seek_child(NodeHeader* n, std::uint32_t branch,
+                                                  std::string_view key, bool* least,
+                                                  unsigned* b) const;
+  bool seek_climb(SeekStep* path, unsigned& top, SeekCursor& c, Olc& o) const;
   Code remove_once(std::string_view key, std::uint64_t* old, Olc& o);
   Code update_once(std::string_view key, std::uint64_t value, std::uint64_t* old, Olc& o);
   Code relocate_once(std::string_view key, std::uint64_t from, std::uint64_t to,
