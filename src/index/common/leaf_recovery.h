@@ -1,5 +1,6 @@
 // Parallel per-leaf recovery pass of the hybrid indexes (FPTree and LB+-Tree; each supplies
-// its own per-leaf function, the policy part). The chain walk (leaf_chain.h) records every
+// its own per-leaf function, the policy part), and the whole recovery pass they share
+// (recover_leaf_chain, at the end). The chain walk (leaf_chain.h) records every
 // leaf position serially - it is a pointer chase - and then the expensive part runs on
 // `threads` threads over contiguous ranges of those positions: each leaf is checked, marked
 // reachable together with its records, and summarised (smallest and largest key). The
@@ -22,7 +23,10 @@
 #include <thread>
 #include <vector>
 
+#include "index/common/close_counts.h"
 #include "index/common/key_codec.h"
+#include "index/common/leaf_chain.h"
+#include "pmindex/index.h"
 #include "pmindex/pm/pool.h"
 #include "pmindex/status.h"
 
@@ -93,6 +97,77 @@ inline Status check_leaf_summaries(const pm::Pool& pool, const char* index, cons
     prev = &sums[i];
     *records += sums[i].records;
   }
+  return Status::Ok();
+}
+
+// The hybrid indexes' recovery pass after their own first steps (FPTree's micro-log decisions):
+// the chain walk from `head`, bounds- and cycle-checked (leaf_chain.h); the link checks; the
+// per-leaf pass above on `threads` threads; key order across leaves and the close counts.
+// Until then nothing in PM changed, so a refusal leaves the pool as it was. Then the open is
+// committed and the repairs run: the index's own first (before_repairs), a stale lock cleared
+// in every leaf the pass found locked, every empty leaf but the head unlinked from the last
+// kept one and freed, and the DRAM inner layer built from the kept leaves' smallest keys.
+// `stats` gets the records, the repairs and the kept leaves. The policy supplies the parts
+// that differ, each cited with its PROTOCOL.md step where it is written:
+//
+//   struct Policy {
+//     const char* name;                                  // "lbtree": error messages
+//     std::size_t leaf_bytes;                            // a leaf, for the walk's bounds check
+//     std::size_t block_bytes;                           // its block, freed by an unlink
+//     std::uint64_t next(std::uint64_t off);             // the offset a leaf's link names
+//     Status check_links(const std::vector<std::uint64_t>& leaves);  // their tags
+//     void summarise(std::uint64_t off, LeafSummary* s);  // concurrent, per leaf
+//     const KeyCodec& keys();
+//     void before_repairs();                             // after commit_open
+//     void clear_lock(std::uint64_t off);                // persisted
+//     void unlink(std::uint64_t kept, std::uint64_t off);  // persisted; the pass frees off
+//     std::uint64_t separator(std::uint64_t min_word);   // the inner layer's word
+//     void build_inner(const std::vector<std::pair<std::uint64_t, std::uint64_t>>& items,
+//                      unsigned threads);
+//   };
+//
+// *threads_used: the threads the per-leaf pass ran on (the inner build gets as many).
+template <class Policy>
+Status recover_leaf_chain(pm::Pool& pool, std::uint64_t head, unsigned threads, Policy& pol,
+                          RecoveryStats* stats, unsigned* threads_used) {
+  auto refuse = [&](Status s) {
+    (void)pool.allocator().finish_recovery();
+    return s;
+  };
+  std::vector<std::uint64_t> leaves;
+  Status walk = walk_leaf_chain(pool, head, pol.leaf_bytes, 256,
+                                [&](std::uint64_t off) { return pol.next(off); }, &leaves);
+  if (walk.ok()) walk = pol.check_links(leaves);
+  if (!walk.ok()) return refuse(walk);
+  std::vector<LeafSummary> sums(leaves.size());
+  *threads_used = for_each_leaf_parallel(
+      leaves.size(), threads, [&](std::size_t i) { pol.summarise(leaves[i], &sums[i]); });
+  if (Status s = check_leaf_summaries(pool, pol.name, pol.keys(), leaves, sums, &stats->records);
+      !s.ok())
+    return refuse(s);
+  if (Status s = check_close_counts(pool, pol.name, stats->records, leaves.size()); !s.ok())
+    return refuse(s);
+  if (Status s = pool.allocator().finish_recovery(); !s.ok()) return s;
+  pool.commit_open();
+  pol.before_repairs();
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> items;  // separator, leaf
+  std::uint64_t kept = 0;
+  for (std::size_t i = 0; i < leaves.size(); ++i) {
+    if (sums[i].locked) {
+      pol.clear_lock(leaves[i]);
+      ++stats->repaired;
+    }
+    if (i > 0 && sums[i].empty) {  // the head (i == 0) stays, empty or not
+      pol.unlink(kept, leaves[i]);
+      pool.allocator().deallocate(leaves[i], pol.block_bytes);
+      ++stats->repaired;
+      continue;
+    }
+    kept = leaves[i];
+    items.emplace_back(i == 0 ? 0 : pol.separator(sums[i].min_word), kept);
+  }
+  pol.build_inner(items, *threads_used);
+  stats->nodes = items.size();
   return Status::Ok();
 }
 

@@ -2,8 +2,8 @@
 // reachability recovery begun (allocator), the "crashed before the root object was
 // published" case (nothing was reachable: finish, commit the open, create afresh), otherwise
 // the index's own checked walk from the root offset; the clean-shutdown flag and the time
-// taken go into RecoveryStats. Written for FPTree (issue 6); LB+-Tree's recover() has the same
-// steps inline and can call this instead.
+// taken go into RecoveryStats. LB+-Tree's and FPTree's recover() run in it, and inside it the
+// hybrid indexes' shared leaf-chain pass (leaf_recovery.h, recover_leaf_chain).
 //
 // Thread safety: single-threaded (opening a pool).
 #pragma once

@@ -140,46 +140,75 @@ Status FPTree<N>::check_links(const std::vector<std::uint64_t>& leaves, NextOf n
                       "fptree recovery: " + bad + " (a damaged or redirected next pointer)");
 }
 
-// Recovery (PROTOCOL.md R1..R5). Pass 1 only reads PM and decides (a refused pool stays
+// Recovery (PROTOCOL.md R1..R5): R1's micro-log decisions, then the hybrid indexes' shared pass
+// (leaf_recovery.h) with FPTree's parts. Pass 1 only reads PM and decides (a refused pool stays
 // unchanged); the repairs run after commit_open.
+template <unsigned N>
+struct FPTree<N>::RecoveryPolicy {
+  FPTree& t;
+  const Relink& relink;
+  const std::vector<unsigned>& dirty_logs;
+  const char* name = "fptree";
+  std::size_t leaf_bytes = sizeof(LeafT);
+  std::size_t block_bytes = kBlock;
+  std::uint64_t link(std::uint64_t off) const {  // the link word as the logs complete it, tagged
+    const auto it = relink.find(off);
+    return it != relink.end() ? it->second : t.leaf_at(off)->next;
+  }
+  // R2: walk the chain as the logs complete it, and check every link's tag ...
+  std::uint64_t next(std::uint64_t off) { return link_off(link(off)); }
+  Status check_links(const std::vector<std::uint64_t>& leaves) {
+    return t.check_links(leaves, [this](std::uint64_t off) { return link(off); });
+  }
+  // ... then check and mark every leaf and record and summarise each leaf's keys.
+  void summarise(std::uint64_t off, index_common::LeafSummary* s) { t.summarise_leaf(off, s); }
+  const index_common::KeyCodec& keys() { return t.keys_; }
+  // R3: install the log decisions (S7 / D4 redone), then clear the logs.
+  void before_repairs() {
+    for (const auto& [leaf, next] : relink) {
+      detail::put(&t.leaf_at(leaf)->next, next);
+      pm::persist(&t.leaf_at(leaf)->next, 8);
+    }
+    for (unsigned i : dirty_logs) {
+      MicroLog* g = &t.logs_[i];
+      for (std::uint64_t* w : {&g->split_leaf, &g->split_new, &g->delete_leaf, &g->delete_prev})
+        detail::put(w, 0);
+      pm::persist(g, sizeof *g);
+    }
+  }
+  // R4: clear stale lock words; unlink empty non-head leaves (one NAW each, like D4; a crash
+  // here leaves either state, both valid).
+  void clear_lock(std::uint64_t off) {
+    detail::put(&t.leaf_at(off)->lock, 0);
+    pm::persist(&t.leaf_at(off)->lock, 8);
+  }
+  void unlink(std::uint64_t kept, std::uint64_t off) {
+    detail::put(&t.leaf_at(kept)->next, t.leaf_at(off)->next);
+    pm::persist(&t.leaf_at(kept)->next, 8);
+  }
+  std::uint64_t separator(std::uint64_t min_word) {
+    return t.keys_.separator_of_word(min_word, t.seps_);
+  }
+  // R5: the DRAM inner nodes (level 1 on the recovery's threads).
+  void build_inner(const std::vector<std::pair<std::uint64_t, std::uint64_t>>& items,
+                   unsigned threads) {
+    t.inner_.bulk_build(items, 0.9, threads);
+  }
+};
+
 template <unsigned N>
 Status FPTree<N>::rebuild(unsigned threads) {
   const auto began = std::chrono::steady_clock::now();
-  pm::Pool& p = *pool_;
-  auto refuse = [&](Status s) {
-    (void)p.allocator().finish_recovery();
-    return s;
-  };
   Relink relink;
   std::vector<unsigned> dirty_logs;
-  if (Status s = replay_logs(&relink, &dirty_logs); !s.ok()) return refuse(s);
-  auto next_of = [&](std::uint64_t off) {  // the link word, tagged
-    const auto it = relink.find(off);
-    return it != relink.end() ? it->second : leaf_at(off)->next;
-  };
-  // R2: walk the chain as the logs complete it, recording every leaf position (serial: a
-  // pointer chase), and check every link's tag ...
-  std::vector<std::uint64_t> leaves;
-  Status walk = index_common::walk_leaf_chain(
-      p, head_, sizeof(LeafT), 256, [&](std::uint64_t off) { return link_off(next_of(off)); },
-      &leaves);
-  if (walk.ok()) walk = check_links(leaves, next_of);
-  if (!walk.ok()) return refuse(walk);
-  // ... then, on `threads` threads over those positions, check and mark every leaf and record
-  // and summarise each leaf's keys; key order across leaves is checked serially after.
-  std::vector<index_common::LeafSummary> sums(leaves.size());
-  recovery_.threads = index_common::for_each_leaf_parallel(
-      leaves.size(), threads, [&](std::size_t i) { summarise_leaf(leaves[i], &sums[i]); });
-  if (Status s =
-          index_common::check_leaf_summaries(p, "fptree", keys_, leaves, sums, &recovery_.records);
-      !s.ok())
-    return refuse(s);
-  if (Status s = index_common::check_close_counts(p, "fptree", recovery_.records, leaves.size());
-      !s.ok())
-    return refuse(s);
-  if (Status fs = p.allocator().finish_recovery(); !fs.ok()) return fs;
-  p.commit_open();
-  apply_recovery(leaves, sums, relink, dirty_logs);
+  if (Status s = replay_logs(&relink, &dirty_logs); !s.ok()) {
+    (void)pool_->allocator().finish_recovery();
+    return s;
+  }
+  RecoveryPolicy policy{*this, relink, dirty_logs};
+  const Status s = index_common::recover_leaf_chain(*pool_, head_, threads, policy, &recovery_,
+                                                    &recovery_.threads);
+  if (!s.ok()) return s;
   rebuild_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
   return Status::Ok();
 }
@@ -265,47 +294,6 @@ void FPTree<N>::summarise_leaf(std::uint64_t off, index_common::LeafSummary* sum
     }
     sum->add(kw, keys_);
   }
-}
-
-// R3..R5, after commit_open: the repairs the passes decided, then the DRAM inner nodes.
-template <unsigned N>
-void FPTree<N>::apply_recovery(const std::vector<std::uint64_t>& leaves,
-                               const std::vector<index_common::LeafSummary>& sums,
-                               const Relink& relink, const std::vector<unsigned>& dirty_logs) {
-  // R3: install the log decisions (S7 / D4 redone), then clear the logs.
-  for (const auto& [leaf, next] : relink) {
-    detail::put(&leaf_at(leaf)->next, next);
-    pm::persist(&leaf_at(leaf)->next, 8);
-  }
-  for (unsigned i : dirty_logs) {
-    MicroLog* g = &logs_[i];
-    for (std::uint64_t* w : {&g->split_leaf, &g->split_new, &g->delete_leaf, &g->delete_prev})
-      detail::put(w, 0);
-    pm::persist(g, sizeof *g);
-  }
-  // R4: clear stale lock words; unlink empty non-head leaves (one NAW each, like D4; a crash
-  // here leaves either state, both valid).
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> items;
-  std::uint64_t kept = 0;
-  for (std::size_t i = 0; i < leaves.size(); ++i) {
-    LeafT* l = leaf_at(leaves[i]);
-    if (sums[i].locked) {
-      detail::put(&l->lock, 0);
-      pm::persist(&l->lock, 8);
-    }
-    if (i > 0 && sums[i].empty) {
-      detail::put(&leaf_at(kept)->next, l->next);
-      pm::persist(&leaf_at(kept)->next, 8);
-      pool_->allocator().deallocate(leaves[i], kBlock);
-      ++recovery_.repaired;
-      continue;
-    }
-    kept = leaves[i];
-    items.emplace_back(i == 0 ? 0 : keys_.separator_of_word(sums[i].min_word, seps_), kept);
-  }
-  // R5: rebuild the DRAM inner nodes (level 1 on the recovery's threads).
-  inner_.bulk_build(items, 0.9, recovery_.threads);
-  recovery_.nodes = items.size();
 }
 
 template <unsigned N>

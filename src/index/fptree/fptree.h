@@ -198,13 +198,12 @@ class FPTree final : public Index {
 
   // recovery
   Status rebuild(unsigned threads);
-  // rebuild's steps (fptree.cpp): R1's decisions, R2's per-leaf check, R3..R5's repairs.
+  // rebuild's steps (fptree.cpp): R1's decisions, then the shared pass with FPTree's parts
+  // (R2's per-leaf check, R3..R5's repairs).
   using Relink = std::map<std::uint64_t, std::uint64_t>;  // leaf -> the successor to install
   Status replay_logs(Relink* relink, std::vector<unsigned>* dirty_logs);
   void summarise_leaf(std::uint64_t off, index_common::LeafSummary* sum);
-  void apply_recovery(const std::vector<std::uint64_t>& leaves,
-                      const std::vector<index_common::LeafSummary>& sums, const Relink& relink,
-                      const std::vector<unsigned>& dirty_logs);
+  struct RecoveryPolicy;
   // R2's tag check: each link of the chain (as the logs complete it) names its leaf's tag, the
   // last link is kChainEnd.
   template <class NextOf>

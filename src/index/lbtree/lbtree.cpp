@@ -161,65 +161,50 @@ Status LBTree<M>::check_sibling_tags(const std::vector<std::uint64_t>& leaves) c
                       "lbtree recovery: " + bad + " (a damaged or redirected sibling pointer)");
 }
 
-// Recovery (PROTOCOL.md R1..R5). Pass 1 only reads PM (a refused pool stays unchanged);
-// repairs happen after commit_open.
+// Recovery (PROTOCOL.md R1..R5): the hybrid indexes' shared pass (leaf_recovery.h) with
+// LB+-Tree's parts. Pass 1 only reads PM (a refused pool stays unchanged); repairs happen after
+// commit_open.
+template <unsigned M>
+struct LBTree<M>::RecoveryPolicy {
+  LBTree& t;
+  const char* name = "lbtree";
+  std::size_t leaf_bytes = LeafT::kBytes;
+  std::size_t block_bytes = LeafT::kBytes;
+  std::uint64_t next(std::uint64_t off) { return t.next_leaf(off); }  // R1
+  Status check_links(const std::vector<std::uint64_t>& leaves) {
+    return t.check_sibling_tags(leaves);  // R1b
+  }
+  // R2: check headers and records, mark every reachable block, find the min and max keys.
+  void summarise(std::uint64_t off, index_common::LeafSummary* s) { t.summarise_leaf(off, s); }
+  const index_common::KeyCodec& keys() { return t.keys_; }
+  void before_repairs() {}
+  void clear_lock(std::uint64_t off) {  // R3: a stale lock bit
+    LeafT* l = t.leaf_at(off);
+    detail::put(&l->block[0].front[0], l->block[0].front[0] & ~kLockBit);
+    pm::persist(l->block[0].front, 16);
+  }
+  // R4: an empty leaf left by a crash between D2 and U3 leaves the chain.
+  void unlink(std::uint64_t kept, std::uint64_t off) {
+    LeafT* l = t.leaf_at(off);
+    const bool alt = (l->block[0].front[0] & kAltBit) != 0;
+    t.switch_sibling(t.leaf_at(kept), l->block[0].tail[alt ? 1 : 0]);
+  }
+  std::uint64_t separator(std::uint64_t min_word) { return t.make_separator(min_word); }
+  // R5: the DRAM inner nodes from the recorded leaf positions.
+  void build_inner(const std::vector<std::pair<std::uint64_t, std::uint64_t>>& items,
+                   unsigned threads) {
+    t.inner_.bulk_build(items, 0.9, threads);
+  }
+};
+
 template <unsigned M>
 Status LBTree<M>::rebuild(unsigned threads) {
   const auto start = std::chrono::steady_clock::now();
-  pm::Pool& p = *pool_;
-  std::vector<std::uint64_t> leaves;
-  // R1: walk the chain, bounds- and cycle-checked.
-  Status s = index_common::walk_leaf_chain(
-      p, head_, LeafT::kBytes, 256,
-      [&](std::uint64_t off) { return next_leaf(off); },
-      &leaves);
-  if (s.ok()) s = check_sibling_tags(leaves);  // R1b
-  if (!s.ok()) {
-    (void)p.allocator().finish_recovery();
-    return s;
-  }
-  // R2: per leaf (in parallel over recorded positions, the shared pass of leaf_recovery.h):
-  // check headers and records, mark every reachable block, find the min and max keys.
-  std::vector<index_common::LeafSummary> info(leaves.size());
-  (void)index_common::for_each_leaf_parallel(leaves.size(), threads, [&](std::size_t i) {
-    summarise_leaf(leaves[i], &info[i]);
-  });
-  if (Status cs =
-          index_common::check_leaf_summaries(p, "lbtree", keys_, leaves, info, &recovery_.records);
-      !cs.ok()) {
-    (void)p.allocator().finish_recovery();
-    return cs;
-  }
-  if (Status cs = index_common::check_close_counts(p, "lbtree", recovery_.records, leaves.size());
-      !cs.ok()) {
-    (void)p.allocator().finish_recovery();
-    return cs;
-  }
-  if (Status fs = p.allocator().finish_recovery(); !fs.ok()) return fs;
-  p.commit_open();
-  // R3: clear stale lock bits. R4: unlink empty leaves left by a crash between D2 and U3.
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> items;
-  std::uint64_t prev_kept = 0;
-  for (std::size_t i = 0; i < leaves.size(); ++i) {
-    LeafT* l = leaf_at(leaves[i]);
-    if (info[i].locked) {
-      detail::put(&l->block[0].front[0], l->block[0].front[0] & ~kLockBit);
-      pm::persist(l->block[0].front, 16);
-      ++recovery_.repaired;
-    }
-    if (info[i].empty && leaves[i] != head_) {
-      const bool alt = (l->block[0].front[0] & kAltBit) != 0;
-      switch_sibling(leaf_at(prev_kept), l->block[0].tail[alt ? 1 : 0]);
-      p.allocator().deallocate(leaves[i], LeafT::kBytes);
-      ++recovery_.repaired;
-      continue;
-    }
-    prev_kept = leaves[i];
-    items.emplace_back(i == 0 ? 0 : make_separator(info[i].min_word), leaves[i]);
-  }
-  // R5: rebuild the DRAM inner nodes from the recorded leaf positions.
-  inner_.bulk_build(items, 0.9, threads);
-  recovery_.nodes = items.size();
+  RecoveryPolicy policy{*this};
+  unsigned used = 1;
+  const Status s =
+      index_common::recover_leaf_chain(*pool_, head_, threads, policy, &recovery_, &used);
+  if (!s.ok()) return s;
   rebuild_seconds_ =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return Status::Ok();

@@ -259,6 +259,7 @@ class LBTree final : public Index {
 
   // recovery
   Status rebuild(unsigned threads);
+  struct RecoveryPolicy;  // LB+-Tree's parts of the shared recovery pass (lbtree.cpp)
   void summarise_leaf(std::uint64_t off, index_common::LeafSummary* in);
 
   std::unique_ptr<pm::Pool> pool_;
