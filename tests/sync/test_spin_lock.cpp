@@ -58,34 +58,16 @@ TEST(SpinLock, TryLockFromAnotherThreadFailsWhileHeld) {
   lock.unlock();
 }
 
-TEST(SpinLock, ExcludesAndPublishesBetweenThreads) {
-  constexpr int kThreads = 4;
-  constexpr std::uint64_t kIncrements = 20000;
-  SpinLock lock;
-  std::uint64_t counter = 0;  // plain: protected by the lock only
-  std::uint64_t holders = 0;  // more than 1 inside means exclusion failed
-  std::atomic<std::uint64_t> overlaps{0};
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&] {
-      for (std::uint64_t i = 0; i < kIncrements; ++i) {
-        std::lock_guard<SpinLock> guard(lock);
-        if (++holders != 1) overlaps.fetch_add(1, std::memory_order_relaxed);
-        ++counter;
-        --holders;
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  EXPECT_EQ(overlaps.load(), 0u);
-  EXPECT_EQ(counter, kThreads * kIncrements);
-}
+// Exclusion and publication, for the spin lock and its quiet variant (the allocator's lock).
+template <class Lock>
+class ExclusiveSpinLock : public ::testing::Test {};
+using ExclusiveLocks = ::testing::Types<SpinLock, QuietSpinLock>;
+TYPED_TEST_SUITE(ExclusiveSpinLock, ExclusiveLocks);
 
-// The quiet variant (the allocator's central lock): the same exclusion and publication.
-TEST(QuietSpinLock, ExcludesAndPublishesBetweenThreads) {
+TYPED_TEST(ExclusiveSpinLock, ExcludesAndPublishesBetweenThreads) {
   constexpr int kThreads = 4;
   constexpr std::uint64_t kIncrements = 20000;
-  QuietSpinLock lock;
+  TypeParam lock;
   std::uint64_t counter = 0;  // plain: protected by the lock only
   std::uint64_t holders = 0;  // more than 1 inside means exclusion failed
   std::atomic<std::uint64_t> overlaps{0};
@@ -93,7 +75,7 @@ TEST(QuietSpinLock, ExcludesAndPublishesBetweenThreads) {
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&] {
       for (std::uint64_t i = 0; i < kIncrements; ++i) {
-        std::lock_guard<QuietSpinLock> guard(lock);
+        std::lock_guard<TypeParam> guard(lock);
         if (++holders != 1) overlaps.fetch_add(1, std::memory_order_relaxed);
         ++counter;
         --holders;

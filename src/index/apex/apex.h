@@ -265,6 +265,9 @@ class Apex final : public Index {
                   contractions = 0, merges = 0, collapses = 0;
   };
   Stats stats() const;
+  // The SMO counters of stats() alone: no lock and no walk, so safe beside running operations
+  // (the crash suites read them after every operation); every other field is 0.
+  Stats smo_counts() const;
   // Test hook: a raw pointer to the PM record of `key` (nullptr if absent), so a test can
   // corrupt PM and check that verify() notices.
   Record* debug_record(std::string_view key);
@@ -606,6 +609,7 @@ class Apex final : public Index {
                           const std::vector<std::uint64_t>& ext_chain) const;
   // false if it met a damaged node (then `s` is partial).
   bool stats_node(std::uint64_t off, std::uint32_t depth, Stats* s) const;
+  void add_smo_counts(Stats* s) const;  // smo_counts()'s counters into *s
 
   std::unique_ptr<pm::Pool> pool_;
   char* base_ = nullptr;  // pool_->base()

@@ -249,14 +249,25 @@ Apex::Stats Apex::stats() const {
   }
   if (s.records > 0)
     s.overflow_ratio = static_cast<double>(s.stash_records) / static_cast<double>(s.records);
-  s.expansions = counters_.expansions.load(std::memory_order_relaxed);
-  s.sideways_splits = counters_.sideways.load(std::memory_order_relaxed);
-  s.downward_splits = counters_.downward.load(std::memory_order_relaxed);
-  s.inner_expansions = counters_.inner_expansions.load(std::memory_order_relaxed);
-  s.contractions = counters_.contractions.load(std::memory_order_relaxed);
-  s.merges = counters_.merges.load(std::memory_order_relaxed);
-  s.collapses = counters_.collapses.load(std::memory_order_relaxed);
+  add_smo_counts(&s);
   return s;
+}
+
+Apex::Stats Apex::smo_counts() const {
+  Stats s;
+  add_smo_counts(&s);
+  return s;
+}
+
+// relaxed: statistics, exact only when quiescent.
+void Apex::add_smo_counts(Stats* s) const {
+  s->expansions = counters_.expansions.load(std::memory_order_relaxed);
+  s->sideways_splits = counters_.sideways.load(std::memory_order_relaxed);
+  s->downward_splits = counters_.downward.load(std::memory_order_relaxed);
+  s->inner_expansions = counters_.inner_expansions.load(std::memory_order_relaxed);
+  s->contractions = counters_.contractions.load(std::memory_order_relaxed);
+  s->merges = counters_.merges.load(std::memory_order_relaxed);
+  s->collapses = counters_.collapses.load(std::memory_order_relaxed);
 }
 
 }  // namespace pmindex::apex

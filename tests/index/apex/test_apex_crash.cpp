@@ -14,6 +14,7 @@
 
 #include "pmindex/crash/index_driver.h"
 #include "index/apex/apex.h"
+#include "index/apex/apex_smo_levels.h"
 #include "index/common/crash_kit.h"
 #include "index/common/hybrid_test_support.h"
 #include "support/temp_dir.h"
@@ -21,16 +22,7 @@
 namespace pmindex::crash {
 namespace {
 
-// APEX's SMO counters, read on the live index after every op of the explored run.
-crash_kit::SmoTally::Levels smo_levels(const Index& idx) {
-  const apex::Apex::Stats st = dynamic_cast<const apex::Apex&>(idx).stats();
-  return {{"expansions", st.expansions},
-          {"sideways_splits", st.sideways_splits},
-          {"downward_splits", st.downward_splits},
-          {"inner_expansions", st.inner_expansions},
-          {"merges", st.merges},
-          {"collapses", st.collapses}};
-}
+using apex_test::smo_levels;
 
 void run(pm::Mode mode, std::uint64_t key_space, const std::string& name,
          std::vector<std::string> smos = {}) {

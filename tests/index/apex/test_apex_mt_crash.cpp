@@ -6,21 +6,13 @@
 #include <gtest/gtest.h>
 
 #include "index/apex/apex.h"
+#include "index/apex/apex_smo_levels.h"
 #include "index/common/registry_mt_crash.h"
 
 namespace pmindex::crash {
 namespace {
 
-// APEX's SMO counters, read on the live index after every returned operation.
-crash_kit::SmoTally::Levels smo_levels(const Index& idx) {
-  const apex::Apex::Stats st = dynamic_cast<const apex::Apex&>(idx).stats();
-  return {{"expansions", st.expansions},
-          {"sideways_splits", st.sideways_splits},
-          {"downward_splits", st.downward_splits},
-          {"inner_expansions", st.inner_expansions},
-          {"merges", st.merges},
-          {"collapses", st.collapses}};
-}
+using apex_test::smo_levels;
 
 // 300 of 400 keys preloaded: the first data nodes are near their density bound, so inserts
 // expand and split them (sideways, under a shared parent) and removes merge them back.
