@@ -327,8 +327,13 @@ void run_hot(pm::Mode mode) {
         // Fillers next to the hot keys: the leaves holding them keep splitting.
         const std::uint64_t f = hot_key(h) - 400 + rng() % 800;
         if (f == hot_key(h)) continue;
-        if (rng() % 3 == 0) (void)idx->remove(encode_u64(f));
-        else (void)idx->upsert(encode_u64(f), value(t, 0, false));
+        // Both threads touch the fillers: a remove finds the key or not, an upsert writes it.
+        if (rng() % 3 == 0) {
+          const Code c = idx->remove(encode_u64(f));
+          if (c != Code::ok && c != Code::not_found) fail("filler remove failed");
+        } else if (idx->upsert(encode_u64(f), value(t, 0, false)) != Code::ok) {
+          fail("filler upsert failed");
+        }
       }
     }
   };
