@@ -13,7 +13,6 @@
 #include "pmindex/pm/layout.h"
 #include "pmindex/pm/pool.h"
 #include "pmindex/pm/thread_slot.h"
-#include "pmindex/sync/spin_lock.h"
 
 namespace pmindex::pm {
 
@@ -78,7 +77,7 @@ struct Allocator::ThreadCache {
 };
 
 struct Allocator::Central {
-  sync::QuietSpinLock mu;  // waits are scheduling points: a holder may be parked at a traced store
+  std::mutex mu;
   std::map<std::uint64_t, std::uint64_t> extents;  // start -> length, coalesced
   std::array<std::vector<std::uint64_t>, kNumClasses> free;
   std::array<std::atomic<ThreadCache*>, kMaxThreadSlots> caches{};
@@ -165,7 +164,7 @@ Allocator::ThreadCache& Allocator::cache() {
 }
 
 void Allocator::init_empty() {
-  std::lock_guard<sync::QuietSpinLock> lock(central_->mu);
+  std::lock_guard<std::mutex> lock(central_->mu);
   central_->extents.clear();
   central_->add_extent(heap_begin_, heap_end_ - heap_begin_);
 }
@@ -207,7 +206,7 @@ std::uint64_t Allocator::carve(std::size_t bytes, Code* code) {
 bool Allocator::refill(int cls, ThreadCache& tc, Code* code) {
   const std::size_t want = batch_of(cls);
   auto& mine = tc.free[static_cast<std::size_t>(cls)];
-  std::lock_guard<sync::QuietSpinLock> lock(central_->mu);
+  std::lock_guard<std::mutex> lock(central_->mu);
   auto& central = central_->free[static_cast<std::size_t>(cls)];
   // Round 0 takes only space below the heap's high-water mark; then a reclaim pass merges what
   // was freed since the last one, and round 1 may raise the mark (growing the file). Without
@@ -357,7 +356,7 @@ void Allocator::deallocate(std::uint64_t offset, std::size_t bytes) {
   bump(tc.frees, std::uint64_t{1});
   const std::size_t batch = batch_of(cls);
   if (mine.size() > 2 * batch) {
-    std::lock_guard<sync::QuietSpinLock> lock(central_->mu);
+    std::lock_guard<std::mutex> lock(central_->mu);
     central_->dirty = true;
     auto& central = central_->free[static_cast<std::size_t>(cls)];
     while (mine.size() > batch) {
@@ -369,7 +368,7 @@ void Allocator::deallocate(std::uint64_t offset, std::size_t bytes) {
 
 void Allocator::release_thread_cache() {
   ThreadCache& tc = cache();
-  std::lock_guard<sync::QuietSpinLock> lock(central_->mu);
+  std::lock_guard<std::mutex> lock(central_->mu);
   for (std::size_t cls = 0; cls < tc.free.size(); ++cls) {
     auto& mine = tc.free[cls];
     if (mine.empty()) continue;
@@ -381,7 +380,7 @@ void Allocator::release_thread_cache() {
 }
 
 void Allocator::begin_recovery(bool start_now) {
-  std::lock_guard<sync::QuietSpinLock> lock(central_->mu);
+  std::lock_guard<std::mutex> lock(central_->mu);
   central_->extents.clear();
   for (auto& f : central_->free) f.clear();
   central_->reachable.clear();
@@ -408,7 +407,7 @@ void Allocator::begin_recovery(bool start_now) {
 
 Code Allocator::mark_reachable(std::uint64_t offset, std::size_t bytes) {
   const int cls = class_of(bytes);
-  std::lock_guard<sync::QuietSpinLock> lock(central_->mu);
+  std::lock_guard<std::mutex> lock(central_->mu);
   auto fail = [&](const std::string& why) {
     if (central_->mark_error.ok()) {
       central_->mark_error = pool_.error(
@@ -435,7 +434,7 @@ Code Allocator::mark_reachable(std::uint64_t offset, std::size_t bytes) {
 }
 
 Status Allocator::finish_recovery() {
-  std::lock_guard<sync::QuietSpinLock> lock(central_->mu);
+  std::lock_guard<std::mutex> lock(central_->mu);
   if (!central_->mark_error.ok()) return central_->mark_error;
   auto& blocks = central_->reachable;
   std::sort(blocks.begin(), blocks.end());
@@ -476,7 +475,7 @@ AllocatorStats Allocator::stats() const {
   std::array<std::int64_t, kNumClasses> in_use{};
   std::array<std::uint64_t, kNumClasses> cached{};
   {
-    std::lock_guard<sync::QuietSpinLock> lock(central_->mu);
+    std::lock_guard<std::mutex> lock(central_->mu);
     in_use = central_->recovered_in_use;
     std::int64_t requested = central_->recovered_requested;
     std::uint64_t free_extents = 0;

@@ -25,6 +25,7 @@
 
 namespace pmindex::sync {
 
+/// The reader-writer spin lock described above (SharedLockable: use it with std::shared_lock).
 class SharedSpinLock {
  public:
   SharedSpinLock() = default;
@@ -38,11 +39,13 @@ class SharedSpinLock {
     while (!join_readers()) backoff.spin("sharedlock.spin_shared");
   }
 
+  /// Joins the readers if no writer holds or waits; never waits.
   [[nodiscard]] bool try_lock_shared() noexcept {
     pm::yield_point("sharedlock.try_lock_shared");
     return join_readers();
   }
 
+  /// Leaves the readers; only by a reader.
   void unlock_shared() noexcept {
     assert((state_.load(std::memory_order_relaxed) & kReaders) != 0);
     pm::yield_point("sharedlock.unlock_shared");
@@ -69,6 +72,7 @@ class SharedSpinLock {
     }
   }
 
+  /// Takes the lock if no one holds it; never waits.
   [[nodiscard]] bool try_lock() noexcept {
     pm::yield_point("sharedlock.try_lock");
     std::uint32_t s = state_.load(std::memory_order_relaxed);

@@ -323,7 +323,11 @@ class DPTree final : public Index {
   void stop_merger();
   void start_merger();
   bool buffered_any(std::uint64_t k, BufEntry* e) const;  // front, then middle
-  // The allocator calls of running operations and of the merge thread.
+  // The allocator calls of running operations and of the merge thread. In the tracing flavour
+  // under one spin lock: the allocator holds its std::mutex across a traced store (the heap's
+  // high-water mark), where the crash simulator's scheduler may park the holder; the merge
+  // thread and a writer allocate concurrently, so the other must spin at a scheduling point
+  // instead of blocking on that mutex (docs/crash-simulator.md, as NBTree does).
   std::uint64_t pm_alloc(std::size_t bytes, Code* code);
   void pm_free(std::uint64_t off, std::size_t bytes);
   void pm_release_cache();  // the calling thread's allocator cache to the central lists
@@ -410,6 +414,7 @@ class DPTree final : public Index {
   MergeStats stats_;
   RecoveryStats recovery_;
   mutable IndexMutex mu_;
+  sync::SpinLock alloc_mu_;  // tracing flavour: see pm_alloc
   bool closed_ = false;
   // Background mode. Guarded by mu_ except where noted: the middle buffer (read-only while it
   // exists, i.e. while merging_), its Bloom filter, live puts and last LSN.

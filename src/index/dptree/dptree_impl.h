@@ -622,17 +622,32 @@ void DPTree<P>::start_merger() {
 
 template <class P>
 std::uint64_t DPTree<P>::pm_alloc(std::size_t bytes, Code* code) {
-  return pool_->allocator().allocate(bytes, code);
+  if constexpr (pm::kTracing) {
+    std::lock_guard<sync::SpinLock> guard(alloc_mu_);
+    return pool_->allocator().allocate(bytes, code);
+  } else {
+    return pool_->allocator().allocate(bytes, code);
+  }
 }
 
 template <class P>
 void DPTree<P>::pm_free(std::uint64_t off, std::size_t bytes) {
-  pool_->allocator().deallocate(off, bytes);
+  if constexpr (pm::kTracing) {
+    std::lock_guard<sync::SpinLock> guard(alloc_mu_);
+    pool_->allocator().deallocate(off, bytes);
+  } else {
+    pool_->allocator().deallocate(off, bytes);
+  }
 }
 
 template <class P>
 void DPTree<P>::pm_release_cache() {
-  pool_->allocator().release_thread_cache();
+  if constexpr (pm::kTracing) {
+    std::lock_guard<sync::SpinLock> guard(alloc_mu_);
+    pool_->allocator().release_thread_cache();
+  } else {
+    pool_->allocator().release_thread_cache();
+  }
 }
 
 template <class P>

@@ -549,12 +549,11 @@ class NBTree final : public Index {
   // the crash simulator's deterministic scheduler at a traced store inside the section.
   mutable sync::SpinLock inner_mu_;      // inner-node writers (S13, N1, bulk build)
   mutable sync::SpinLock zero_mu_;       // key 0's side record (Z1)
-  // Serialises this tree's calls into the pool allocator. Written when the allocator's
-  // central lock was a std::mutex held across a traced store (a simulated thread parked
-  // inside it blocked the others); that lock now spins at scheduling points when it must
-  // wait, but the seeded schedule of test_nbtree_mt_crash's rare known-bad (S5b) was found
-  // with this lock's scheduling points, so it stays. Allocation is off the common path (SMOs
-  // and out-of-line values only): one uncontended exchange per SMO.
+  // Serialises this tree's calls into the pool allocator. The allocator's central lock is a
+  // std::mutex held across a traced store (raising the persisted high-water mark); taken
+  // only under this spin lock it is never contended, so a simulated thread parked inside it
+  // cannot block another one (crash simulator). Allocation is off the common path (SMOs and
+  // out-of-line values only).
   mutable sync::SpinLock alloc_mu_;
   // A Fault in the tracing flavour; elsewhere an empty constant that reads as Fault::none.
   struct NoFault {
