@@ -1,5 +1,5 @@
-// Unit tests of the spin locks: the test-and-test-and-set SpinLock (Lockable), its quiet
-// variant, and the reader-writer SharedSpinLock (SharedLockable): their semantics and mutual exclusion (a plain
+// Unit tests of the spin locks: the test-and-test-and-set SpinLock (Lockable) and the
+// reader-writer SharedSpinLock (SharedLockable): their semantics and mutual exclusion (a plain
 // counter incremented under the lock; TSan reports a race if exclusion or the release/acquire
 // pairing is broken, and the total is off if increments are lost).
 #include "pmindex/sync/spin_lock.h"
@@ -58,10 +58,10 @@ TEST(SpinLock, TryLockFromAnotherThreadFailsWhileHeld) {
   lock.unlock();
 }
 
-// Exclusion and publication, for the spin lock and its quiet variant (the allocator's lock).
+// Exclusion and publication of the exclusive spin lock.
 template <class Lock>
 class ExclusiveSpinLock : public ::testing::Test {};
-using ExclusiveLocks = ::testing::Types<SpinLock, QuietSpinLock>;
+using ExclusiveLocks = ::testing::Types<SpinLock>;
 TYPED_TEST_SUITE(ExclusiveSpinLock, ExclusiveLocks);
 
 TYPED_TEST(ExclusiveSpinLock, ExcludesAndPublishesBetweenThreads) {

@@ -66,36 +66,4 @@ class SpinLock {
   std::atomic<bool> locked_{false};
 };
 
-/// A spin lock that is a scheduling point only when it has to wait: taking it free is one
-/// exchange, as for a std::mutex, so the crash simulator's seeded schedules are those of a
-/// kernel lock; a waiter spins at scheduling points (SpinLock's loop), so a holder the
-/// simulator parked inside can finish. Meets Lockable's lock/unlock (no try_lock).
-class QuietSpinLock {
- public:
-  QuietSpinLock() = default;
-  QuietSpinLock(const QuietSpinLock&) = delete;
-  QuietSpinLock& operator=(const QuietSpinLock&) = delete;
-
-  /// Takes the lock; only a wait for it reaches scheduling points.
-  void lock() noexcept {
-    // acquire: the winner sees the previous holder's critical section.
-    if (locked_.exchange(true, std::memory_order_acquire)) wait_and_lock();
-  }
-  /// Releases the lock; only by its holder.
-  void unlock() noexcept {
-    assert(locked_.load(std::memory_order_relaxed));
-    locked_.store(false, std::memory_order_release);  // release: to the next holder
-  }
-
- private:
-  void wait_and_lock() noexcept {
-    SpinBackoff backoff;
-    do {
-      // relaxed: the exchange that follows orders the critical section.
-      while (locked_.load(std::memory_order_relaxed)) backoff.spin("spinlock.quiet_spin");
-    } while (locked_.exchange(true, std::memory_order_acquire));
-  }
-  std::atomic<bool> locked_{false};
-};
-
 }  // namespace pmindex::sync
